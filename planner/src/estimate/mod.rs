@@ -1,0 +1,1 @@
+//! Memory estimates: DeepSpeed's own estimators reproduced exactly, then dsplan's full view.

@@ -1,0 +1,18 @@
+//! dsplan's planner: everything that happens before a single tensor is allocated.
+//!
+//! The planner is pure: values in, values out; no threads, no devices, no printing. It reads a
+//! DeepSpeed config ([`source`]), types it ([`config`]), checks it ([`validate`]), resolves
+//! defaults and `"auto"` values, estimates memory ([`estimate`]) for a model ([`model`]), and
+//! holds the math the executor shares with it ([`schedule`]: learning-rate schedules and the
+//! loss-scale state machine).
+
+pub mod config;
+pub mod diagnostics;
+pub mod estimate;
+pub mod json_pointer;
+pub mod model;
+pub mod schedule;
+pub mod source;
+pub mod validate;
+
+pub use diagnostics::{Code, Diagnostic, Severity};

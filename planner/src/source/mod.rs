@@ -1,0 +1,2 @@
+//! Reading a config file: lenient JSON (comments, trailing commas) with byte spans for every
+//! value, so diagnostics can name a line and column.

@@ -1,0 +1,59 @@
+//! Command-line definition (clap derive) and dispatch. Each subcommand lives in its own file
+//! with its arguments and its `run` function.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::process::ExitCode;
+
+/// DeepSpeed-compatible config compiler, memory planner and training executor.
+#[derive(Debug, Parser)]
+#[command(name = "dsplan", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the JSON Schema of ds_config.json (placeholder until the config model lands).
+    Schema,
+}
+
+/// Output format shared by every command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Format {
+    /// Readable text; diagnostics on stderr.
+    #[default]
+    Human,
+    /// Machine-readable JSON on stdout.
+    Json,
+}
+
+/// Exit codes of the CLI contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything is fine.
+    Success,
+    /// The input is wrong or does not fit.
+    InputRejected,
+    /// Bad flags or unreadable files.
+    UsageError,
+}
+
+impl From<Outcome> for ExitCode {
+    fn from(outcome: Outcome) -> ExitCode {
+        ExitCode::from(match outcome {
+            Outcome::Success => 0,
+            Outcome::InputRejected => 1,
+            Outcome::UsageError => 2,
+        })
+    }
+}
+
+/// Parse the command line and run the chosen command.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Schema => Outcome::UsageError,
+    };
+    ExitCode::from(outcome)
+}
