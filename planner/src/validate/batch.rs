@@ -277,9 +277,13 @@ fn check_without_world_size(given: GivenBatch) -> Vec<Diagnostic> {
     if given.train.is_none() && given.micro.is_none() {
         found.push(missing());
     }
-    if let (Some(tb), Some(mb), Some(gas)) = (given.train, given.micro, given.accumulation) {
-        if tb > 0 && mb > 0 && gas > 0 && tb % (mb * gas) != 0 {
-            found.push(
+    if let (Some(tb), Some(mb), Some(gas)) = (given.train, given.micro, given.accumulation)
+        && tb > 0
+        && mb > 0
+        && gas > 0
+        && tb % (mb * gas) != 0
+    {
+        found.push(
                 Diagnostic::error(
                     Code::BatchSizeMismatch,
                     TRAIN_BATCH,
@@ -290,7 +294,6 @@ fn check_without_world_size(given: GivenBatch) -> Vec<Diagnostic> {
                 )
                 .with_help("train_batch_size must equal micro × gradient accumulation × world size"),
             );
-        }
     }
     found
 }

@@ -112,27 +112,27 @@ impl<'s> Walker<'s> {
             }
         }
 
-        if let Some(expected) = keywords.get("const") {
-            if !json_equal(value, expected) {
-                out.push(self.value_not_allowed(value, std::slice::from_ref(expected), pointer));
-                return;
-            }
+        if let Some(expected) = keywords.get("const")
+            && !json_equal(value, expected)
+        {
+            out.push(self.value_not_allowed(value, std::slice::from_ref(expected), pointer));
+            return;
         }
-        if let Some(options) = keywords.get("enum").and_then(Value::as_array) {
-            if !options.iter().any(|option| json_equal(value, option)) {
-                out.push(self.value_not_allowed(value, options, pointer));
-                return;
-            }
+        if let Some(options) = keywords.get("enum").and_then(Value::as_array)
+            && !options.iter().any(|option| json_equal(value, option))
+        {
+            out.push(self.value_not_allowed(value, options, pointer));
+            return;
         }
-        if let Some(types) = keywords.get("type") {
-            if !matches_type(value, types) {
-                out.push(if is_auto(value) {
-                    auto_not_allowed(pointer)
-                } else {
-                    wrong_type(value, &describe_types(types), pointer)
-                });
-                return;
-            }
+        if let Some(types) = keywords.get("type")
+            && !matches_type(value, types)
+        {
+            out.push(if is_auto(value) {
+                auto_not_allowed(pointer)
+            } else {
+                wrong_type(value, &describe_types(types), pointer)
+            });
+            return;
         }
 
         match value {
@@ -439,15 +439,16 @@ fn unknown_key(key: &str, pointer: &str, known: &[&str]) -> Diagnostic {
 
 fn wrong_type(value: &Value, expected: &str, pointer: &str) -> Diagnostic {
     let name = display_name(pointer);
-    if let (Some(number), true) = (value.as_f64(), expected.contains("integer")) {
-        if number.fract() != 0.0 && number.is_finite() {
-            return Diagnostic::error(
-                Code::NonIntegral,
-                pointer,
-                format!("`{name}` must be an integer; {value} has a fractional part"),
-            )
-            .with_help(format!("use a whole number such as {}", number.round()));
-        }
+    if let (Some(number), true) = (value.as_f64(), expected.contains("integer"))
+        && number.fract() != 0.0
+        && number.is_finite()
+    {
+        return Diagnostic::error(
+            Code::NonIntegral,
+            pointer,
+            format!("`{name}` must be an integer; {value} has a fractional part"),
+        )
+        .with_help(format!("use a whole number such as {}", number.round()));
     }
     let diagnostic = Diagnostic::error(
         Code::WrongType,

@@ -47,10 +47,12 @@ pub fn check(view: View<'_>) -> Vec<Diagnostic> {
         empty_model_save(view, &mut found);
     }
     reduce_scatter_rules(view, stage, &mut found);
-    if stage > Stage::Disabled && stage < Stage::Parameters {
-        if let Some(size) = view.number("/zero_optimization/allgather_bucket_size") {
-            if size % 2.0 != 0.0 {
-                found.push(
+    if stage > Stage::Disabled
+        && stage < Stage::Parameters
+        && let Some(size) = view.number("/zero_optimization/allgather_bucket_size")
+        && size % 2.0 != 0.0
+    {
+        found.push(
                     Diagnostic::error(
                         Code::IncompatibleSettings,
                         "/zero_optimization/allgather_bucket_size",
@@ -58,8 +60,6 @@ pub fn check(view: View<'_>) -> Vec<Diagnostic> {
                     )
                     .with_help(format!("use {}", size + 1.0)),
                 );
-            }
-        }
     }
     if view.bool("/zero_optimization/legacy_stage1") == Some(true) {
         found.push(
@@ -115,17 +115,18 @@ fn offload_rules(view: View<'_>, stage: Stage, found: &mut Vec<Diagnostic>) {
             );
         }
     }
-    if let Some(ratio) = view.number("/zero_optimization/offload_optimizer/ratio") {
-        if ratio < 1.0 && stage < Stage::Parameters {
-            found.push(
-                Diagnostic::error(
-                    Code::IncompatibleSettings,
-                    "/zero_optimization/offload_optimizer/ratio",
-                    "partial optimizer offload (ratio < 1) is only supported with ZeRO stage 3",
-                )
-                .with_help("set zero_optimization.stage to 3, or remove `ratio`"),
-            );
-        }
+    if let Some(ratio) = view.number("/zero_optimization/offload_optimizer/ratio")
+        && ratio < 1.0
+        && stage < Stage::Parameters
+    {
+        found.push(
+            Diagnostic::error(
+                Code::IncompatibleSettings,
+                "/zero_optimization/offload_optimizer/ratio",
+                "partial optimizer offload (ratio < 1) is only supported with ZeRO stage 3",
+            )
+            .with_help("set zero_optimization.stage to 3, or remove `ratio`"),
+        );
     }
 }
 
@@ -177,9 +178,10 @@ fn reduce_scatter_rules(view: View<'_>, stage: Stage, found: &mut Vec<Diagnostic
     if stage < Stage::Gradients || !reduce_scatter {
         return;
     }
-    if let Some(factor) = view.number("/gradient_predivide_factor") {
-        if factor != 1.0 {
-            found.push(
+    if let Some(factor) = view.number("/gradient_predivide_factor")
+        && factor != 1.0
+    {
+        found.push(
                 Diagnostic::error(
                     Code::IncompatibleSettings,
                     "/gradient_predivide_factor",
@@ -187,7 +189,6 @@ fn reduce_scatter_rules(view: View<'_>, stage: Stage, found: &mut Vec<Diagnostic
                 )
                 .with_help("remove gradient_predivide_factor, or set zero_optimization.reduce_scatter to false"),
             );
-        }
     }
     if view.bool("/prescale_gradients") == Some(true) {
         found.push(
