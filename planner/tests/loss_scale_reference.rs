@@ -31,7 +31,9 @@ fn load() -> Option<Value> {
 }
 
 fn int(value: &Value, key: &str) -> i64 {
-    value[key].as_i64().unwrap_or_else(|| panic!("{key} is an integer"))
+    value[key]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{key} is an integer"))
 }
 
 #[test]
@@ -51,7 +53,11 @@ fn every_loss_scaler_trace_matches_deepspeed() {
             consecutive_hysteresis: config["consecutive_hysteresis"].as_bool().expect("bool"),
             min_loss_scale: config["min_loss_scale"].as_f64().expect("number"),
         };
-        assert_eq!(settings.initial_scale(), args["init_scale"].as_f64().expect("init_scale"), "{label}");
+        assert_eq!(
+            settings.initial_scale(),
+            args["init_scale"].as_f64().expect("init_scale"),
+            "{label}"
+        );
         let mut scaler = if sequence["raise_error_at_min_scale"].as_bool() == Some(false) {
             clamped += 1;
             LossScaler::Dynamic(
@@ -79,7 +85,11 @@ fn every_loss_scaler_trace_matches_deepspeed() {
         let rows = sequence["rows"].as_array().expect("rows");
         let error = sequence.get("error").filter(|e| !e.is_null());
         let stop = error.map(|e| int(e, "at_step") as usize);
-        assert_eq!(rows.len(), stop.unwrap_or(overflows.len()), "{label}: row count");
+        assert_eq!(
+            rows.len(),
+            stop.unwrap_or(overflows.len()),
+            "{label}: row count"
+        );
 
         for (step, row) in rows.iter().enumerate() {
             let row = row.as_array().expect("row");
@@ -93,13 +103,25 @@ fn every_loss_scaler_trace_matches_deepspeed() {
             let outcome = scaler
                 .update(overflow)
                 .unwrap_or_else(|e| panic!("{label} step {step}: unexpected error {e}"));
-            assert_eq!(outcome.next_scale(), after, "{label} step {step}: scale after");
+            assert_eq!(
+                outcome.next_scale(),
+                after,
+                "{label} step {step}: scale after"
+            );
             assert_eq!(scaler.scale(), after, "{label} step {step}: scale after");
-            assert_eq!(!outcome.is_applied(), skipped, "{label} step {step}: skipped");
+            assert_eq!(
+                !outcome.is_applied(),
+                skipped,
+                "{label} step {step}: skipped"
+            );
             let LossScaler::Dynamic(dynamic) = &scaler else {
                 panic!("{label}: dynamic scaler expected")
             };
-            assert_eq!(dynamic.hysteresis(), hysteresis_after, "{label} step {step}: hysteresis");
+            assert_eq!(
+                dynamic.hysteresis(),
+                hysteresis_after,
+                "{label} step {step}: hysteresis"
+            );
             rows_checked += 1;
         }
 
@@ -112,7 +134,11 @@ fn every_loss_scaler_trace_matches_deepspeed() {
                 matches!(failure.kind, LossScaleErrorKind::AtMinimumScale { scale } if scale == before),
                 "{label}"
             );
-            assert_eq!(failure.message, error["message"].as_str().expect("message"), "{label}");
+            assert_eq!(
+                failure.message,
+                error["message"].as_str().expect("message"),
+                "{label}"
+            );
             raised += 1;
         }
     }
@@ -146,7 +172,8 @@ fn fp16_validation_probes_about_the_scaler_values() {
             typing_only += 1;
             continue;
         }
-        let number = |key: &str, default: f64| input.get(key).and_then(Value::as_f64).unwrap_or(default);
+        let number =
+            |key: &str, default: f64| input.get(key).and_then(Value::as_f64).unwrap_or(default);
         let settings = Fp16ScaleSettings {
             loss_scale: number("loss_scale", 0.0),
             initial_scale_power: number("initial_scale_power", 16.0) as i64,
@@ -163,17 +190,28 @@ fn fp16_validation_probes_about_the_scaler_values() {
         assert_eq!(result.is_ok(), accepted, "probe {input:?}: {result:?}");
         if let Err(error) = &result {
             let message = probe["error"]["message"].as_str().expect("message");
-            assert!(message.contains(&error.message), "probe {input:?}: {message} vs {error}");
+            assert!(
+                message.contains(&error.message),
+                "probe {input:?}: {message} vs {error}"
+            );
         } else {
             let args = &probe["dynamic_loss_scale_args"];
-            assert_eq!(settings.initial_scale(), args["init_scale"].as_f64().expect("init"));
+            assert_eq!(
+                settings.initial_scale(),
+                args["init_scale"].as_f64().expect("init")
+            );
             if let Ok(LossScaler::Dynamic(scaler)) = &result {
                 assert_eq!(scaler.scale(), args["init_scale"].as_f64().expect("init"));
-                assert_eq!(scaler.hysteresis(), args["delayed_shift"].as_i64().expect("shift"));
+                assert_eq!(
+                    scaler.hysteresis(),
+                    args["delayed_shift"].as_i64().expect("shift")
+                );
             }
         }
         checked += 1;
     }
     assert!(checked >= 7, "the scaler-value probes are all recognised");
-    eprintln!("fp16 probes: {checked} about the scaler's values checked, {typing_only} about JSON typing left to the config layer");
+    eprintln!(
+        "fp16 probes: {checked} about the scaler's values checked, {typing_only} about JSON typing left to the config layer"
+    );
 }

@@ -61,7 +61,11 @@ fn compare_state(
     let mut compared = 0;
     let expected_lrs = floats(&state["lr"]);
     let lrs = schedule.lrs_at(step);
-    assert_eq!(lrs.len(), expected_lrs.len(), "{name} step {step}: group count");
+    assert_eq!(
+        lrs.len(),
+        expected_lrs.len(),
+        "{name} step {step}: group count"
+    );
     for (group, (got, want)) in lrs.iter().zip(&expected_lrs).enumerate() {
         let difference = relative_difference(*got, *want);
         assert!(
@@ -90,10 +94,16 @@ fn compare_state(
             }
         }
         (recorded, false) => {
-            assert!(momenta.is_none(), "{name} step {step}: momentum should not be set");
+            assert!(
+                momenta.is_none(),
+                "{name} step {step}: momentum should not be set"
+            );
             // The optimizer's betas (AdamW's defaults) are left as they were.
             if let Some(recorded) = recorded {
-                assert!(betas(recorded).iter().all(|b| *b == (0.9, 0.999)), "{name}: betas moved");
+                assert!(
+                    betas(recorded).iter().all(|b| *b == (0.9, 0.999)),
+                    "{name}: betas moved"
+                );
             }
         }
         (None, true) => panic!("{name}: momentum cycled but no betas recorded"),
@@ -131,21 +141,29 @@ fn every_lr_schedule_case_matches_deepspeed() {
         let result = LrSchedule::from_params_for(type_name, params, groups);
 
         if let Some(error) = case.get("error") {
-            let refusal = result.err().unwrap_or_else(|| panic!("{name}: DeepSpeed refuses, dsplan builds"));
+            let refusal = result
+                .err()
+                .unwrap_or_else(|| panic!("{name}: DeepSpeed refuses, dsplan builds"));
             assert_eq!(
                 refusal.message,
                 error["message"].as_str().expect("message"),
                 "{name}: refusal message"
             );
-            assert!(refusal.param.is_some(), "{name}: the refusal names a parameter");
+            assert!(
+                refusal.param.is_some(),
+                "{name}: the refusal names a parameter"
+            );
             refused += 1;
             continue;
         }
 
-        let (schedule, warnings) = result.unwrap_or_else(|e| panic!("{name}: DeepSpeed builds, dsplan refuses: {e}"));
+        let (schedule, warnings) =
+            result.unwrap_or_else(|e| panic!("{name}: DeepSpeed builds, dsplan refuses: {e}"));
         if name == "warmuplr_unknown_type" {
             assert!(
-                warnings.iter().any(|w| w.param.as_deref() == Some("warmup_type")),
+                warnings
+                    .iter()
+                    .any(|w| w.param.as_deref() == Some("warmup_type")),
                 "{name}: the fallback to log is reported"
             );
         }
@@ -154,14 +172,21 @@ fn every_lr_schedule_case_matches_deepspeed() {
             .and_then(Value::as_bool)
             .unwrap_or(false);
         if let LrSchedule::OneCycle(one_cycle) = &schedule {
-            assert_eq!(one_cycle.momentum.is_some(), momentum_cycled, "{name}: cycle_momentum");
+            assert_eq!(
+                one_cycle.momentum.is_some(),
+                momentum_cycled,
+                "{name}: cycle_momentum"
+            );
         }
 
         let (w, n) = compare_state(name, &schedule, 0, &case["init"], momentum_cycled);
         worst = worst.max(w);
         values += n;
         let recorded = case["steps"].as_array().expect("steps");
-        assert_eq!(recorded.len() as u64, case["num_steps"].as_u64().expect("num_steps"));
+        assert_eq!(
+            recorded.len() as u64,
+            case["num_steps"].as_u64().expect("num_steps")
+        );
         for (k, state) in recorded.iter().enumerate() {
             assert_eq!(state["last_batch_iteration"].as_i64(), Some(k as i64));
             let (w, n) = compare_state(name, &schedule, k as u64 + 1, state, momentum_cycled);

@@ -227,7 +227,7 @@ impl DynamicLossScaler {
                 self.hysteresis = self.delayed_shift;
             }
             let stable_interval = self.cur_iter - self.last_overflow_iter - 1;
-            if stable_interval > 0 && stable_interval as u64 % self.scale_window == 0 {
+            if stable_interval > 0 && (stable_interval as u64).is_multiple_of(self.scale_window) {
                 if tracks_hysteresis && !self.consecutive_hysteresis {
                     self.hysteresis = self.delayed_shift;
                 }
@@ -260,7 +260,10 @@ pub enum LossScaler {
 impl LossScaler {
     /// The scaler DeepSpeed builds for an enabled fp16 section under `wrapper`: dynamic when
     /// `loss_scale` is 0 (raising at the minimum under ZeRO), static otherwise.
-    pub fn fp16(settings: &Fp16ScaleSettings, wrapper: Fp16Wrapper) -> Result<Self, LossScaleError> {
+    pub fn fp16(
+        settings: &Fp16ScaleSettings,
+        wrapper: Fp16Wrapper,
+    ) -> Result<Self, LossScaleError> {
         settings.validate()?;
         if !settings.is_dynamic() {
             return Ok(LossScaler::Fixed {
@@ -308,8 +311,8 @@ impl LossScaler {
     pub fn update(&mut self, overflow: bool) -> Result<StepOutcome, LossScaleError> {
         match self {
             LossScaler::Dynamic(dynamic) => dynamic.update(overflow),
-            LossScaler::Fixed { scale, on_overflow } => Ok(
-                if overflow && *on_overflow == OverflowCheck::SkipStep {
+            LossScaler::Fixed { scale, on_overflow } => {
+                Ok(if overflow && *on_overflow == OverflowCheck::SkipStep {
                     StepOutcome::Skipped {
                         grad_scale: *scale,
                         next_scale: *scale,
@@ -320,8 +323,8 @@ impl LossScaler {
                         grad_scale: *scale,
                         unscale_by: *scale,
                     }
-                },
-            ),
+                })
+            }
         }
     }
 }
@@ -438,7 +441,12 @@ mod tests {
         assert_eq!(scaler.scale(), 65536.0);
         let scales = drive(&mut scaler, &[false; 7]);
         // update index 3 and 6 double (stable interval 3 and 6).
-        assert_eq!(scales, vec![65536.0, 65536.0, 65536.0, 131072.0, 131072.0, 131072.0, 262144.0]);
+        assert_eq!(
+            scales,
+            vec![
+                65536.0, 65536.0, 65536.0, 131072.0, 131072.0, 131072.0, 262144.0
+            ]
+        );
     }
 
     #[test]
@@ -450,11 +458,17 @@ mod tests {
         });
         assert_eq!(
             scaler.update(false).expect("ok"),
-            StepOutcome::Applied { grad_scale: 4.0, unscale_by: 4.0 }
+            StepOutcome::Applied {
+                grad_scale: 4.0,
+                unscale_by: 4.0
+            }
         );
         assert_eq!(
             scaler.update(false).expect("ok"),
-            StepOutcome::Applied { grad_scale: 4.0, unscale_by: 8.0 }
+            StepOutcome::Applied {
+                grad_scale: 4.0,
+                unscale_by: 8.0
+            }
         );
     }
 
@@ -465,8 +479,9 @@ mod tests {
             initial_scale_power: 4,
             ..Fp16ScaleSettings::default()
         });
-        let outcomes: Vec<StepOutcome> =
-            (0..4).map(|_| scaler.update(true).expect("above minimum")).collect();
+        let outcomes: Vec<StepOutcome> = (0..4)
+            .map(|_| scaler.update(true).expect("above minimum"))
+            .collect();
         assert_eq!(
             outcomes[0],
             StepOutcome::Skipped {
@@ -506,10 +521,21 @@ mod tests {
         assert!(matches!(error.kind, LossScaleErrorKind::AtMinimumScale { scale } if scale == 1.0));
 
         let mut clamping = LossScaler::Dynamic(
-            DynamicLossScaler::new(2.0, 1000, 1.0, 1, false, AtMinimum::Clamp, Fp16Wrapper::Zero)
-                .expect("valid"),
+            DynamicLossScaler::new(
+                2.0,
+                1000,
+                1.0,
+                1,
+                false,
+                AtMinimum::Clamp,
+                Fp16Wrapper::Zero,
+            )
+            .expect("valid"),
         );
-        assert_eq!(drive(&mut clamping, &[true, true, true]), vec![1.0, 1.0, 1.0]);
+        assert_eq!(
+            drive(&mut clamping, &[true, true, true]),
+            vec![1.0, 1.0, 1.0]
+        );
     }
 
     #[test]
@@ -533,11 +559,20 @@ mod tests {
         let outcome = fp16.update(true).expect("static");
         assert_eq!(
             outcome,
-            StepOutcome::Skipped { grad_scale: 128.0, next_scale: 128.0, reason: SkipReason::FixedScale }
+            StepOutcome::Skipped {
+                grad_scale: 128.0,
+                next_scale: 128.0,
+                reason: SkipReason::FixedScale
+            }
         );
         let mut bf16 = LossScaler::bf16(OverflowCheck::Ignore);
         assert!(bf16.update(true).expect("bf16").is_applied());
-        assert!(!LossScaler::bf16(OverflowCheck::SkipStep).update(true).expect("bf16").is_applied());
+        assert!(
+            !LossScaler::bf16(OverflowCheck::SkipStep)
+                .update(true)
+                .expect("bf16")
+                .is_applied()
+        );
         assert_eq!(LossScaler::full_precision().scale(), 1.0);
     }
 
@@ -550,9 +585,33 @@ mod tests {
                 "{error}"
             );
         };
-        refuse(Fp16ScaleSettings { loss_scale_window: 0, ..Default::default() }, "loss_scale_window");
-        refuse(Fp16ScaleSettings { min_loss_scale: 0.0, ..Default::default() }, "min_loss_scale");
-        refuse(Fp16ScaleSettings { loss_scale: -1.0, ..Default::default() }, "loss_scale");
-        refuse(Fp16ScaleSettings { loss_scale: f64::INFINITY, ..Default::default() }, "loss_scale");
+        refuse(
+            Fp16ScaleSettings {
+                loss_scale_window: 0,
+                ..Default::default()
+            },
+            "loss_scale_window",
+        );
+        refuse(
+            Fp16ScaleSettings {
+                min_loss_scale: 0.0,
+                ..Default::default()
+            },
+            "min_loss_scale",
+        );
+        refuse(
+            Fp16ScaleSettings {
+                loss_scale: -1.0,
+                ..Default::default()
+            },
+            "loss_scale",
+        );
+        refuse(
+            Fp16ScaleSettings {
+                loss_scale: f64::INFINITY,
+                ..Default::default()
+            },
+            "loss_scale",
+        );
     }
 }

@@ -105,7 +105,11 @@ impl<'a> Params<'a> {
 
     /// A number used in arithmetic (`float` or `int`); booleans are accepted as 0/1 with a
     /// warning, as Python does.
-    pub(crate) fn number_value(&mut self, name: &str, value: &Value) -> Result<PyNum, ScheduleError> {
+    pub(crate) fn number_value(
+        &mut self,
+        name: &str,
+        value: &Value,
+    ) -> Result<PyNum, ScheduleError> {
         match value {
             Value::Number(n) => Ok(py_num(n)),
             Value::Bool(b) => {
@@ -203,13 +207,20 @@ impl<'a> Params<'a> {
     }
 
     /// Python's `float(x)`: numbers, booleans and numeric strings (the latter with a warning).
-    pub(crate) fn float_conversion(&mut self, name: &str, value: &Value) -> Result<f64, ScheduleError> {
+    pub(crate) fn float_conversion(
+        &mut self,
+        name: &str,
+        value: &Value,
+    ) -> Result<f64, ScheduleError> {
         if let Value::String(text) = value {
             return match parse_py_float(text) {
                 Some(x) => {
                     self.warn(
                         name,
-                        format!("`{name}` is the string {}; DeepSpeed converts it with float()", py_repr(value)),
+                        format!(
+                            "`{name}` is the string {}; DeepSpeed converts it with float()",
+                            py_repr(value)
+                        ),
                     );
                     Ok(x)
                 }
@@ -220,13 +231,15 @@ impl<'a> Params<'a> {
                 )),
             };
         }
-        self.number_value(name, value).map(PyNum::as_f64).map_err(|mut error| {
-            error.message = format!(
-                "float() argument must be a string or a real number, not '{}' (`{name}`)",
-                py_type(value)
-            );
-            error
-        })
+        self.number_value(name, value)
+            .map(PyNum::as_f64)
+            .map_err(|mut error| {
+                error.message = format!(
+                    "float() argument must be a string or a real number, not '{}' (`{name}`)",
+                    py_type(value)
+                );
+                error
+            })
     }
 
     /// Python truthiness of `name` (`if x:`), `default` when absent; a non-boolean gets a warning.
@@ -406,21 +419,33 @@ mod tests {
 
     #[test]
     fn unknown_keyword_is_refused_with_a_suggestion() {
-        let map = json!({"warmup_num_step": 10}).as_object().cloned().expect("object");
+        let map = json!({"warmup_num_step": 10})
+            .as_object()
+            .cloned()
+            .expect("object");
         let error = Params::bind(&map, "WarmupLR", &["warmup_num_steps", "warmup_type"], &[])
             .err()
             .expect("refused");
         assert_eq!(error.kind, ScheduleErrorKind::UnknownParameter);
         assert_eq!(error.suggestion.as_deref(), Some("warmup_num_steps"));
-        assert!(error.message.contains("unexpected keyword argument 'warmup_num_step'"));
+        assert!(
+            error
+                .message
+                .contains("unexpected keyword argument 'warmup_num_step'")
+        );
     }
 
     #[test]
     fn missing_required_arguments_are_listed() {
         let map = Map::new();
-        let error = Params::bind(&map, "OneCycle", &["cycle_min_lr", "cycle_max_lr"], &["cycle_min_lr", "cycle_max_lr"])
-            .err()
-            .expect("refused");
+        let error = Params::bind(
+            &map,
+            "OneCycle",
+            &["cycle_min_lr", "cycle_max_lr"],
+            &["cycle_min_lr", "cycle_max_lr"],
+        )
+        .err()
+        .expect("refused");
         assert_eq!(
             error.message,
             "OneCycle.__init__() missing 2 required positional arguments: 'cycle_min_lr' and 'cycle_max_lr'"
@@ -430,12 +455,21 @@ mod tests {
 
     #[test]
     fn positive_int_follows_isinstance_int() {
-        let map = json!({"a": 10.0, "b": true, "c": 0, "d": 7}).as_object().cloned().expect("object");
+        let map = json!({"a": 10.0, "b": true, "c": 0, "d": 7})
+            .as_object()
+            .cloned()
+            .expect("object");
         let mut params = Params::bind(&map, "X", &["a", "b", "c", "d"], &[]).expect("bound");
         let msg = |r: &str| format!("got {r}");
-        assert_eq!(params.positive_int("a", 5, msg).err().map(|e| e.message), Some("got 10.0".into()));
+        assert_eq!(
+            params.positive_int("a", 5, msg).err().map(|e| e.message),
+            Some("got 10.0".into())
+        );
         assert_eq!(params.positive_int("b", 5, msg).ok(), Some(1));
-        assert_eq!(params.positive_int("c", 5, msg).err().map(|e| e.message), Some("got 0".into()));
+        assert_eq!(
+            params.positive_int("c", 5, msg).err().map(|e| e.message),
+            Some("got 0".into())
+        );
         assert_eq!(params.positive_int("d", 5, msg).ok(), Some(7));
         assert_eq!(params.positive_int("absent", 5, msg).ok(), Some(5));
         assert_eq!(params.warnings.len(), 1, "the boolean is flagged");

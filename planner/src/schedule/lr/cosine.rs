@@ -115,4 +115,3 @@ fn ratio(params: &mut Params<'_>, name: &str, default: f64) -> Result<f64, Sched
         error
     })
 }
-

@@ -275,7 +275,12 @@ fn nearest_scheduler(name: &str) -> Option<String> {
     DEEPSPEED_SCHEDULERS
         .iter()
         .chain(TORCH_SCHEDULERS.iter())
-        .map(|candidate| (strsim::jaro_winkler(&lower, &candidate.to_lowercase()), *candidate))
+        .map(|candidate| {
+            (
+                strsim::jaro_winkler(&lower, &candidate.to_lowercase()),
+                *candidate,
+            )
+        })
         .filter(|(score, _)| *score >= 0.85)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, candidate)| candidate.to_string())

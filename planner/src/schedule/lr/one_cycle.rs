@@ -114,12 +114,15 @@ impl OneCycle {
         let decay_step_size = params.number("decay_step_size", 0.0)?;
 
         // _initialize_lr
-        let mismatch =
-            |name: &'static str| move |want: usize, got: usize| format!("expected {want} value for {name}, got {got}");
+        let mismatch = |name: &'static str| {
+            move |want: usize, got: usize| format!("expected {want} value for {name}, got {got}")
+        };
         let min_value = params.raw("cycle_min_lr").cloned().unwrap_or(Value::Null);
-        let min_lrs = params.per_group_value("cycle_min_lr", &min_value, n, mismatch("cycle_min_lr"))?;
+        let min_lrs =
+            params.per_group_value("cycle_min_lr", &min_value, n, mismatch("cycle_min_lr"))?;
         let max_value = params.raw("cycle_max_lr").cloned().unwrap_or(Value::Null);
-        let max_lrs = params.per_group_value("cycle_max_lr", &max_value, n, mismatch("cycle_max_lr"))?;
+        let max_lrs =
+            params.per_group_value("cycle_max_lr", &max_value, n, mismatch("cycle_max_lr"))?;
         let decay_lr_rate = params.number("decay_lr_rate", 0.0)?;
 
         // _initialize_momentum (nothing is read when cycling is off or impossible)
@@ -136,11 +139,15 @@ impl OneCycle {
             let decay_mom_rate = params.number("decay_mom_rate", 0.0)?;
             let min_moms = match params.raw("cycle_min_mom") {
                 None => vec![0.8; n],
-                Some(value) => params.per_group_value("cycle_min_mom", value, n, mismatch("cycle_min_mom"))?,
+                Some(value) => {
+                    params.per_group_value("cycle_min_mom", value, n, mismatch("cycle_min_mom"))?
+                }
             };
             let max_moms = match params.raw("cycle_max_mom") {
                 None => vec![0.9; n],
-                Some(value) => params.per_group_value("cycle_max_mom", value, n, mismatch("cycle_max_mom"))?,
+                Some(value) => {
+                    params.per_group_value("cycle_max_mom", value, n, mismatch("cycle_max_mom"))?
+                }
             };
             Some(CycleMomentum {
                 min_moms,

@@ -52,9 +52,11 @@ impl LrRangeTest {
         let n = groups.lrs.len();
         let min_lrs = match params.raw("lr_range_test_min_lr") {
             None => vec![1e-3; n],
-            Some(value) => params.per_group_value("lr_range_test_min_lr", value, n, |want, got| {
-                format!("expected {want} lr_range_test_min_lr, got {got}")
-            })?,
+            Some(value) => {
+                params.per_group_value("lr_range_test_min_lr", value, n, |want, got| {
+                    format!("expected {want} lr_range_test_min_lr, got {got}")
+                })?
+            }
         };
         let step_size = params.positive_int("lr_range_test_step_size", 2000, |repr| {
             format!("lr_range_test_step_size must be a positive integer, got {repr}")
@@ -86,6 +88,9 @@ impl LrRangeTest {
             Interval::Staircase => position.floor(),
         };
         let increase = 1.0 + self.step_rate * interval;
-        self.min_lrs.iter().map(|min_lr| min_lr * increase).collect()
+        self.min_lrs
+            .iter()
+            .map(|min_lr| min_lr * increase)
+            .collect()
     }
 }

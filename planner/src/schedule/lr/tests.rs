@@ -34,7 +34,10 @@ fn warmup_linear_with_two_steps() {
     );
     assert!(warnings.is_empty());
     // step 0: constructor value; step s: t = s - 1; γ = t/2 until t = 2.
-    assert_lrs(&s, &[(0, 0.001), (1, 0.001), (2, 0.0055), (3, 0.01), (50, 0.01)]);
+    assert_lrs(
+        &s,
+        &[(0, 0.001), (1, 0.001), (2, 0.0055), (3, 0.01), (50, 0.01)],
+    );
 }
 
 #[test]
@@ -45,7 +48,16 @@ fn warmup_log_is_a_ratio_of_logarithms() {
         1e-3,
     );
     // γ(t) = ln(t+1)/ln 8: t=1 → 1/3, t=3 → 2/3, t=7 → 1.
-    assert_lrs(&s, &[(1, 0.0), (2, 0.01 / 3.0), (4, 0.02 / 3.0), (8, 0.01), (9, 0.01)]);
+    assert_lrs(
+        &s,
+        &[
+            (1, 0.0),
+            (2, 0.01 / 3.0),
+            (4, 0.02 / 3.0),
+            (8, 0.01),
+            (9, 0.01),
+        ],
+    );
 }
 
 #[test]
@@ -113,7 +125,14 @@ fn cosine_warms_up_then_follows_a_clamped_half_cosine() {
     let at = |p: f64| 2.0 * (0.1 + 0.9 * (1.0 + (std::f64::consts::PI * p).cos()) / 2.0);
     assert_lrs(
         &s,
-        &[(0, 0.0), (1, 0.0), (2, 1.0), (3, at(1.0 / 8.0)), (6, at(0.5)), (10, at(1.0))],
+        &[
+            (0, 0.0),
+            (1, 0.0),
+            (2, 1.0),
+            (3, at(1.0 / 8.0)),
+            (6, at(0.5)),
+            (10, at(1.0)),
+        ],
     );
     // Past total_num_steps the ratio stays at cos_min_ratio.
     assert_lrs(&s, &[(11, 0.2), (40, 0.2)]);
@@ -147,7 +166,11 @@ fn one_cycle_triangle_momentum_and_decay() {
     let (beta1, beta2) = s.momentum_at(6).expect("momentum cycles");
     assert!(close(beta1, 0.85));
     assert_eq!(beta2, ONE_CYCLE_BETA2);
-    assert_eq!(s.momentum_at(20), Some((0.9, 0.99)), "decay_mom_rate 0 keeps max");
+    assert_eq!(
+        s.momentum_at(20),
+        Some((0.9, 0.99)),
+        "decay_mom_rate 0 keeps max"
+    );
 }
 
 #[test]
@@ -159,7 +182,10 @@ fn one_cycle_stairs_hold_each_level() {
         1e-3,
     );
     // b = 1 → floor(1·2/4)/2 = 0; b = 2, 3 → 0.5; b = 4 → 1; down: b = 5 → floor(3·2/4)/2 = 0.5.
-    assert_lrs(&s, &[(1, 0.0), (2, 0.5), (3, 0.5), (4, 1.0), (5, 0.5), (7, 0.0)]);
+    assert_lrs(
+        &s,
+        &[(1, 0.0), (2, 0.5), (3, 0.5), (4, 1.0), (5, 0.5), (7, 0.0)],
+    );
 }
 
 #[test]
@@ -225,16 +251,31 @@ fn refusals_name_the_parameter_and_match_deepspeed() {
     let e = refuse("WarmupLR", json!({"warmup_num_steps": 0}));
     assert_eq!(e.kind, ScheduleErrorKind::InvalidValue);
     assert_eq!(e.param.as_deref(), Some("warmup_num_steps"));
-    assert_eq!(e.message, "warmup_num_steps must be a positive integer, got 0");
+    assert_eq!(
+        e.message,
+        "warmup_num_steps must be a positive integer, got 0"
+    );
 
-    let e = refuse("WarmupCosineLR", json!({"total_num_steps": 8, "warmup_num_steps": 10.0}));
-    assert_eq!(e.message, "warmup_num_steps must be a positive integer, got 10.0");
+    let e = refuse(
+        "WarmupCosineLR",
+        json!({"total_num_steps": 8, "warmup_num_steps": 10.0}),
+    );
+    assert_eq!(
+        e.message,
+        "warmup_num_steps must be a positive integer, got 10.0"
+    );
 
-    let e = refuse("OneCycle", json!({"cycle_min_lr": 0, "cycle_max_lr": 1, "cycle_first_step_size": 0}));
+    let e = refuse(
+        "OneCycle",
+        json!({"cycle_min_lr": 0, "cycle_max_lr": 1, "cycle_first_step_size": 0}),
+    );
     assert_eq!(e.message, "cycle_first_step_size must be positive, got 0.0");
 
     let e = refuse("LRRangeTest", json!({"lr_range_test_step_size": 0}));
-    assert_eq!(e.message, "lr_range_test_step_size must be a positive integer, got 0");
+    assert_eq!(
+        e.message,
+        "lr_range_test_step_size must be a positive integer, got 0"
+    );
 
     let e = refuse("WarmupLR", json!({"warmup_min_lr": [0.0, 1e-4]}));
     assert_eq!(e.kind, ScheduleErrorKind::GroupCountMismatch);
@@ -252,9 +293,15 @@ fn refusals_name_the_parameter_and_match_deepspeed() {
 fn unknown_and_torch_scheduler_names() {
     let e = refuse("warmuplr", json!({}));
     assert_eq!(e.kind, ScheduleErrorKind::UnknownScheduler);
-    assert_eq!(e.message, "DeepSpeed does not recognize LR scheduler warmuplr");
+    assert_eq!(
+        e.message,
+        "DeepSpeed does not recognize LR scheduler warmuplr"
+    );
     assert_eq!(e.suggestion.as_deref(), Some("WarmupLR"));
-    assert_eq!(refuse("StepLR", json!({})).kind, ScheduleErrorKind::TorchScheduler);
+    assert_eq!(
+        refuse("StepLR", json!({})).kind,
+        ScheduleErrorKind::TorchScheduler
+    );
 }
 
 #[test]

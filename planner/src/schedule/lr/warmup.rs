@@ -104,8 +104,9 @@ impl WarmupLr {
         let warmup_num_steps = parse_warmup_num_steps(params)?;
         let start = Start::parse(params, groups)?;
         let n = groups.lrs.len();
-        let mismatch =
-            |name: &'static str| move |want: usize, got: usize| format!("expected {want} value for {name}, got {got}");
+        let mismatch = |name: &'static str| {
+            move |want: usize, got: usize| format!("expected {want} value for {name}, got {got}")
+        };
         let min_lrs = match params.raw("warmup_min_lr") {
             None => vec![0.0; n],
             Some(value) => params.per_group_value("warmup_min_lr", value, n, mismatch("min_lr"))?,
@@ -113,7 +114,9 @@ impl WarmupLr {
         let max_lrs = match (params.raw("warmup_max_lr"), default_max_lr) {
             (None | Some(Value::Null), None) | (Some(Value::Null), Some(_)) => groups.lrs.to_vec(),
             (None, Some(default)) => vec![default; n],
-            (Some(value), _) => params.per_group_value("warmup_max_lr", value, n, mismatch("max_lr"))?,
+            (Some(value), _) => {
+                params.per_group_value("warmup_max_lr", value, n, mismatch("max_lr"))?
+            }
         };
         let warmup_type = parse_warmup_type(params)?;
         Ok(WarmupLr {
@@ -237,7 +240,10 @@ pub(crate) fn parse_total_num_steps(
     params: &mut Params<'_>,
     scheduler: &str,
 ) -> Result<f64, ScheduleError> {
-    let value = params.raw("total_num_steps").cloned().unwrap_or(Value::Null);
+    let value = params
+        .raw("total_num_steps")
+        .cloned()
+        .unwrap_or(Value::Null);
     params
         .number_value("total_num_steps", &value)
         .map(|n| n.as_f64())
