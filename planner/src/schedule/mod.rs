@@ -1,2 +1,14 @@
-//! Math shared by the planner and the executor: learning-rate schedules and the fp16
-//! loss-scale state machine, exactly as DeepSpeed 0.19.8 computes them.
+//! Math shared by the planner and the executor: learning-rate schedules, the fp16 loss-scale
+//! state machine and gradient clipping, exactly as DeepSpeed 0.19.8 computes them, plus a small
+//! SVG chart of a schedule.
+
+pub mod clip;
+pub mod error;
+pub mod loss_scale;
+pub mod lr;
+mod params;
+pub mod svg;
+
+pub use error::{ScheduleError, ScheduleErrorKind, ScheduleWarning};
+pub use lr::{BetasSupport, LrSchedule, OptimizerGroups, WarmupType};
+pub use params::py_float_repr;
