@@ -322,3 +322,49 @@ fn other_five_megabyte_shapes_parse_in_linear_time() {
         Code::SyntaxError
     );
 }
+
+// ----- the corpus of real configs ------------------------------------------------------------
+
+/// `../shared` next to the workspace root, when present.
+fn shared_dir() -> Option<std::path::PathBuf> {
+    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared"));
+    if dir.is_dir() {
+        Some(dir.to_path_buf())
+    } else {
+        eprintln!("skipping: ../shared not found");
+        None
+    }
+}
+
+/// Every real config DeepSpeed accepts parses; exactly those that strict JSON rejects get the
+/// non-strict warning (verdicts of hjson and `json.loads` recorded in
+/// `reference/config_parse.json`); strict ones read back as serde_json reads them.
+#[test]
+fn real_configs_get_deepspeeds_and_strict_jsons_verdicts() {
+    let Some(shared) = shared_dir() else { return };
+    let reference: Value = serde_json::from_slice(
+        &std::fs::read(shared.join("reference/config_parse.json")).expect("reference"),
+    )
+    .expect("reference JSON");
+    let files = reference["files"].as_array().expect("files");
+    assert!(files.len() > 50, "corpus too small: {}", files.len());
+    for record in files {
+        let name = record["file"].as_str().expect("file name");
+        let bytes = std::fs::read(shared.join("corpus/ds_configs").join(name)).expect("config");
+        let hjson_ok = record["hjson"]["ok"].as_bool().expect("hjson verdict");
+        let strict_ok = record["strict_json"]["ok"]
+            .as_bool()
+            .expect("strict verdict");
+        let outcome = SourceFile::parse(name, &bytes);
+        assert_eq!(outcome.is_ok(), hjson_ok, "{name}: {outcome:?}");
+        let Ok((file, diagnostics)) = outcome else {
+            continue;
+        };
+        let non_strict = diagnostics.iter().any(|d| d.code == Code::NonStrictJson);
+        assert_eq!(non_strict, !strict_ok, "{name}: {diagnostics:?}");
+        if strict_ok {
+            let expected: Value = serde_json::from_slice(&bytes).expect("strict JSON");
+            assert_eq!(file.value(), &expected, "{name}");
+        }
+    }
+}

@@ -3,11 +3,15 @@
 //!
 //! DeepSpeed loads a config file with hjson, which accepts `//`, `/* */` and `#` comments and
 //! trailing commas, and DeepSpeed rejects duplicate keys. The Hugging Face Trainer and
-//! accelerate read the same file with strict `json.loads`. [`SourceFile::parse`] accepts what
-//! DeepSpeed accepts, warns about what only DeepSpeed accepts
-//! ([`Code::NonStrictJson`](crate::Code::NonStrictJson)), reports duplicate keys
+//! accelerate read the same file with strict `json.loads`. [`SourceFile::parse`] accepts JSON
+//! plus those comments and trailing commas (and a leading byte-order mark), warns once per file
+//! about them ([`Code::NonStrictJson`](crate::Code::NonStrictJson)), reports duplicate keys
 //! ([`Code::DuplicateKey`](crate::Code::DuplicateKey)) and records where every key and value is,
 //! so any later diagnostic can be located by its JSON pointer ([`SourceFile::locate`]).
+//!
+//! The rest of hjson (bare keys, unquoted strings, `'''` strings, optional commas, a root
+//! object without braces) is not JSON to any other reader and is a syntax error here, with a
+//! help that says how to write it.
 //!
 //! The reader is a small hand-written recursive-descent parser: linear in the size of the
 //! file, nesting limited to [`MAX_DEPTH`] levels (checked before recursing), and it never

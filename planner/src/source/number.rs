@@ -2,6 +2,11 @@
 //! (`u64`/`i64` when it fits, else the nearest `f64`); a literal with a fraction or an
 //! exponent is a float (`5e8` is `500000000.0`, so a validator can tell `5e8` from `2.5` and
 //! from `500000000`). A float beyond `f64` (`1e400`) is an error.
+//!
+//! hjson 3.1 (DeepSpeed's loader) goes one step further and turns a float literal with no
+//! fraction below 1e10 into a Python int (`1.0` → `1`, `5e8` → `500000000`); dsplan keeps the
+//! float so that checks can see how a value was written, and treats integral floats as
+//! integers where DeepSpeed would.
 
 use super::cursor::Cursor;
 use super::error::{ParseError, describe_found, quote, word_at};
@@ -76,7 +81,7 @@ fn float(literal: &str, start: usize) -> Result<Number, ParseError> {
             start,
             format!("{} does not fit in a 64-bit float", quote(literal)),
         )
-        .with_help("the largest finite value is about 1.8e308; DeepSpeed would fail on it too")
+        .with_help("the largest finite 64-bit float is about 1.8e308")
     };
     literal
         .parse::<f64>()

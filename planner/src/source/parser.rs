@@ -461,6 +461,10 @@ impl Parser<'_> {
                 format!("expected a key, found {found}"),
                 "remove the extra comma".to_owned(),
             ),
+            Some(_) if typographic_quote_help(text, at).is_some() => (
+                format!("expected a key in double quotes, found {found}"),
+                typographic_quote_help(text, at).unwrap_or_default(),
+            ),
             Some(_) if !word.is_empty() => (
                 format!("expected a key in double quotes, found {found}"),
                 format!(
@@ -565,7 +569,9 @@ impl Parser<'_> {
                     Some("JSON strings use double quotes `\"`, not single quotes".to_owned())
                 }
                 Some(b',') => Some("remove the extra comma".to_owned()),
-                _ => None,
+                Some(b'}' | b']') => Some("a value is missing before it".to_owned()),
+                None => Some("the file ends in the middle of the config".to_owned()),
+                _ => typographic_quote_help(text, at),
             },
             _ => Some(format!("put text in double quotes: `\"{word}\"`")),
         };
@@ -575,4 +581,14 @@ impl Parser<'_> {
             None => error,
         }
     }
+}
+
+/// Help for a typographic quote (`“stage”`, often pasted from a web page or a word processor).
+fn typographic_quote_help(text: &str, at: usize) -> Option<String> {
+    let quote = text.get(at..)?.chars().next()?;
+    matches!(
+        quote,
+        '\u{201C}' | '\u{201D}' | '\u{2018}' | '\u{2019}' | '\u{201E}' | '\u{00AB}'
+    )
+    .then(|| format!("`{quote}` is a typographic quote: JSON needs a plain `\"`"))
 }

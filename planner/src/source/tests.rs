@@ -332,6 +332,18 @@ fn syntax_errors_say_what_was_expected_and_found() {
             Some("JSON strings use double quotes `\"`, not single quotes"),
         ),
         (
+            "{\u{201C}stage\u{201D}: 3}",
+            "expected a key in double quotes, found `\u{201C}`",
+            (1, 2),
+            Some("`\u{201C}` is a typographic quote: JSON needs a plain `\"`"),
+        ),
+        (
+            "{\"a\": }",
+            "expected a value for `a`, found `}`",
+            (1, 7),
+            Some("a value is missing before it"),
+        ),
+        (
             "{\"a\": 1,, \"b\": 2}",
             "expected a key, found `,`",
             (1, 9),
