@@ -1,0 +1,418 @@
+//! Human-readable diagnostics, in the style of rustc:
+//!
+//! ```text
+//! error[unknown-key]: unknown key `overlap_com` in `zero_optimization`
+//!   --> ds_config.json:12:5 (/zero_optimization/overlap_com)
+//!    |
+//! 12 |     "overlap_com": true,
+//!    |     ^^^^^^^^^^^^^
+//!    = help: did you mean `overlap_comm`?
+//! ```
+//!
+//! The carets underline the key (object member) or value the diagnostic's pointer names,
+//! limited to the diagnostic's line; when the diagnostic was located somewhere its pointer does
+//! not lead (a comment, a syntax error), they underline the token at its column. No colour
+//! codes. A diagnostic without a position has no snippet.
+
+use dsplan_planner::Diagnostic;
+use dsplan_planner::source::SourceFile;
+
+/// Spaces a tab takes in a snippet, so carets line up under it.
+const TAB_WIDTH: usize = 4;
+
+/// Render diagnostics of a parsed file, each with the line it points at.
+pub fn human(file: &SourceFile, diagnostics: &[Diagnostic]) -> String {
+    render_all(file.path(), diagnostics, |diagnostic| {
+        file_snippet(file, diagnostic)
+    })
+}
+
+/// Render diagnostics of a file that could not be parsed (no [`SourceFile`]): position and
+/// pointer, no snippet.
+pub fn human_unlocated(path: &str, diagnostics: &[Diagnostic]) -> String {
+    render_all(path, diagnostics, |_| None)
+}
+
+/// Render the fatal diagnostics of a file that could not be parsed, with the line each points
+/// at taken from the file's raw `bytes` (a leading byte-order mark is skipped, as the parser
+/// does; invalid UTF-8 shows as `�`). The carets underline the token at the column.
+pub fn human_with_bytes(path: &str, bytes: &[u8], diagnostics: &[Diagnostic]) -> String {
+    let body = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    let text = String::from_utf8_lossy(body);
+    render_all(path, diagnostics, |diagnostic| {
+        let line = diagnostic.line?;
+        let column = diagnostic.column?;
+        let line_text = text.split('\n').nth(line.checked_sub(1)?)?;
+        let line_text = line_text.strip_suffix('\r').unwrap_or(line_text);
+        Some(Snippet::at_token(line, line_text, column))
+    })
+}
+
+/// The line to show under a diagnostic, and what to underline in it.
+struct Snippet {
+    /// 1-based line number.
+    line: usize,
+    /// The line's text, line ending excluded.
+    text: String,
+    /// 1-based column (in characters) where the carets start.
+    column: usize,
+    /// How many characters they cover (at least 1).
+    width: usize,
+}
+
+impl Snippet {
+    /// Underline the token that starts at `column`.
+    fn at_token(line: usize, text: &str, column: usize) -> Self {
+        let rest: String = text.chars().skip(column.saturating_sub(1)).collect();
+        Snippet {
+            line,
+            text: text.to_owned(),
+            column,
+            width: token_width(&rest),
+        }
+    }
+}
+
+/// The snippet for a diagnostic of a parsed file: the pointer's key or value span when the
+/// diagnostic sits at its start, the token at the column otherwise.
+fn file_snippet(file: &SourceFile, diagnostic: &Diagnostic) -> Option<Snippet> {
+    let line = diagnostic.line?;
+    let column = diagnostic.column?;
+    let line_span = file.line_span(line)?;
+    let line_text = file.line_text(line)?;
+    let anchor = file.anchor_span(&diagnostic.pointer);
+    if file.line_col(anchor.start) != (line, column) {
+        return Some(Snippet::at_token(line, line_text, column));
+    }
+    let end = anchor.end.min(line_span.end).max(anchor.start);
+    let width = file
+        .text()
+        .get(anchor.start..end)
+        .map_or(1, |s| s.chars().count());
+    Some(Snippet {
+        line,
+        text: line_text.to_owned(),
+        column,
+        width: width.max(1),
+    })
+}
+
+/// Render every diagnostic, a blank line between two.
+fn render_all(
+    path: &str,
+    diagnostics: &[Diagnostic],
+    snippet: impl Fn(&Diagnostic) -> Option<Snippet>,
+) -> String {
+    diagnostics
+        .iter()
+        .map(|diagnostic| render_one(path, diagnostic, snippet(diagnostic)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn render_one(path: &str, diagnostic: &Diagnostic, snippet: Option<Snippet>) -> String {
+    let gutter = diagnostic.line.map_or(1, |line| line.to_string().len());
+    let pad = " ".repeat(gutter);
+    let mut out = format!(
+        "{}[{}]: {}\n",
+        diagnostic.severity.as_str(),
+        diagnostic.code.as_str(),
+        diagnostic.message
+    );
+    let mut location = path.to_owned();
+    if let (Some(line), Some(column)) = (diagnostic.line, diagnostic.column) {
+        location.push_str(&format!(":{line}:{column}"));
+    }
+    if !diagnostic.pointer.is_empty() {
+        location.push_str(&format!(" ({})", diagnostic.pointer));
+    }
+    out.push_str(&format!("{pad}--> {location}\n"));
+    if let Some(snippet) = snippet {
+        let shown = expand_tabs(&snippet.text);
+        let before: String = snippet.text.chars().take(snippet.column - 1).collect();
+        let underlined: String = snippet
+            .text
+            .chars()
+            .skip(snippet.column - 1)
+            .take(snippet.width)
+            .collect();
+        let indent = display_width(&before);
+        let carets = display_width(&underlined).max(1);
+        out.push_str(&format!("{pad} |\n"));
+        out.push_str(format!("{} | {shown}", snippet.line).trim_end());
+        out.push('\n');
+        out.push_str(&format!(
+            "{pad} | {}{}\n",
+            " ".repeat(indent),
+            "^".repeat(carets)
+        ));
+    }
+    if let Some(help) = &diagnostic.help {
+        out.push_str(&format!("{pad} = help: {help}\n"));
+    }
+    out
+}
+
+/// Columns a piece of a line takes on screen once tabs are expanded.
+fn display_width(text: &str) -> usize {
+    text.chars()
+        .map(|c| if c == '\t' { TAB_WIDTH } else { 1 })
+        .sum()
+}
+
+fn expand_tabs(text: &str) -> String {
+    text.replace('\t', &" ".repeat(TAB_WIDTH))
+}
+
+/// How many characters the token at the start of `rest` spans: a string literal to its closing
+/// quote, a comment to its end, a word or number, else one character (also at the end of a
+/// line, where a missing `,` is reported).
+fn token_width(rest: &str) -> usize {
+    let chars: Vec<char> = rest.chars().collect();
+    let width = match chars.as_slice() {
+        [] => 1,
+        ['"', ..] => {
+            let mut escaped = false;
+            let mut end = chars.len();
+            for (at, &c) in chars.iter().enumerate().skip(1) {
+                match c {
+                    '"' if !escaped => {
+                        end = at + 1;
+                        break;
+                    }
+                    '\\' => escaped = !escaped,
+                    _ => escaped = false,
+                }
+            }
+            end
+        }
+        ['/', '/', ..] | ['#', ..] => rest.trim_end().chars().count(),
+        ['/', '*', ..] => match rest.find("*/") {
+            Some(at) => rest[..at + 2].chars().count(),
+            None => rest.trim_end().chars().count(),
+        },
+        [c, ..] if is_word_char(*c) => chars.iter().take_while(|c| is_word_char(**c)).count(),
+        _ => 1,
+    };
+    width.max(1)
+}
+
+fn is_word_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '+' | '.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsplan_planner::{Code, Severity};
+
+    const CONFIG: &str = r#"{
+  "train_batch_size": 16,
+  "gradient_accumulation_steps": 1,
+  "optimizer": {
+    "type": "AdamW",
+    "params": {"lr": 1e-4, "betas": [0.9, 1.5]}
+  },
+  "fp16": {"enabled": true},
+  "zero_optimization": {
+    "stage": 2,
+    "overlap_comm": true,
+    "overlap_com": true,
+    "reduce_bucket_size": 5e8
+  }
+}
+"#;
+
+    fn parsed(text: &str) -> (SourceFile, Vec<Diagnostic>) {
+        SourceFile::parse("ds_config.json", text.as_bytes()).expect("parses")
+    }
+
+    fn located(file: &SourceFile, mut diagnostic: Diagnostic) -> Diagnostic {
+        file.locate(&mut diagnostic);
+        diagnostic
+    }
+
+    #[test]
+    fn renders_a_key_with_its_help() {
+        let (file, _) = parsed(CONFIG);
+        let diagnostic = located(
+            &file,
+            Diagnostic::error(
+                Code::UnknownKey,
+                "/zero_optimization/overlap_com",
+                "unknown key `overlap_com` in `zero_optimization`",
+            )
+            .with_help("did you mean `overlap_comm`?"),
+        );
+        assert_eq!(
+            human(&file, &[diagnostic]),
+            "error[unknown-key]: unknown key `overlap_com` in `zero_optimization`\n\
+             \x20 --> ds_config.json:12:5 (/zero_optimization/overlap_com)\n\
+             \x20  |\n\
+             12 |     \"overlap_com\": true,\n\
+             \x20  |     ^^^^^^^^^^^^^\n\
+             \x20  = help: did you mean `overlap_comm`?\n"
+        );
+    }
+
+    #[test]
+    fn renders_an_array_item_and_a_missing_key_at_its_parent() {
+        let (file, _) = parsed(CONFIG);
+        let item = located(
+            &file,
+            Diagnostic::error(
+                Code::OutOfRange,
+                "/optimizer/params/betas/1",
+                "beta2 must be < 1",
+            ),
+        );
+        let missing = located(
+            &file,
+            Diagnostic::warning(Code::MissingKey, "/fp16/loss_scale", "no `loss_scale`"),
+        );
+        assert_eq!(
+            human(&file, &[item, missing]),
+            "error[out-of-range]: beta2 must be < 1\n \
+             --> ds_config.json:6:43 (/optimizer/params/betas/1)\n  \
+             |\n\
+             6 |     \"params\": {\"lr\": 1e-4, \"betas\": [0.9, 1.5]}\n  \
+             |                                           ^^^\n\
+             \n\
+             warning[missing-key]: no `loss_scale`\n \
+             --> ds_config.json:8:3 (/fp16/loss_scale)\n  \
+             |\n\
+             8 |   \"fp16\": {\"enabled\": true},\n  \
+             |   ^^^^^^\n"
+        );
+    }
+
+    #[test]
+    fn a_value_spanning_lines_is_underlined_on_its_first_line_only() {
+        let (file, _) = parsed(CONFIG);
+        let root = located(
+            &file,
+            Diagnostic::error(Code::BatchSizeMismatch, "", "16 != 1 * 1 * 8"),
+        );
+        assert_eq!(
+            human(&file, &[root]),
+            "error[batch-size-mismatch]: 16 != 1 * 1 * 8\n \
+             --> ds_config.json:1:1\n  \
+             |\n\
+             1 | {\n  \
+             | ^\n"
+        );
+    }
+
+    #[test]
+    fn a_diagnostic_without_position_has_no_snippet() {
+        let (file, _) = parsed(CONFIG);
+        let diagnostic = Diagnostic::new(
+            Severity::Info,
+            Code::NeedsResolution,
+            "/train_batch_size",
+            "`auto` is filled by the Trainer",
+        );
+        assert_eq!(
+            human(&file, &[diagnostic]),
+            "info[needs-resolution]: `auto` is filled by the Trainer\n \
+             --> ds_config.json (/train_batch_size)\n"
+        );
+    }
+
+    #[test]
+    fn parser_warnings_underline_the_token_they_are_located_at() {
+        let text = "{\n\t\"a\": 1, // why not\n  \"a\": 2\n}\n";
+        let (file, diagnostics) = parsed(text);
+        assert_eq!(
+            human(&file, &diagnostics),
+            "warning[non-strict-json]: the file is not strict JSON: it has 1 comment\n \
+             --> ds_config.json:2:10\n  \
+             |\n\
+             2 |     \"a\": 1, // why not\n  \
+             |             ^^^^^^^^^^\n  \
+             = help: DeepSpeed's loader accepts this, but the Hugging Face Trainer and \
+             accelerate read the file with strict JSON and will reject it\n\
+             \n\
+             error[duplicate-key]: duplicate key `a` at the top level: first defined on line 2\n \
+             --> ds_config.json:3:3 (/a)\n  \
+             |\n\
+             3 |   \"a\": 2\n  \
+             |   ^^^\n  \
+             = help: DeepSpeed rejects a file with duplicate keys; other readers silently keep \
+             the last value (dsplan does too): keep only one\n"
+        );
+    }
+
+    #[test]
+    fn fatal_errors_render_without_a_file() {
+        let text =
+            "{\n  \"zero_optimization\": {\n    \"stage\": 3\n    \"offload_param\": {}\n  }\n}\n";
+        let errors = SourceFile::parse("ds_config.json", text.as_bytes()).expect_err("fatal");
+        assert_eq!(
+            human_unlocated("ds_config.json", &errors),
+            "error[syntax-error]: expected `,` or `}` after the value of `stage`, found \
+             `\"offload_param\"`\n \
+             --> ds_config.json:3:15 (/zero_optimization/stage)\n  \
+             = help: add a comma here\n"
+        );
+        assert_eq!(
+            human_with_bytes("ds_config.json", text.as_bytes(), &errors),
+            "error[syntax-error]: expected `,` or `}` after the value of `stage`, found \
+             `\"offload_param\"`\n \
+             --> ds_config.json:3:15 (/zero_optimization/stage)\n  \
+             |\n\
+             3 |     \"stage\": 3\n  \
+             |               ^\n  \
+             = help: add a comma here\n"
+        );
+    }
+
+    #[test]
+    fn fatal_errors_underline_the_token_found() {
+        let text = b"\xEF\xBB\xBF{\"fp16\": {\"enabled\": True}}";
+        let errors = SourceFile::parse("c.json", text).expect_err("fatal");
+        assert_eq!(
+            human_with_bytes("c.json", text, &errors),
+            "error[syntax-error]: expected a value for `enabled`, found `True`\n \
+             --> c.json:1:22 (/fp16/enabled)\n  \
+             |\n\
+             1 | {\"fp16\": {\"enabled\": True}}\n  \
+             |                      ^^^^\n  \
+             = help: JSON booleans are lowercase: `true`\n"
+        );
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_show_a_replacement_character() {
+        let text = b"{\"a\": \"x\xFFy\"}";
+        let errors = SourceFile::parse("c.json", text).expect_err("fatal");
+        let rendered = human_with_bytes("c.json", text, &errors);
+        assert!(
+            rendered.contains("1 | {\"a\": \"x\u{FFFD}y\"}\n  |         ^\n"),
+            "{rendered}"
+        );
+    }
+
+    #[test]
+    fn gutters_widen_with_the_line_number() {
+        let text = format!("{{{}\n\"x\": tru}}", "\n".repeat(120));
+        let errors = SourceFile::parse("c.json", text.as_bytes()).expect_err("fatal");
+        let rendered = human_with_bytes("c.json", text.as_bytes(), &errors);
+        assert!(
+            rendered
+                .contains("\n   --> c.json:122:6 (/x)\n    |\n122 | \"x\": tru}\n    |      ^^^\n"),
+            "{rendered}"
+        );
+    }
+
+    #[test]
+    fn token_widths() {
+        assert_eq!(token_width(""), 1);
+        assert_eq!(token_width("\"a\\\"b\": 1"), 6);
+        assert_eq!(token_width("\"open"), 5);
+        assert_eq!(token_width("// note  "), 7);
+        assert_eq!(token_width("/* x */ 1"), 7);
+        assert_eq!(token_width("1e-4, 2"), 4);
+        assert_eq!(token_width("}"), 1);
+    }
+}
