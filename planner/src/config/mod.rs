@@ -17,7 +17,7 @@
 //!
 //! [`primitives`] holds the shared value types ([`AutoOr`], [`NonNegativeInt`], ...),
 //! [`registry`] the data tables (deprecated and removed keys, aliases, optimizers, schedulers,
-//! `"auto"` keys), [`schema`] the schema generation and [`from_value`] the typed parse.
+//! `"auto"` keys), [`schema`](mod@schema) the schema generation and [`from_value`] the typed parse.
 //! `pipeline`, `data_efficiency`, `expert_parallel` and `datastates_ckpt` stay free-form: DeepSpeed
 //! passes them on to other components.
 
