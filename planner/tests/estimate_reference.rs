@@ -190,3 +190,41 @@ fn every_printed_table_matches() {
         );
     }
 }
+
+/// The reference GPT-2 fixture (a real `save_pretrained` output of transformers 5.23) counted
+/// from its safetensors header, from its config.json and as the `tiny-gpt2` preset.
+#[test]
+fn gpt2_fixture_counts_agree_across_sources() {
+    use dsplan_planner::model::{LmHead, ModelSource, load};
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/reference/gpt2/forward_backward"
+    ));
+    if !dir.exists() {
+        eprintln!("skipping: ../shared not found ({})", dir.display());
+        return;
+    }
+    let checkpoint =
+        load(dir.to_str().expect("utf-8 path"), LmHead::Include).expect("readable fixture");
+    assert!(
+        matches!(&checkpoint.source, ModelSource::Safetensors { files, .. } if files.len() == 1)
+    );
+    assert_eq!(checkpoint.total_params, 120_576);
+    assert!(
+        checkpoint.notes.is_empty(),
+        "config.json agrees with the header: {:?}",
+        checkpoint.notes
+    );
+    let config = load(
+        dir.join("config.json").to_str().expect("utf-8 path"),
+        LmHead::Include,
+    )
+    .expect("config");
+    let preset = load("tiny-gpt2", LmHead::Include).expect("preset");
+    for other in [&config, &preset] {
+        assert_eq!(other.total_params, checkpoint.total_params);
+        assert_eq!(other.largest_layer, checkpoint.largest_layer);
+    }
+    // With width 64 and a 4x MLP, `c_fc` (64 x 256 + 256) outweighs the 256 x 64 embedding.
+    assert_eq!(checkpoint.largest_layer.params, 16_640);
+}

@@ -103,7 +103,7 @@ pub fn true_divide(a: u128, b: u128) -> Option<f64> {
     let scale = a.leading_zeros().saturating_sub(1);
     let scaled = a << scale;
     let quotient = scaled / b;
-    let sticky = scaled % b != 0;
+    let sticky = !scaled.is_multiple_of(b);
     if quotient == 0 {
         // `b` is at least 2^64 times larger than `a`: far below any value DeepSpeed prints
         // or truncates to something other than zero.
