@@ -228,3 +228,46 @@ fn gpt2_fixture_counts_agree_across_sources() {
     // With width 64 and a 4x MLP, `c_fc` (64 x 256 + 256) outweighs the 256 x 64 embedding.
     assert_eq!(checkpoint.largest_layer.params, 16_640);
 }
+
+/// The ZeRO-3 table DeepSpeed's `memory.rst` prints for `AutoModel.from_pretrained("t5-3b")`
+/// on one node of 8 GPUs (`_all_live`), from the `t5-3b` preset. Needs no `../shared`.
+#[test]
+fn t5_3b_preset_reproduces_deepspeeds_documented_live_table() {
+    use dsplan_planner::model::{LmHead, load};
+    let spec = load("t5-3b", LmHead::Exclude).expect("preset");
+    let hardware = Hardware::new(8, 1).expect("valid");
+    let text = zero3_all_cold_text(
+        spec.total_params,
+        spec.largest_layer.params,
+        hardware,
+        BufferFactor::default(),
+        EnumSpelling::Padded,
+    )
+    .expect("fits");
+    let documented = "\
+Estimated memory needed for params, optim states and gradients for a:
+HW: Setup with 1 node, 8 GPUs per node.
+SW: Model with 2851M total params, 32M largest layer params.
+  per CPU  |  per GPU |   Options
+   71.71GB |   0.12GB | offload_param=cpu , offload_optimizer=cpu , zero_init=1
+  127.48GB |   0.12GB | offload_param=cpu , offload_optimizer=cpu , zero_init=0
+   63.74GB |   0.79GB | offload_param=none, offload_optimizer=cpu , zero_init=1
+  127.48GB |   0.79GB | offload_param=none, offload_optimizer=cpu , zero_init=0
+    1.47GB |   6.10GB | offload_param=none, offload_optimizer=none, zero_init=1
+  127.48GB |   6.10GB | offload_param=none, offload_optimizer=none, zero_init=0
+";
+    assert_eq!(text, documented);
+    // The documented ZeRO-2 table predates PR #5099 (no-offload GPU was 4P + 16P/N then);
+    // its offload row is unchanged: 127.48GB | 5.31GB.
+    let zero2 = zero2_all_cold_text(
+        spec.total_params,
+        hardware,
+        BufferFactor::default(),
+        EnumSpelling::Padded,
+    )
+    .expect("fits");
+    assert!(
+        zero2.contains("  127.48GB |   5.31GB | offload_optimizer=cpu \n"),
+        "{zero2}"
+    );
+}

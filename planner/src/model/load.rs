@@ -47,7 +47,7 @@ pub fn from_params(total_params: u64, largest_layer: Option<u64>) -> Result<Mode
         }
     };
     Ok(ModelSpec {
-        name: format!("{total_params} params"),
+        name: format!("{} params", super::notes::thousands(total_params)),
         total_params,
         largest_layer: LargestLayer {
             params: largest,
@@ -293,6 +293,7 @@ mod tests {
             ("bert-base-uncased", LmHead::Exclude, 109_482_240),
             // DeepSpeed's documented T0_3B table: AutoModel (T5Model), deepspeed-facts §1.5.
             ("t0-3b", LmHead::Exclude, 2_783_959_040),
+            ("t5-3b", LmHead::Include, 2_851_598_336),
             // The reference GPT-2 fixture's `model.safetensors` holds 120,576 parameters.
             ("tiny-gpt2", LmHead::Include, 120_576),
         ];

@@ -74,8 +74,8 @@ pub enum ModelSource {
     Preset {
         /// dsplan's name.
         name: &'static str,
-        /// The Hugging Face repository it describes.
-        hub_id: &'static str,
+        /// The Hugging Face repository it describes, if any.
+        hub_id: Option<&'static str>,
     },
     /// A Hugging Face `config.json`.
     HfConfig {

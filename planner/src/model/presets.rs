@@ -11,8 +11,9 @@ use super::error::ModelError;
 pub struct Preset {
     /// dsplan's name, e.g. `llama-2-7b`.
     pub name: &'static str,
-    /// The Hugging Face repository it describes, e.g. `meta-llama/Llama-2-7b-hf`.
-    pub hub_id: &'static str,
+    /// The Hugging Face repository it describes, e.g. `meta-llama/Llama-2-7b-hf` (`None` for
+    /// dsplan's own test model).
+    pub hub_id: Option<&'static str>,
     /// The shape.
     pub architecture: Architecture,
 }
@@ -88,7 +89,7 @@ const T5_V1_1_XL: Architecture = Architecture {
 pub const PRESETS: &[Preset] = &[
     Preset {
         name: "tiny-gpt2",
-        hub_id: "dsplan/tiny-gpt2",
+        hub_id: None,
         // The shape of the reference GPT-2 fixtures: vocab 256, 64 positions, width 64.
         architecture: Architecture {
             vocab: 256,
@@ -99,62 +100,62 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "gpt2",
-        hub_id: "openai-community/gpt2",
+        hub_id: Some("openai-community/gpt2"),
         architecture: gpt2(12, 768, 12),
     },
     Preset {
         name: "gpt2-medium",
-        hub_id: "openai-community/gpt2-medium",
+        hub_id: Some("openai-community/gpt2-medium"),
         architecture: gpt2(24, 1024, 16),
     },
     Preset {
         name: "gpt2-large",
-        hub_id: "openai-community/gpt2-large",
+        hub_id: Some("openai-community/gpt2-large"),
         architecture: gpt2(36, 1280, 20),
     },
     Preset {
         name: "gpt2-xl",
-        hub_id: "openai-community/gpt2-xl",
+        hub_id: Some("openai-community/gpt2-xl"),
         architecture: gpt2(48, 1600, 25),
     },
     Preset {
         name: "llama-2-7b",
-        hub_id: "meta-llama/Llama-2-7b-hf",
+        hub_id: Some("meta-llama/Llama-2-7b-hf"),
         architecture: llama_layout(LLAMA, 32, 4096, 32, 32, 11_008, 32_000, 4096),
     },
     Preset {
         name: "llama-2-13b",
-        hub_id: "meta-llama/Llama-2-13b-hf",
+        hub_id: Some("meta-llama/Llama-2-13b-hf"),
         architecture: llama_layout(LLAMA, 40, 5120, 40, 40, 13_824, 32_000, 4096),
     },
     Preset {
         name: "llama-2-70b",
-        hub_id: "meta-llama/Llama-2-70b-hf",
+        hub_id: Some("meta-llama/Llama-2-70b-hf"),
         architecture: llama_layout(LLAMA, 80, 8192, 64, 8, 28_672, 32_000, 4096),
     },
     Preset {
         name: "llama-3-8b",
-        hub_id: "meta-llama/Meta-Llama-3-8B",
+        hub_id: Some("meta-llama/Meta-Llama-3-8B"),
         architecture: llama_layout(LLAMA, 32, 4096, 32, 8, 14_336, 128_256, 8192),
     },
     Preset {
         name: "llama-3-70b",
-        hub_id: "meta-llama/Meta-Llama-3-70B",
+        hub_id: Some("meta-llama/Meta-Llama-3-70B"),
         architecture: llama_layout(LLAMA, 80, 8192, 64, 8, 28_672, 128_256, 8192),
     },
     Preset {
         name: "mistral-7b",
-        hub_id: "mistralai/Mistral-7B-v0.1",
+        hub_id: Some("mistralai/Mistral-7B-v0.1"),
         architecture: llama_layout(Family::Mistral, 32, 4096, 32, 8, 14_336, 32_000, 32_768),
     },
     Preset {
         name: "qwen2-7b",
-        hub_id: "Qwen/Qwen2-7B",
+        hub_id: Some("Qwen/Qwen2-7B"),
         architecture: llama_layout(Family::Qwen2, 28, 3584, 28, 4, 18_944, 152_064, 131_072),
     },
     Preset {
         name: "t5-3b",
-        hub_id: "google-t5/t5-3b",
+        hub_id: Some("google-t5/t5-3b"),
         architecture: Architecture {
             family: Family::T5 {
                 decoder_layers: 24,
@@ -174,12 +175,12 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "t0-3b",
-        hub_id: "bigscience/T0_3B",
+        hub_id: Some("bigscience/T0_3B"),
         architecture: T5_V1_1_XL,
     },
     Preset {
         name: "bert-base-uncased",
-        hub_id: "google-bert/bert-base-uncased",
+        hub_id: Some("google-bert/bert-base-uncased"),
         architecture: Architecture {
             family: Family::Bert { type_vocab_size: 2 },
             layers: 12,
@@ -195,7 +196,7 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "bloom-176b",
-        hub_id: "bigscience/bloom",
+        hub_id: Some("bigscience/bloom"),
         architecture: Architecture {
             family: Family::Bloom,
             layers: 70,
@@ -221,8 +222,10 @@ pub fn find(name: &str) -> Option<&'static Preset> {
     let wanted = canonical(name);
     PRESETS.iter().find(|preset| {
         canonical(preset.name) == wanted
-            || canonical(preset.hub_id) == wanted
-            || canonical(preset.hub_id.rsplit('/').next().unwrap_or(preset.hub_id)) == wanted
+            || preset.hub_id.is_some_and(|hub_id| {
+                canonical(hub_id) == wanted
+                    || canonical(hub_id.rsplit('/').next().unwrap_or(hub_id)) == wanted
+            })
     })
 }
 
@@ -244,7 +247,7 @@ pub fn closest(name: &str) -> Option<String> {
     let wanted = normalise(name);
     let mut best: Option<(&str, f64)> = None;
     for preset in PRESETS {
-        for candidate in [preset.name, preset.hub_id] {
+        for candidate in std::iter::once(preset.name).chain(preset.hub_id) {
             let score = strsim::jaro_winkler(&wanted, &normalise(candidate));
             if best.is_none_or(|(_, top)| score > top) {
                 best = Some((preset.name, score));
