@@ -109,10 +109,10 @@ pub fn parse_count(input: &str) -> Result<u64, UnitError> {
         "M" => 1_000_000,
         "B" | "G" => 1_000_000_000,
         "T" => 1_000_000_000_000,
-        other => {
+        _ => {
             return Err(error(
                 input,
-                format!("unknown suffix `{other}`; {COUNT_HELP}"),
+                format!("unknown suffix `{suffix}`; {COUNT_HELP}"),
             ));
         }
     };
@@ -124,7 +124,7 @@ pub fn parse_count(input: &str) -> Result<u64, UnitError> {
 /// An amount of memory such as `80GiB`, `80GB` or `512MiB`, in bytes.
 #[allow(
     dead_code,
-    reason = "memory flags arrive with `recommend`; tested here with the count parser"
+    reason = "memory flags arrive with `recommend`; unit-tested here"
 )]
 pub fn parse_bytes(input: &str) -> Result<u64, UnitError> {
     let text: String = input.trim().chars().filter(|&c| c != '_').collect();
@@ -140,10 +140,10 @@ pub fn parse_bytes(input: &str) -> Result<u64, UnitError> {
         "gib" => 1 << 30,
         "tib" => 1 << 40,
         "" => return Err(error(input, format!("no unit; {MEMORY_HELP}"))),
-        other => {
+        _ => {
             return Err(error(
                 input,
-                format!("unknown unit `{other}`; {MEMORY_HELP}"),
+                format!("unknown unit `{unit}`; {MEMORY_HELP}"),
             ));
         }
     };
