@@ -345,6 +345,105 @@ mod tests {
         );
     }
 
+    /// Cases where a different association or an early int-to-float conversion changes the
+    /// bytes, with the values DeepSpeed's own function code returns for them (run in Python).
+    #[test]
+    fn operation_order_matters_at_large_counts() {
+        use OffloadDevice::{Cpu, None};
+        use ZeroInit::{Disabled, Enabled};
+        let zero3: [(u64, u64, u64, u64, Zero3Options, f64, (u64, u64)); 4] = [
+            (
+                337_731_480_475_340,
+                15_256_092_975_963,
+                6,
+                1,
+                Zero3Options {
+                    offload_optimizer: Cpu,
+                    offload_param: Cpu,
+                    zero_init: Enabled,
+                },
+                1.3,
+                (7_902_916_643_122_956, 61_024_371_903_852),
+            ),
+            (
+                7_732_395_322_603_582,
+                326_070_194_126_510,
+                6,
+                3,
+                Zero3Options {
+                    offload_optimizer: Cpu,
+                    offload_param: None,
+                    zero_init: Enabled,
+                },
+                2.2,
+                (90_726_771_785_215_360, 2_163_435_812_350_882),
+            ),
+            (
+                5_144_952_511_766_673,
+                105_762_018_809_160,
+                3,
+                1,
+                Zero3Options {
+                    offload_optimizer: None,
+                    offload_param: None,
+                    zero_init: Enabled,
+                },
+                2.2,
+                (2_792_117_296_561_824, 31_292_763_145_836_680),
+            ),
+            (
+                4_081_923_804_399_751,
+                168_755_113_011_545,
+                2,
+                3,
+                Zero3Options {
+                    offload_optimizer: None,
+                    offload_param: None,
+                    zero_init: Disabled,
+                },
+                1.05,
+                (34_288_159_956_957_908, 12_920_791_865_245_432),
+            ),
+        ];
+        for (params, largest, per_node, nodes, options, factor, expected) in zero3 {
+            let hardware = Hardware::new(per_node, nodes).expect("valid");
+            let factor = BufferFactor::new(factor).expect("valid");
+            let needs =
+                estimate_zero3_model_states_mem_needs(params, largest, hardware, options, factor)
+                    .expect("fits");
+            assert_eq!(
+                (needs.cpu_bytes, needs.gpu_bytes),
+                expected,
+                "{params} {options:?}"
+            );
+        }
+        let zero2 = [
+            (
+                3_093_754_701_341_639,
+                6,
+                5,
+                None,
+                1.1,
+                (81_675_124_115_419_264, 8_043_762_223_488_261),
+            ),
+            (
+                6_018_756_652_090_100,
+                1,
+                5,
+                Cpu,
+                0.7,
+                (84_262_593_129_261_392, 12_037_513_304_180_200),
+            ),
+        ];
+        for (params, per_node, nodes, offload, factor, expected) in zero2 {
+            let hardware = Hardware::new(per_node, nodes).expect("valid");
+            let factor = BufferFactor::new(factor).expect("valid");
+            let needs = estimate_zero2_model_states_mem_needs(params, hardware, offload, factor)
+                .expect("fits");
+            assert_eq!((needs.cpu_bytes, needs.gpu_bytes), expected, "{params}");
+        }
+    }
+
     #[test]
     fn zero2_uses_total_gpus_for_offloaded_cpu_memory() {
         let cluster = Hardware::new(8, 2).expect("valid");
