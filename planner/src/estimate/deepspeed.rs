@@ -345,13 +345,16 @@ mod tests {
         );
     }
 
+    /// (params, largest layer, GPUs per node, nodes, options, factor, (cpu, gpu) bytes)
+    type Zero3Case = (u64, u64, u64, u64, Zero3Options, f64, (u64, u64));
+
     /// Cases where a different association or an early int-to-float conversion changes the
     /// bytes, with the values DeepSpeed's own function code returns for them (run in Python).
     #[test]
     fn operation_order_matters_at_large_counts() {
         use OffloadDevice::{Cpu, None};
         use ZeroInit::{Disabled, Enabled};
-        let zero3: [(u64, u64, u64, u64, Zero3Options, f64, (u64, u64)); 4] = [
+        let zero3: [Zero3Case; 4] = [
             (
                 337_731_480_475_340,
                 15_256_092_975_963,
