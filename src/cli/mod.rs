@@ -1,6 +1,8 @@
 //! Command-line definition (clap derive) and dispatch. Each subcommand lives in its own file
 //! with its arguments and its `run` function.
 
+mod estimate;
+
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
 
@@ -16,6 +18,8 @@ struct Cli {
 enum Command {
     /// Print the JSON Schema of ds_config.json (placeholder until the config model lands).
     Schema,
+    /// DeepSpeed's ZeRO-2/ZeRO-3 model-state memory estimates for a model and a cluster.
+    Estimate(estimate::EstimateArgs),
 }
 
 /// Output format shared by every command.
@@ -54,6 +58,7 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Schema => Outcome::UsageError,
+        Command::Estimate(args) => estimate::run(args),
     };
     ExitCode::from(outcome)
 }
