@@ -2,6 +2,7 @@
 //! This is the only place in dsplan that prints or exits.
 
 mod cli;
+mod render;
 mod units;
 
 use std::process::ExitCode;

@@ -14,8 +14,8 @@
 //! not lead (a comment, a syntax error), they underline the token at its column. No colour
 //! codes. A diagnostic without a position has no snippet.
 
-use dsplan_planner::Diagnostic;
 use dsplan_planner::source::SourceFile;
+use dsplan_planner::{Diagnostic, Severity};
 
 /// Spaces a tab takes in a snippet, so carets line up under it.
 const TAB_WIDTH: usize = 4;
@@ -46,6 +46,36 @@ pub fn human_with_bytes(path: &str, bytes: &[u8], diagnostics: &[Diagnostic]) ->
         let line_text = line_text.strip_suffix('\r').unwrap_or(line_text);
         Some(Snippet::at_token(line, line_text, column))
     })
+}
+
+/// One line closing a file's report: `ds_config.json: valid` or
+/// `ds_config.json: invalid (2 errors, 1 warning, 3 infos)`.
+pub fn file_summary(path: &str, diagnostics: &[Diagnostic]) -> String {
+    let count = |severity| {
+        diagnostics
+            .iter()
+            .filter(|d| d.severity == severity)
+            .count()
+    };
+    let parts: Vec<String> = [
+        (count(Severity::Error), "error"),
+        (count(Severity::Warning), "warning"),
+        (count(Severity::Info), "info"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, noun)| format!("{n} {noun}{}", if n == 1 { "" } else { "s" }))
+    .collect();
+    let verdict = if count(Severity::Error) > 0 {
+        "invalid"
+    } else {
+        "valid"
+    };
+    if parts.is_empty() {
+        format!("{path}: {verdict}\n")
+    } else {
+        format!("{path}: {verdict} ({})\n", parts.join(", "))
+    }
 }
 
 /// The line to show under a diagnostic, and what to underline in it.

@@ -2,6 +2,8 @@
 //! with its arguments and its `run` function.
 
 mod estimate;
+mod schema;
+mod validate;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
@@ -16,7 +18,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print the JSON Schema of ds_config.json (placeholder until the config model lands).
+    /// Check configs against DeepSpeed 0.19.8's schema and rules; every problem at once.
+    Validate(validate::ValidateArgs),
+    /// Print the JSON Schema of ds_config.json (the bytes of schemas/ds_config.schema.json).
     Schema,
     /// DeepSpeed's ZeRO-2/ZeRO-3 model-state memory estimates for a model and a cluster.
     Estimate(estimate::EstimateArgs),
@@ -57,7 +61,8 @@ impl From<Outcome> for ExitCode {
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Schema => Outcome::UsageError,
+        Command::Validate(args) => validate::run(args),
+        Command::Schema => schema::run(),
         Command::Estimate(args) => estimate::run(args),
     };
     ExitCode::from(outcome)

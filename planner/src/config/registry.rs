@@ -19,6 +19,19 @@ pub struct DeprecatedKey {
     pub replacement: &'static str,
     /// What DeepSpeed does with the old key.
     pub note: &'static str,
+    /// What happens when the old key and its replacement are both given.
+    pub with_replacement: WithReplacement,
+}
+
+/// What DeepSpeed does when a deprecated key and its replacement are both present.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WithReplacement {
+    /// It refuses the config ("Cannot provide deprecated parameter … together").
+    Refused,
+    /// It reads the replacement and ignores the old key.
+    OldIgnored,
+    /// The replacement lives elsewhere, or is a different form of the same key: no clash.
+    NoClash,
 }
 
 /// Every deprecated key of DeepSpeed 0.19.8's config.
@@ -28,54 +41,63 @@ pub const DEPRECATED_KEYS: &[DeprecatedKey] = &[
         old: "cpu_offload",
         replacement: "offload_optimizer",
         note: "`true` becomes `offload_optimizer: {\"device\": \"cpu\"}`; giving both is an error",
+        with_replacement: WithReplacement::Refused,
     },
     DeprecatedKey {
         parent: "/zero_optimization",
         old: "cpu_offload_param",
         replacement: "offload_param",
         note: "`true` becomes `offload_param: {\"device\": \"cpu\"}`; giving both is an error",
+        with_replacement: WithReplacement::Refused,
     },
     DeprecatedKey {
         parent: "/zero_optimization",
         old: "cpu_offload_use_pin_memory",
         replacement: "pin_memory in offload_param / offload_optimizer",
         note: "logs a warning and has no effect",
+        with_replacement: WithReplacement::NoClash,
     },
     DeprecatedKey {
         parent: "/zero_optimization",
         old: "stage3_gather_fp16_weights_on_model_save",
         replacement: "stage3_gather_16bit_weights_on_model_save",
         note: "its value is moved to the new key; giving both is an error",
+        with_replacement: WithReplacement::Refused,
     },
     DeprecatedKey {
         parent: "/zero_optimization",
         old: "elastic_checkpoint",
         replacement: "checkpoint.load_universal",
         note: "ZeRO-3 no longer supports elastic checkpoints (a warning); universal checkpoints replace them",
+        with_replacement: WithReplacement::NoClash,
     },
     DeprecatedKey {
         parent: "",
         old: "bfloat16",
         replacement: "bf16",
         note: "read only when `bf16` is absent",
+        with_replacement: WithReplacement::OldIgnored,
     },
     DeprecatedKey {
         parent: "",
         old: "zero_optimization",
         replacement: "zero_optimization: {\"stage\": N}",
         note: "the boolean form: `true` means stage 1 (with `allgather_size`), `false` stage 0; logs a warning",
+        with_replacement: WithReplacement::NoClash,
     },
     DeprecatedKey {
         parent: "",
         old: "allgather_size",
         replacement: "zero_optimization.allgather_bucket_size",
         note: "read only with the boolean `zero_optimization` form",
+        with_replacement: WithReplacement::NoClash,
     },
     DeprecatedKey {
         parent: "/aio",
         old: "thread_count",
         replacement: "intra_op_parallelism",
         note: "named in DeepSpeed's docs but never read: silently ignored",
+        with_replacement: WithReplacement::NoClash,
     },
 ];
 

@@ -1,9 +1,9 @@
 //! `dsplan validate`: schema checks and DeepSpeed's semantic rules, all problems at once.
 //!
-//! Validation runs in layers over the parsed document: the structural walk against the
-//! generated JSON Schema ([`structure`]), the batch-size triangle ([`batch`]) and the semantic
-//! rules ([`rules`]). Every layer returns diagnostics; none stops the others, so a user sees
-//! every problem in one run.
+//! Validation runs in layers over the parsed document: the reader's own findings (duplicate
+//! keys, comments), the structural walk against the generated JSON Schema ([`structure`]), the
+//! batch-size triangle ([`batch`]) and the semantic rules ([`rules`]). Every layer returns
+//! diagnostics; none stops the others, so a user sees every problem in one run.
 
 pub mod batch;
 pub mod rules;
@@ -11,9 +11,12 @@ pub mod structure;
 pub mod suggest;
 pub mod view;
 
+use std::sync::OnceLock;
+
 use serde_json::Value;
 
-use crate::diagnostics::Diagnostic;
+use crate::diagnostics::{Code, Diagnostic};
+use crate::source::SourceFile;
 use view::View;
 
 /// What validation needs to know beyond the file.
@@ -23,16 +26,41 @@ pub struct ValidateOptions {
     pub world_size: Option<u64>,
 }
 
-/// Every problem in `document` against `schema`, in document order within each layer.
-pub fn validate_document(
-    document: &Value,
-    schema: &Value,
+/// The generated schema, built once per process.
+fn schema() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(crate::config::schema)
+}
+
+/// Read and check one file. `Ok`: the parsed file and every diagnostic, located and in
+/// source order. `Err`: the file could not be read as JSON at all (one located diagnostic).
+pub fn validate_source(
+    path: &str,
+    bytes: &[u8],
     options: ValidateOptions,
-) -> Vec<Diagnostic> {
+) -> Result<(SourceFile, Vec<Diagnostic>), Vec<Diagnostic>> {
+    let (file, mut found) = SourceFile::parse(path, bytes)?;
+    found.extend(validate_document(file.value(), options));
+    file.locate_all(&mut found);
+    found.sort_by_key(|d| (d.line.unwrap_or(0), d.column.unwrap_or(0)));
+    Ok((file, found))
+}
+
+/// Every problem in a parsed document.
+pub fn validate_document(document: &Value, options: ValidateOptions) -> Vec<Diagnostic> {
     let view = View::new(document);
-    let mut found = structure::check(document, schema);
+    let mut found = structure::check(document, schema());
+    let removed: Vec<Diagnostic> = rules::keys::check(document);
+    // A removed key is reported once, as removed, not also by the schema's `false`.
+    found.retain(|d| {
+        !removed
+            .iter()
+            .any(|r| r.code == Code::RemovedFeature && r.pointer == d.pointer)
+    });
+    found.extend(removed);
     found.extend(batch::check(document, options.world_size));
     found.extend(rules::precision::check(view));
     found.extend(rules::zero::check(view));
+    found.extend(rules::optimizer::check(view));
     found
 }

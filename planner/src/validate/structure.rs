@@ -472,6 +472,14 @@ fn wrong_type(value: &Value, expected: &str, pointer: &str) -> Diagnostic {
 }
 
 fn auto_not_allowed(pointer: &str) -> Diagnostic {
+    if pointer == "/bfloat16/enabled" {
+        return Diagnostic::error(
+            Code::AutoNotAllowed,
+            pointer,
+            "`bfloat16.enabled` cannot be \"auto\": the Hugging Face Trainer fills only `bf16.enabled`, so DeepSpeed drops this \"auto\" and trains without bf16",
+        )
+        .with_help("rename the section `bfloat16` to `bf16`");
+    }
     Diagnostic::error(
         Code::AutoNotAllowed,
         pointer,

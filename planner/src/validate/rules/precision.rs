@@ -1,5 +1,6 @@
-//! Precision rules: fp16 and bf16 together, AMP with ZeRO or with fp16/bf16, and
-//! `fp16_master_weights_and_grads` outside ZeRO-2 (`research/deepspeed-facts.md` §3.2).
+//! Precision rules: fp16 and bf16 together, and `fp16_master_weights_and_grads` without ZeRO
+//! (`research/deepspeed-facts.md` §3.2; `amp` is a removed feature in 0.19.8, see
+//! [`super::keys`]).
 
 use crate::diagnostics::{Code, Diagnostic};
 use crate::validate::view::{Stage, View};
@@ -22,40 +23,16 @@ pub fn check(view: View<'_>) -> Vec<Diagnostic> {
             .with_help("keep one: bf16 on Ampere or newer GPUs, fp16 (with loss scaling) otherwise"),
         );
     }
-    if view.enabled("amp") {
-        if view.stage().is_some_and(|stage| stage > Stage::Disabled) {
-            found.push(
-                Diagnostic::error(
-                    Code::IncompatibleSettings,
-                    "/amp/enabled",
-                    "AMP and ZeRO cannot be combined; DeepSpeed refuses: \"Amp and ZeRO are not currently compatible\"",
-                )
-                .with_help("use `fp16` or `bf16` instead of `amp` with ZeRO"),
-            );
-        }
-        if view.enabled("fp16") || view.enabled(bf16_section) {
-            found.push(
-                Diagnostic::error(
-                    Code::IncompatibleSettings,
-                    "/amp/enabled",
-                    "AMP cannot be combined with fp16 or bf16 mode",
-                )
-                .with_help("enable only one of `amp`, `fp16` and `bf16`"),
-            );
-        }
-    }
     if view.bool("/fp16/fp16_master_weights_and_grads") == Some(true)
-        && view.stage() != Some(Stage::Gradients)
+        && view.stage() == Some(Stage::Disabled)
     {
         found.push(
             Diagnostic::error(
                 Code::IncompatibleSettings,
                 "/fp16/fp16_master_weights_and_grads",
-                "fp16_master_weights_and_grads is only supported with ZeRO stage 2",
+                "fp16_master_weights_and_grads needs a ZeRO optimizer (stage 1, 2 or 3)",
             )
-            .with_help(
-                "set zero_optimization.stage to 2 (with CPU optimizer offload), or remove this key",
-            ),
+            .with_help("set zero_optimization.stage to 1 or more, or remove this key"),
         );
     }
     found
