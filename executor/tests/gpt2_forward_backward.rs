@@ -101,3 +101,27 @@ fn forward_backward_matches_transformers() {
     assert!(key_bias_max < KEY_BIAS_ABS_TOL);
     assert!((f64::from(norm) - 1.81093575429565).abs() < 1e-5);
 }
+
+#[test]
+fn saving_the_loaded_fixture_reproduces_save_pretrained_bytes() {
+    let Some(reference) = gpt2_reference() else {
+        return;
+    };
+    let path = reference.join("forward_backward/model.safetensors");
+    let (config, params) =
+        load_pretrained(path.parent().expect("dir")).expect("fixture model loads");
+    let layout = dsplan_executor::model::ParamLayout::new(&config);
+    let ours = dsplan_executor::io::safetensors::params_to_safetensors(&params, &layout)
+        .expect("serialise");
+    let theirs = std::fs::read(&path).expect("fixture bytes");
+    eprintln!(
+        "our file {} bytes, save_pretrained's {} bytes, identical: {}",
+        ours.len(),
+        theirs.len(),
+        ours == theirs
+    );
+    assert!(
+        ours == theirs,
+        "saved file differs from transformers' save_pretrained output"
+    );
+}
