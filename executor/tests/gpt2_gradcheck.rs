@@ -197,3 +197,49 @@ fn bad_input_is_an_error_not_a_panic() {
         Err(ModelError::ParamCount { found: 3, .. })
     ));
 }
+
+#[test]
+fn results_do_not_depend_on_the_thread_count() {
+    // Big enough that gemm and the chunked reductions actually split work.
+    let config = Gpt2Config {
+        vocab_size: 300,
+        n_positions: 64,
+        n_embd: 64,
+        n_layer: 1,
+        n_head: 4,
+        layer_norm_epsilon: 1e-5,
+    };
+    let shape = BatchShape {
+        batch: 4,
+        seq_len: 64,
+    };
+    let layout = ParamLayout::new(&config);
+    let params = init_params(&config, &layout, 3);
+    let mut rng = Lcg(8);
+    let tokens: Vec<u32> = (0..shape.tokens()).map(|_| rng.next_below(300)).collect();
+    let targets = next_token_targets(&tokens, shape.seq_len);
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("pool");
+        pool.install(|| {
+            let mut model = Gpt2::new(config, params.clone(), shape).expect("model");
+            let loss = model.forward(&tokens, &targets).expect("forward");
+            model.backward().expect("backward");
+            (loss, model.grads().to_vec())
+        })
+    };
+    let (loss1, grads1) = run(1);
+    let (loss3, grads3) = run(3);
+    assert_eq!(loss1.to_bits(), loss3.to_bits());
+    let differing = grads1
+        .iter()
+        .zip(&grads3)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert_eq!(
+        differing, 0,
+        "{differing} gradient entries differ between 1 and 3 threads"
+    );
+}
