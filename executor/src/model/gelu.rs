@@ -1,5 +1,10 @@
 //! GELU, tanh approximation (Hugging Face `gelu_new`):
-//! `gelu(x) = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))`.
+//! `gelu(x) = 0.5 * x * (1 + tanh(u))`, `u = sqrt(2/pi) * (x + 0.044715 * x^3)`.
+//!
+//! Computed through the identity `0.5 * (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u))`:
+//! one `exp` instead of one `tanh` (about five times faster here), and no cancellation in
+//! `1 + tanh(u)` for very negative `x`, where torch's literal formula loses relative accuracy
+//! (the values there are below 1e-6 in magnitude, so the two agree to f32 rounding elsewhere).
 
 use rayon::prelude::*;
 
@@ -16,8 +21,7 @@ pub fn gelu_forward(out: &mut [f32], inp: &[f32]) {
         .zip(inp.par_chunks(CHUNK))
         .for_each(|(out, inp)| {
             for (o, &x) in out.iter_mut().zip(inp) {
-                let inner = SQRT_2_OVER_PI * (x + CUBIC * x * x * x);
-                *o = 0.5 * x * (1.0 + inner.tanh());
+                *o = x * half_one_plus_tanh(x);
             }
         });
 }
@@ -29,13 +33,19 @@ pub fn gelu_backward_inplace(d: &mut [f32], inp: &[f32]) {
         .zip(inp.par_chunks(CHUNK))
         .for_each(|(d, inp)| {
             for (g, &x) in d.iter_mut().zip(inp) {
-                let inner = SQRT_2_OVER_PI * (x + CUBIC * x * x * x);
-                let th = inner.tanh();
-                let dinner = SQRT_2_OVER_PI * (1.0 + 3.0 * CUBIC * x * x);
-                let local = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * dinner;
-                *g *= local;
+                // gelu = x * s with s = sigmoid(2u): gelu' = s + x * 2 s (1 - s) * u'.
+                let s = half_one_plus_tanh(x);
+                let du = SQRT_2_OVER_PI * (1.0 + 3.0 * CUBIC * x * x);
+                *g *= s + x * 2.0 * s * (1.0 - s) * du;
             }
         });
+}
+
+/// `0.5 * (1 + tanh(u(x)))`, as `sigmoid(2 u(x))`.
+#[inline(always)]
+fn half_one_plus_tanh(x: f32) -> f32 {
+    let u = SQRT_2_OVER_PI * (x + CUBIC * x * x * x);
+    1.0 / (1.0 + (-2.0 * u).exp())
 }
 
 #[cfg(test)]
@@ -61,5 +71,12 @@ mod tests {
         gelu_forward(&mut out, &[0.0, 10.0, -10.0]);
         assert_eq!(out[0], 0.0);
         assert!((out[1] - 10.0).abs() < 1e-5 && out[2].abs() < 1e-5);
+        // Far in the tails: no NaN from exp overflow, exact limits.
+        let mut tails = vec![0.0; 2];
+        gelu_forward(&mut tails, &[-200.0, 200.0]);
+        assert_eq!(tails, vec![0.0, 200.0]);
+        let mut d = vec![1.0; 2];
+        gelu_backward_inplace(&mut d, &[-200.0, 200.0]);
+        assert_eq!(d, vec![0.0, 1.0]);
     }
 }
