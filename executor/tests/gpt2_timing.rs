@@ -48,6 +48,14 @@ fn gpt2_124m_forward_backward_throughput() {
     let total = forward_s + backward_s;
     let flops = 6.0 * layout.num_params() as f64 * shape.tokens() as f64;
     eprintln!(
+        "buffers: params {} + grads {} + activation arena {} f32 elements ({:.0} MiB in all)",
+        layout.num_params(),
+        layout.num_params(),
+        model.activation_layout().total_len(),
+        (2 * layout.num_params() + model.activation_layout().total_len()) as f64 * 4.0
+            / (1 << 20) as f64
+    );
+    eprintln!(
         "gpt2 124M, B={} T={}, {} rayon threads: forward {:.1} ms, backward {:.1} ms, {:.0} tokens/s, ~{:.0} GFLOP/s (6N per token)",
         shape.batch,
         shape.seq_len,
