@@ -1,8 +1,17 @@
 //! dsplan's executor: runs a compiled plan.
 //!
-//! Nothing runs yet. The CPU backend (a hand-written GPT-2, ZeRO stages 0-3 over in-process
-//! ranks) and the CUDA backend are tracked as separate issues; until they land, asking the
-//! executor to run returns [`ExecutorError::NotImplemented`] instead of pretending.
+//! The CPU GPT-2 exists as a library: [`model`] (the hand-written model, forward and backward
+//! over flat buffers), [`tensor`] (named spans of those buffers), [`io`] (Hugging Face
+//! `config.json` and `model.safetensors`) and [`optim`] (Adam/AdamW and gradient clipping).
+//!
+//! A plan does not run yet. The CPU backend (ZeRO stages 0-3 over in-process ranks, around the
+//! model above) and the CUDA backend are tracked as separate issues; until they land, asking
+//! the executor to run returns [`ExecutorError::NotImplemented`] instead of pretending.
+
+pub mod io;
+pub mod model;
+pub mod optim;
+pub mod tensor;
 
 use std::fmt;
 

@@ -1,0 +1,101 @@
+//! [`ModelError`]: why a GPT-2 could not be built or could not run a batch.
+
+use std::fmt;
+
+use super::ConfigError;
+
+/// Why a [`super::Gpt2`] could not be built, or a pass could not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelError {
+    /// The configuration does not describe a model.
+    Config(ConfigError),
+    /// The batch shape has a zero dimension.
+    EmptyBatch,
+    /// The sequence is longer than the position table.
+    SequenceTooLong {
+        /// Requested `T`.
+        seq_len: usize,
+        /// The model's `n_positions`.
+        n_positions: usize,
+    },
+    /// The parameter buffer does not have the layout's length.
+    ParamCount {
+        /// Elements the layout needs.
+        expected: usize,
+        /// Elements given.
+        found: usize,
+    },
+    /// The number of tokens or targets is not `B * T`.
+    BatchLength {
+        /// `"tokens"` or `"targets"`.
+        what: &'static str,
+        /// `B * T`.
+        expected: usize,
+        /// Length given.
+        found: usize,
+    },
+    /// A token or target id is not below the vocabulary size.
+    OutOfVocabulary {
+        /// `"token"` or `"target"`.
+        what: &'static str,
+        /// Flat position `b * T + t`.
+        position: usize,
+        /// The id.
+        id: u32,
+        /// The vocabulary size.
+        vocab_size: usize,
+    },
+    /// Every target is absent, so the mean loss is undefined.
+    NoTargets,
+    /// `backward` was called without a preceding training `forward`.
+    BackwardWithoutForward,
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelError::Config(error) => error.fmt(f),
+            ModelError::EmptyBatch => write!(f, "batch size and sequence length must be positive"),
+            ModelError::SequenceTooLong {
+                seq_len,
+                n_positions,
+            } => write!(
+                f,
+                "sequence length {seq_len} exceeds the model's n_positions ({n_positions})"
+            ),
+            ModelError::ParamCount { expected, found } => write!(
+                f,
+                "parameter buffer has {found} elements, the model needs {expected}"
+            ),
+            ModelError::BatchLength {
+                what,
+                expected,
+                found,
+            } => write!(
+                f,
+                "got {found} {what}, the model is sized for batch * seq_len = {expected}"
+            ),
+            ModelError::OutOfVocabulary {
+                what,
+                position,
+                id,
+                vocab_size,
+            } => write!(
+                f,
+                "{what} {id} at position {position} is outside the vocabulary (size {vocab_size})"
+            ),
+            ModelError::NoTargets => write!(f, "the batch has no targets, so there is no loss"),
+            ModelError::BackwardWithoutForward => {
+                write!(f, "backward needs a forward pass with targets first")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ModelError {}
+
+impl From<ConfigError> for ModelError {
+    fn from(error: ConfigError) -> Self {
+        ModelError::Config(error)
+    }
+}

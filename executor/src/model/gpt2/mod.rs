@@ -1,0 +1,261 @@
+//! [`Gpt2`]: the whole model, forward and backward, over the flat buffers.
+//!
+//! `forward` runs embeddings, `L` blocks (`h += attn(ln_1(h)); h += mlp(ln_2(h))`), `ln_f` and
+//! the tied-embedding classifier; with targets it also computes the mean cross-entropy and,
+//! fused, the gradient of the logits. `backward` walks the same layers in reverse and
+//! accumulates every parameter gradient into the gradient buffer. This file holds the type and
+//! its checks; `forward.rs` and `backward.rs` hold the two passes.
+
+mod backward;
+mod forward;
+
+use super::activations::{ActivationLayout, BatchShape};
+use super::attention::AttentionDims;
+use super::classifier::crossentropy_forward_backward;
+use super::{Gpt2Config, ModelError, ParamLayout};
+use crate::tensor::split_spans_mut;
+
+/// What the activation arena holds after the last call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ArenaState {
+    /// Nothing usable.
+    Empty,
+    /// An inference forward ran: the logits are valid.
+    Logits,
+    /// A training forward ran: the logits buffer holds their gradient; backward may run.
+    LogitGradients,
+}
+
+/// A GPT-2 with its parameters, gradients and activation arena.
+#[derive(Debug, Clone)]
+pub struct Gpt2 {
+    config: Gpt2Config,
+    shape: BatchShape,
+    param_layout: ParamLayout,
+    act_layout: ActivationLayout,
+    params: Vec<f32>,
+    grads: Vec<f32>,
+    acts: Vec<f32>,
+    tokens: Vec<u32>,
+    state: ArenaState,
+}
+
+impl Gpt2 {
+    /// A model for `config` with the given parameters (laid out as [`ParamLayout::new`] says),
+    /// sized for batches of `shape`. Gradients start at zero.
+    pub fn new(
+        config: Gpt2Config,
+        params: Vec<f32>,
+        shape: BatchShape,
+    ) -> Result<Self, ModelError> {
+        config.validate()?;
+        if shape.batch == 0 || shape.seq_len == 0 {
+            return Err(ModelError::EmptyBatch);
+        }
+        if shape.seq_len > config.n_positions {
+            return Err(ModelError::SequenceTooLong {
+                seq_len: shape.seq_len,
+                n_positions: config.n_positions,
+            });
+        }
+        let param_layout = ParamLayout::new(&config);
+        if params.len() != param_layout.num_params() {
+            return Err(ModelError::ParamCount {
+                expected: param_layout.num_params(),
+                found: params.len(),
+            });
+        }
+        let act_layout = ActivationLayout::new(&config, shape);
+        Ok(Self {
+            config,
+            shape,
+            grads: vec![0.0; params.len()],
+            acts: vec![0.0; act_layout.total_len()],
+            params,
+            param_layout,
+            act_layout,
+            tokens: Vec::with_capacity(shape.tokens()),
+            state: ArenaState::Empty,
+        })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &Gpt2Config {
+        &self.config
+    }
+
+    /// The batch shape the arena is sized for.
+    pub fn shape(&self) -> BatchShape {
+        self.shape
+    }
+
+    /// The parameter (and gradient) layout.
+    pub fn param_layout(&self) -> &ParamLayout {
+        &self.param_layout
+    }
+
+    /// The activation arena layout.
+    pub fn activation_layout(&self) -> &ActivationLayout {
+        &self.act_layout
+    }
+
+    /// The flat parameter buffer.
+    pub fn params(&self) -> &[f32] {
+        &self.params
+    }
+
+    /// The flat parameter buffer, for the optimizer (invalidates the activations).
+    pub fn params_mut(&mut self) -> &mut [f32] {
+        self.state = ArenaState::Empty;
+        &mut self.params
+    }
+
+    /// The flat gradient buffer (same layout as the parameters).
+    pub fn grads(&self) -> &[f32] {
+        &self.grads
+    }
+
+    /// The flat gradient buffer, for clipping or reduction.
+    pub fn grads_mut(&mut self) -> &mut [f32] {
+        &mut self.grads
+    }
+
+    /// Parameters and gradients at once, for an optimizer step (invalidates the activations).
+    pub fn params_and_grads_mut(&mut self) -> (&mut [f32], &mut [f32]) {
+        self.state = ArenaState::Empty;
+        (&mut self.params, &mut self.grads)
+    }
+
+    /// Sets every gradient to zero (backward accumulates).
+    pub fn zero_grad(&mut self) {
+        self.grads.fill(0.0);
+    }
+
+    /// The logits `(B, T, V)` of the last [`Gpt2::forward_logits`], if the arena still holds them.
+    pub fn logits(&self) -> Option<&[f32]> {
+        (self.state == ArenaState::Logits).then(|| self.act_layout.logits.of(&self.acts))
+    }
+
+    /// Inference forward: returns the logits `(B, T, V)` of `tokens` `(B, T)`.
+    pub fn forward_logits(&mut self, tokens: &[u32]) -> Result<&[f32], ModelError> {
+        self.check_ids(
+            "token",
+            "tokens",
+            tokens.iter().map(|&t| Some(t)),
+            tokens.len(),
+        )?;
+        self.run_forward(tokens);
+        self.state = ArenaState::Logits;
+        Ok(self.act_layout.logits.of(&self.acts))
+    }
+
+    /// Training forward: the mean cross-entropy over positions that have a target, with the
+    /// gradient of the logits prepared for [`Gpt2::backward`].
+    ///
+    /// `tokens` and `targets` are `(B, T)`; `targets[i]` is the id position `i` should predict,
+    /// or `None` to ignore it (Hugging Face's `-100`). See [`next_token_targets`].
+    pub fn forward(&mut self, tokens: &[u32], targets: &[Option<u32>]) -> Result<f32, ModelError> {
+        self.forward_scaled(tokens, targets, 1.0)
+    }
+
+    /// As [`Gpt2::forward`], but backward will compute the gradient of `grad_scale * loss`
+    /// (gradient accumulation divides by the number of micro-batches; fp16 multiplies by the
+    /// loss scale).
+    pub fn forward_scaled(
+        &mut self,
+        tokens: &[u32],
+        targets: &[Option<u32>],
+        grad_scale: f32,
+    ) -> Result<f32, ModelError> {
+        self.check_ids(
+            "token",
+            "tokens",
+            tokens.iter().map(|&t| Some(t)),
+            tokens.len(),
+        )?;
+        self.check_ids("target", "targets", targets.iter().copied(), targets.len())?;
+        let count = targets.iter().filter(|t| t.is_some()).count();
+        if count == 0 {
+            return Err(ModelError::NoTargets);
+        }
+        self.run_forward(tokens);
+        let layout = &self.act_layout;
+        let [logits, losses] = split_spans_mut(&mut self.acts, [layout.logits, layout.losses]);
+        let dloss = grad_scale / count as f32;
+        crossentropy_forward_backward(logits, losses, targets, dloss);
+        let total: f64 = losses.iter().map(|&l| f64::from(l)).sum();
+        self.state = ArenaState::LogitGradients;
+        Ok((total / count as f64) as f32)
+    }
+
+    /// Checks the length of `ids` and that each is in the vocabulary.
+    fn check_ids(
+        &self,
+        what: &'static str,
+        plural: &'static str,
+        ids: impl Iterator<Item = Option<u32>>,
+        len: usize,
+    ) -> Result<(), ModelError> {
+        let expected = self.shape.tokens();
+        if len != expected {
+            return Err(ModelError::BatchLength {
+                what: plural,
+                expected,
+                found: len,
+            });
+        }
+        let vocab_size = self.config.vocab_size;
+        for (position, id) in ids.enumerate() {
+            if let Some(id) = id
+                && id as usize >= vocab_size
+            {
+                return Err(ModelError::OutOfVocabulary {
+                    what,
+                    position,
+                    id,
+                    vocab_size,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn attention_dims(config: &Gpt2Config, shape: BatchShape) -> AttentionDims {
+    AttentionDims {
+        batch: shape.batch,
+        seq_len: shape.seq_len,
+        n_head: config.n_head,
+        head_dim: config.head_dim(),
+    }
+}
+
+/// The targets of causal language modelling as Hugging Face computes them from
+/// `labels = input_ids`: position `t` predicts token `t + 1` of the same row; the last position
+/// of each row has no target.
+///
+/// `tokens` is `(B, T)` flattened, with rows of `seq_len`.
+pub fn next_token_targets(tokens: &[u32], seq_len: usize) -> Vec<Option<u32>> {
+    tokens
+        .chunks(seq_len.max(1))
+        .flat_map(|row| {
+            row.iter()
+                .skip(1)
+                .map(|&t| Some(t))
+                .chain(std::iter::once(None))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_shift_left_within_rows() {
+        assert_eq!(
+            next_token_targets(&[1, 2, 3, 4, 5, 6], 3),
+            vec![Some(2), Some(3), None, Some(5), Some(6), None]
+        );
+    }
+}

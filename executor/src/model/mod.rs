@@ -1,0 +1,37 @@
+//! GPT-2 on the CPU, written by hand (llm.c style), matching Hugging Face `transformers`.
+//!
+//! * [`Gpt2Config`] fixes the shapes; [`ParamLayout`] places every parameter (Hugging Face
+//!   names, Conv1D `[in, out]` weights, tied `lm_head`) in one flat buffer, and the gradients
+//!   in a second buffer with the same layout; [`ActivationLayout`] places every activation of
+//!   a `(B, T)` batch in one arena.
+//! * One module per layer kind, each with `*_forward` and `*_backward` side by side and the
+//!   shapes in the doc comments: [`encoder`], [`layernorm`], [`matmul`], [`attention`],
+//!   [`gelu`], [`residual`], [`classifier`]. Matrix products go through [`gemm`].
+//! * [`Gpt2`] strings them together: `forward(tokens, targets) -> loss`, `backward()`.
+//!
+//! Dropout is not implemented (all GPT-2 dropouts are taken as 0, as in the fixtures).
+//! Vocabulary in comments: `B` batch, `T` sequence, `C` channels, `NH` heads, `hs` head size,
+//! `V` vocab, `L` layers, `N = B * T` rows.
+
+mod activations;
+pub mod attention;
+pub mod classifier;
+mod config;
+pub mod encoder;
+mod error;
+pub mod gelu;
+pub mod gemm;
+mod gpt2;
+mod init;
+pub mod layernorm;
+pub mod matmul;
+mod params;
+pub mod residual;
+mod sum;
+
+pub use activations::{ActivationLayout, BatchShape, BlockActivations};
+pub use config::{ConfigError, Gpt2Config};
+pub use error::ModelError;
+pub use gpt2::{Gpt2, next_token_targets};
+pub use init::init_params;
+pub use params::{BlockParams, ParamLayout};
