@@ -49,6 +49,10 @@ pub const SUPPORTED_KEYWORDS: &[&str] = &[
     "writeOnly",
 ];
 
+/// Unknown keys reported one by one in a single object; the rest are summarised, so a
+/// pathological file (hundreds of thousands of keys) stays fast to check.
+const MAX_UNKNOWN_KEYS_REPORTED: usize = 100;
+
 /// The largest integer a JSON number holds exactly; schema integers are capped there.
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_992.0;
 
@@ -191,6 +195,9 @@ impl<'s> Walker<'s> {
     ) {
         let properties = keywords.get("properties").and_then(Value::as_object);
         let additional = keywords.get("additionalProperties");
+        let known: Vec<&str> =
+            properties.map_or_else(Vec::new, |p| p.keys().map(String::as_str).collect());
+        let mut unknown = 0usize;
         for (key, member) in members {
             let child = json_pointer::child(pointer, key);
             if let Some(property) = properties.and_then(|p| p.get(key)) {
@@ -199,13 +206,25 @@ impl<'s> Walker<'s> {
             }
             match additional {
                 Some(Value::Bool(false)) => {
-                    let known =
-                        properties.map(|p| p.keys().map(String::as_str).collect::<Vec<_>>());
-                    out.push(unknown_key(key, &child, known.as_deref().unwrap_or(&[])));
+                    unknown += 1;
+                    if unknown <= MAX_UNKNOWN_KEYS_REPORTED {
+                        out.push(unknown_key(key, &child, &known));
+                    }
                 }
                 Some(schema @ Value::Object(_)) => self.check(member, schema, &child, out),
                 _ => {}
             }
+        }
+        if unknown > MAX_UNKNOWN_KEYS_REPORTED {
+            let rest = unknown - MAX_UNKNOWN_KEYS_REPORTED;
+            out.push(Diagnostic::error(
+                Code::UnknownKey,
+                pointer,
+                format!(
+                    "{rest} more unknown keys in {} (only the first {MAX_UNKNOWN_KEYS_REPORTED} are listed)",
+                    section_name(pointer)
+                ),
+            ));
         }
         if let Some(required) = keywords.get("required").and_then(Value::as_array) {
             for name in required.iter().filter_map(Value::as_str) {

@@ -14,8 +14,18 @@ pub fn nearest<'a>(
     candidates: impl IntoIterator<Item = &'a str>,
     threshold: f64,
 ) -> Option<&'a str> {
+    // Similarity s needs a length difference of at most (1 - s) × the longer length; skip
+    // candidates that cannot reach the threshold before the quadratic edit distance.
+    let close_in_length = |candidate: &str| {
+        let (a, b) = (
+            typed.chars().count() as f64,
+            candidate.chars().count() as f64,
+        );
+        (a - b).abs() <= (1.0 - threshold) * a.max(b)
+    };
     candidates
         .into_iter()
+        .filter(|candidate| close_in_length(candidate))
         .map(|candidate| (similarity(typed, candidate), candidate))
         .filter(|(score, _)| *score >= threshold)
         .max_by(|a, b| a.0.total_cmp(&b.0))
