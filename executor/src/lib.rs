@@ -4,6 +4,7 @@
 //! ranks) and the CUDA backend are tracked as separate issues; until they land, asking the
 //! executor to run returns [`ExecutorError::NotImplemented`] instead of pretending.
 
+pub mod comm;
 use std::fmt;
 
 /// Why the executor could not run.
