@@ -5,6 +5,7 @@
 //! executor to run returns [`ExecutorError::NotImplemented`] instead of pretending.
 
 pub mod comm;
+pub mod data;
 use std::fmt;
 
 /// Why the executor could not run.
