@@ -33,8 +33,10 @@
 //! held by one thread cannot alias anything held by another, and shared `&[f32]` inputs are only
 //! ever read. The caller's borrow outlives every access because the call does not return before
 //! the final meeting, which every other rank reaches only after its last access. A rank cannot
-//! skip that meeting: the work of a phase runs under `catch_unwind`, and a panic in it is resumed
-//! only after the meeting. A rank that left the group (dropped its handle) is not inside a
+//! skip a meeting: the work of a phase runs under `catch_unwind`; a rank whose work panicked
+//! still arrives at the meeting that ends the phase, that meeting fails on every rank (so no
+//! rank starts another phase that would read the panicking rank's buffers), and only then is
+//! the panic resumed. A rank that left the group (dropped its handle) is not inside a
 //! collective, so it is not touching anyone's buffer.
 //!
 //! # Determinism
@@ -117,14 +119,15 @@ impl LocalComm {
     }
 
     /// Runs this rank's `work` for the current phase, then meets the others. A panic in `work`
-    /// is resumed only after the meeting (see the module documentation).
+    /// is resumed only after the meeting, which then fails on every rank (module docs).
     fn phase(&self, op: OpKind, work: impl FnOnce()) -> Result<(), CommError> {
-        let outcome = panic::catch_unwind(AssertUnwindSafe(work));
-        let met = self.rendezvous.meet(self.rank);
-        if let Err(payload) = outcome {
+        if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(work)) {
+            self.rendezvous.meet_after_panic(self.rank);
             panic::resume_unwind(payload);
         }
-        met.map_err(|left| left.error(op))
+        self.rendezvous
+            .meet(self.rank)
+            .map_err(|left| left.error(op))
     }
 
     /// The call shape of a reduction of `len` elements in place.
@@ -464,6 +467,34 @@ unsafe fn exclusive<'a>(addr: BufferAddr, start: usize, len: usize) -> &'a mut [
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panic_inside_a_phase_fails_that_meeting_on_every_rank() {
+        let outcomes = run_ranks(3, |mut comm| {
+            let rank = comm.rank();
+            let phase = panic::catch_unwind(AssertUnwindSafe(|| {
+                comm.phase(OpKind::AllReduce, || {
+                    if rank == 1 {
+                        panic!("inside the phase");
+                    }
+                })
+            }));
+            // The panicking rank caught its own panic; the group still works afterwards.
+            let mut data = [1.0f32; 5];
+            comm.all_reduce(&mut data, ReduceOp::Sum)
+                .expect("all_reduce");
+            (phase.ok(), data[0])
+        })
+        .expect("every panic was caught");
+        let left = CommError::PeerLeft {
+            op: OpKind::AllReduce,
+            rank: 1,
+            departure: Departure::Panicked,
+        };
+        assert_eq!(outcomes[0], (Some(Err(left.clone())), 3.0));
+        assert_eq!(outcomes[1], (None, 3.0));
+        assert_eq!(outcomes[2], (Some(Err(left)), 3.0));
+    }
 
     #[test]
     fn shards_cover_the_buffer_once() {

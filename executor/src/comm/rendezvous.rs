@@ -8,7 +8,9 @@
 //!
 //! A rank leaves by dropping its handle ([`Rendezvous::depart`]). A departed rank counts as
 //! arrived at every later meeting, so nobody waits for it forever, and every meeting released
-//! after the departure reports it. The outcome of a meeting (who had left when it was released)
+//! after the departure reports it. A rank whose work panicked inside a collective still arrives
+//! at the meeting that ends the phase ([`Rendezvous::meet_after_panic`]), so that the others
+//! have finished with its buffers, and that meeting fails for everyone. The outcome of a meeting
 //! is decided once, by the releasing thread, so all ranks see the same outcome.
 //!
 //! Condition variables, not spinning: the ranks usually share fewer cores than there are ranks.
@@ -89,6 +91,8 @@ struct State {
     snapshot: Vec<Posting>,
     /// Ranks that have left, and how.
     departed: Vec<Option<Departure>>,
+    /// The lowest rank that arrived at the current meeting after a panic in its work.
+    panicked_here: Option<usize>,
     /// How many entries of `departed` are set.
     departed_count: usize,
     /// The outcome of the last release.
@@ -113,6 +117,7 @@ impl Rendezvous {
                 postings: vec![Posting::EMPTY; world],
                 snapshot: vec![Posting::EMPTY; world],
                 departed: vec![None; world],
+                panicked_here: None,
                 departed_count: 0,
                 last_left: None,
             }),
@@ -127,7 +132,7 @@ impl Rendezvous {
         rank: usize,
         posting: Posting,
     ) -> Result<Vec<Posting>, LeftRank> {
-        let state = self.arrive(rank, Some(posting));
+        let state = self.arrive(rank, Some(posting), false);
         match state.last_left {
             None => Ok(state.snapshot.clone()),
             Some(left) => Err(left),
@@ -136,11 +141,17 @@ impl Rendezvous {
 
     /// Waits until every rank has arrived (or left).
     pub(crate) fn meet(&self, rank: usize) -> Result<(), LeftRank> {
-        let state = self.arrive(rank, None);
+        let state = self.arrive(rank, None, false);
         match state.last_left {
             None => Ok(()),
             Some(left) => Err(left),
         }
+    }
+
+    /// As [`Rendezvous::meet`], for a rank whose work in this phase panicked: it waits like the
+    /// others (they may still be reading its buffers), and the meeting fails for every rank.
+    pub(crate) fn meet_after_panic(&self, rank: usize) {
+        drop(self.arrive(rank, None, true));
     }
 
     /// Marks `rank` as gone; releases the current meeting if it was the last one missing.
@@ -156,10 +167,18 @@ impl Rendezvous {
     }
 
     /// Arrives at the current meeting and returns the state once it has been released.
-    fn arrive(&self, rank: usize, posting: Option<Posting>) -> MutexGuard<'_, State> {
+    fn arrive(
+        &self,
+        rank: usize,
+        posting: Option<Posting>,
+        panicked: bool,
+    ) -> MutexGuard<'_, State> {
         let mut state = self.lock();
         if let Some(posting) = posting {
             state.postings[rank] = posting;
+        }
+        if panicked {
+            state.panicked_here = Some(state.panicked_here.map_or(rank, |first| first.min(rank)));
         }
         state.arrived += 1;
         if state.arrived + state.departed_count >= self.world {
@@ -183,11 +202,16 @@ impl Rendezvous {
             postings, snapshot, ..
         } = state;
         snapshot.copy_from_slice(postings);
-        state.last_left = state
+        let departed = state
             .departed
             .iter()
             .enumerate()
             .find_map(|(rank, departure)| departure.map(|departure| LeftRank { rank, departure }));
+        let panicked = state.panicked_here.take().map(|rank| LeftRank {
+            rank,
+            departure: Departure::Panicked,
+        });
+        state.last_left = departed.or(panicked);
         state.arrived = 0;
         state.generation = state.generation.wrapping_add(1);
         self.released.notify_all();
