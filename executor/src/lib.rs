@@ -13,6 +13,8 @@ pub mod model;
 pub mod optim;
 pub mod tensor;
 
+pub mod comm;
+pub mod data;
 use std::fmt;
 
 /// Why the executor could not run.

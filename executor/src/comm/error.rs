@@ -1,0 +1,209 @@
+//! [`CommError`]: why a collective did not complete, identical on every rank of the call.
+
+use std::fmt;
+
+use super::ReduceOp;
+
+/// The kind of a collective operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// [`super::Comm::all_reduce`].
+    AllReduce,
+    /// [`super::Comm::reduce_scatter`].
+    ReduceScatter,
+    /// [`super::Comm::all_gather`].
+    AllGather,
+    /// [`super::Comm::broadcast`].
+    Broadcast,
+    /// [`super::Comm::barrier`].
+    Barrier,
+    /// [`super::Comm::all_reduce_scalar`].
+    AllReduceScalar,
+}
+
+impl OpKind {
+    /// The snake-case name of the method.
+    pub const fn name(self) -> &'static str {
+        match self {
+            OpKind::AllReduce => "all_reduce",
+            OpKind::ReduceScatter => "reduce_scatter",
+            OpKind::AllGather => "all_gather",
+            OpKind::Broadcast => "broadcast",
+            OpKind::Barrier => "barrier",
+            OpKind::AllReduceScalar => "all_reduce_scalar",
+        }
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a rank left its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Departure {
+    /// Its handle was dropped in the ordinary way (the rank finished early or gave up).
+    Returned,
+    /// Its handle was dropped while its thread was panicking.
+    Panicked,
+}
+
+/// What one rank asked of a collective, as reported in a [`CommError::Disagreement`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallShape {
+    /// The operation.
+    pub op: OpKind,
+    /// The reduction, for reducing operations.
+    pub reduce: Option<ReduceOp>,
+    /// The root, for broadcast.
+    pub root: Option<usize>,
+    /// Elements of the input (or of the in-place buffer).
+    pub input_len: usize,
+    /// Elements of the output (equal to `input_len` for in-place operations).
+    pub output_len: usize,
+}
+
+impl fmt::Display for CallShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.op)?;
+        if let Some(reduce) = self.reduce {
+            write!(f, "({})", reduce.name())?;
+        }
+        if let Some(root) = self.root {
+            write!(f, " from root {root}")?;
+        }
+        match self.op {
+            OpKind::Barrier | OpKind::AllReduceScalar => Ok(()),
+            OpKind::AllReduce | OpKind::Broadcast => write!(f, " of {} elements", self.input_len),
+            OpKind::ReduceScatter | OpKind::AllGather => write!(
+                f,
+                " of {} input / {} output elements",
+                self.input_len, self.output_len
+            ),
+        }
+    }
+}
+
+/// Why a collective (or a group of ranks) failed.
+///
+/// Errors raised by a collective are decided from what *all* ranks posted, so every rank of the
+/// call returns the same error and the group stays in step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommError {
+    /// A group needs at least one rank.
+    EmptyGroup,
+    /// A shard-moving operation was called with lengths that do not split into equal shards.
+    UnevenShards {
+        /// The operation.
+        op: OpKind,
+        /// The rank that passed the lengths.
+        rank: usize,
+        /// Elements of the input.
+        input_len: usize,
+        /// Elements of the output.
+        output_len: usize,
+        /// The world size.
+        world: usize,
+    },
+    /// A broadcast named a root outside the group.
+    RootOutOfRange {
+        /// The rank that passed it.
+        rank: usize,
+        /// The root asked for.
+        root: usize,
+        /// The world size.
+        world: usize,
+    },
+    /// Ranks entered the same collective step with different operations or lengths.
+    Disagreement {
+        /// Rank 0's call.
+        expected: CallShape,
+        /// The first rank whose call differs.
+        rank: usize,
+        /// Its call.
+        found: CallShape,
+    },
+    /// A rank left the group, so the collective cannot complete.
+    PeerLeft {
+        /// The operation that was waiting.
+        op: OpKind,
+        /// The lowest rank that had left.
+        rank: usize,
+        /// How it left.
+        departure: Departure,
+    },
+    /// A rank's thread panicked (reported by [`super::run_ranks`] after joining every rank).
+    RankPanicked {
+        /// The lowest rank that panicked.
+        rank: usize,
+        /// Its panic message, when it was a string.
+        message: String,
+        /// Every rank that panicked.
+        ranks: Vec<usize>,
+    },
+}
+
+impl fmt::Display for CommError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CommError::EmptyGroup => write!(f, "a communication group needs at least one rank"),
+            CommError::UnevenShards {
+                op,
+                rank,
+                input_len,
+                output_len,
+                world,
+            } => {
+                let (whole, shard, rule) = match op {
+                    OpKind::AllGather => (output_len, input_len, "output = world size x input"),
+                    _ => (input_len, output_len, "input = world size x output"),
+                };
+                write!(
+                    f,
+                    "{op} on rank {rank}: {input_len} input and {output_len} output elements do \
+                     not split into {world} equal shards ({whole} != {world} x {shard}); \
+                     the rule is {rule}, so pad the flat buffer to a multiple of {world} first"
+                )
+            }
+            CommError::RootOutOfRange { rank, root, world } => write!(
+                f,
+                "broadcast on rank {rank}: root {root} is not a rank of a group of {world}"
+            ),
+            CommError::Disagreement {
+                expected,
+                rank,
+                found,
+            } => write!(
+                f,
+                "ranks disagree on a collective: rank 0 called {expected}, rank {rank} called \
+                 {found}; every rank must issue the same collectives in the same order"
+            ),
+            CommError::PeerLeft {
+                op,
+                rank,
+                departure,
+            } => {
+                let how = match departure {
+                    Departure::Returned => "returned without finishing its collectives",
+                    Departure::Panicked => "panicked",
+                };
+                write!(f, "{op} cannot complete: rank {rank} {how}")
+            }
+            CommError::RankPanicked {
+                rank,
+                message,
+                ranks,
+            } => {
+                write!(f, "rank {rank} panicked: {message}")?;
+                if ranks.len() > 1 {
+                    write!(f, " (ranks that panicked: {ranks:?})")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for CommError {}
