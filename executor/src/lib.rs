@@ -2,19 +2,21 @@
 //!
 //! The CPU GPT-2 exists as a library: [`model`] (the hand-written model, forward and backward
 //! over flat buffers), [`tensor`] (named spans of those buffers), [`io`] (Hugging Face
-//! `config.json` and `model.safetensors`) and [`optim`] (Adam/AdamW and gradient clipping).
+//! `config.json` and `model.safetensors`), [`optim`] (Adam/AdamW and gradient clipping),
+//! [`comm`] (collectives; in-process ranks) and [`data`] (token batches split across ranks and
+//! micro-steps).
 //!
 //! A plan does not run yet. The CPU backend (ZeRO stages 0-3 over in-process ranks, around the
 //! model above) and the CUDA backend are tracked as separate issues; until they land, asking
 //! the executor to run returns [`ExecutorError::NotImplemented`] instead of pretending.
 
+pub mod comm;
+pub mod data;
 pub mod io;
 pub mod model;
 pub mod optim;
 pub mod tensor;
 
-pub mod comm;
-pub mod data;
 use std::fmt;
 
 /// Why the executor could not run.
