@@ -8,6 +8,9 @@
 //!   shapes in the doc comments: [`encoder`], [`layernorm`], [`matmul`], [`attention`],
 //!   [`gelu`], [`residual`], [`classifier`]. Matrix products go through [`gemm`].
 //! * [`Gpt2`] strings them together: `forward(tokens, targets) -> loss`, `backward()`.
+//!   [`Gpt2Core`] is the same model without its parameters: it reads them, and writes their
+//!   gradients, one [`ParamUnit`] at a time through a [`ParamSource`] ([`units`]), which is how
+//!   ZeRO ranks hold them sharded or in 16 bits.
 //!
 //! Dropout is not implemented (all GPT-2 dropouts are taken as 0, as in the fixtures).
 //! Vocabulary in comments: `B` batch, `T` sequence, `C` channels, `NH` heads, `hs` head size,
@@ -28,10 +31,12 @@ pub mod matmul;
 mod params;
 pub mod residual;
 mod sum;
+pub mod units;
 
 pub use activations::{ActivationLayout, BatchShape, BlockActivations};
 pub use config::{ConfigError, Gpt2Config};
 pub use error::ModelError;
-pub use gpt2::{Gpt2, next_token_targets};
+pub use gpt2::{Gpt2, Gpt2Core, next_token_targets};
 pub use init::init_params;
 pub use params::{BlockParams, ParamLayout};
+pub use units::{ParamSource, ParamUnit, UnitGrads, UnitParams, UnitSpans};

@@ -3,17 +3,23 @@
 //! `forward` runs embeddings, `L` blocks (`h += attn(ln_1(h)); h += mlp(ln_2(h))`), `ln_f` and
 //! the tied-embedding classifier; with targets it also computes the mean cross-entropy and,
 //! fused, the gradient of the logits. `backward` walks the same layers in reverse and
-//! accumulates every parameter gradient into the gradient buffer. This file holds the type and
-//! its checks; `forward.rs` and `backward.rs` hold the two passes.
+//! accumulates every parameter gradient into the gradient buffer. [`Gpt2Core`] is the model
+//! without its parameters (layouts, arena), reading them unit by unit through a
+//! [`ParamSource`]; [`Gpt2`] adds whole parameter and gradient buffers (`owned.rs` is its
+//! source). This file holds the types and their checks; `forward.rs` and `backward.rs` hold the
+//! two passes.
 
 mod backward;
 mod forward;
+mod owned;
 
 use super::activations::{ActivationLayout, BatchShape};
 use super::attention::AttentionDims;
 use super::classifier::crossentropy_forward_backward;
+use super::units::{ParamSource, UnitSpans};
 use super::{Gpt2Config, ModelError, ParamLayout};
 use crate::tensor::split_spans_mut;
+use owned::OwnedParams;
 
 /// What the activation arena holds after the last call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,28 +32,26 @@ enum ArenaState {
     LogitGradients,
 }
 
-/// A GPT-2 with its parameters, gradients and activation arena.
+/// A GPT-2 without its parameters: shapes, layouts and the activation arena.
+///
+/// Forward and backward read parameters and write gradients through a [`ParamSource`], one
+/// unit at a time (see [`super::units`]), so the buffers can live elsewhere: in a [`Gpt2`]
+/// (whole buffers), or sharded across ZeRO-3 ranks and gathered per unit.
 #[derive(Debug, Clone)]
-pub struct Gpt2 {
+pub struct Gpt2Core {
     config: Gpt2Config,
     shape: BatchShape,
     param_layout: ParamLayout,
+    unit_spans: UnitSpans,
     act_layout: ActivationLayout,
-    params: Vec<f32>,
-    grads: Vec<f32>,
     acts: Vec<f32>,
     tokens: Vec<u32>,
     state: ArenaState,
 }
 
-impl Gpt2 {
-    /// A model for `config` with the given parameters (laid out as [`ParamLayout::new`] says),
-    /// sized for batches of `shape`. Gradients start at zero.
-    pub fn new(
-        config: Gpt2Config,
-        params: Vec<f32>,
-        shape: BatchShape,
-    ) -> Result<Self, ModelError> {
+impl Gpt2Core {
+    /// The passes of a model for `config`, sized for batches of `shape`.
+    pub fn new(config: Gpt2Config, shape: BatchShape) -> Result<Self, ModelError> {
         config.validate()?;
         if shape.batch == 0 || shape.seq_len == 0 {
             return Err(ModelError::EmptyBatch);
@@ -59,19 +63,12 @@ impl Gpt2 {
             });
         }
         let param_layout = ParamLayout::new(&config);
-        if params.len() != param_layout.num_params() {
-            return Err(ModelError::ParamCount {
-                expected: param_layout.num_params(),
-                found: params.len(),
-            });
-        }
         let act_layout = ActivationLayout::new(&config, shape);
         Ok(Self {
             config,
             shape,
-            grads: vec![0.0; params.len()],
+            unit_spans: UnitSpans::new(&param_layout),
             acts: vec![0.0; act_layout.total_len()],
-            params,
             param_layout,
             act_layout,
             tokens: Vec::with_capacity(shape.tokens()),
@@ -94,79 +91,59 @@ impl Gpt2 {
         &self.param_layout
     }
 
+    /// Where each parameter unit lives.
+    pub fn unit_spans(&self) -> &UnitSpans {
+        &self.unit_spans
+    }
+
     /// The activation arena layout.
     pub fn activation_layout(&self) -> &ActivationLayout {
         &self.act_layout
     }
 
-    /// The flat parameter buffer.
-    pub fn params(&self) -> &[f32] {
-        &self.params
+    /// Bytes of the activation arena (allocated once, at construction).
+    pub fn activation_bytes(&self) -> usize {
+        self.acts.len() * std::mem::size_of::<f32>()
     }
 
-    /// The flat parameter buffer, for the optimizer (invalidates the activations).
-    pub fn params_mut(&mut self) -> &mut [f32] {
+    /// Forgets the activations (the parameters changed).
+    pub fn invalidate(&mut self) {
         self.state = ArenaState::Empty;
-        &mut self.params
     }
 
-    /// The flat gradient buffer (same layout as the parameters).
-    pub fn grads(&self) -> &[f32] {
-        &self.grads
-    }
-
-    /// The flat gradient buffer, for clipping or reduction.
-    pub fn grads_mut(&mut self) -> &mut [f32] {
-        &mut self.grads
-    }
-
-    /// Parameters and gradients at once, for an optimizer step (invalidates the activations).
-    pub fn params_and_grads_mut(&mut self) -> (&mut [f32], &mut [f32]) {
-        self.state = ArenaState::Empty;
-        (&mut self.params, &mut self.grads)
-    }
-
-    /// Sets every gradient to zero (backward accumulates).
-    pub fn zero_grad(&mut self) {
-        self.grads.fill(0.0);
-    }
-
-    /// The logits `(B, T, V)` of the last [`Gpt2::forward_logits`], if the arena still holds them.
+    /// The logits `(B, T, V)` of the last inference forward, if the arena still holds them.
     pub fn logits(&self) -> Option<&[f32]> {
         (self.state == ArenaState::Logits).then(|| self.act_layout.logits.of(&self.acts))
     }
 
-    /// Inference forward: returns the logits `(B, T, V)` of `tokens` `(B, T)`.
-    pub fn forward_logits(&mut self, tokens: &[u32]) -> Result<&[f32], ModelError> {
+    /// Inference forward with parameters from `source`: the logits `(B, T, V)` of `tokens`.
+    pub fn forward_logits_with<S: ParamSource>(
+        &mut self,
+        source: &mut S,
+        tokens: &[u32],
+    ) -> Result<&[f32], S::Error> {
         self.check_ids(
             "token",
             "tokens",
             tokens.iter().map(|&t| Some(t)),
             tokens.len(),
         )?;
-        self.run_forward(tokens);
+        self.state = ArenaState::Empty;
+        self.run_forward(source, tokens)?;
         self.state = ArenaState::Logits;
         Ok(self.act_layout.logits.of(&self.acts))
     }
 
-    /// Training forward: the mean cross-entropy over positions that have a target, with the
-    /// gradient of the logits prepared for [`Gpt2::backward`].
-    ///
-    /// `tokens` and `targets` are `(B, T)`; `targets[i]` is the id position `i` should predict,
-    /// or `None` to ignore it (Hugging Face's `-100`). See [`next_token_targets`].
-    pub fn forward(&mut self, tokens: &[u32], targets: &[Option<u32>]) -> Result<f32, ModelError> {
-        self.forward_scaled(tokens, targets, 1.0)
-    }
-
-    /// As [`Gpt2::forward`], but backward will compute the gradient of `grad_scale * loss`
-    /// (gradient accumulation divides by the number of micro-batches; fp16 multiplies by the
-    /// loss scale).
-    pub fn forward_scaled(
+    /// Training forward with parameters from `source`: the mean cross-entropy over positions
+    /// that have a target; backward will compute the gradient of `grad_scale * loss`. See
+    /// [`Gpt2::forward_scaled`].
+    pub fn forward_with<S: ParamSource>(
         &mut self,
+        source: &mut S,
         tokens: &[u32],
         targets: &[Option<u32>],
         grad_scale: f32,
-    ) -> Result<f32, ModelError> {
+    ) -> Result<f32, S::Error> {
         self.check_ids(
             "token",
             "tokens",
@@ -176,9 +153,10 @@ impl Gpt2 {
         self.check_ids("target", "targets", targets.iter().copied(), targets.len())?;
         let count = targets.iter().filter(|t| t.is_some()).count();
         if count == 0 {
-            return Err(ModelError::NoTargets);
+            return Err(ModelError::NoTargets.into());
         }
-        self.run_forward(tokens);
+        self.state = ArenaState::Empty;
+        self.run_forward(source, tokens)?;
         let layout = &self.act_layout;
         let [logits, losses] = split_spans_mut(&mut self.acts, [layout.logits, layout.losses]);
         let dloss = grad_scale / count as f32;
@@ -218,6 +196,134 @@ impl Gpt2 {
             }
         }
         Ok(())
+    }
+}
+
+/// A GPT-2 with its parameters, gradients and activation arena.
+#[derive(Debug, Clone)]
+pub struct Gpt2 {
+    core: Gpt2Core,
+    /// A copy of the core's unit spans, borrowed while the core runs a pass.
+    unit_spans: UnitSpans,
+    params: Vec<f32>,
+    grads: Vec<f32>,
+}
+
+impl Gpt2 {
+    /// A model for `config` with the given parameters (laid out as [`ParamLayout::new`] says),
+    /// sized for batches of `shape`. Gradients start at zero.
+    pub fn new(
+        config: Gpt2Config,
+        params: Vec<f32>,
+        shape: BatchShape,
+    ) -> Result<Self, ModelError> {
+        let core = Gpt2Core::new(config, shape)?;
+        let expected = core.param_layout.num_params();
+        if params.len() != expected {
+            return Err(ModelError::ParamCount {
+                expected,
+                found: params.len(),
+            });
+        }
+        Ok(Self {
+            unit_spans: core.unit_spans.clone(),
+            core,
+            grads: vec![0.0; params.len()],
+            params,
+        })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &Gpt2Config {
+        self.core.config()
+    }
+
+    /// The batch shape the arena is sized for.
+    pub fn shape(&self) -> BatchShape {
+        self.core.shape()
+    }
+
+    /// The parameter (and gradient) layout.
+    pub fn param_layout(&self) -> &ParamLayout {
+        self.core.param_layout()
+    }
+
+    /// The activation arena layout.
+    pub fn activation_layout(&self) -> &ActivationLayout {
+        self.core.activation_layout()
+    }
+
+    /// The flat parameter buffer.
+    pub fn params(&self) -> &[f32] {
+        &self.params
+    }
+
+    /// The flat parameter buffer, for the optimizer (invalidates the activations).
+    pub fn params_mut(&mut self) -> &mut [f32] {
+        self.core.invalidate();
+        &mut self.params
+    }
+
+    /// The flat gradient buffer (same layout as the parameters).
+    pub fn grads(&self) -> &[f32] {
+        &self.grads
+    }
+
+    /// The flat gradient buffer, for clipping or reduction.
+    pub fn grads_mut(&mut self) -> &mut [f32] {
+        &mut self.grads
+    }
+
+    /// Parameters and gradients at once, for an optimizer step (invalidates the activations).
+    pub fn params_and_grads_mut(&mut self) -> (&mut [f32], &mut [f32]) {
+        self.core.invalidate();
+        (&mut self.params, &mut self.grads)
+    }
+
+    /// Sets every gradient to zero (backward accumulates).
+    pub fn zero_grad(&mut self) {
+        self.grads.fill(0.0);
+    }
+
+    /// The logits `(B, T, V)` of the last [`Gpt2::forward_logits`], if the arena still holds them.
+    pub fn logits(&self) -> Option<&[f32]> {
+        self.core.logits()
+    }
+
+    /// Inference forward: returns the logits `(B, T, V)` of `tokens` `(B, T)`.
+    pub fn forward_logits(&mut self, tokens: &[u32]) -> Result<&[f32], ModelError> {
+        let mut source = OwnedParams::new(&self.unit_spans, &self.params, &mut self.grads);
+        self.core.forward_logits_with(&mut source, tokens)
+    }
+
+    /// Training forward: the mean cross-entropy over positions that have a target, with the
+    /// gradient of the logits prepared for [`Gpt2::backward`].
+    ///
+    /// `tokens` and `targets` are `(B, T)`; `targets[i]` is the id position `i` should predict,
+    /// or `None` to ignore it (Hugging Face's `-100`). See [`next_token_targets`].
+    pub fn forward(&mut self, tokens: &[u32], targets: &[Option<u32>]) -> Result<f32, ModelError> {
+        self.forward_scaled(tokens, targets, 1.0)
+    }
+
+    /// As [`Gpt2::forward`], but backward will compute the gradient of `grad_scale * loss`
+    /// (gradient accumulation divides by the number of micro-batches; fp16 multiplies by the
+    /// loss scale).
+    pub fn forward_scaled(
+        &mut self,
+        tokens: &[u32],
+        targets: &[Option<u32>],
+        grad_scale: f32,
+    ) -> Result<f32, ModelError> {
+        let mut source = OwnedParams::new(&self.unit_spans, &self.params, &mut self.grads);
+        self.core
+            .forward_with(&mut source, tokens, targets, grad_scale)
+    }
+
+    /// Backward through the whole model: adds the gradient of (`grad_scale` times) the last
+    /// training forward's loss to the gradient buffer.
+    pub fn backward(&mut self) -> Result<(), ModelError> {
+        let mut source = OwnedParams::new(&self.unit_spans, &self.params, &mut self.grads);
+        self.core.backward_with(&mut source)
     }
 }
 
