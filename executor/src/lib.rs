@@ -1,39 +1,29 @@
-//! dsplan's executor: runs a compiled plan.
+//! dsplan's executor: trains a GPT-2 the way a DeepSpeed config says, on the CPU.
 //!
-//! The CPU GPT-2 exists as a library: [`model`] (the hand-written model, forward and backward
-//! over flat buffers), [`tensor`] (named spans of those buffers), [`io`] (Hugging Face
-//! `config.json` and `model.safetensors`), [`optim`] (Adam/AdamW and gradient clipping),
-//! [`comm`] (collectives; in-process ranks) and [`data`] (token batches split across ranks and
-//! micro-steps).
+//! * [`model`]: the hand-written GPT-2 (forward and backward over flat buffers, matching
+//!   `transformers`), reading its parameters unit by unit so they can live sharded;
+//! * [`tensor`]: named spans of flat buffers; [`io`]: Hugging Face `config.json` and
+//!   `model.safetensors`;
+//! * [`optim`]: Adam/AdamW and gradient clipping on flat slices;
+//! * [`comm`]: collectives, with in-process ranks as threads ([`comm::LocalComm`]);
+//! * [`data`]: token batches split across ranks and micro-steps as DeepSpeed's runs split them;
+//! * [`zero`]: ZeRO stages 0-3 over those ranks, fp32/bf16/fp16 with fp32 master weights and
+//!   DeepSpeed's loss scaling, each stage's clipping arithmetic, and measured memory per
+//!   buffer category next to the prediction;
+//! * [`train`]: a whole run from a `ds_config.json` (settings, model, data, steps, ranks);
+//! * [`metrics`]: per-step metrics and the per-rank memory ledger;
+//! * [`checkpoint`]: consolidating the fp32 master weights and writing them atomically.
 //!
-//! A plan does not run yet. The CPU backend (ZeRO stages 0-3 over in-process ranks, around the
-//! model above) and the CUDA backend are tracked as separate issues; until they land, asking
-//! the executor to run returns [`ExecutorError::NotImplemented`] instead of pretending.
+//! There is no CUDA backend yet; the plan (`planner::plan`) is not wired in yet either: the
+//! sharding and bucketing arithmetic lives in [`zero::partition`] until it is.
 
+pub mod checkpoint;
 pub mod comm;
 pub mod data;
 pub mod io;
+pub mod metrics;
 pub mod model;
 pub mod optim;
 pub mod tensor;
-
-use std::fmt;
-
-/// Why the executor could not run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExecutorError {
-    /// The requested capability does not exist yet.
-    NotImplemented(&'static str),
-}
-
-impl fmt::Display for ExecutorError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExecutorError::NotImplemented(what) => {
-                write!(f, "{what} is not implemented yet in this build of dsplan")
-            }
-        }
-    }
-}
-
-impl std::error::Error for ExecutorError {}
+pub mod train;
+pub mod zero;

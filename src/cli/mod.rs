@@ -2,6 +2,7 @@
 //! with its arguments and its `run` function.
 
 mod estimate;
+mod run;
 mod schema;
 mod validate;
 
@@ -24,6 +25,8 @@ enum Command {
     Schema,
     /// DeepSpeed's ZeRO-2/ZeRO-3 model-state memory estimates for a model and a cluster.
     Estimate(estimate::EstimateArgs),
+    /// Train with a config: ZeRO stages 0-3 over in-process ranks on the CPU.
+    Run(run::RunArgs),
 }
 
 /// Output format shared by every command.
@@ -64,6 +67,7 @@ pub fn run() -> ExitCode {
         Command::Validate(args) => validate::run(args),
         Command::Schema => schema::run(),
         Command::Estimate(args) => estimate::run(args),
+        Command::Run(args) => run::run(args),
     };
     ExitCode::from(outcome)
 }

@@ -1,0 +1,207 @@
+//! [`train`]: one run, one thread per rank.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use super::{TrainError, TrainSpec};
+use crate::checkpoint::consolidate;
+use crate::comm::{CommError, CommTraffic, run_ranks};
+use crate::data::{BatchLayout, DataError, MicroBatchIndex, TokenBatch, TokenSource};
+use crate::metrics::{ByCategory, MemoryLedger, MemoryReport, StepMetrics};
+use crate::model::{BatchShape, Gpt2Core, ParamLayout};
+use crate::zero::predict::predict_peaks;
+use crate::zero::{
+    ClipRule, EngineOptions, RankEngine, RankOptions, ShardOptions, ShardPlan, ZeroError, ZeroRank,
+};
+
+/// What a finished run reports.
+#[derive(Debug, Clone)]
+pub struct TrainReport {
+    /// Every step, as rank 0 saw it.
+    pub steps: Vec<StepMetrics>,
+    /// The trained fp32 parameters (the consolidated master weights), flat.
+    pub final_params: Vec<f32>,
+    /// Each rank's measured memory.
+    pub memory: Vec<MemoryReport>,
+    /// The predicted peak per category (the same on every rank).
+    pub predicted: ByCategory,
+    /// What each rank sent.
+    pub traffic: Vec<CommTraffic>,
+    /// Optimizer steps applied (skipped ones excluded).
+    pub applied_steps: u64,
+    /// Wall-clock seconds of the training loop.
+    pub seconds: f64,
+    /// Tokens trained on (predicted positions over all steps).
+    pub tokens: u64,
+}
+
+/// What one rank hands back.
+struct RankOutcome {
+    master: Vec<f32>,
+    memory: MemoryReport,
+    traffic: CommTraffic,
+    applied_steps: u64,
+    steps: Vec<StepMetrics>,
+}
+
+/// Runs `spec`, calling `observer` with every step of rank 0 as it finishes.
+pub fn train(
+    spec: &TrainSpec,
+    observer: &(dyn Fn(&StepMetrics) + Sync),
+) -> Result<TrainReport, TrainError> {
+    let settings = &spec.settings;
+    let world = spec.world.max(1);
+    let batch = settings.batch;
+    let layout = BatchLayout::new(batch.micro_batch, spec.seq_len, batch.grad_accum, world)?;
+    let source = spec.data.open(layout)?;
+    if source.token_bound() as usize > spec.model.vocab_size {
+        return Err(TrainError::Vocabulary {
+            token_bound: source.token_bound(),
+            vocab_size: spec.model.vocab_size,
+        });
+    }
+    if let Some(available) = source.steps()
+        && available < spec.steps
+    {
+        return Err(TrainError::TooFewSteps {
+            available,
+            requested: spec.steps,
+        });
+    }
+    let shape = BatchShape {
+        batch: batch.micro_batch,
+        seq_len: spec.seq_len,
+    };
+    // Checked once here so that a bad shape is an error, not a failure on every rank.
+    let probe = Gpt2Core::new(spec.model, shape)?;
+    let param_layout = ParamLayout::new(&spec.model);
+    if spec.initial_params.len() != param_layout.num_params() {
+        return Err(TrainError::Model(crate::model::ModelError::ParamCount {
+            expected: param_layout.num_params(),
+            found: spec.initial_params.len(),
+        }));
+    }
+    let shard_options = ShardOptions {
+        reduce_bucket_size: settings.reduce_bucket_size.max(1),
+        param_persistence_threshold: settings.param_persistence_threshold,
+        model_persistence_threshold: settings.model_persistence_threshold,
+    };
+    let plan = ShardPlan::new(&param_layout, world, shard_options);
+    let rank_options = RankOptions {
+        stage: settings.stage,
+        model_dtype: settings.precision.model_dtype(),
+        accum_dtype: settings.accum_dtype(),
+        comm_dtype: settings.comm_dtype(),
+        scaling: settings.scaling,
+        reduce_bucket_size: settings.reduce_bucket_size.max(1),
+        allgather_bucket_size: settings.allgather_bucket_size,
+    };
+    let predicted = predict_peaks(&plan, &rank_options, probe.activation_bytes() as u64);
+    drop(probe);
+    let scaler = settings
+        .precision
+        .loss_scaler(settings.stage)
+        .map_err(|e| TrainError::Rank {
+            rank: 0,
+            error: ZeroError::LossScale(e),
+        })?;
+    let engine_options = EngineOptions {
+        grad_accum: batch.grad_accum,
+        clip: settings.gradient_clipping,
+        clip_rule: ClipRule::for_stage(settings.stage, settings.precision.model_dtype()),
+        adam: settings.optimizer.adam,
+        base_lr: settings.optimizer.lr,
+        schedule: settings.schedule.clone(),
+        precision: settings.precision,
+        scaler,
+    };
+    let tokens_per_step = (batch.train_batch * spec.seq_len) as u64;
+    let source: Mutex<Box<dyn TokenSource + Send>> = Mutex::new(source);
+    let batches = |at: MicroBatchIndex| -> Result<TokenBatch, DataError> {
+        let mut source = source
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        source.micro_batch(at)
+    };
+
+    let started = Instant::now();
+    let outcomes = run_ranks(world, |comm| -> Result<RankOutcome, ZeroError> {
+        let ledger = MemoryLedger::new();
+        let core = Gpt2Core::new(spec.model, shape)?;
+        let rank = ZeroRank::new(
+            Box::new(comm),
+            plan.clone(),
+            rank_options,
+            &spec.initial_params,
+            &ledger,
+        );
+        let is_reporter = rank.rank() == 0;
+        let mut engine = RankEngine::new(core, rank, engine_options.clone(), &ledger);
+        let mut steps = Vec::new();
+        for step in 0..spec.steps {
+            let step_started = Instant::now();
+            let record = engine.step(step, &batches)?;
+            let seconds = step_started.elapsed().as_secs_f64();
+            if is_reporter {
+                let metrics = StepMetrics {
+                    step,
+                    loss: record.loss,
+                    lr: record.lr,
+                    grad_norm: record.grad_norm,
+                    loss_scale: record.loss_scale,
+                    skipped: record.skipped,
+                    tokens_per_s: tokens_per_step as f64 / seconds.max(1e-9),
+                    times: record.times,
+                    seconds,
+                };
+                observer(&metrics);
+                steps.push(metrics);
+            }
+        }
+        Ok(RankOutcome {
+            master: engine.rank().master().to_vec(),
+            memory: ledger.report(),
+            traffic: engine.rank().traffic(),
+            applied_steps: engine.applied_steps(),
+            steps,
+        })
+    })
+    .map_err(TrainError::Comm)?;
+    let seconds = started.elapsed().as_secs_f64();
+
+    let mut ranks = Vec::with_capacity(world);
+    let mut failures: Vec<(usize, ZeroError)> = Vec::new();
+    for (rank, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(outcome) => ranks.push(outcome),
+            Err(error) => failures.push((rank, error)),
+        }
+    }
+    if !failures.is_empty() {
+        // A rank's own failure, rather than the others noticing that it left.
+        let own = failures
+            .iter()
+            .position(|(_, e)| !matches!(e, ZeroError::Comm(CommError::PeerLeft { .. })))
+            .unwrap_or(0);
+        let (rank, error) = failures.swap_remove(own);
+        return Err(TrainError::Rank { rank, error });
+    }
+    let masters: Vec<Vec<f32>> = ranks
+        .iter_mut()
+        .map(|r| std::mem::take(&mut r.master))
+        .collect();
+    let final_params = consolidate(&plan, settings.stage, &masters);
+    Ok(TrainReport {
+        steps: ranks
+            .first_mut()
+            .map(|r| std::mem::take(&mut r.steps))
+            .unwrap_or_default(),
+        final_params,
+        memory: ranks.iter().map(|r| r.memory).collect(),
+        predicted,
+        traffic: ranks.iter().map(|r| r.traffic.clone()).collect(),
+        applied_steps: ranks.first().map_or(0, |r| r.applied_steps),
+        seconds,
+        tokens: tokens_per_step * spec.steps,
+    })
+}

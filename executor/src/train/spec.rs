@@ -1,0 +1,106 @@
+//! [`TrainSpec`]: everything one training run needs, and where its data comes from.
+
+use std::path::{Path, PathBuf};
+
+use safetensors::SafeTensors;
+
+use super::{TrainError, TrainSettings};
+use crate::data::{
+    BatchLayout, DEFAULT_TENSOR, DataError, DataFormat, TokenSource, WindowOrder, bundled_corpus,
+    open,
+};
+use crate::model::Gpt2Config;
+
+/// Where the tokens come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataChoice {
+    /// The small text corpus compiled into dsplan (byte-level tokens).
+    Bundled {
+        /// The window order.
+        order: WindowOrder,
+    },
+    /// A file: text, an llm.c `.bin`, or a `.safetensors` of stored batches.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The window order (token streams only).
+        order: WindowOrder,
+    },
+}
+
+impl DataChoice {
+    /// Opens the source for `layout`.
+    pub fn open(&self, layout: BatchLayout) -> Result<Box<dyn TokenSource + Send>, DataError> {
+        match self {
+            DataChoice::Bundled { order } => Ok(Box::new(bundled_corpus(layout, *order)?)),
+            DataChoice::File { path, order } => open(path, layout, *order),
+        }
+    }
+}
+
+/// One training run.
+#[derive(Debug, Clone)]
+pub struct TrainSpec {
+    /// What the config asks for.
+    pub settings: TrainSettings,
+    /// The model's shape.
+    pub model: Gpt2Config,
+    /// Its initial parameters (flat, [`crate::model::ParamLayout`] order), read by every rank.
+    pub initial_params: Vec<f32>,
+    /// The data.
+    pub data: DataChoice,
+    /// Predicted positions per row (the model reads `seq_len` tokens at a time).
+    pub seq_len: usize,
+    /// Optimizer steps to run (skipped steps count).
+    pub steps: u64,
+    /// Data-parallel ranks (threads).
+    pub world: usize,
+}
+
+/// The shape of stored batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredShape {
+    /// Steps stored.
+    pub steps: u64,
+    /// Rows per step (the global batch).
+    pub global_batch: usize,
+    /// Predicted positions per row (row length minus one).
+    pub seq_len: usize,
+}
+
+/// For a `.safetensors` data file, the shape of its stored batches; `None` for token streams,
+/// whose windows take any length.
+pub fn stored_shape(path: &Path) -> Result<Option<StoredShape>, TrainError> {
+    if DataFormat::from_path(path) != DataFormat::Safetensors {
+        return Ok(None);
+    }
+    let origin = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|error| DataError::Io {
+        path: origin.clone(),
+        message: error.to_string(),
+    })?;
+    let file = SafeTensors::deserialize(&bytes).map_err(|error| DataError::Safetensors {
+        origin: origin.clone(),
+        message: error.to_string(),
+    })?;
+    let view = file
+        .tensor(DEFAULT_TENSOR)
+        .map_err(|_| DataError::MissingTensor {
+            origin: origin.clone(),
+            name: DEFAULT_TENSOR.to_owned(),
+            available: file.names().into_iter().map(str::to_owned).collect(),
+        })?;
+    Ok(match *view.shape() {
+        [steps, batch, row] => Some(StoredShape {
+            steps: steps as u64,
+            global_batch: batch,
+            seq_len: row.saturating_sub(1),
+        }),
+        [batch, row] => Some(StoredShape {
+            steps: 1,
+            global_batch: batch,
+            seq_len: row.saturating_sub(1),
+        }),
+        _ => None,
+    })
+}

@@ -1,0 +1,37 @@
+//! ZeRO over in-process ranks: stages 0-3 with mixed precision, on the CPU model.
+//!
+//! Each rank is a thread with its own [`ZeroRank`] (what its stage lets it hold) and
+//! [`RankEngine`] (the step), talking to the others only through [`crate::comm::Comm`]:
+//!
+//! * [`partition`]: every sharding and bucketing number ([`ShardPlan`]; to be replaced by the
+//!   plan's shards and buckets);
+//! * [`precision`]: fp32 / bf16 / fp16 storage and rounding ([`MixedPrecision`], [`DtypeVec`]);
+//! * `rank.rs` with `stage0.rs` .. `stage3.rs`: the state and the stage-specific collectives
+//!   (stage 0: all-reduce of the whole gradient; stage 1: sharded optimizer and master, params
+//!   all-gathered after the step; stage 2: gradients averaged in buckets during backward and
+//!   kept as a partition; stage 3: parameters sharded per tensor, gathered per unit before use
+//!   and released after, gradients reduce-scattered);
+//! * [`clip`]: each stage's norm and clip arithmetic;
+//! * [`engine`]: the order of a step (micro-steps, boundary, loss scale, clip, Adam, schedule).
+//!
+//! Every buffer is counted in the rank's [`crate::metrics::MemoryLedger`] by category, so the
+//! measured peak per rank can be compared with what the plan predicts ([`predict`]).
+
+pub mod clip;
+pub mod engine;
+mod error;
+pub mod partition;
+pub mod precision;
+pub mod predict;
+mod rank;
+mod stage0;
+mod stage1;
+mod stage2;
+mod stage3;
+
+pub use clip::{ClipRule, Scales};
+pub use engine::{EngineOptions, PhaseTimes, RankEngine, StepRecord};
+pub use error::ZeroError;
+pub use partition::{ShardOptions, ShardPlan};
+pub use precision::{Dtype, DtypeVec, MixedPrecision};
+pub use rank::{GradScaling, RankOptions, ZeroRank};

@@ -1,0 +1,576 @@
+//! [`ZeroRank`]: one data-parallel rank's parameters, gradients, master weights and optimizer
+//! state, laid out by its ZeRO stage, and the [`ParamSource`] the model reads them through.
+//!
+//! What each stage allocates on a rank (`Ψ` parameters, `W` ranks, `P = Ψ_padded / W`):
+//!
+//! | stage | params (model dtype) | grads (accumulation dtype) | fp32 master | Adam m, v |
+//! |---|---|---|---|---|
+//! | 0 | `Ψ` | `Ψ` | `Ψ` (none in fp32: the params are the master) | `2Ψ` |
+//! | 1 | `Ψ_padded` | `Ψ_padded`, reduced at the boundary | `P` | `2P` |
+//! | 2 | `Ψ_padded` | `P`, reduced bucket by bucket every micro-step | `P` | `2P` |
+//! | 3 | `Σ ceil(n_t / W)` + persistent tensors | the same shard | shard | 2 × shard |
+//!
+//! plus transient buffers: each unit's `f32` gradients during backward (as autograd's `.grad`),
+//! `f32` copies of 16-bit units while the model computes with them, stage 3's gathered units,
+//! the gradient bucket, and staging for collectives. The stage-specific operations live in
+//! `stage0.rs` .. `stage3.rs`; this file holds the state, the model-facing source, and the
+//! optimizer step they share.
+
+use std::ops::Range;
+use std::rc::Rc;
+
+use dsplan_planner::config::ZeroStage;
+
+use super::ZeroError;
+use super::partition::ShardPlan;
+use super::precision::{Dtype, DtypeVec};
+use crate::comm::{Comm, ReduceOp};
+use crate::metrics::{Category, MemoryLedger, Reservation, Tracked};
+use crate::model::{ParamSource, ParamUnit};
+use crate::optim::{AdamConfig, AdamState, adam_step};
+
+/// How a rank stores and reduces (from the config; see `train::settings`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RankOptions {
+    /// The ZeRO stage.
+    pub stage: ZeroStage,
+    /// Parameters and gradients as the model produces them.
+    pub model_dtype: Dtype,
+    /// Gradient accumulation across micro-steps (`data_types.grad_accum_dtype`).
+    pub accum_dtype: Dtype,
+    /// Reductions (`communication_data_type`).
+    pub comm_dtype: Dtype,
+    /// Where the division by the world size happens.
+    pub scaling: GradScaling,
+    /// `reduce_bucket_size`: elements per reduction (stage 0/1 chunks, stage 2/3 buckets).
+    pub reduce_bucket_size: usize,
+    /// `allgather_bucket_size`: elements per parameter all-gather after a stage 1/2 step.
+    pub allgather_bucket_size: usize,
+}
+
+/// How the gradient average is formed (DeepSpeed §4.3).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GradScaling {
+    /// Divide by the world size, then sum (ZeRO's buckets; `prescale_gradients`).
+    PreDivide,
+    /// Multiply by `1/factor`, sum, multiply by `factor/W` (the engine's default all-reduce;
+    /// `factor` is `gradient_predivide_factor`, usually 1).
+    PostMultiply {
+        /// `gradient_predivide_factor`.
+        factor: f32,
+    },
+}
+
+/// One rank's training state. See the [module documentation](self).
+pub struct ZeroRank {
+    pub(super) options: RankOptions,
+    pub(super) plan: ShardPlan,
+    pub(super) rank: usize,
+    pub(super) world: usize,
+    pub(super) comm: Box<dyn Comm>,
+    pub(super) ledger: Rc<MemoryLedger>,
+    /// Stage 0: `Ψ`; stage 1/2: `Ψ_padded`; stage 3: the shard.
+    pub(super) params: Tracked<DtypeVec>,
+    /// Stage 3: the persistent tensors' full values, back to back.
+    pub(super) persistent: Option<Tracked<DtypeVec>>,
+    /// Stage 3: where each persistent tensor starts in `persistent`.
+    pub(super) persistent_offset: Vec<Option<usize>>,
+    /// Per unit: its `f32` parameters while fetched (16-bit storage, or stage 3).
+    pub(super) live: Vec<Option<Tracked<Box<[f32]>>>>,
+    /// Per unit: its gradients during backward.
+    pub(super) unit_grads: Vec<Option<Tracked<Box<[f32]>>>>,
+    /// Stage 0: `Ψ`; stage 1: `Ψ_padded`; stage 2: the partition; stage 3: the shard.
+    pub(super) grads: Tracked<DtypeVec>,
+    /// Stage 2/3: the gradient bucket (stage 3 in its per-rank interleaved layout).
+    pub(super) bucket: Option<Tracked<Box<[f32]>>>,
+    /// Stage 3: the reduce-scatter output.
+    pub(super) bucket_out: Option<Tracked<Box<[f32]>>>,
+    /// The `f32` copy of the owned gradients during a 16-bit step.
+    pub(super) staged: Option<Tracked<Box<[f32]>>>,
+    /// The fp32 master of the owned parameters (`None`: the params are `f32` and owned whole).
+    pub(super) master: Option<Tracked<Box<[f32]>>>,
+    pub(super) adam: AdamState,
+    _adam_bytes: Reservation,
+    /// The owned region's pieces of real tensors, in owned-buffer coordinates (for norms).
+    pub(super) norm_pieces: Vec<Range<usize>>,
+}
+
+impl std::fmt::Debug for ZeroRank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZeroRank")
+            .field("stage", &self.options.stage)
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZeroRank {
+    /// The state of rank `comm.rank()` for a model whose initial parameters are `initial`
+    /// (the full flat buffer every rank can read, like a checkpoint on disk; each rank copies
+    /// only what its stage gives it).
+    pub fn new(
+        comm: Box<dyn Comm>,
+        plan: ShardPlan,
+        options: RankOptions,
+        initial: &[f32],
+        ledger: &Rc<MemoryLedger>,
+    ) -> Self {
+        let (rank, world) = (comm.rank(), comm.world_size());
+        let flat = *plan.flat();
+        let tracked = |category, values: DtypeVec| Tracked::new(ledger, category, values);
+        let (params, grads_len, owned) = match options.stage {
+            ZeroStage::Disabled => {
+                let mut params = DtypeVec::zeros(options.model_dtype, flat.numel);
+                params.write(0, initial);
+                (params, flat.numel, 0..flat.numel)
+            }
+            ZeroStage::OptimizerStates | ZeroStage::Gradients => {
+                let mut params = DtypeVec::zeros(options.model_dtype, flat.padded);
+                params.write(0, initial);
+                let grads_len = if options.stage == ZeroStage::Gradients {
+                    flat.partition
+                } else {
+                    flat.padded
+                };
+                (params, grads_len, flat.range(rank))
+            }
+            ZeroStage::Weights => {
+                let shard = super::stage3::cut_shard(&plan, rank, options.model_dtype, initial);
+                let len = shard.len();
+                (shard, len, 0..len)
+            }
+        };
+        let (persistent, persistent_offset) = if options.stage == ZeroStage::Weights {
+            let (store, offsets) =
+                super::stage3::persistent_store(&plan, options.model_dtype, initial);
+            (Some(tracked(Category::Params, store)), offsets)
+        } else {
+            (None, vec![None; plan.tensors().len()])
+        };
+        let params = tracked(Category::Params, params);
+        let master_needed =
+            !(options.stage == ZeroStage::Disabled && options.model_dtype == Dtype::F32);
+        let master = master_needed.then(|| {
+            let mut master = vec![0.0f32; owned.len()].into_boxed_slice();
+            params.read(owned.start, &mut master);
+            Tracked::new(ledger, Category::Master, master)
+        });
+        let owned_len = owned.len();
+        let norm_pieces = norm_pieces(&plan, options.stage, rank);
+        let (bucket, bucket_out) = match options.stage {
+            ZeroStage::Gradients => (
+                Some(Tracked::zeros(
+                    ledger,
+                    Category::Buckets,
+                    plan.max_bucket_numel(),
+                )),
+                None,
+            ),
+            ZeroStage::Weights => (
+                Some(Tracked::zeros(
+                    ledger,
+                    Category::Buckets,
+                    world * plan.max_bucket_shard_numel(),
+                )),
+                Some(Tracked::zeros(
+                    ledger,
+                    Category::Buckets,
+                    plan.max_bucket_shard_numel(),
+                )),
+            ),
+            _ => (None, None),
+        };
+        let units = plan.units().len();
+        Self {
+            grads: tracked(
+                Category::Grads,
+                DtypeVec::zeros(options.accum_dtype, grads_len),
+            ),
+            options,
+            rank,
+            world,
+            comm,
+            ledger: Rc::clone(ledger),
+            params,
+            persistent,
+            persistent_offset,
+            live: (0..units).map(|_| None).collect(),
+            unit_grads: (0..units).map(|_| None).collect(),
+            bucket,
+            bucket_out,
+            staged: None,
+            master,
+            adam: AdamState::new(owned_len),
+            _adam_bytes: Reservation::new(
+                ledger,
+                Category::Optimizer,
+                (2 * owned_len * std::mem::size_of::<f32>()) as u64,
+            ),
+            norm_pieces,
+            plan,
+        }
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    /// The group, for the engine's own collectives (loss, overflow flag, norms).
+    pub fn comm(&mut self) -> &mut dyn Comm {
+        self.comm.as_mut()
+    }
+
+    /// What this rank has sent so far.
+    pub fn traffic(&self) -> crate::comm::CommTraffic {
+        self.comm.traffic().clone()
+    }
+
+    /// The shards and buckets this rank works with.
+    pub fn plan(&self) -> &ShardPlan {
+        &self.plan
+    }
+
+    /// The options it was built with.
+    pub fn options(&self) -> &RankOptions {
+        &self.options
+    }
+
+    /// The optimizer's step counter.
+    pub fn optimizer_steps(&self) -> u64 {
+        self.adam.step
+    }
+
+    /// The owned fp32 master weights (stage 0 fp32: all parameters).
+    pub fn master(&self) -> &[f32] {
+        match &self.master {
+            Some(master) => master,
+            None => self.params.as_f32().unwrap_or(&[]),
+        }
+    }
+
+    /// Starts an optimizer step: the accumulated gradients go back to zero.
+    pub fn begin_step(&mut self) {
+        self.grads.fill_zero();
+    }
+
+    /// After the last micro-step: stages 0 and 1 reduce the accumulated gradients now (stages
+    /// 2 and 3 reduced them bucket by bucket during backward).
+    pub fn reduce_at_boundary(&mut self) -> Result<(), ZeroError> {
+        match self.options.stage {
+            ZeroStage::Disabled | ZeroStage::OptimizerStates => self.reduce_accumulated(),
+            ZeroStage::Gradients | ZeroStage::Weights => Ok(()),
+        }
+    }
+
+    /// Where the owned gradients sit in `grads`.
+    fn owned_grad_range(&self) -> Range<usize> {
+        match self.options.stage {
+            ZeroStage::OptimizerStates => self.plan.flat().range(self.rank),
+            _ => 0..self.grads.len(),
+        }
+    }
+
+    /// Makes the owned gradients available as `f32` ([`ZeroRank::owned_grads`]): in place when
+    /// they are stored in `f32`, else widened into a staging copy (DeepSpeed builds the same
+    /// fp32 gradient partition before its step).
+    pub fn stage_owned_grads(&mut self) {
+        if self.grads.dtype() != Dtype::F32 {
+            let range = self.owned_grad_range();
+            let mut staged = Tracked::zeros(&self.ledger, Category::Grads, range.len());
+            self.grads.read(range.start, &mut staged);
+            self.staged = Some(staged);
+        }
+    }
+
+    /// The owned gradients as `f32` (after [`ZeroRank::stage_owned_grads`]).
+    pub fn owned_grads(&self) -> &[f32] {
+        match &self.staged {
+            Some(staged) => staged,
+            None => {
+                let range = self.owned_grad_range();
+                self.grads.as_f32().map_or(&[][..], |g| &g[range])
+            }
+        }
+    }
+
+    /// The owned gradients as `f32`, mutably (after [`ZeroRank::stage_owned_grads`]).
+    pub fn owned_grads_mut(&mut self) -> &mut [f32] {
+        let range = self.owned_grad_range();
+        match &mut self.staged {
+            Some(staged) => staged,
+            None => self
+                .grads
+                .as_f32_mut()
+                .map_or(&mut [][..], |g| &mut g[range]),
+        }
+    }
+
+    /// The pieces of real tensors in the owned gradients (owned coordinates).
+    pub fn norm_pieces(&self) -> &[Range<usize>] {
+        &self.norm_pieces
+    }
+
+    /// Whether any owned gradient is inf or NaN, on any rank (all-reduced MAX).
+    pub fn any_overflow(&mut self) -> Result<bool, ZeroError> {
+        let local = self.owned_grads().iter().any(|g| !g.is_finite());
+        let flag = self
+            .comm
+            .all_reduce_scalar(if local { 1.0 } else { 0.0 }, ReduceOp::Max)?;
+        Ok(flag != 0.0)
+    }
+
+    /// Drops the staged gradients of a skipped step.
+    pub fn discard_step(&mut self) {
+        self.staged = None;
+    }
+
+    /// The optimizer step on the owned region with the (already unscaled and clipped) owned
+    /// gradients, then the parameters each stage keeps are brought up to date: stage 0 copies
+    /// the master into its parameters, stages 1 and 2 write their partition and all-gather the
+    /// others', stage 3 writes its shard and re-gathers the persistent tensors.
+    pub fn optimizer_step(&mut self, adam: &AdamConfig, lr: f64) -> Result<(), ZeroError> {
+        let grad_range = self.owned_grad_range();
+        let Self {
+            params,
+            grads,
+            staged,
+            master,
+            adam: state,
+            ..
+        } = self;
+        let grads: &[f32] = match staged {
+            Some(staged) => staged,
+            None => grads.as_f32().map_or(&[][..], |g| &g[grad_range]),
+        };
+        let master: &mut [f32] = match master {
+            Some(master) => master,
+            None => params.as_f32_mut().unwrap_or(&mut []),
+        };
+        let step = state.step + 1;
+        adam_step(
+            master,
+            grads,
+            &mut state.exp_avg,
+            &mut state.exp_avg_sq,
+            step,
+            lr,
+            adam,
+        )?;
+        state.step = step;
+        self.staged = None;
+        match self.options.stage {
+            ZeroStage::Disabled => {
+                if let Some(master) = &self.master {
+                    self.params.write(0, master);
+                }
+                Ok(())
+            }
+            ZeroStage::OptimizerStates | ZeroStage::Gradients => {
+                let start = self.plan.flat().range(self.rank).start;
+                if let Some(master) = &self.master {
+                    self.params.write(start, master);
+                }
+                self.gather_flat_partitions()
+            }
+            ZeroStage::Weights => {
+                if let Some(master) = &self.master {
+                    self.params.write(0, master);
+                }
+                self.regather_persistent()
+            }
+        }
+    }
+}
+
+/// The scaling before a sum of `values` over `world` ranks, rounded to the communication dtype.
+pub(super) fn scale_before_sum(options: &RankOptions, world: usize, values: &mut [f32]) {
+    match options.scaling {
+        GradScaling::PreDivide => {
+            let world = world as f32;
+            for x in values.iter_mut() {
+                *x /= world;
+            }
+        }
+        GradScaling::PostMultiply { factor } => {
+            if factor != 1.0 {
+                let inverse = 1.0 / factor;
+                for x in values.iter_mut() {
+                    *x *= inverse;
+                }
+            }
+        }
+    }
+    options.comm_dtype.round_slice(values);
+}
+
+/// The scaling after a sum over `world` ranks, rounded to the communication dtype.
+pub(super) fn scale_after_sum(options: &RankOptions, world: usize, values: &mut [f32]) {
+    options.comm_dtype.round_slice(values);
+    if let GradScaling::PostMultiply { factor } = options.scaling
+        && factor != world as f32
+    {
+        let multiplier = factor / world as f32;
+        for x in values.iter_mut() {
+            *x *= multiplier;
+        }
+        options.comm_dtype.round_slice(values);
+    }
+}
+
+/// Scales, sums across the ranks of `comm` and rescales `values`.
+pub(super) fn average(
+    comm: &mut dyn Comm,
+    options: &RankOptions,
+    values: &mut [f32],
+) -> Result<(), ZeroError> {
+    let world = comm.world_size();
+    scale_before_sum(options, world, values);
+    comm.all_reduce(values, ReduceOp::Sum)?;
+    scale_after_sum(options, world, values);
+    Ok(())
+}
+
+impl ParamSource for ZeroRank {
+    type Error = ZeroError;
+
+    fn fetch(&mut self, unit: ParamUnit) -> Result<(), ZeroError> {
+        let i = self.plan.unit_index(unit);
+        if self.live[i].is_some() {
+            return Ok(());
+        }
+        if self.options.stage == ZeroStage::Weights {
+            let gathered = self.gather_unit(i)?;
+            self.live[i] = Some(gathered);
+        } else if self.params.dtype() != Dtype::F32 {
+            let span = self.plan.units()[i].span;
+            let mut widened = Tracked::zeros(&self.ledger, Category::Gathered, span.len);
+            self.params.read(span.offset, &mut widened);
+            self.live[i] = Some(widened);
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, unit: ParamUnit) -> Result<(), ZeroError> {
+        let i = self.plan.unit_index(unit);
+        self.live[i] = None;
+        Ok(())
+    }
+
+    fn params(&self, unit: ParamUnit) -> &[f32] {
+        let i = self.plan.unit_index(unit);
+        match &self.live[i] {
+            Some(live) => live,
+            None => match self.params.as_f32() {
+                Some(params) => self.plan.units()[i].span.of(params),
+                None => panic!("{unit:?} read before it was fetched"),
+            },
+        }
+    }
+
+    fn params_and_grads(&mut self, unit: ParamUnit) -> (&[f32], &mut [f32]) {
+        let i = self.plan.unit_index(unit);
+        let span = self.plan.units()[i].span;
+        let grads = self.unit_grads[i]
+            .get_or_insert_with(|| Tracked::zeros(&self.ledger, Category::Grads, span.len));
+        let params: &[f32] = match &self.live[i] {
+            Some(live) => live,
+            None => match self.params.as_f32() {
+                Some(params) => span.of(params),
+                None => panic!("{unit:?} read before it was fetched"),
+            },
+        };
+        (params, grads)
+    }
+
+    fn grads(&mut self, unit: ParamUnit) -> &mut [f32] {
+        let i = self.plan.unit_index(unit);
+        let len = self.plan.units()[i].span.len;
+        self.unit_grads[i].get_or_insert_with(|| Tracked::zeros(&self.ledger, Category::Grads, len))
+    }
+
+    fn grads_ready(&mut self, unit: ParamUnit) -> Result<(), ZeroError> {
+        let i = self.plan.unit_index(unit);
+        let Some(mut grads) = self.unit_grads[i].take() else {
+            return Ok(());
+        };
+        // As a backward in the model dtype would have produced them.
+        self.options.model_dtype.round_slice(&mut grads);
+        let entry = self.plan.units()[i].clone();
+        match self.options.stage {
+            ZeroStage::Disabled | ZeroStage::OptimizerStates => {
+                self.grads.accumulate(entry.span.offset, &grads);
+            }
+            ZeroStage::Gradients | ZeroStage::Weights => {
+                for t in entry.tensors.rev() {
+                    let span = self.plan.tensors()[t];
+                    let start = span.offset - entry.span.offset;
+                    self.bucket_tensor(t, &grads[start..start + span.len])?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ZeroRank {
+    /// Adds tensor `t`'s gradient to its bucket, and reduces the bucket once it is complete
+    /// (its last tensor, the lowest-indexed, has arrived: gradients arrive in descending order).
+    fn bucket_tensor(&mut self, t: usize, values: &[f32]) -> Result<(), ZeroError> {
+        let b = self.plan.bucket_of(t);
+        let Some(bucket) = self.bucket.as_mut() else {
+            return Ok(());
+        };
+        let entry = &self.plan.buckets()[b];
+        let Some(j) = entry.tensors.iter().position(|&x| x == t) else {
+            return Ok(());
+        };
+        if self.options.stage == ZeroStage::Weights {
+            let shards = self.plan.shards();
+            let chunk = shards.chunk(t);
+            for q in 0..self.world {
+                let piece = shards.piece(t, q);
+                let dst = q * entry.shard_numel + entry.shard_offsets[j];
+                bucket[dst..dst + piece.len()].copy_from_slice(&values[piece.clone()]);
+                bucket[dst + piece.len()..dst + chunk].fill(0.0);
+            }
+        } else {
+            let dst = entry.offsets[j];
+            bucket[dst..dst + values.len()].copy_from_slice(values);
+        }
+        if entry.tensors.last() == Some(&t) {
+            match self.options.stage {
+                ZeroStage::Weights => self.flush_shard_bucket(b)?,
+                _ => self.flush_flat_bucket(b)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The owned region's pieces of real tensors, in owned-buffer coordinates.
+fn norm_pieces(plan: &ShardPlan, stage: ZeroStage, rank: usize) -> Vec<Range<usize>> {
+    match stage {
+        ZeroStage::Disabled => plan.tensors().iter().map(|t| t.offset..t.end()).collect(),
+        ZeroStage::OptimizerStates | ZeroStage::Gradients => {
+            let start = plan.flat().range(rank).start;
+            plan.flat_pieces(rank)
+                .into_iter()
+                .map(|(_, r)| r.start - start..r.end - start)
+                .collect()
+        }
+        ZeroStage::Weights => (0..plan.tensors().len())
+            .map(|t| {
+                let offset = plan.shards().offset(t);
+                offset..offset + plan.shards().piece(t, rank).len()
+            })
+            .filter(|r| !r.is_empty())
+            .collect(),
+    }
+}

@@ -1,0 +1,216 @@
+//! `dsplan run` as a user runs it: the README's main command, the metrics file against the
+//! planner's learning-rate schedule and loss-scale state machine, the saved model, the data
+//! formats, and the errors with their exit codes.
+
+use assert_cmd::Command;
+use dsplan_executor::data::{LlmcFormat, write_llmc_tokens};
+use dsplan_executor::io::safetensors::load_params;
+use dsplan_executor::model::ParamLayout;
+use dsplan_executor::train::{TrainSettings, choose_model};
+use serde_json::{Value, json};
+
+fn dsplan() -> Command {
+    Command::cargo_bin("dsplan").expect("the dsplan binary is built")
+}
+
+/// Runs and returns (exit code, stdout, stderr).
+fn run(args: &[&str]) -> (i32, String, String) {
+    let output = dsplan().args(args).output().expect("dsplan runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn config_path(name: &str) -> String {
+    format!("{}/configs/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn write_config(dir: &std::path::Path, config: &Value) -> String {
+    let path = dir.join("ds_config.json");
+    std::fs::write(&path, config.to_string()).expect("config written");
+    path.display().to_string()
+}
+
+#[test]
+fn the_readme_command_trains_and_reports_memory() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let metrics = dir.path().join("metrics.jsonl");
+    let model = dir.path().join("model.safetensors");
+    let config = config_path("zero2_fp16.json");
+    let (code, stdout, stderr) = run(&[
+        "run",
+        &config,
+        "--world-size",
+        "2",
+        "--steps",
+        "12",
+        "--seq-len",
+        "32",
+        "--metrics",
+        metrics.to_str().expect("utf-8"),
+        "--save-model",
+        model.to_str().expect("utf-8"),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("running on the CPU"), "{stderr}");
+    assert!(stderr.contains("[Rank 0] step=10, skipped="), "{stderr}");
+    let summary: Value = serde_json::from_str(&stdout).expect("summary JSON");
+    assert_eq!(summary["steps"], 12);
+    assert_eq!(summary["stage"], 2);
+    assert_eq!(summary["precision"], "fp16");
+    let ranks = summary["memory"]["ranks"].as_array().expect("ranks");
+    assert_eq!(ranks.len(), 2);
+    for rank in ranks {
+        assert_eq!(rank["peak"], summary["memory"]["predicted"]);
+        assert!(rank["peak_total"].as_u64().expect("bytes") > 0);
+    }
+
+    // Every metrics line has the documented keys; lr and loss_scale follow the planner.
+    let text = std::fs::read_to_string(&metrics).expect("metrics written");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 12);
+    let raw: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).expect("config")).expect("JSON");
+    let settings = TrainSettings::from_config(&raw, 2).expect("settings");
+    let schedule = settings.schedule.as_ref().expect("WarmupLR");
+    let mut scaler = settings
+        .precision
+        .loss_scaler(settings.stage)
+        .expect("scaler");
+    let mut applied = 0;
+    for (step, line) in lines.iter().enumerate() {
+        for key in [
+            "step",
+            "loss",
+            "lr",
+            "grad_norm",
+            "loss_scale",
+            "skipped",
+            "tokens_per_s",
+        ] {
+            assert!(line.get(key).is_some(), "line {step} lacks {key}: {line}");
+        }
+        assert_eq!(line["step"], step);
+        assert_eq!(
+            line["lr"].as_f64(),
+            Some(schedule.lr_at(applied)),
+            "step {step}"
+        );
+        assert_eq!(
+            line["loss_scale"].as_f64(),
+            Some(scaler.scale()),
+            "step {step}"
+        );
+        let skipped = line["skipped"].as_bool().expect("bool");
+        scaler.update(skipped).expect("scale");
+        if !skipped {
+            applied += 1;
+        }
+    }
+
+    let tiny = choose_model(None, 1234).expect("tiny preset");
+    let layout = ParamLayout::new(&tiny.config);
+    let trained = load_params(&model, &layout).expect("saved model loads");
+    assert_eq!(trained.len(), tiny.params.len());
+    assert_ne!(trained, tiny.params, "training moved the parameters");
+}
+
+#[test]
+fn llmc_tokens_and_text_files_train_and_breakdowns_print() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tokens: Vec<u32> = (0..4000u32).map(|i| (i * 7 + i / 13) % 256).collect();
+    let bin = dir.path().join("tokens.bin");
+    std::fs::write(
+        &bin,
+        write_llmc_tokens(LlmcFormat::Gpt2, &tokens).expect("encodable"),
+    )
+    .expect("written");
+    let text = dir.path().join("corpus.txt");
+    std::fs::write(
+        &text,
+        "the quick brown fox jumps over the lazy dog. ".repeat(60),
+    )
+    .expect("written");
+    let config = write_config(
+        dir.path(),
+        &json!({
+            "train_micro_batch_size_per_gpu": 2,
+            "gradient_accumulation_steps": 2,
+            "steps_per_print": 2,
+            "wall_clock_breakdown": true,
+            "bf16": {"enabled": true},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+        }),
+    );
+    for data in [&bin, &text] {
+        let (code, _, stderr) = run(&[
+            "run",
+            &config,
+            "--data",
+            data.to_str().expect("utf-8"),
+            "--world-size",
+            "2",
+            "--steps",
+            "4",
+            "--seq-len",
+            "16",
+            "--device",
+            "cpu",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        assert!(stderr.contains("[Rank 0] step=4, skipped=0"), "{stderr}");
+        assert!(stderr.contains("time (ms) | fwd:"), "{stderr}");
+        assert!(
+            !stderr.contains("running on the CPU"),
+            "--device cpu needs no notice"
+        );
+    }
+}
+
+#[test]
+fn refusals_say_why_with_the_contract_exit_codes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let zero2 = config_path("zero2_fp16.json");
+
+    let (code, _, stderr) = run(&["run", &zero2, "--device", "cuda"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("CUDA backend is not built yet"), "{stderr}");
+
+    let (code, _, stderr) = run(&["run", "/nonexistent/ds_config.json"]);
+    assert_eq!(code, 2, "{stderr}");
+
+    let auto = write_config(
+        dir.path(),
+        &json!({"train_micro_batch_size_per_gpu": "auto",
+                "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}),
+    );
+    let (code, _, stderr) = run(&["run", &auto, "--steps", "1"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("dsplan resolve"), "{stderr}");
+
+    let lamb = write_config(
+        dir.path(),
+        &json!({"train_micro_batch_size_per_gpu": 1,
+                "optimizer": {"type": "Lamb", "params": {"lr": 1e-3}}}),
+    );
+    let (code, _, stderr) = run(&["run", &lamb, "--steps", "1"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("`Lamb` is not implemented"), "{stderr}");
+
+    let (code, _, stderr) = run(&["run", &zero2, "--model", "llama-2-7b", "--steps", "1"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("GPT-2"), "{stderr}");
+
+    let nvme = config_path("zero3_offload_nvme.json");
+    let (code, _, stderr) = run(&["run", &nvme, "--steps", "1"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("NVMe is not implemented"), "{stderr}");
+}
