@@ -12,10 +12,10 @@
 //!   backward, next to one other unit's) and the `f32` copy of the owned gradients a 16-bit
 //!   step makes;
 //! * gathered: the `f32` units alive at once (the final norm and the embedding at the head,
-//!   or one block), for 16-bit storage or stage 3;
+//!   or one block; stage 3 adds `W` spare elements per unit), for 16-bit storage or stage 3;
 //! * buckets: stage 2's bucket, stage 3's bucket and reduce-scatter output, plus the largest
 //!   transient staging (the stage 0/1 reduction chunk of 16-bit gradients, the stage 1/2
-//!   parameter all-gather, stage 3's unit and persistent all-gathers);
+//!   parameter all-gather, stage 3's 16-bit chunk and persistent all-gather);
 //! * activations: the model's arena.
 
 use dsplan_planner::config::ZeroStage;
@@ -88,11 +88,17 @@ pub fn predict_peaks(plan: &ShardPlan, options: &RankOptions, activation_bytes: 
         accum * accumulation + F32 * backward.max(staged),
     );
 
+    // Stage 3 gathers each unit with `world` spare elements for the last tensor's padding.
+    let spare = if stage == ZeroStage::Weights {
+        world as u64
+    } else {
+        0
+    };
     let widened = stage == ZeroStage::Weights || options.model_dtype != Dtype::F32;
     peaks.set(
         Category::Gathered,
         if widened {
-            F32 * largest_block.max(final_norm + embedding)
+            F32 * (largest_block + spare).max(final_norm + embedding + 2 * spare)
         } else {
             0
         },
@@ -103,7 +109,11 @@ pub fn predict_peaks(plan: &ShardPlan, options: &RankOptions, activation_bytes: 
         0
     } else {
         let chunk = ((options.allgather_bucket_size / world) as u64).clamp(1, partition);
-        (1 + world64) * chunk
+        if chunk == partition && options.model_dtype == Dtype::F32 {
+            partition
+        } else {
+            (1 + world64) * chunk
+        }
     };
     let buckets = match stage {
         ZeroStage::Disabled | ZeroStage::OptimizerStates => {
@@ -127,17 +137,20 @@ pub fn predict_peaks(plan: &ShardPlan, options: &RankOptions, activation_bytes: 
         ZeroStage::Gradients => plan.max_bucket_numel() as u64 + gather_flat,
         ZeroStage::Weights => {
             let bucket = (world64 + 1) * plan.max_bucket_shard_numel() as u64;
-            let units = plan
-                .units()
-                .iter()
-                .map(|u| plan.gather_numel(u) as u64)
-                .max()
-                .unwrap_or(0);
+            let staging = if options.model_dtype == Dtype::F32 {
+                0
+            } else {
+                (0..plan.tensors().len())
+                    .filter(|&t| !plan.is_persistent(t))
+                    .map(|t| plan.shards().chunk(t) as u64)
+                    .max()
+                    .unwrap_or(0)
+            };
             let persistent_chunks: u64 = plan
                 .persistent_tensors()
                 .map(|t| plan.shards().chunk(t) as u64)
                 .sum();
-            bucket + (world64 + 1) * units.max(persistent_chunks)
+            bucket + staging.max((world64 + 1) * persistent_chunks)
         }
     };
     peaks.set(Category::Buckets, F32 * buckets);

@@ -61,7 +61,7 @@ pub enum GradScaling {
     },
 }
 
-/// One rank's training state. See the [module documentation](self).
+/// One rank's training state: what its ZeRO stage lets it hold (see [`crate::zero`]).
 pub struct ZeroRank {
     pub(super) options: RankOptions,
     pub(super) plan: ShardPlan,
@@ -465,8 +465,9 @@ impl ParamSource for ZeroRank {
 
     fn params(&self, unit: ParamUnit) -> &[f32] {
         let i = self.plan.unit_index(unit);
+        let len = self.plan.units()[i].span.len;
         match &self.live[i] {
-            Some(live) => live,
+            Some(live) => &live[..len],
             None => match self.params.as_f32() {
                 Some(params) => self.plan.units()[i].span.of(params),
                 None => panic!("{unit:?} read before it was fetched"),
@@ -480,7 +481,7 @@ impl ParamSource for ZeroRank {
         let grads = self.unit_grads[i]
             .get_or_insert_with(|| Tracked::zeros(&self.ledger, Category::Grads, span.len));
         let params: &[f32] = match &self.live[i] {
-            Some(live) => live,
+            Some(live) => &live[..span.len],
             None => match self.params.as_f32() {
                 Some(params) => span.of(params),
                 None => panic!("{unit:?} read before it was fetched"),

@@ -3,8 +3,9 @@
 //! values of the few *persistent* tensors (see `partition.rs`).
 //!
 //! * **Fetch** (before a unit's forward or backward): the ranks all-gather their chunks of the
-//!   unit's non-persistent tensors (one coalesced collective) and the unit is reassembled in
-//!   `f32` for the model; **release** (after) frees it. The unit is gathered again for
+//!   unit's non-persistent tensors, one collective per tensor straight into the unit's `f32`
+//!   buffer (DeepSpeed coalesces them into one; the bytes moved are the same); **release**
+//!   (after) frees it. The unit is gathered again for
 //!   backward, as DeepSpeed does without prefetching or reuse.
 //! * **Gradients**: a complete bucket, laid out per destination rank (each tensor's gradient cut
 //!   into the same chunks, zero-padded), is divided by `W` and reduce-scattered; each rank adds
@@ -50,47 +51,57 @@ pub(super) fn persistent_store(
 }
 
 impl ZeroRank {
-    /// All-gathers unit `i` into a new `f32` buffer.
+    /// All-gathers unit `i` into a new `f32` buffer, tensor by tensor: the ranks' chunks of a
+    /// tensor, concatenated in rank order, are the tensor itself followed by its padding, so
+    /// each all-gather writes straight into the unit (the padding spills into the next
+    /// tensor's place, which is gathered after it, or into `world` spare elements at the end).
+    /// `f32` shards are sent as they are; 16-bit shards are widened into a one-chunk staging
+    /// buffer first. Persistent tensors are copied from the persistent store.
     pub(super) fn gather_unit(&mut self, i: usize) -> Result<Tracked<Box<[f32]>>, ZeroError> {
         let entry = self.plan.units()[i].clone();
-        let shards = self.plan.shards().clone();
-        let mut unit = Tracked::zeros(&self.ledger, Category::Gathered, entry.span.len);
-        let contributed = self.plan.gather_numel(&entry);
-        if contributed > 0 {
-            let mut input = Tracked::zeros(&self.ledger, Category::Buckets, contributed);
-            let mut at = 0;
-            for t in entry.tensors.clone() {
-                if self.plan.is_persistent(t) {
-                    continue;
-                }
-                let chunk = shards.chunk(t);
-                self.params
-                    .read(shards.offset(t), &mut input[at..at + chunk]);
-                at += chunk;
+        let world = self.world;
+        let mut unit = Tracked::zeros(&self.ledger, Category::Gathered, entry.span.len + world);
+        let largest_chunk = entry
+            .tensors
+            .clone()
+            .filter(|&t| !self.plan.is_persistent(t))
+            .map(|t| self.plan.shards().chunk(t))
+            .max()
+            .unwrap_or(0);
+        let mut staging = (self.params.dtype() != Dtype::F32 && largest_chunk > 0)
+            .then(|| Tracked::zeros(&self.ledger, Category::Buckets, largest_chunk));
+        let Self {
+            plan,
+            params,
+            comm,
+            persistent,
+            persistent_offset,
+            ..
+        } = self;
+        let shards = plan.shards();
+        for t in entry.tensors.clone() {
+            if persistent_offset[t].is_some() {
+                continue;
             }
-            let mut gathered =
-                Tracked::zeros(&self.ledger, Category::Buckets, self.world * contributed);
-            self.comm.all_gather(&input, &mut gathered)?;
-            drop(input);
-            let mut at = 0;
-            for t in entry.tensors.clone() {
-                if self.plan.is_persistent(t) {
-                    continue;
+            let base = plan.tensors()[t].offset - entry.span.offset;
+            let chunk = shards.chunk(t);
+            let output = &mut unit[base..base + world * chunk];
+            let input: &[f32] = match (params.as_f32(), staging.as_mut()) {
+                (Some(shard), _) => &shard[shards.offset(t)..shards.offset(t) + chunk],
+                (None, Some(staging)) => {
+                    params.read(shards.offset(t), &mut staging[..chunk]);
+                    &staging[..chunk]
                 }
-                let base = self.plan.tensors()[t].offset - entry.span.offset;
-                for q in 0..self.world {
-                    let piece = shards.piece(t, q);
-                    let from = q * contributed + at;
-                    unit[base + piece.start..base + piece.end]
-                        .copy_from_slice(&gathered[from..from + piece.len()]);
-                }
-                at += shards.chunk(t);
-            }
+                (None, None) => continue,
+            };
+            comm.all_gather(input, output)?;
         }
-        if let Some(store) = &self.persistent {
+        // After the gathers: a gathered tensor's padding may spill over the start of a
+        // persistent tensor that follows it.
+        if let Some(store) = persistent.as_ref() {
             for t in entry.tensors.clone() {
-                if let Some(offset) = self.persistent_offset[t] {
-                    let span = self.plan.tensors()[t];
+                if let Some(offset) = persistent_offset[t] {
+                    let span = plan.tensors()[t];
                     let base = span.offset - entry.span.offset;
                     store.read(offset, &mut unit[base..base + span.len]);
                 }
