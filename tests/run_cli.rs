@@ -214,3 +214,88 @@ fn refusals_say_why_with_the_contract_exit_codes() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("NVMe is not implemented"), "{stderr}");
 }
+
+/// `../shared` next to the workspace (or `$DSPLAN_SHARED_DIR`), if it exists.
+fn shared_dir() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("DSPLAN_SHARED_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared").into());
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("skipping: ../shared not found");
+        None
+    }
+}
+
+#[test]
+fn a_pretrained_model_on_stored_batches_reproduces_deepspeed_stage2() {
+    let Some(shared) = shared_dir() else {
+        return;
+    };
+    let reference = shared.join("reference/gpt2");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write_config(
+        dir.path(),
+        &json!({
+            "train_batch_size": 4, "train_micro_batch_size_per_gpu": 2,
+            "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+            "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.95],
+                "eps": 1e-8, "weight_decay": 0.1, "torch_adam": true}},
+            "zero_optimization": {"stage": 2},
+            "steps_per_print": 1_000_000,
+        }),
+    );
+    let saved = dir.path().join("final.safetensors");
+    let model_dir = reference.join("forward_backward");
+    let batches = reference.join("adamw_trajectory/batches.safetensors");
+    let (code, _, stderr) = run(&[
+        "run",
+        &config,
+        "--model",
+        model_dir.to_str().expect("utf-8"),
+        "--data",
+        batches.to_str().expect("utf-8"),
+        "--world-size",
+        "2",
+        "--device",
+        "cpu",
+        "--save-model",
+        saved.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("20 steps"),
+        "the stored steps set the default: {stderr}"
+    );
+    let model = choose_model(Some(model_dir.to_str().expect("utf-8")), 0).expect("fixture");
+    let layout = ParamLayout::new(&model.config);
+    let ours = load_params(&saved, &layout).expect("saved");
+    let theirs = load_params(
+        &reference.join("deepspeed_zero/final_model_stage2.safetensors"),
+        &layout,
+    )
+    .expect("reference");
+    let c = model.config.n_embd;
+    let (mut params, mut key_bias) = (0.0f32, 0.0f32);
+    for entry in layout.table().entries() {
+        let ours = entry.span.of(&ours);
+        let theirs = entry.span.of(&theirs);
+        for (i, (a, b)) in ours.iter().zip(theirs).enumerate() {
+            if entry.name.ends_with("attn.c_attn.bias") && (c..2 * c).contains(&i) {
+                key_bias = key_bias.max((a - b).abs());
+            } else {
+                params = params.max((a - b).abs());
+            }
+        }
+    }
+    eprintln!(
+        "dsplan run vs DeepSpeed stage 2: max |Δ| {params:.3e}, key-bias entries {key_bias:.3e}"
+    );
+    // The library test's tolerances (zero_deepspeed_reference.rs): 1.6e-5 for the parameters,
+    // 5e-5 absolute for the key-bias entries, whose values are rounding noise.
+    assert!(
+        params < 1.6e-5 && key_bias < 5e-5,
+        "{params:e} {key_bias:e}"
+    );
+}

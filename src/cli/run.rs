@@ -3,7 +3,9 @@
 //!
 //! Without `--model` and `--data` it trains the `tiny-gpt2` preset on the corpus bundled with
 //! dsplan (byte-level tokens). Progress goes to stderr: a progress bar on a terminal, a line
-//! every `steps_per_print` steps (with the phase times when `wall_clock_breakdown`), then a
+//! every `steps_per_print` steps in DeepSpeed's form (`step=, skipped=, lr=, mom=`, the lr and
+//! momentum of the next step, plus loss and tokens/s; with the mean phase times of the
+//! interval when `wall_clock_breakdown`), then a
 //! summary with tokens/s and the measured peak memory per rank and category next to the
 //! prediction. `--format json` prints that summary as JSON on stdout. `--metrics` writes one
 //! JSON object per step; `--save-model` the trained fp32 parameters under Hugging Face names.
@@ -25,6 +27,7 @@ use dsplan_executor::train::{
 };
 use dsplan_executor::zero::{MixedPrecision, PhaseTimes};
 use dsplan_planner::diagnostics::Diagnostic;
+use dsplan_planner::schedule::LrSchedule;
 use dsplan_planner::validate::{self, ValidateOptions};
 use serde_json::{Value, json};
 
@@ -369,12 +372,16 @@ struct ProgressState {
     interval: PhaseTimes,
     interval_steps: u64,
     skipped: u64,
+    applied: u64,
     bar_shown: bool,
 }
 
 /// Prints progress on stderr as rank 0 reports steps.
 struct Progress {
     total: u64,
+    base_lr: f64,
+    betas: (f64, f64),
+    schedule: Option<LrSchedule>,
     steps_per_print: u64,
     wall_clock_breakdown: bool,
     terminal: bool,
@@ -385,6 +392,9 @@ impl Progress {
     fn new(total: u64, settings: &TrainSettings, metrics: Option<MetricsFile>) -> Self {
         Self {
             total,
+            base_lr: settings.optimizer.lr,
+            betas: (settings.optimizer.adam.beta1, settings.optimizer.adam.beta2),
+            schedule: settings.schedule.clone(),
             steps_per_print: settings.steps_per_print,
             wall_clock_breakdown: settings.wall_clock_breakdown,
             terminal: std::io::stderr().is_terminal(),
@@ -393,6 +403,7 @@ impl Progress {
                 interval: PhaseTimes::default(),
                 interval_steps: 0,
                 skipped: 0,
+                applied: 0,
                 bar_shown: false,
             }),
         }
@@ -409,6 +420,7 @@ impl Progress {
         state.interval.step += m.times.step;
         state.interval_steps += 1;
         state.skipped += u64::from(m.skipped);
+        state.applied += u64::from(!m.skipped);
         let done = m.step + 1;
         let mut err = std::io::stderr().lock();
         if self.steps_per_print > 0 && done.is_multiple_of(self.steps_per_print) {
@@ -416,11 +428,18 @@ impl Progress {
                 let _ = write!(err, "\r\x1b[2K");
                 state.bar_shown = false;
             }
+            // As DeepSpeed's engine: the lr and momentum after the step (the next step's).
+            let (lr, (beta1, beta2)) = match &self.schedule {
+                Some(s) => (
+                    s.lr_at(state.applied),
+                    s.momentum_at(state.applied).unwrap_or(self.betas),
+                ),
+                None => (self.base_lr, self.betas),
+            };
             let _ = writeln!(
                 err,
-                "[Rank 0] step={done}, skipped={}, lr=[{}], loss={:.4}, loss_scale={}, tokens/s={}",
+                "[Rank 0] step={done}, skipped={}, lr=[{lr}], mom=[({beta1}, {beta2})], loss={:.4}, loss_scale={}, tokens/s={}",
                 state.skipped,
-                m.lr,
                 m.loss,
                 m.loss_scale,
                 thousands(m.tokens_per_s.round() as u64)
