@@ -8,7 +8,7 @@ use crate::checkpoint::consolidate;
 use crate::comm::{CommError, CommTraffic, run_ranks};
 use crate::data::{BatchLayout, DataError, MicroBatchIndex, TokenBatch, TokenSource};
 use crate::metrics::{ByCategory, MemoryLedger, MemoryReport, StepMetrics};
-use crate::model::{BatchShape, Gpt2Core, ParamLayout};
+use crate::model::{ActivationLayout, BatchShape, Gpt2Core, ModelError, ParamLayout};
 use crate::zero::predict::predict_peaks;
 use crate::zero::{
     ClipRule, EngineOptions, RankEngine, RankOptions, ShardOptions, ShardPlan, ZeroError, ZeroRank,
@@ -73,10 +73,17 @@ pub fn train(
         seq_len: spec.seq_len,
     };
     // Checked once here so that a bad shape is an error, not a failure on every rank.
-    let probe = Gpt2Core::new(spec.model, shape)?;
+    spec.model.validate().map_err(ModelError::Config)?;
+    if shape.seq_len > spec.model.n_positions {
+        return Err(TrainError::Model(ModelError::SequenceTooLong {
+            seq_len: shape.seq_len,
+            n_positions: spec.model.n_positions,
+        }));
+    }
+    let activation_bytes = ActivationLayout::new(&spec.model, shape).total_len() * 4;
     let param_layout = ParamLayout::new(&spec.model);
     if spec.initial_params.len() != param_layout.num_params() {
-        return Err(TrainError::Model(crate::model::ModelError::ParamCount {
+        return Err(TrainError::Model(ModelError::ParamCount {
             expected: param_layout.num_params(),
             found: spec.initial_params.len(),
         }));
@@ -96,8 +103,7 @@ pub fn train(
         reduce_bucket_size: settings.reduce_bucket_size.max(1),
         allgather_bucket_size: settings.allgather_bucket_size,
     };
-    let predicted = predict_peaks(&plan, &rank_options, probe.activation_bytes() as u64);
-    drop(probe);
+    let predicted = predict_peaks(&plan, &rank_options, activation_bytes as u64);
     let scaler = settings
         .precision
         .loss_scaler(settings.stage)
