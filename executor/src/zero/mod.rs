@@ -6,7 +6,9 @@
 //! * [`partition`]: every sharding and bucketing number ([`ShardPlan`]; to be replaced by the
 //!   plan's shards and buckets);
 //! * [`precision`]: fp32 / bf16 / fp16 storage and rounding ([`MixedPrecision`], [`DtypeVec`]);
-//! * `rank.rs` with `stage0.rs` .. `stage3.rs`: the state and the stage-specific collectives
+//! * `rank.rs` (the state and the optimizer step), `source.rs` (how the model reaches it),
+//!   `average.rs` (the gradient average) and `stage0.rs` .. `stage3.rs`: the stage-specific
+//!   collectives
 //!   (stage 0: all-reduce of the whole gradient; stage 1: sharded optimizer and master, params
 //!   all-gathered after the step; stage 2: gradients averaged in buckets during backward and
 //!   kept as a partition; stage 3: parameters sharded per tensor, gathered per unit before use
@@ -17,6 +19,7 @@
 //! Every buffer is counted in the rank's [`crate::metrics::MemoryLedger`] by category, so the
 //! measured peak per rank can be compared with what the plan predicts ([`predict`]).
 
+mod average;
 pub mod clip;
 pub mod engine;
 mod error;
@@ -24,6 +27,7 @@ pub mod partition;
 pub mod precision;
 pub mod predict;
 mod rank;
+mod source;
 mod stage0;
 mod stage1;
 mod stage2;

@@ -7,7 +7,8 @@
 //! its partition of the result for the optimizer (`ZeroRank::owned_grads`).
 
 use super::ZeroError;
-use super::rank::{ZeroRank, average};
+use super::average::average;
+use super::rank::ZeroRank;
 use crate::metrics::{Category, Tracked};
 
 impl ZeroRank {

@@ -6,7 +6,8 @@
 //! micro-step and then accumulated, exactly DeepSpeed's ZeRO-2 order.
 
 use super::ZeroError;
-use super::rank::{ZeroRank, average};
+use super::average::average;
+use super::rank::ZeroRank;
 
 impl ZeroRank {
     /// Averages bucket `b` across ranks and keeps this rank's part of it.

@@ -14,9 +14,10 @@
 //!   re-gathered on every rank.
 
 use super::ZeroError;
+use super::average::{scale_after_sum, scale_before_sum};
 use super::partition::ShardPlan;
 use super::precision::{Dtype, DtypeVec};
-use super::rank::{ZeroRank, scale_after_sum, scale_before_sum};
+use super::rank::ZeroRank;
 use crate::comm::ReduceOp;
 use crate::metrics::{Category, Tracked};
 
