@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use dsplan_planner::config;
-use dsplan_planner::diagnostics::{Diagnostic, Severity};
+use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
 use dsplan_planner::model::notes::thousands;
 use dsplan_planner::model::{self, ErrorKind, LmHead};
 use dsplan_planner::plan::buckets::FlushPoint;
@@ -108,7 +108,13 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
         eprint!("{}", render::human_with_bytes(&display, &bytes, &fatal));
         (Outcome::InputRejected, String::new())
     })?;
-    let errors: Vec<Diagnostic> = found.iter().filter(|d| d.is_error()).cloned().collect();
+    // Options without effect at the configured stage are the planner's to decide: it records
+    // the fallback DeepSpeed would take as a warning in the plan instead of refusing.
+    let errors: Vec<Diagnostic> = found
+        .iter()
+        .filter(|d| d.is_error() && d.code != Code::IneffectiveAtStage)
+        .cloned()
+        .collect();
     if !errors.is_empty() {
         eprint!("{}", render::human(&file, &errors));
         return Err((

@@ -181,10 +181,10 @@ impl List {
     }
 
     fn pinned(&mut self, pinning: Pinning) {
-        if let Some(last) = self.buffers.last_mut() {
-            if last.device == Device::Cpu {
-                last.pinning = Some(pinning);
-            }
+        if let Some(last) = self.buffers.last_mut()
+            && last.device == Device::Cpu
+        {
+            last.pinning = Some(pinning);
         }
     }
 }

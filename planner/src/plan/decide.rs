@@ -651,7 +651,7 @@ fn refused(config: &DsConfig, found: &mut Vec<Diagnostic>) {
     );
     refuse(
         matches!(stage, ZeroStage::OptimizerStates | ZeroStage::Gradients)
-            && zero.allgather_bucket_size.get() % 2 != 0,
+            && !zero.allgather_bucket_size.get().is_multiple_of(2),
         "/zero_optimization/allgather_bucket_size",
         "allgather_bucket_size must be a multiple of 2 (nccl_start_alignment_factor) in stages 1 and 2",
     );

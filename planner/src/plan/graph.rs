@@ -200,6 +200,10 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one argument per field of the op"
+    )]
     fn push(
         &mut self,
         name: String,
@@ -279,7 +283,7 @@ impl Builder<'_> {
         let params = settings.dtypes.params;
         let attention_width = model.architecture.attention_width();
         let mut gathered_by: Vec<Option<usize>> = vec![None; model.tensors.len()];
-        let mut compute_at = vec![0usize; 2 * units];
+        let mut last_compute = None;
         let mut waits = Vec::new();
         let reduce_stream = match settings.overlap {
             Overlap::Overlapped => Stream::GradReduce,
@@ -356,7 +360,7 @@ impl Builder<'_> {
                 0,
                 deps,
             );
-            compute_at[step] = id;
+            last_compute = Some(id);
             if reduces && pass == Pass::Backward {
                 for bucket in buckets
                     .reduce
@@ -368,7 +372,7 @@ impl Builder<'_> {
             }
         }
         if reduces {
-            let last = compute_at.last().copied();
+            let last = last_compute;
             for bucket in buckets
                 .reduce
                 .iter()
@@ -382,7 +386,7 @@ impl Builder<'_> {
                 ));
             }
         }
-        waits.extend(compute_at.last().copied());
+        waits.extend(last_compute);
         waits
     }
 

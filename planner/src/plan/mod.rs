@@ -262,9 +262,10 @@ fn check_swap_buffers(
         .iter()
         .filter(|e| nvme.get(e.tensor).copied().unwrap_or(false))
         .max_by_key(|e| e.partition_numel);
-    if let Some(entry) = largest {
-        if entry.partition_numel >= buffer_size {
-            found.push(
+    if let Some(entry) = largest
+        && entry.partition_numel >= buffer_size
+    {
+        found.push(
                 Diagnostic::error(
                     Code::OutOfRange,
                     "/zero_optimization/offload_param/buffer_size",
@@ -275,6 +276,5 @@ fn check_swap_buffers(
                 )
                 .with_help(format!("set offload_param.buffer_size above {}", entry.partition_numel)),
             );
-        }
     }
 }
