@@ -2,6 +2,7 @@
 //! with its arguments and its `run` function.
 
 mod estimate;
+mod plan;
 mod schema;
 mod validate;
 
@@ -24,6 +25,8 @@ enum Command {
     Schema,
     /// DeepSpeed's ZeRO-2/ZeRO-3 model-state memory estimates for a model and a cluster.
     Estimate(estimate::EstimateArgs),
+    /// Compile a resolved config and a model into the explicit execution plan.
+    Plan(plan::PlanArgs),
 }
 
 /// Output format shared by every command.
@@ -64,6 +67,7 @@ pub fn run() -> ExitCode {
         Command::Validate(args) => validate::run(args),
         Command::Schema => schema::run(),
         Command::Estimate(args) => estimate::run(args),
+        Command::Plan(args) => plan::run(args),
     };
     ExitCode::from(outcome)
 }
