@@ -185,10 +185,14 @@ pub fn probe() -> CudaAvailability {
             CudaAvailability::DriverFailed(description)
         };
     }
+    // Only cuInit, cuDeviceGetCount and the error strings are called until a device is known
+    // to exist (a stub or partial driver may lack the rest; cudarc panics on a missing symbol).
+    match result::device::get_count() {
+        Ok(0) => return CudaAvailability::NoDevice("the driver lists 0 devices".to_string()),
+        Ok(_) => {}
+        Err(error) => return CudaAvailability::DriverFailed(describe_driver_error(error)),
+    }
     match list_devices() {
-        Ok((_, devices)) if devices.is_empty() => {
-            CudaAvailability::NoDevice("the driver lists 0 devices".to_string())
-        }
         Ok((driver_version, devices)) => CudaAvailability::Available {
             driver_version,
             devices,
