@@ -30,17 +30,25 @@ fn check(what: &str, len: usize, rows: usize, cols: usize) -> Result<(), CudaErr
     }
 }
 
+/// Whether cuBLASLt reads an operand transposed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    /// As stored (column-major).
+    Plain,
+    /// Transposed.
+    Transposed,
+}
+
+/// A column-major `C (m, n) = op(A) (m, k) op(B) (k, n) + beta C`, with A's and B's leading
+/// dimensions, and C's.
 fn config(
-    m: usize,
-    n: usize,
-    k: usize,
-    transa: bool,
-    transb: bool,
-    lda: usize,
-    ldb: usize,
+    (m, n, k): (usize, usize, usize),
+    (a, lda): (Op, usize),
+    (b, ldb): (Op, usize),
     ldc: usize,
     beta: f32,
 ) -> MatmulConfig {
+    let (transa, transb) = (a == Op::Transposed, b == Op::Transposed);
     MatmulConfig {
         transa,
         transb,
@@ -95,13 +103,9 @@ impl Gemm {
             check("bias", bias.len(), 1, out_features)?;
         }
         let cfg = config(
-            out_features,
-            rows,
-            in_features,
-            false,
-            false,
-            out_features,
-            in_features,
+            (out_features, rows, in_features),
+            (Op::Plain, out_features),
+            (Op::Plain, in_features),
             out_features,
             0.0,
         );
@@ -125,13 +129,9 @@ impl Gemm {
         check("dout", dout.len(), rows, out_features)?;
         check("weight", weight.len(), in_features, out_features)?;
         let cfg = config(
-            in_features,
-            rows,
-            out_features,
-            true,
-            false,
-            out_features,
-            out_features,
+            (in_features, rows, out_features),
+            (Op::Transposed, out_features),
+            (Op::Plain, out_features),
             in_features,
             0.0,
         );
@@ -156,13 +156,9 @@ impl Gemm {
         check("inp", inp.len(), rows, in_features)?;
         check("dout", dout.len(), rows, out_features)?;
         let cfg = config(
-            out_features,
-            in_features,
-            rows,
-            false,
-            true,
-            out_features,
-            in_features,
+            (out_features, in_features, rows),
+            (Op::Plain, out_features),
+            (Op::Transposed, in_features),
             out_features,
             1.0,
         );
@@ -186,7 +182,11 @@ impl Gemm {
         check("lnf", lnf.len(), rows, channels)?;
         check("wte", wte.len(), vocab, channels)?;
         let cfg = config(
-            vocab, rows, channels, true, false, channels, channels, vocab, 0.0,
+            (vocab, rows, channels),
+            (Op::Transposed, channels),
+            (Op::Plain, channels),
+            vocab,
+            0.0,
         );
         // SAFETY: lengths checked against the dimensions.
         unsafe { self.blas.matmul(cfg, wte, lnf, logits, None, None) }

@@ -182,7 +182,7 @@ impl<'m> Launcher<'m> {
         // SAFETY: dwpe holds T*C, dout B*T*C elements (checked).
         unsafe { b.launch(cfg) }?;
 
-        if bucket_tokens.len() == 0 {
+        if bucket_tokens.is_empty() {
             return Ok(());
         }
         let wte_spec = spec("encoder_backward_wte")?;
