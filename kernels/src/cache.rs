@@ -113,6 +113,20 @@ impl CubinCache {
     }
 }
 
+impl CubinCache {
+    /// Overwrites the entry for `source` on `arch` (after the cached one failed to load);
+    /// returns whether it was stored.
+    pub fn replace(
+        &self,
+        source: &CudaSource,
+        arch: GpuArch,
+        nvrtc_version: (i32, i32),
+        cubin: &[u8],
+    ) -> bool {
+        store(&self.entry_path(source, arch, nvrtc_version), cubin).is_ok()
+    }
+}
+
 fn store(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path
         .parent()
@@ -162,6 +176,12 @@ mod tests {
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.starts_with("gelu-sm_90-") && n.ends_with(".cubin"))
         );
+        // A replaced entry is what the next lookup returns.
+        assert!(cache.replace(&GELU, GpuArch::SM90, (13, 5), &[4, 5]));
+        let replaced = cache
+            .get_or_compile(&GELU, GpuArch::SM90, (13, 5), || Ok(vec![9]))
+            .expect("hit");
+        assert_eq!(replaced, (vec![4, 5], CacheOutcome::Hit));
         // A failed compile is returned, not cached.
         let failed = cache.get_or_compile(&CAST, GpuArch::SM90, (13, 5), || {
             Err(NvrtcError::LibraryMissing)

@@ -60,7 +60,19 @@ impl KernelModules {
             Some(cache) => cache.get_or_compile(source, arch, nvrtc_version()?, compile_cubin)?,
             None => (compile_cubin()?, CacheOutcome::Compiled),
         };
-        let module = self.ctx.load_module(Ptx::from_binary(cubin))?;
+        let module = match self.ctx.load_module(Ptx::from_binary(cubin)) {
+            Ok(module) => module,
+            // A cached CUBIN the driver refuses (truncated, or from another driver): compile
+            // afresh once, and overwrite the entry.
+            Err(_) if outcome == CacheOutcome::Hit => {
+                let cubin = compile_cubin()?;
+                if let Some(cache) = &self.cache {
+                    cache.replace(source, arch, nvrtc_version()?, &cubin);
+                }
+                self.ctx.load_module(Ptx::from_binary(cubin))?
+            }
+            Err(error) => return Err(error.into()),
+        };
         loaded.insert(source.file_name, module.clone());
         self.outcomes
             .lock()
