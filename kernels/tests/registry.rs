@@ -134,3 +134,35 @@ fn entry_points_are_found_by_dtype_and_head_dim() {
     );
     assert!(attention.entry_point_for_head_dim(Dtype::F32, 96).is_err());
 }
+
+#[test]
+fn attention_key_blocks_match_the_template_arguments() {
+    use dsplan_kernels::{Work, kernel};
+    let dkdv = kernel("attention_backward_dkdv").expect("registered");
+    for head_dim in [64u64, 128] {
+        let threads = dkdv
+            .launch
+            .threads(Work::Attention {
+                batch: 1,
+                seq_len: 1,
+                heads: 1,
+                head_dim,
+            })
+            .expect("threads");
+        // Every instantiation for this head size names the same key count as its KEYS.
+        let needle = format!(", {head_dim}, {threads}, ");
+        let wrappers: Vec<&str> = dkdv
+            .source
+            .text
+            .lines()
+            .filter(|l| l.contains(&format!("void attention_backward_dkdv_hs{head_dim}_")))
+            .collect();
+        assert_eq!(wrappers.len(), 3, "hs{head_dim} wrappers");
+        for line in wrappers {
+            assert!(
+                line.contains(&needle),
+                "hs{head_dim}: expected KEYS = {threads} in {line}"
+            );
+        }
+    }
+}

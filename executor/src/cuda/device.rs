@@ -49,6 +49,8 @@ pub enum CudaAvailability {
         driver_version: i32,
         /// The devices.
         devices: Vec<CudaDeviceInfo>,
+        /// CUDA libraries the backend needs that cannot be loaded (`libnvrtc`, `libcublasLt`).
+        missing_libraries: Vec<&'static str>,
     },
     /// `libcuda` could not be loaded: no NVIDIA driver is installed (or not on the loader path).
     NoDriver,
@@ -120,6 +122,8 @@ pub enum DeviceError {
     },
     /// The GPU is older than the kernels support.
     UnsupportedArch(CudaDeviceInfo),
+    /// A GPU is there but CUDA libraries the backend needs cannot be loaded.
+    MissingLibraries(Vec<&'static str>),
 }
 
 impl fmt::Display for DeviceError {
@@ -147,6 +151,13 @@ impl fmt::Display for DeviceError {
                 f,
                 "--device cuda: {device} is not supported; dsplan's kernels need compute \
                  capability 8.0 (sm_80) or newer"
+            ),
+            DeviceError::MissingLibraries(names) => write!(
+                f,
+                "--device cuda: a GPU is present but {} cannot be loaded; pip install \
+                 nvidia-cuda-nvrtc nvidia-cublas and put their nvidia/*/lib directories on \
+                 LD_LIBRARY_PATH",
+                names.join(" and ")
             ),
         }
     }
@@ -196,9 +207,23 @@ pub fn probe() -> CudaAvailability {
         Ok((driver_version, devices)) => CudaAvailability::Available {
             driver_version,
             devices,
+            missing_libraries: missing_libraries(),
         },
         Err(error) => CudaAvailability::DriverFailed(describe_driver_error(error)),
     }
+}
+
+/// The libraries the CUDA backend loads besides the driver, that cannot be opened here.
+fn missing_libraries() -> Vec<&'static str> {
+    let mut missing = Vec::new();
+    if !dsplan_kernels::nvrtc_available() {
+        missing.push("libnvrtc");
+    }
+    // SAFETY: only tries to open the library by its candidate names.
+    if !unsafe { cudarc::cublaslt::sys::is_culib_present() } {
+        missing.push("libcublasLt");
+    }
+    missing
 }
 
 fn list_devices() -> Result<(i32, Vec<CudaDeviceInfo>), result::DriverError> {
@@ -251,7 +276,11 @@ pub fn resolve_backend(
         CudaAvailability::NoDriver => Err(DeviceError::NoDriver),
         CudaAvailability::NoDevice(why) => Err(DeviceError::NoDevice(why.clone())),
         CudaAvailability::DriverFailed(why) => Err(DeviceError::DriverFailed(why.clone())),
-        CudaAvailability::Available { devices, .. } => match devices.get(ordinal) {
+        CudaAvailability::Available {
+            devices,
+            missing_libraries,
+            ..
+        } => match devices.get(ordinal) {
             None => {
                 return Err(DeviceError::OrdinalOutOfRange {
                     ordinal,
@@ -260,6 +289,9 @@ pub fn resolve_backend(
             }
             Some(device) if !device.arch.is_supported() => {
                 Err(DeviceError::UnsupportedArch(device.clone()))
+            }
+            Some(_) if !missing_libraries.is_empty() => {
+                Err(DeviceError::MissingLibraries(missing_libraries.clone()))
             }
             Some(device) => Ok(device.clone()),
         },
@@ -286,6 +318,12 @@ fn fallback_notice(error: &DeviceError) -> String {
             format!("GPU {ordinal} not present ({count} found)")
         }
         DeviceError::UnsupportedArch(device) => format!("{device} is older than sm_80"),
+        DeviceError::MissingLibraries(names) => {
+            format!(
+                "a GPU is present but {} cannot be loaded",
+                names.join(" and ")
+            )
+        }
     };
     format!("note: --device auto: {why}; running on the CPU")
 }
@@ -317,6 +355,7 @@ mod tests {
         let gpus = CudaAvailability::Available {
             driver_version: 13000,
             devices: vec![h100(0), h100(1)],
+            missing_libraries: Vec::new(),
         };
         let none = CudaAvailability::NoDevice("CUDA_ERROR_NO_DEVICE: no device".to_string());
         // cpu never looks at CUDA.
@@ -366,6 +405,7 @@ mod tests {
                 name: "Tesla V100".to_string(),
                 ..h100(0)
             }],
+            missing_libraries: Vec::new(),
         };
         assert!(matches!(
             resolve_backend(DeviceChoice::Cuda, &old, 0),
@@ -375,6 +415,17 @@ mod tests {
             resolve_backend(DeviceChoice::Auto, &old, 0).map(|c| c.backend),
             Ok(Backend::Cpu)
         );
+        // A GPU without NVRTC: error under cuda naming the library, fallback under auto.
+        let no_nvrtc = CudaAvailability::Available {
+            driver_version: 13000,
+            devices: vec![h100(0)],
+            missing_libraries: vec!["libnvrtc"],
+        };
+        let error = resolve_backend(DeviceChoice::Cuda, &no_nvrtc, 0).expect_err("no NVRTC");
+        assert!(error.to_string().contains("libnvrtc cannot be loaded"));
+        let auto = resolve_backend(DeviceChoice::Auto, &no_nvrtc, 0).expect("falls back");
+        assert_eq!(auto.backend, Backend::Cpu);
+        assert!(auto.notice.is_some_and(|n| n.contains("libnvrtc")));
     }
 
     #[test]
