@@ -11,6 +11,7 @@
 //! the executor to run returns [`ExecutorError::NotImplemented`] instead of pretending.
 
 pub mod comm;
+pub mod cuda;
 pub mod data;
 pub mod io;
 pub mod model;
