@@ -27,10 +27,10 @@
 //! full checkpointing keeps only each layer's input, `e·sbh`. T5's decoder blocks add a
 //! cross-attention block of the same form.
 //!
-//! The working set of the running layer is, in forward, the largest intermediate tensor twice
-//! (an operation's input and output); in backward, one layer's activations again as gradients,
-//! plus what is recomputed (a whole layer under full checkpointing, the score tensors under
-//! selective recomputation).
+//! The working set of the running layer is the largest intermediate tensor twice (an
+//! operation's output, or in backward the gradients of its output and input), plus in backward
+//! what is recomputed: a whole layer under full checkpointing, the score tensors under
+//! selective recomputation.
 //!
 //! The loss follows Hugging Face's causal-LM loss: logits in the model dtype (kept by the
 //! returned output), upcast to fp32, then cross-entropy, whose log-softmax output is saved;
@@ -243,9 +243,13 @@ pub fn activation_rows(
             Category::Activations,
             Device::CpuPinned,
             PhaseBytes::during(&live, saturate(per_node)),
-            format!(
-                "{stored_formula}, in host memory (cpu_checkpointing) x {ranks_per_node} ranks"
-            ),
+            if ranks_per_node > 1 {
+                format!(
+                    "{stored_formula}, in host memory (cpu_checkpointing) x {ranks_per_node} ranks"
+                )
+            } else {
+                format!("{stored_formula}, in host memory (cpu_checkpointing)")
+            },
         ));
     } else {
         rows.push(Row::new(
@@ -274,7 +278,7 @@ pub fn activation_rows(
         Checkpointing::Selective => layers.largest.scores,
         Checkpointing::Full => layers.largest.total(),
     };
-    let backward = layers.largest.total() + recomputed;
+    let backward = recomputed + 2 * largest_intermediate;
     let mut working = PhaseBytes::default();
     working.set(Phase::Forward, saturate(forward));
     working.set(Phase::Backward, saturate(backward));
@@ -284,11 +288,12 @@ pub fn activation_rows(
         Device::Gpu,
         working,
         format!(
-            "forward: 2 x largest intermediate; backward: one layer's activation gradients{}",
+            "2 x largest intermediate{}",
             match shape.checkpointing {
                 Checkpointing::None => "",
-                Checkpointing::Selective => " + its recomputed attention scores",
-                Checkpointing::Full => " + the recomputed layer",
+                Checkpointing::Selective =>
+                    "; backward adds one layer's recomputed attention scores",
+                Checkpointing::Full => "; backward adds the recomputed layer",
             }
         ),
     ));
@@ -423,8 +428,11 @@ mod tests {
             .iter()
             .find(|r| r.term == Term::LayerWorkingSet)
             .expect("working row");
+        // The recomputed layer plus twice the MLP intermediate (the largest tensor under flash).
         let one = layer_bytes(&shape, Precision::Bf16, &dims, AttentionKernel::Flash).total();
-        assert_eq!(u128::from(working.bytes.backward), 2 * one);
+        let intermediate = 2 * 1024 * 2 * 4096;
+        assert_eq!(u128::from(working.bytes.backward), one + 2 * intermediate);
+        assert_eq!(u128::from(working.bytes.forward), 2 * intermediate);
         // cpu_checkpointing moves the checkpoints to host memory, per node.
         shape.checkpoint_placement = CheckpointPlacement::Cpu;
         let rows = activation_rows(&shape, Precision::Bf16, &dims, 8);
