@@ -18,8 +18,9 @@
 //! are what DeepSpeed's estimators add to reach their 18 bytes per parameter.
 //!
 //! Optimizer offload moves master, states and fp32 gradients to the host (stages 1-2: master
-//! always pinned, states pageable, fp32 gradients pinned with `pin_memory`) or, at stage 3, to
-//! NVMe; ZeRO-3 also moves its 16-bit gradient partition to the host. A partial offload
+//! always pinned, states pageable, fp32 gradients pinned with `pin_memory`; with gradient
+//! accumulation a pinned 16-bit accumulation buffer of `g·p` too) or, at stage 3, to NVMe;
+//! ZeRO-3 also moves its 16-bit gradient partition to the host. A partial offload
 //! (`ratio` < 1, stage 3) offloads the first `floor(ratio × G)` of the `G` sub-groups.
 //! Parameter offload (stage 3) moves the 16-bit partition to the host, or to NVMe beyond
 //! `max_in_cpu` elements. Deepspeed-facts §1.7, §4.1-4.7.
@@ -183,6 +184,20 @@ fn gradient_rows(ctx: &Context<'_>, rows: &mut Vec<Row>) {
     } else {
         &[Phase::Backward, Phase::Step]
     };
+    let stage_1_or_2 = matches!(
+        setup.zero.stage,
+        ZeroStage::OptimizerStates | ZeroStage::Gradients
+    );
+    if stage_1_or_2 && setup.zero.optimizer_offloaded() && accumulating {
+        // accumulated_grads_in_cpu: pinned 16-bit buffers the micro-steps accumulate into.
+        rows.push(states(
+            ctx,
+            Term::Gradients,
+            Device::CpuPinned,
+            PhaseBytes::during(&Phase::TRAINING, saturate(g * ctx.partition())),
+            format!("{g}·p: host accumulation buffer between micro-steps (optimizer offload)"),
+        ));
+    }
     match setup.zero.stage {
         ZeroStage::Disabled | ZeroStage::OptimizerStates => rows.push(states(
             ctx,
@@ -191,17 +206,14 @@ fn gradient_rows(ctx: &Context<'_>, rows: &mut Vec<Row>) {
             PhaseBytes::during(transient_phases, saturate(g * ctx.params())),
             format!("{g}·P: every gradient until the accumulation boundary"),
         )),
-        ZeroStage::Gradients => {
-            if !setup.zero.optimizer_offloaded() {
-                rows.push(states(
-                    ctx,
-                    Term::Gradients,
-                    Device::Gpu,
-                    PhaseBytes::during(transient_phases, saturate(g * ctx.partition())),
-                    format!("{g}·p: this rank's gradient partition (grads_in_partition)"),
-                ));
-            }
-        }
+        ZeroStage::Gradients if !setup.zero.optimizer_offloaded() => rows.push(states(
+            ctx,
+            Term::Gradients,
+            Device::Gpu,
+            PhaseBytes::during(transient_phases, saturate(g * ctx.partition())),
+            format!("{g}·p: this rank's gradient partition (grads_in_partition)"),
+        )),
+        ZeroStage::Gradients => {}
         ZeroStage::Weights => {
             let p = ctx.partition();
             let (device, place) = if setup.zero.optimizer_offloaded() {
