@@ -525,7 +525,10 @@ pub fn breakdown(estimate: &FullEstimate) -> String {
         peaks.gpu.phase.title(),
         gib(peaks.cpu.bytes),
         peaks.cpu.phase.title(),
-        gib(estimate.totals.cpu_pinned.get(peaks.cpu.phase)),
+        format_args!(
+            "{:.2}",
+            estimate.totals.cpu_pinned.get(peaks.cpu.phase) as f64 / GIB
+        ),
     ));
     if peaks.nvme.bytes > 0 {
         text.push_str(&format!(", {} GiB of NVMe per node", gib(peaks.nvme.bytes)));

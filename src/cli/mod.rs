@@ -2,6 +2,7 @@
 //! with its arguments and its `run` function.
 
 mod estimate;
+mod recommend;
 mod schema;
 mod validate;
 
@@ -24,6 +25,8 @@ enum Command {
     Schema,
     /// DeepSpeed's ZeRO-2/ZeRO-3 model-state memory estimates for a model and a cluster.
     Estimate(estimate::EstimateArgs),
+    /// The fastest DeepSpeed configuration that fits a model, a cluster and a target batch.
+    Recommend(recommend::RecommendArgs),
 }
 
 /// Output format shared by every command.
@@ -64,6 +67,7 @@ pub fn run() -> ExitCode {
         Command::Validate(args) => validate::run(args),
         Command::Schema => schema::run(),
         Command::Estimate(args) => estimate::run(args),
+        Command::Recommend(args) => recommend::run(args),
     };
     ExitCode::from(outcome)
 }
