@@ -379,4 +379,7 @@ fn full_estimate_flags_need_a_config_and_a_sequence_length() {
     ]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("fraction between 0 and 1"), "{stderr}");
+    let (code, stderr) = failure_of(&["estimate", "--model", "gpt2", "--cuda-context", "2GiB"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("need --config"), "{stderr}");
 }

@@ -129,6 +129,11 @@ pub struct MarginArgs {
     /// Host memory of one training process besides its tensors.
     #[arg(long, value_name = "MEM", default_value = "2GiB", value_parser = memory_arg)]
     pub host_overhead: u64,
+
+    /// Bytes per parameter of the model each rank loads on the host before DeepSpeed takes it
+    /// (4: fp32, as DeepSpeed's estimators assume; 2 for a 16-bit load).
+    #[arg(long, value_name = "BYTES", default_value_t = 4)]
+    pub model_load_bytes: u64,
 }
 
 impl MarginArgs {
@@ -138,7 +143,7 @@ impl MarginArgs {
             cuda_context_bytes: self.cuda_context,
             fragmentation: self.fragmentation,
             host_process_bytes: self.host_overhead,
-            ..Margins::default()
+            load_bytes_per_param: self.model_load_bytes,
         }
     }
 }
@@ -307,6 +312,11 @@ fn estimate(args: &EstimateArgs) -> Result<String, Failure> {
 
     let full = match &args.config {
         Some(path) => Some(full_estimate(args, path, &spec, hardware)?),
+        None if args.full.margins.margins() != Margins::default() => {
+            return Err(usage(
+                "--cuda-context, --fragmentation, --host-overhead and --model-load-bytes adjust the full estimate: they need --config",
+            ));
+        }
         None => None,
     };
 

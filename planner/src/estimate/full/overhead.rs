@@ -2,10 +2,10 @@
 //!
 //! | margin | default | source |
 //! |---|---|---|
-//! | [`Margins::cuda_context_bytes`] | 1 GiB per GPU | CUDA context plus cuBLAS/NCCL workspaces: 0.3-2 GB reported (research/peers.md §4.1, vram.asmirnov.xyz); 1 GiB is dsplan's middle value |
-//! | [`Margins::fragmentation`] | 10 % | of the bytes allocated and freed during a step (buffers and activations); ColossalAI Gemini keeps 10 % of a GPU free for the same reason (peers.md §4.6) |
-//! | [`Margins::host_process_bytes`] | 2 GiB per rank | interpreter, PyTorch, CUDA runtime host memory of one training process: dsplan's assumption, not a measurement |
-//! | [`Margins::load_bytes_per_param`] | 4 | each rank materialises the model in fp32 on the host before DeepSpeed takes it, as DeepSpeed's own estimators assume (deepspeed-facts §1.1-1.2) |
+//! | [`Margins::cuda_context_bytes`] | 1 GiB per GPU (`--cuda-context`) | CUDA context plus cuBLAS/NCCL workspaces: 0.3-2 GB reported (research/peers.md §4.1, vram.asmirnov.xyz); 1 GiB is dsplan's middle value |
+//! | [`Margins::fragmentation`] | 10 % (`--fragmentation`) | of the bytes allocated and freed during a step (buffers and activations); ColossalAI Gemini keeps 10 % of a GPU free for the same reason (peers.md §4.6) |
+//! | [`Margins::host_process_bytes`] | 2 GiB per rank (`--host-overhead`) | interpreter, PyTorch, CUDA runtime host memory of one training process: dsplan's assumption, not a measurement |
+//! | [`Margins::load_bytes_per_param`] | 4 | (`--model-load-bytes`) each rank materialises the model in fp32 on the host before DeepSpeed takes it, as DeepSpeed's own estimators assume (deepspeed-facts §1.1-1.2) |
 //!
 //! Initialisation also holds the loaded model on the host (`load_bytes_per_param` per
 //! parameter per rank; only the largest layer under `zero.Init`), and, at ZeRO-3 without
