@@ -12,6 +12,7 @@ pub mod estimate;
 pub mod json_pointer;
 pub mod model;
 pub mod plan;
+pub mod recommend;
 pub mod schedule;
 pub mod source;
 pub mod validate;

@@ -3,6 +3,7 @@
 
 mod estimate;
 mod plan;
+mod recommend;
 mod schema;
 mod validate;
 
@@ -23,10 +24,12 @@ enum Command {
     Validate(validate::ValidateArgs),
     /// Print the JSON Schema of ds_config.json (the bytes of schemas/ds_config.schema.json).
     Schema,
-    /// DeepSpeed's ZeRO-2/ZeRO-3 model-state memory estimates for a model and a cluster.
+    /// Memory per GPU and CPU: DeepSpeed's estimators exactly, then the full per-phase estimate.
     Estimate(estimate::EstimateArgs),
     /// Compile a resolved config and a model into the explicit execution plan.
     Plan(plan::PlanArgs),
+    /// The fastest DeepSpeed configuration that fits a model, a cluster and a target batch.
+    Recommend(recommend::RecommendArgs),
 }
 
 /// Output format shared by every command.
@@ -68,6 +71,7 @@ pub fn run() -> ExitCode {
         Command::Schema => schema::run(),
         Command::Estimate(args) => estimate::run(args),
         Command::Plan(args) => plan::run(args),
+        Command::Recommend(args) => recommend::run(args),
     };
     ExitCode::from(outcome)
 }
