@@ -11,6 +11,7 @@ pub mod diagnostics;
 pub mod estimate;
 pub mod json_pointer;
 pub mod model;
+pub mod resolve;
 pub mod schedule;
 pub mod source;
 pub mod validate;
