@@ -54,8 +54,9 @@ use crate::validate::{ValidateOptions, validate_document};
 /// A fully resolved config.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resolved {
-    /// Every key DeepSpeed 0.19.8 reads, with its value: defaults materialised, no `"auto"`,
-    /// the batch triangle solved, deprecated spellings replaced.
+    /// Every key DeepSpeed 0.19.8 reads, with its value: defaults materialised, no `"auto"` to
+    /// fill (DeepSpeed's own default `data_types.keep_in_fp32_modules: "auto"` is a DeepSpeed
+    /// value and stays), the batch triangle solved, deprecated spellings replaced.
     pub config: Value,
     /// The same, typed.
     pub typed: DsConfig,
@@ -176,3 +177,6 @@ fn build_schedule(
     let notes = scheduler_defaults::materialise(&mut scheduler.params, &built.schedule);
     Ok((Some(built), notes))
 }
+
+#[cfg(test)]
+mod tests;
