@@ -2,7 +2,10 @@
 //! with its arguments and its `run` function.
 
 mod estimate;
+mod resolve;
+mod schedule;
 mod schema;
+mod training_args;
 mod validate;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -24,6 +27,11 @@ enum Command {
     Schema,
     /// DeepSpeed's ZeRO-2/ZeRO-3 model-state memory estimates for a model and a cluster.
     Estimate(estimate::EstimateArgs),
+    /// The fully resolved config: DeepSpeed defaults materialised, "auto" filled as the Hugging
+    /// Face Trainer fills it, the batch triangle solved; --explain says where each value came from.
+    Resolve(resolve::ResolveArgs),
+    /// The learning rate (and OneCycle momentum) of every training step, as DeepSpeed computes it.
+    Schedule(schedule::ScheduleArgs),
 }
 
 /// Output format shared by every command.
@@ -64,6 +72,8 @@ pub fn run() -> ExitCode {
         Command::Validate(args) => validate::run(args),
         Command::Schema => schema::run(),
         Command::Estimate(args) => estimate::run(args),
+        Command::Resolve(args) => resolve::run(args),
+        Command::Schedule(args) => schedule::run(args),
     };
     ExitCode::from(outcome)
 }

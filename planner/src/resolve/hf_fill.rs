@@ -63,6 +63,7 @@ pub fn fill_auto(raw: &Value, env: &Environment) -> Filled {
     for rule in process_rules(env) {
         filled.apply(&rule, env);
     }
+    filled.missing_precision_sections(env);
     filled.hidden_size_rules(env);
     for rule in finalize_rules(env) {
         filled.apply(&rule, env);
@@ -105,6 +106,29 @@ impl Filled {
         {
             let diagnostic = mismatch(rule, current, known, env);
             self.diagnostics.push(diagnostic);
+        }
+    }
+
+    /// `--fp16`/`--bf16` with no such section: the Trainer's pass adds nothing (its rule needs
+    /// the section), so the file alone does not say that the run is mixed precision.
+    fn missing_precision_sections(&mut self, env: &Environment) {
+        let args = &env.training_args;
+        for (section, flag, arg) in [("fp16", "--fp16", args.fp16), ("bf16", "--bf16", args.bf16)] {
+            if !(arg.value && arg.is_given()) || self.document.get(section).is_some() {
+                continue;
+            }
+            self.diagnostics.push(
+                Diagnostic::warning(
+                    Code::MissingKey,
+                    format!("/{section}"),
+                    format!(
+                        "{flag} is given but the config has no `{section}` section: the Trainer's \"auto\" pass fills only an existing `{section}.enabled`, so the resolved config trains without {section} (Accelerate, which the Trainer runs afterwards, adds `\"{section}\": {{\"enabled\": true}}`)"
+                    ),
+                )
+                .with_help(format!(
+                    "add `\"{section}\": {{\"enabled\": \"auto\"}}` so that the file says what runs"
+                )),
+            );
         }
     }
 

@@ -221,10 +221,19 @@ pub(crate) fn fix_text(fix: Fix, file_value: &Value, env: &Environment) -> Optio
         },
         Fix::TrainBatch => {
             let world = env.world_size?;
-            Some(format!(
-                "choose --per-device-train-batch-size and --gradient-accumulation-steps whose product is {} / world size {world}",
-                py_repr(file_value)
-            ))
+            let train = file_value.as_f64()?;
+            let per_rank = train / world as f64;
+            Some(if per_rank.fract() == 0.0 && per_rank >= 1.0 {
+                format!(
+                    "choose --per-device-train-batch-size and --gradient-accumulation-steps whose product is {per_rank} ({} / world size {world})",
+                    py_repr(file_value)
+                )
+            } else {
+                format!(
+                    "{} is not a multiple of the world size {world}: no training arguments give it",
+                    py_repr(file_value)
+                )
+            })
         }
         Fix::Switch(flag) => match file_value {
             Value::Bool(true) => Some(format!("pass {flag}")),

@@ -131,11 +131,14 @@ fn optimizer_lr(
         _ => BetasSupport::Betas,
     };
     match optimizer.pointer("/params/lr") {
-        Some(Value::Number(lr)) => Ok((
-            lr.as_f64().unwrap_or(f64::NAN),
-            "optimizer.params.lr".to_string(),
-            betas,
-        )),
+        Some(Value::Number(lr)) => {
+            let lr = lr.as_f64().unwrap_or(f64::NAN);
+            Ok((
+                lr,
+                format!("{} (optimizer.params.lr)", py_float_repr(lr)),
+                betas,
+            ))
+        }
         None | Some(Value::Null) => {
             let lr = optimizer_default_lr(kind).unwrap_or(1e-3);
             Ok((
