@@ -1,7 +1,7 @@
 //! [`fill_auto`]: what the Hugging Face Trainer does to a `ds_config.json` before DeepSpeed
 //! sees it (transformers 5.23: `trainer_config_process`, then `trainer_config_finalize`).
 //!
-//! For each row of the Trainer's table ([`super::hf_rules`]), in the Trainer's order:
+//! For each row of the Trainer's table (`hf_rules`), in the Trainer's order:
 //! - the parent section is absent: nothing happens (the key stays absent);
 //! - the value is `"auto"`: it is replaced by the Trainer's value, or reported as
 //!   [`Code::UnresolvableAuto`] when that value cannot be computed (naming the flag);

@@ -12,7 +12,7 @@
 //!    ([`crate::validate`]), and its batch triangle solved ([`batch`]);
 //! 3. every default is materialised: the typed config's own ([`crate::config::DsConfig`]),
 //!    `overlap_comm`, the optimizer's and the scheduler's constructor defaults ([`defaults`],
-//!    [`scheduler_defaults`]); deprecated spellings become current ones ([`deprecated`]);
+//!    `scheduler_defaults`); deprecated spellings become current ones (`deprecated`);
 //! 4. each value's [`Provenance`] is traced ([`trace`]).
 //!
 //! The learning-rate schedule the executor steps is built from the filled config by
