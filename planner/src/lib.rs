@@ -13,6 +13,7 @@ pub mod json_pointer;
 pub mod model;
 pub mod plan;
 pub mod recommend;
+pub mod resolve;
 pub mod schedule;
 pub mod source;
 pub mod validate;

@@ -4,7 +4,10 @@
 mod estimate;
 mod plan;
 mod recommend;
+mod resolve;
+mod schedule;
 mod schema;
+mod training_args;
 mod validate;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -30,6 +33,11 @@ enum Command {
     Plan(plan::PlanArgs),
     /// The fastest DeepSpeed configuration that fits a model, a cluster and a target batch.
     Recommend(recommend::RecommendArgs),
+    /// The fully resolved config: DeepSpeed defaults materialised, "auto" filled as the Hugging
+    /// Face Trainer fills it, the batch triangle solved; --explain says where each value came from.
+    Resolve(resolve::ResolveArgs),
+    /// The learning rate (and OneCycle momentum) of every training step, as DeepSpeed computes it.
+    Schedule(schedule::ScheduleArgs),
 }
 
 /// Output format shared by every command.
@@ -72,6 +80,8 @@ pub fn run() -> ExitCode {
         Command::Estimate(args) => estimate::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Recommend(args) => recommend::run(args),
+        Command::Resolve(args) => resolve::run(args),
+        Command::Schedule(args) => schedule::run(args),
     };
     ExitCode::from(outcome)
 }
