@@ -223,3 +223,163 @@ fn usage_errors_exit_2_and_name_the_input() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+/// ZeRO-3 with parameters and optimizer offloaded to the CPU, fp16: the setup of DeepSpeed
+/// issue #4527 (estimator: 0.49 GB per GPU; measured: 14,678 MiB after initialize).
+const ZERO3_OFFLOAD: &str = r#"{
+    "train_micro_batch_size_per_gpu": 1,
+    "fp16": {"enabled": true},
+    "zero_optimization": {"stage": 3,
+        "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}
+}"#;
+
+fn write_config(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).expect("write");
+    path.to_str().expect("utf-8").to_owned()
+}
+
+#[test]
+fn config_adds_the_full_breakdown_after_deepspeeds_tables() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write_config(&dir, "ds.json", ZERO3_OFFLOAD);
+    let base = [
+        "estimate",
+        "--model",
+        "llama-2-7b",
+        "--lm-head",
+        "include",
+        "--gpus",
+        "4",
+    ];
+    let tables = stdout_of(&base);
+    let mut args = base.to_vec();
+    args.extend([
+        "--config",
+        &config,
+        "--seq-len",
+        "512",
+        "--zero-init",
+        "disabled",
+    ]);
+    let human = stdout_of(&args);
+    // DeepSpeed's tables and the model summary come first, unchanged.
+    assert!(human.starts_with(&tables), "{human}");
+    let breakdown = &human[tables.len()..];
+    assert!(
+        breakdown.contains(
+            "dsplan full estimate: ZeRO-3, optimizer offload cpu, param offload cpu, fp16"
+        ),
+        "{breakdown}"
+    );
+    for label in [
+        "unpartitioned model",
+        "gathered parameters",
+        "logits",
+        "fragmentation",
+    ] {
+        assert!(breakdown.contains(label), "{label}: {breakdown}");
+    }
+    assert!(
+        breakdown.contains("Peak: 14.58 GiB per GPU (init)"),
+        "{breakdown}"
+    );
+    assert!(
+        breakdown.contains("DeepSpeed's estimator for this setup: 0.49 GiB per GPU"),
+        "{breakdown}"
+    );
+
+    let doc = json_of(&args);
+    let full = &doc["full"];
+    let rows = full["rows"].as_array().expect("rows");
+    let gpu_init: u64 = rows
+        .iter()
+        .filter(|row| row["device"] == "gpu")
+        .map(|row| row["bytes"]["init"].as_u64().expect("bytes"))
+        .sum();
+    assert_eq!(full["totals"]["gpu"]["init"], gpu_init);
+    assert_eq!(full["peaks"]["gpu"]["phase"], "init");
+    assert_eq!(full["peaks"]["gpu"]["bytes"], gpu_init);
+    let unpartitioned = rows
+        .iter()
+        .find(|row| row["term"] == "unpartitioned-model")
+        .expect("no zero.Init: the whole model reaches the GPU");
+    assert_eq!(unpartitioned["bytes"]["init"], 2 * 6_738_415_616u64);
+    assert_eq!(full["deepspeed"]["gpu_bytes"], 4 * 131_072_000u64);
+    assert_eq!(full["shape"]["seq_len"], 512);
+    assert_eq!(full["setup"]["zero"]["offload_param"]["device"], "cpu");
+}
+
+#[test]
+fn auto_values_name_what_fills_them() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let auto_precision = write_config(
+        &dir,
+        "precision.json",
+        r#"{"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"}}"#,
+    );
+    let base = [
+        "estimate",
+        "--model",
+        "llama-2-7b",
+        "--gpus",
+        "8",
+        "--seq-len",
+        "2048",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--config", &auto_precision]);
+    let (code, stderr) = failure_of(&args);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("`/bf16/enabled` is \"auto\": pass --precision"),
+        "{stderr}"
+    );
+    args.extend(["--precision", "bf16"]);
+    let (code, stderr) = failure_of(&args);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("pass --micro-batch"), "{stderr}");
+    args.extend(["--micro-batch", "2"]);
+    let doc = json_of(&args);
+    assert_eq!(doc["full"]["shape"]["micro_batch"], 2);
+    assert_eq!(doc["full"]["setup"]["precision"], "bf16");
+
+    let auto_bucket = write_config(
+        &dir,
+        "bucket.json",
+        r#"{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}}"#,
+    );
+    let mut args = base.to_vec();
+    args.extend(["--config", &auto_bucket]);
+    let (code, stderr) = failure_of(&args);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("hidden_size² = 16777216"), "{stderr}");
+}
+
+#[test]
+fn full_estimate_flags_need_a_config_and_a_sequence_length() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write_config(&dir, "ds.json", ZERO3_OFFLOAD);
+    let (code, stderr) = failure_of(&["estimate", "--model", "gpt2", "--seq-len", "1024"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--config"), "{stderr}");
+    let (code, stderr) = failure_of(&["estimate", "--model", "gpt2", "--config", &config]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--seq-len"), "{stderr}");
+    let (code, stderr) = failure_of(&[
+        "estimate",
+        "--model",
+        "gpt2",
+        "--config",
+        &config,
+        "--seq-len",
+        "1024",
+        "--fragmentation",
+        "2",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("fraction between 0 and 1"), "{stderr}");
+    let (code, stderr) = failure_of(&["estimate", "--model", "gpt2", "--cuda-context", "2GiB"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("need --config"), "{stderr}");
+}

@@ -14,11 +14,15 @@
 //! * [`metrics`]: per-step metrics and the per-rank memory ledger;
 //! * [`checkpoint`]: consolidating the fp32 master weights and writing them atomically.
 //!
-//! There is no CUDA backend yet; the plan (`planner::plan`) is not wired in yet either: the
-//! sharding and bucketing arithmetic lives in [`zero::partition`] until it is.
+//! * [`cuda`]: the CUDA pieces (device probe, kernels, cuBLASLt, NCCL), not yet wired into
+//!   training: runs train on the CPU.
+//!
+//! The execution plan (`planner::plan`) is not wired in yet either: the sharding and bucketing
+//! arithmetic the ZeRO engines use lives in [`zero::partition`] until it is.
 
 pub mod checkpoint;
 pub mod comm;
+pub mod cuda;
 pub mod data;
 pub mod io;
 pub mod metrics;

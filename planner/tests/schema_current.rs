@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use dsplan_planner::config::registry::known_top_level_keys;
 use dsplan_planner::config::{from_value, schema, schema_text};
+use dsplan_planner::validate::structure::SUPPORTED_KEYWORDS;
 use serde_json::Value;
 
 fn workspace_root() -> PathBuf {
@@ -48,43 +49,6 @@ fn schema_is_valid_draft_2020_12() {
     jsonschema::validator_for(&generated).expect("the schema compiles");
 }
 
-/// The keywords the validator's schema walker understands (`validate::structure`); the
-/// generated schema must stay within them.
-const WALKER_KEYWORDS: &[&str] = &[
-    "$schema",
-    "$id",
-    "$defs",
-    "$ref",
-    "$comment",
-    "title",
-    "description",
-    "default",
-    "examples",
-    "deprecated",
-    "format",
-    "type",
-    "enum",
-    "const",
-    "properties",
-    "additionalProperties",
-    "required",
-    "anyOf",
-    "oneOf",
-    "allOf",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "items",
-    "prefixItems",
-    "minItems",
-    "maxItems",
-    "minLength",
-    "maxLength",
-    "readOnly",
-    "writeOnly",
-];
-
 #[test]
 fn schema_uses_only_keywords_the_validator_walks() {
     fn visit(node: &Value, out: &mut Vec<String>) {
@@ -92,7 +56,7 @@ fn schema_uses_only_keywords_the_validator_walks() {
             return;
         };
         for (key, value) in fields {
-            if !WALKER_KEYWORDS.contains(&key.as_str()) {
+            if !SUPPORTED_KEYWORDS.contains(&key.as_str()) {
                 out.push(key.clone());
             }
             match key.as_str() {

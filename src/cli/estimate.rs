@@ -1,20 +1,30 @@
-//! `dsplan estimate`: DeepSpeed's ZeRO-2/ZeRO-3 model-state estimates for a model and a cluster.
+//! `dsplan estimate`: DeepSpeed's ZeRO-2/ZeRO-3 model-state estimates for a model and a cluster,
+//! and with `--config` dsplan's full estimate of that configuration.
 //!
 //! Human output prints DeepSpeed's two tables exactly as DeepSpeed documents them (`cpu ` /
-//! `none`), then the model summary and any assumption. JSON output follows DESIGN.md's
-//! "Estimate JSON" (`full` stays `null` until dsplan's own estimate lands).
+//! `none`), then the model summary and any assumption, then (with `--config`) dsplan's
+//! per-phase breakdown: every term as a row, init / forward / backward / step as columns, for
+//! the GPU, host memory and NVMe. JSON output follows DESIGN.md's "Estimate JSON"; `full` is
+//! the full estimate, or `null` without `--config`.
 
 use super::{Format, Outcome};
 use crate::units;
 use clap::{ArgGroup, Args, ValueEnum};
+use dsplan_planner::config::{OffloadDevice, ZeroStage};
+use dsplan_planner::estimate::full::{
+    AttentionKernel, Checkpointing, Device, Margins, Overrides, Phase, Precision, Row,
+    TrainingShape, read_config,
+};
 use dsplan_planner::estimate::{
-    BufferFactor, DeepSpeedRow, EnumSpelling, Hardware, zero2_all_cold_text, zero2_table,
-    zero3_all_cold_text, zero3_table,
+    BufferFactor, DeepSpeedRow, EnumSpelling, FullEstimate, Hardware, ZeroInit, estimate_full,
+    zero2_all_cold_text, zero2_table, zero3_all_cold_text, zero3_table,
 };
 use dsplan_planner::model::notes::thousands;
 use dsplan_planner::model::{self, ErrorKind, LmHead, ModelSpec, presets};
+use dsplan_planner::source::SourceFile;
 use serde::Serialize;
 use std::io::Write;
+use std::path::PathBuf;
 
 /// Arguments of `dsplan estimate`.
 #[derive(Debug, Args)]
@@ -58,9 +68,149 @@ pub struct EstimateArgs {
     #[arg(long, value_enum, conflicts_with = "params")]
     lm_head: Option<LmHeadArg>,
 
+    /// A DeepSpeed config: adds dsplan's full estimate of it (needs --seq-len).
+    #[arg(long, value_name = "FILE", requires = "seq_len")]
+    config: Option<PathBuf>,
+
+    /// Training shape and memory knobs of the full estimate.
+    #[command(flatten)]
+    full: FullArgs,
+
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
+}
+
+/// The flags of dsplan's full estimate (with `--config`; `recommend` shares most of them).
+#[derive(Debug, Args)]
+pub struct FullArgs {
+    /// Tokens per sequence.
+    #[arg(long, value_name = "S", requires = "config", value_parser = units::count_arg)]
+    seq_len: Option<u64>,
+
+    /// Sequences per GPU per micro-step (default: the config's train_micro_batch_size_per_gpu,
+    /// or what its batch keys imply).
+    #[arg(long, value_name = "B", requires = "config", value_parser = units::count_arg)]
+    micro_batch: Option<u64>,
+
+    /// Activation checkpointing (default: full when the config has an activation_checkpointing
+    /// section, else none).
+    #[arg(long, value_enum, value_name = "MODE", requires = "config")]
+    activation_checkpointing: Option<CheckpointingArg>,
+
+    /// Attention runs as FlashAttention (no seq x seq score matrix is stored).
+    #[arg(long, requires = "config")]
+    flash_attention: bool,
+
+    /// Training precision (fills or overrides the config's fp16/bf16 sections).
+    #[arg(long, value_enum, requires = "config")]
+    precision: Option<PrecisionArg>,
+
+    /// ZeRO-3: whether the model is built under zero.Init (default enabled, as the Hugging Face
+    /// Trainer does).
+    #[arg(long, value_enum, requires = "config")]
+    zero_init: Option<ZeroInitArg>,
+
+    #[command(flatten)]
+    margins: MarginArgs,
+}
+
+/// The runtime margins, with their documented defaults.
+#[derive(Debug, Args)]
+pub struct MarginArgs {
+    /// CUDA context, cuBLAS and NCCL workspaces per GPU (0.3-2 GB are reported).
+    #[arg(long, value_name = "MEM", default_value = "1GiB", value_parser = memory_arg)]
+    pub cuda_context: u64,
+
+    /// Caching-allocator fragmentation, as a fraction of the GPU buffers and activations.
+    #[arg(long, value_name = "F", default_value_t = dsplan_planner::estimate::full::overhead::DEFAULT_FRAGMENTATION)]
+    pub fragmentation: f64,
+
+    /// Host memory of one training process besides its tensors.
+    #[arg(long, value_name = "MEM", default_value = "2GiB", value_parser = memory_arg)]
+    pub host_overhead: u64,
+
+    /// Bytes per parameter of the model each rank loads on the host before DeepSpeed takes it
+    /// (4: fp32, as DeepSpeed's estimators assume; 2 for a 16-bit load).
+    #[arg(long, value_name = "BYTES", default_value_t = 4)]
+    pub model_load_bytes: u64,
+}
+
+impl MarginArgs {
+    /// The margins the planner takes.
+    pub fn margins(&self) -> Margins {
+        Margins {
+            cuda_context_bytes: self.cuda_context,
+            fragmentation: self.fragmentation,
+            host_process_bytes: self.host_overhead,
+            load_bytes_per_param: self.model_load_bytes,
+        }
+    }
+}
+
+/// [`units::parse_bytes`] for clap.
+pub fn memory_arg(input: &str) -> Result<u64, String> {
+    units::parse_bytes(input).map_err(|error| error.to_string())
+}
+
+/// `--activation-checkpointing none|selective|full`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CheckpointingArg {
+    /// Store every activation.
+    None,
+    /// Recompute the attention scores only.
+    Selective,
+    /// Store layer inputs only; recompute each layer in backward.
+    Full,
+}
+
+impl From<CheckpointingArg> for Checkpointing {
+    fn from(arg: CheckpointingArg) -> Checkpointing {
+        match arg {
+            CheckpointingArg::None => Checkpointing::None,
+            CheckpointingArg::Selective => Checkpointing::Selective,
+            CheckpointingArg::Full => Checkpointing::Full,
+        }
+    }
+}
+
+/// `--precision fp16|bf16|fp32`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrecisionArg {
+    /// fp16 mixed precision.
+    Fp16,
+    /// bf16 mixed precision.
+    Bf16,
+    /// Plain fp32.
+    Fp32,
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(arg: PrecisionArg) -> Precision {
+        match arg {
+            PrecisionArg::Fp16 => Precision::Fp16,
+            PrecisionArg::Bf16 => Precision::Bf16,
+            PrecisionArg::Fp32 => Precision::Fp32,
+        }
+    }
+}
+
+/// `--zero-init enabled|disabled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ZeroInitArg {
+    /// The model is built partitioned.
+    Enabled,
+    /// The model is built whole, then partitioned.
+    Disabled,
+}
+
+impl From<ZeroInitArg> for ZeroInit {
+    fn from(arg: ZeroInitArg) -> ZeroInit {
+        match arg {
+            ZeroInitArg::Enabled => ZeroInit::Enabled,
+            ZeroInitArg::Disabled => ZeroInit::Disabled,
+        }
+    }
 }
 
 /// `--lm-head include|exclude`.
@@ -105,7 +255,7 @@ struct EstimateJson<'a> {
     hardware: Hardware,
     additional_buffer_factor: BufferFactor,
     deepspeed: Vec<DeepSpeedRow>,
-    full: Option<()>,
+    full: Option<FullEstimate>,
 }
 
 /// The `model` object: DESIGN.md's three keys first, then the details.
@@ -160,6 +310,16 @@ fn estimate(args: &EstimateArgs) -> Result<String, Failure> {
         )
     };
 
+    let full = match &args.config {
+        Some(path) => Some(full_estimate(args, path, &spec, hardware)?),
+        None if args.full.margins.margins() != Margins::default() => {
+            return Err(usage(
+                "--cuda-context, --fragmentation, --host-overhead and --model-load-bytes adjust the full estimate: they need --config",
+            ));
+        }
+        None => None,
+    };
+
     match args.format {
         Format::Json => {
             let mut rows = zero2_table(total, hardware, factor).map_err(too_large)?;
@@ -178,7 +338,7 @@ fn estimate(args: &EstimateArgs) -> Result<String, Failure> {
                 hardware,
                 additional_buffer_factor: factor,
                 deepspeed: rows,
-                full: None,
+                full,
             };
             let json = serde_json::to_string_pretty(&document)
                 .map_err(|error| (Outcome::UsageError, format!("cannot render JSON: {error}")))?;
@@ -190,9 +350,212 @@ fn estimate(args: &EstimateArgs) -> Result<String, Failure> {
                 zero2_all_cold_text(total, hardware, factor, spelling).map_err(too_large)?;
             let zero3 = zero3_all_cold_text(total, largest, hardware, factor, spelling)
                 .map_err(too_large)?;
-            Ok(format!("{zero2}\n{zero3}\n{}", summary(&spec)))
+            let mut text = format!("{zero2}\n{zero3}\n{}", summary(&spec));
+            if let Some(full) = &full {
+                text.push('\n');
+                text.push_str(&breakdown(full));
+            }
+            Ok(text)
         }
     }
+}
+
+/// Reads `--config` and runs the full estimate.
+fn full_estimate(
+    args: &EstimateArgs,
+    path: &PathBuf,
+    spec: &ModelSpec,
+    hardware: Hardware,
+) -> Result<FullEstimate, Failure> {
+    let display = path.display().to_string();
+    let bytes =
+        std::fs::read(path).map_err(|error| usage(format!("cannot read {display}: {error}")))?;
+    let (file, _) = SourceFile::parse(&display, &bytes).map_err(|fatal| {
+        let first = fatal
+            .first()
+            .map_or_else(String::new, |d| format!(": {}", d.message));
+        (
+            Outcome::InputRejected,
+            format!(
+                "{display} is not a JSON config{first} (dsplan validate {display} shows where)"
+            ),
+        )
+    })?;
+    let full = &args.full;
+    let overrides = Overrides {
+        precision: full.precision.map(Precision::from),
+        micro_batch: full.micro_batch,
+        checkpointing: full.activation_checkpointing.map(Checkpointing::from),
+        zero_init: full.zero_init.map(ZeroInit::from),
+    };
+    let hidden = spec.architecture.map(|arch| arch.hidden);
+    let reading = read_config(file.value(), hardware, hidden, &overrides)
+        .map_err(|error| (Outcome::InputRejected, format!("{display}: {error}")))?;
+    let shape = TrainingShape {
+        seq_len: full
+            .seq_len
+            .ok_or_else(|| usage("--config needs --seq-len"))?,
+        micro_batch: reading.micro_batch,
+        checkpointing: reading.checkpointing,
+        checkpoint_placement: reading.checkpoint_placement,
+        attention: if full.flash_attention {
+            AttentionKernel::Flash
+        } else {
+            AttentionKernel::Eager
+        },
+    };
+    let mut estimate = estimate_full(
+        spec,
+        hardware,
+        &reading.setup,
+        &shape,
+        &full.margins.margins(),
+    )
+    .map_err(usage)?;
+    estimate.notes.extend(reading.notes);
+    Ok(estimate)
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn gib(bytes: u64) -> String {
+    if bytes == 0 {
+        "-".to_owned()
+    } else {
+        format!("{:.2}", bytes as f64 / GIB)
+    }
+}
+
+/// One line describing the configuration an estimate is for.
+pub fn describe(estimate: &FullEstimate) -> String {
+    let setup = &estimate.setup;
+    let zero = &setup.zero;
+    let mut parts = vec![format!("ZeRO-{}", zero.stage.number())];
+    if zero.optimizer_offloaded() {
+        let device = match zero.offload_optimizer.device {
+            OffloadDevice::Nvme if zero.stage == ZeroStage::Weights => "nvme",
+            _ => "cpu",
+        };
+        if zero.stage == ZeroStage::Weights && zero.offload_optimizer.ratio < 1.0 {
+            parts.push(format!(
+                "optimizer offload {device} (ratio {})",
+                zero.offload_optimizer.ratio
+            ));
+        } else {
+            parts.push(format!("optimizer offload {device}"));
+        }
+    }
+    if zero.params_offloaded() {
+        let device = match zero.offload_param.device {
+            OffloadDevice::Nvme => "nvme",
+            _ => "cpu",
+        };
+        parts.push(format!("param offload {device}"));
+    }
+    parts.push(setup.precision.name().to_owned());
+    parts.push(setup.optimizer.name.clone());
+    let shape = &estimate.shape;
+    parts.push(format!(
+        "seq {} x micro-batch {} x {} accumulation steps",
+        shape.seq_len, shape.micro_batch, setup.gradient_accumulation_steps
+    ));
+    parts.push(
+        match shape.checkpointing {
+            Checkpointing::None => "no checkpointing",
+            Checkpointing::Selective => "selective recompute",
+            Checkpointing::Full => "full checkpointing",
+        }
+        .to_owned(),
+    );
+    parts.push(
+        match shape.attention {
+            AttentionKernel::Eager => "eager attention",
+            AttentionKernel::Flash => "flash attention",
+        }
+        .to_owned(),
+    );
+    let hardware = estimate.hardware;
+    parts.push(format!(
+        "{} GPU(s) ({} node(s) x {})",
+        hardware.total_gpus(),
+        hardware.nodes(),
+        hardware.gpus_per_node()
+    ));
+    parts.join(", ")
+}
+
+/// dsplan's per-phase breakdown: rows x phases for the GPU, host memory and NVMe.
+pub fn breakdown(estimate: &FullEstimate) -> String {
+    let mut text = format!(
+        "dsplan full estimate: {}
+",
+        describe(estimate)
+    );
+    let sections: [(&str, &dyn Fn(Device) -> bool); 3] = [
+        ("GPU, per GPU", &|d| d == Device::Gpu),
+        ("host memory, per node", &Device::is_cpu),
+        ("NVMe, per node", &|d| d == Device::Nvme),
+    ];
+    for (title, keep) in sections {
+        let rows: Vec<&Row> = estimate.rows.iter().filter(|r| keep(r.device)).collect();
+        if rows.iter().all(|r| r.bytes.is_zero()) {
+            continue;
+        }
+        text.push_str(&format!(
+            "  {:<34}{:>10}{:>10}{:>10}{:>10}\n",
+            format!("{title} (GiB)"),
+            "init",
+            "forward",
+            "backward",
+            "step"
+        ));
+        let mut total = dsplan_planner::estimate::full::PhaseBytes::default();
+        for row in rows {
+            total = total.plus(row.bytes);
+            let label = match row.device {
+                Device::CpuPinned => format!("{} (pinned)", row.term.label()),
+                _ => row.term.label().to_owned(),
+            };
+            text.push_str(&format!("    {label:<32}"));
+            for phase in Phase::ALL {
+                text.push_str(&format!("{:>10}", gib(row.bytes.get(phase))));
+            }
+            text.push('\n');
+        }
+        text.push_str(&format!("    {:<32}", "total"));
+        for phase in Phase::ALL {
+            text.push_str(&format!("{:>10}", gib(total.get(phase))));
+        }
+        text.push('\n');
+    }
+    let peaks = &estimate.peaks;
+    text.push_str(&format!(
+        "Peak: {} GiB per GPU ({}), {} GiB of host memory per node ({}, {} GiB pinned)",
+        gib(peaks.gpu.bytes),
+        peaks.gpu.phase.title(),
+        gib(peaks.cpu.bytes),
+        peaks.cpu.phase.title(),
+        format_args!(
+            "{:.2}",
+            estimate.totals.cpu_pinned.get(peaks.cpu.phase) as f64 / GIB
+        ),
+    ));
+    if peaks.nvme.bytes > 0 {
+        text.push_str(&format!(", {} GiB of NVMe per node", gib(peaks.nvme.bytes)));
+    }
+    text.push_str(".\n");
+    if let Some(deepspeed) = &estimate.deepspeed {
+        text.push_str(&format!(
+            "DeepSpeed's estimator for this setup: {:.2} GiB per GPU, {:.2} GiB per node (model states only, x1.5 on the host); dsplan's GPU peak is {:.2} GiB more.\n",
+            deepspeed.gpu_bytes as f64 / GIB,
+            deepspeed.cpu_bytes as f64 / GIB,
+            (peaks.gpu.bytes as f64 - deepspeed.gpu_bytes as f64) / GIB,
+        ));
+    }
+    for note in &estimate.notes {
+        text.push_str(&format!("Note: {note}\n"));
+    }
+    text
 }
 
 fn model_spec(args: &EstimateArgs) -> Result<ModelSpec, Failure> {

@@ -2,8 +2,13 @@
 //! with its arguments and its `run` function.
 
 mod estimate;
+mod plan;
+mod recommend;
+mod resolve;
 mod run;
+mod schedule;
 mod schema;
+mod training_args;
 mod validate;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -23,8 +28,17 @@ enum Command {
     Validate(validate::ValidateArgs),
     /// Print the JSON Schema of ds_config.json (the bytes of schemas/ds_config.schema.json).
     Schema,
-    /// DeepSpeed's ZeRO-2/ZeRO-3 model-state memory estimates for a model and a cluster.
+    /// Memory per GPU and CPU: DeepSpeed's estimators exactly, then the full per-phase estimate.
     Estimate(estimate::EstimateArgs),
+    /// Compile a resolved config and a model into the explicit execution plan.
+    Plan(plan::PlanArgs),
+    /// The fastest DeepSpeed configuration that fits a model, a cluster and a target batch.
+    Recommend(recommend::RecommendArgs),
+    /// The fully resolved config: DeepSpeed defaults materialised, "auto" filled as the Hugging
+    /// Face Trainer fills it, the batch triangle solved; --explain says where each value came from.
+    Resolve(resolve::ResolveArgs),
+    /// The learning rate (and OneCycle momentum) of every training step, as DeepSpeed computes it.
+    Schedule(schedule::ScheduleArgs),
     /// Train with a config: ZeRO stages 0-3 over in-process ranks on the CPU.
     Run(run::RunArgs),
 }
@@ -67,6 +81,10 @@ pub fn run() -> ExitCode {
         Command::Validate(args) => validate::run(args),
         Command::Schema => schema::run(),
         Command::Estimate(args) => estimate::run(args),
+        Command::Plan(args) => plan::run(args),
+        Command::Recommend(args) => recommend::run(args),
+        Command::Resolve(args) => resolve::run(args),
+        Command::Schedule(args) => schedule::run(args),
         Command::Run(args) => run::run(args),
     };
     ExitCode::from(outcome)

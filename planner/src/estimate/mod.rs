@@ -8,6 +8,7 @@
 
 pub mod deepspeed;
 pub mod deepspeed_print;
+pub mod full;
 pub mod hardware;
 pub mod python_math;
 
@@ -17,4 +18,5 @@ pub use deepspeed::{
     zero2_table, zero3_table,
 };
 pub use deepspeed_print::{EnumSpelling, zero2_all_cold_text, zero3_all_cold_text};
+pub use full::{FullEstimate, FullEstimateError, estimate_full};
 pub use hardware::{BufferFactor, Hardware, HardwareError};

@@ -1,0 +1,38 @@
+//! The CUDA backend: device discovery and the `--device` decision, NVRTC-compiled kernels
+//! (from `dsplan-kernels`) launched over cudarc, cuBLASLt GEMMs, and NCCL set up from the
+//! launcher's environment.
+//!
+//! Everything loads CUDA libraries at run time (cudarc's dynamic loading), so the binary builds
+//! and runs where no CUDA is installed. **Call [`device::choose_backend`] (or
+//! [`device::probe`]) before anything else here**: cudarc panics when `libcuda` is missing and
+//! a driver call is made; the probe checks first.
+//!
+//! | module | job | runs without a GPU |
+//! |---|---|---|
+//! | [`device`] | probe the driver, resolve `--device cpu\|cuda\|auto` | yes (the no-driver and stub-driver paths are tested) |
+//! | [`launch_env`] | `RANK`/`WORLD_SIZE`/`LOCAL_RANK` (or `OMPI_COMM_WORLD_*`), `MASTER_ADDR/PORT` | yes |
+//! | [`rendezvous`] | hand rank 0's NCCL id to every rank over TCP | yes (loopback tests) |
+//! | [`encoder_buckets`] | group rows by token for the deterministic embedding backward | yes |
+//! | [`adamw`] | the fused AdamW kernel's scalars and segments | yes (its arithmetic is replayed against `adam_step`) |
+//! | [`modules`] | compile (or fetch from the disk cache) and load kernel files per device | needs a GPU |
+//! | [`launch`] | typed, shape-checked launches of every registered kernel | needs a GPU |
+//! | [`gemm`] | cuBLASLt products with fused bias | needs a GPU |
+//! | [`nccl`] | NCCL collectives (device and host-staged) | needs a GPU |
+
+pub mod adamw;
+pub mod device;
+pub mod encoder_buckets;
+mod error;
+pub mod gemm;
+pub mod launch;
+pub mod launch_env;
+pub mod modules;
+pub mod nccl;
+pub mod rendezvous;
+
+pub use device::{
+    Backend, BackendChoice, CudaAvailability, CudaDeviceInfo, DeviceChoice, DeviceError,
+    choose_backend, probe, resolve_backend,
+};
+pub use error::CudaError;
+pub use launch_env::{LaunchEnv, LaunchEnvError};

@@ -1,0 +1,283 @@
+//! NCCL collectives for one process per GPU, set up from the launcher's environment.
+//!
+//! Rank 0 creates NCCL's unique id and hands it to the others through the TCP rendezvous on
+//! `MASTER_ADDR:MASTER_PORT` ([`super::rendezvous`]); every rank then joins the communicator
+//! with `ncclCommInitRank`. [`NcclComm`] offers the six operations of
+//! [`crate::comm::Comm`] with the same contract (same calls on every rank, caller-side
+//! padding into equal shards, traffic counted with the same formulas):
+//!
+//! * on device buffers (`*_device`): what a GPU ZeRO engine uses, no copies;
+//! * on host `f32` slices: staged through a device buffer, so host-side engines can run over
+//!   NCCL unchanged.
+//!
+//! It does not implement the `Comm` trait itself yet: that trait's error type,
+//! `CommError`, has no variant for a failing backend (an NCCL or driver error), and inventing
+//! one of the existing variants for it would mislead. Adding `CommError::Backend(String)` makes
+//! the host-slice methods here the trait's methods one for one.
+//!
+//! NCCL's library comes from the `nvidia-nccl-cu13` wheel as `libnccl.so.2`, a name cudarc does
+//! not try: link `libnccl.so -> libnccl.so.2` in a directory on `LD_LIBRARY_PATH`.
+
+use std::ffi::c_char;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
+use cudarc::nccl::{Comm as RawComm, Id, ReduceOp as NcclOp};
+
+use super::error::CudaError;
+use super::launch_env::LaunchEnv;
+use super::rendezvous::share_from_root;
+use crate::comm::{CommTraffic, OpKind, ReduceOp};
+
+/// Bytes in NCCL's unique id.
+const ID_BYTES: usize = 128;
+
+/// One rank's NCCL communicator.
+#[derive(Debug)]
+pub struct NcclComm {
+    comm: RawComm,
+    stream: Arc<CudaStream>,
+    traffic: CommTraffic,
+}
+
+fn nccl_error(e: impl std::fmt::Debug) -> CudaError {
+    CudaError::Nccl(format!("{e:?}"))
+}
+
+fn nccl_op(op: ReduceOp) -> NcclOp {
+    match op {
+        ReduceOp::Sum => NcclOp::Sum,
+        ReduceOp::Avg => NcclOp::Avg,
+        ReduceOp::Max => NcclOp::Max,
+    }
+}
+
+/// Whether `libnccl` can be loaded (no NCCL call is made).
+pub fn nccl_present() -> bool {
+    // SAFETY: only tries to open the library by name.
+    unsafe { cudarc::nccl::sys::is_culib_present() }
+}
+
+impl NcclComm {
+    /// Joins the job described by `env` on `stream`'s GPU (which should be GPU
+    /// `env.local_rank`), waiting at most `timeout` for the other ranks.
+    pub fn from_env(
+        stream: Arc<CudaStream>,
+        env: &LaunchEnv,
+        timeout: Duration,
+    ) -> Result<Self, CudaError> {
+        if !nccl_present() {
+            return Err(CudaError::Nccl(
+                "libnccl not found (pip install nvidia-nccl-cu13, and link libnccl.so -> \
+                 libnccl.so.2 in a directory on LD_LIBRARY_PATH)"
+                    .to_string(),
+            ));
+        }
+        let make_id = || {
+            let id = Id::new().map_err(|e| format!("ncclGetUniqueId: {e:?}"))?;
+            Ok(id.internal().iter().map(|&c| c as u8).collect())
+        };
+        let bytes =
+            share_from_root(env, make_id, timeout).map_err(|e| CudaError::Nccl(e.to_string()))?;
+        if bytes.len() != ID_BYTES {
+            return Err(CudaError::Nccl(format!(
+                "rank 0 sent a {}-byte id, NCCL's is {ID_BYTES}",
+                bytes.len()
+            )));
+        }
+        let mut internal = [0 as c_char; ID_BYTES];
+        for (slot, byte) in internal.iter_mut().zip(&bytes) {
+            *slot = *byte as c_char;
+        }
+        let comm = RawComm::from_rank(
+            stream.clone(),
+            env.rank,
+            env.world_size,
+            Id::uninit(internal),
+        )
+        .map_err(nccl_error)?;
+        Ok(Self {
+            comm,
+            stream,
+            traffic: CommTraffic::default(),
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.comm.world_size()
+    }
+
+    /// What this rank has sent so far (bandwidth-optimal volumes, as `LocalComm` counts).
+    pub fn traffic(&self) -> &CommTraffic {
+        &self.traffic
+    }
+
+    fn world(&self) -> u64 {
+        self.world_size() as u64
+    }
+
+    /// In-place all-reduce of a device buffer.
+    pub fn all_reduce_device(
+        &mut self,
+        data: &mut CudaViewMut<'_, f32>,
+        op: ReduceOp,
+    ) -> Result<(), CudaError> {
+        self.comm
+            .all_reduce_in_place(data, &nccl_op(op))
+            .map_err(nccl_error)?;
+        let n = data.len() as u64;
+        self.traffic.record(
+            OpKind::AllReduce,
+            2 * (self.world() - 1) * n * 4 / self.world(),
+        );
+        Ok(())
+    }
+
+    /// Reduce-scatter of device buffers: `input.len() == world * output.len()`.
+    pub fn reduce_scatter_device(
+        &mut self,
+        input: &CudaView<'_, f32>,
+        output: &mut CudaViewMut<'_, f32>,
+        op: ReduceOp,
+    ) -> Result<(), CudaError> {
+        self.check_shards(OpKind::ReduceScatter, input.len(), output.len())?;
+        self.comm
+            .reduce_scatter(input, output, &nccl_op(op))
+            .map_err(nccl_error)?;
+        self.traffic.record(
+            OpKind::ReduceScatter,
+            (self.world() - 1) * output.len() as u64 * 4,
+        );
+        Ok(())
+    }
+
+    /// All-gather of device buffers: `output.len() == world * input.len()`.
+    pub fn all_gather_device(
+        &mut self,
+        input: &CudaView<'_, f32>,
+        output: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), CudaError> {
+        self.check_shards(OpKind::AllGather, output.len(), input.len())?;
+        self.comm.all_gather(input, output).map_err(nccl_error)?;
+        self.traffic.record(
+            OpKind::AllGather,
+            (self.world() - 1) * input.len() as u64 * 4,
+        );
+        Ok(())
+    }
+
+    /// Broadcast of a device buffer from `root`.
+    pub fn broadcast_device(
+        &mut self,
+        data: &mut CudaViewMut<'_, f32>,
+        root: usize,
+    ) -> Result<(), CudaError> {
+        if root >= self.world_size() {
+            return Err(CudaError::Shape(format!(
+                "broadcast root {root} is not a rank of a group of {}",
+                self.world_size()
+            )));
+        }
+        self.comm
+            .broadcast_in_place(data, root as i32)
+            .map_err(nccl_error)?;
+        let sent = if self.rank() == root {
+            (self.world() - 1) * data.len() as u64 * 4
+        } else {
+            0
+        };
+        self.traffic.record(OpKind::Broadcast, sent);
+        Ok(())
+    }
+
+    fn check_shards(&self, op: OpKind, whole: usize, shard: usize) -> Result<(), CudaError> {
+        if whole == self.world_size() * shard {
+            Ok(())
+        } else {
+            Err(CudaError::Shape(format!(
+                "{op}: {whole} elements do not split into {} shards of {shard}; pad the flat \
+                 buffer to a multiple of the world size first",
+                self.world_size()
+            )))
+        }
+    }
+
+    fn upload(&self, data: &[f32]) -> Result<CudaSlice<f32>, CudaError> {
+        Ok(self.stream.clone_htod(data)?)
+    }
+
+    fn download(&self, device: &CudaSlice<f32>, host: &mut [f32]) -> Result<(), CudaError> {
+        self.stream.memcpy_dtoh(device, host)?;
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// [`crate::comm::Comm::all_reduce`] on host memory (staged through the GPU).
+    pub fn all_reduce(&mut self, data: &mut [f32], op: ReduceOp) -> Result<(), CudaError> {
+        let mut device = self.upload(data)?;
+        self.all_reduce_device(&mut device.as_view_mut(), op)?;
+        self.download(&device, data)
+    }
+
+    /// [`crate::comm::Comm::reduce_scatter`] on host memory.
+    pub fn reduce_scatter(
+        &mut self,
+        input: &[f32],
+        output: &mut [f32],
+        op: ReduceOp,
+    ) -> Result<(), CudaError> {
+        self.check_shards(OpKind::ReduceScatter, input.len(), output.len())?;
+        let device_in = self.upload(input)?;
+        let mut device_out = self.stream.alloc_zeros::<f32>(output.len())?;
+        self.reduce_scatter_device(&device_in.as_view(), &mut device_out.as_view_mut(), op)?;
+        self.download(&device_out, output)
+    }
+
+    /// [`crate::comm::Comm::all_gather`] on host memory.
+    pub fn all_gather(&mut self, input: &[f32], output: &mut [f32]) -> Result<(), CudaError> {
+        self.check_shards(OpKind::AllGather, output.len(), input.len())?;
+        let device_in = self.upload(input)?;
+        let mut device_out = self.stream.alloc_zeros::<f32>(output.len())?;
+        self.all_gather_device(&device_in.as_view(), &mut device_out.as_view_mut())?;
+        self.download(&device_out, output)
+    }
+
+    /// [`crate::comm::Comm::broadcast`] on host memory.
+    pub fn broadcast(&mut self, data: &mut [f32], root: usize) -> Result<(), CudaError> {
+        let mut device = self.upload(data)?;
+        self.broadcast_device(&mut device.as_view_mut(), root)?;
+        self.download(&device, data)
+    }
+
+    /// [`crate::comm::Comm::barrier`]: an all-reduce of one element, waited for.
+    pub fn barrier(&mut self) -> Result<(), CudaError> {
+        let mut device = self.stream.alloc_zeros::<f32>(1)?;
+        self.comm
+            .all_reduce_in_place(&mut device, &NcclOp::Sum)
+            .map_err(nccl_error)?;
+        self.stream.synchronize()?;
+        self.traffic.record(OpKind::Barrier, 0);
+        Ok(())
+    }
+
+    /// [`crate::comm::Comm::all_reduce_scalar`]: one f64 reduced over the ranks.
+    pub fn all_reduce_scalar(&mut self, value: f64, op: ReduceOp) -> Result<f64, CudaError> {
+        let mut device = self.stream.clone_htod(&[value])?;
+        self.comm
+            .all_reduce_in_place(&mut device, &nccl_op(op))
+            .map_err(nccl_error)?;
+        let mut host = [0.0f64];
+        self.stream.memcpy_dtoh(&device, &mut host)?;
+        self.stream.synchronize()?;
+        self.traffic
+            .record(OpKind::AllReduceScalar, (self.world() - 1) * 8);
+        Ok(host[0])
+    }
+}

@@ -1,0 +1,290 @@
+//! dsplan's full memory estimate: every term of a training step, per GPU and per node, per
+//! phase.
+//!
+//! DeepSpeed's estimators ([`super::deepspeed`]) count parameters, gradients and optimizer
+//! states only. The full estimate adds what users meet on top of them (research/peers.md §5:
+//! "the estimate said 0.5 GB, I see 14 GB"): communication buckets, ZeRO-3's gathered and
+//! persistent parameters, step temporaries, activations with and without checkpointing, the
+//! logits and loss buffers, offload staging and swap buffers, CUDA context, fragmentation and
+//! the initialisation transients. Every term is a named [`Row`] with its formula; each row
+//! has its bytes in the four [`Phase`]s (init, forward, backward, step).
+//!
+//! | module | terms |
+//! |---|---|
+//! | [`states`] | parameters, gradients, master weights, optimizer states, fp32 gradients |
+//! | [`buffers`] | buckets, gathered/persistent parameters, step casts, staging, swap buffers |
+//! | [`activations`] | layers, working set, embedding ends, logits, loss |
+//! | [`overhead`] | CUDA context, fragmentation, host processes, model load, unpartitioned model |
+//!
+//! A phase's total is the sum of its rows: terms that are live together at that moment are
+//! added, which makes each phase an upper bound of what the caching allocator must hold.
+//! [`config_reading`] turns a `ds_config.json` into the [`TrainingSetup`].
+
+pub mod activations;
+pub mod buffers;
+pub mod config_reading;
+pub mod context;
+pub mod model_dims;
+pub mod overhead;
+pub mod rows;
+pub mod setup;
+pub mod states;
+
+pub use config_reading::{ConfigReading, Overrides, SetupError, read_config};
+pub use context::Context;
+pub use model_dims::{ModelDims, ShapeOrigin};
+pub use overhead::{BadMargin, Margins};
+pub use rows::{Category, Device, Phase, PhaseBytes, Pinning, Row, Term};
+pub use setup::{
+    AttentionKernel, CheckpointPlacement, Checkpointing, MAX_SHAPE_DIMENSION, OffloadOptimizer,
+    OffloadParam, OptimizerModel, Precision, TrainingSetup, TrainingShape, ZeroSetup,
+};
+
+use crate::config::{OffloadDevice, ZeroStage};
+use crate::model::{LmHead, ModelSpec};
+use serde::Serialize;
+use std::fmt;
+
+use super::deepspeed::{
+    self, DeepSpeedRow, Zero3Options, estimate_zero2_model_states_mem_needs,
+    estimate_zero3_model_states_mem_needs,
+};
+use super::hardware::{BufferFactor, Hardware};
+
+/// Totals of each phase, by device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    /// Per GPU.
+    pub gpu: PhaseBytes,
+    /// Host memory per node, pinned and pageable.
+    pub cpu: PhaseBytes,
+    /// The pinned part of `cpu`.
+    pub cpu_pinned: PhaseBytes,
+    /// NVMe per node.
+    pub nvme: PhaseBytes,
+}
+
+/// The largest phase of one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Peak {
+    /// Which phase.
+    pub phase: Phase,
+    /// Its bytes.
+    pub bytes: u64,
+}
+
+/// The peaks of every device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Peaks {
+    /// Per GPU.
+    pub gpu: Peak,
+    /// Host memory per node.
+    pub cpu: Peak,
+    /// NVMe per node.
+    pub nvme: Peak,
+}
+
+/// dsplan's full estimate of one configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FullEstimate {
+    /// The model as the estimate read it.
+    pub model: ModelDims,
+    /// The cluster.
+    pub hardware: Hardware,
+    /// The training shape.
+    pub shape: TrainingShape,
+    /// Precision, optimizer, ZeRO and offload.
+    pub setup: TrainingSetup,
+    /// The runtime margins.
+    pub margins: Margins,
+    /// Every term.
+    pub rows: Vec<Row>,
+    /// Phase totals.
+    pub totals: Totals,
+    /// Peaks.
+    pub peaks: Peaks,
+    /// DeepSpeed's estimator for the same stage and offload (stages 2-3; buffer factor 1.5),
+    /// to reconcile the two.
+    pub deepspeed: Option<DeepSpeedRow>,
+    /// Assumptions made on the way.
+    pub notes: Vec<String>,
+}
+
+/// Why a full estimate could not be made.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FullEstimateError {
+    /// The sequence length or micro-batch is 0 or above [`MAX_SHAPE_DIMENSION`].
+    BadShape {
+        /// `sequence length` or `micro-batch`.
+        what: &'static str,
+        /// The value given.
+        value: u64,
+    },
+    /// A margin is out of range.
+    Margin(BadMargin),
+}
+
+impl fmt::Display for FullEstimateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FullEstimateError::BadShape { what, value } => write!(
+                f,
+                "the {what} must be between 1 and {MAX_SHAPE_DIMENSION}, not {value}"
+            ),
+            FullEstimateError::Margin(error) => error.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for FullEstimateError {}
+
+/// The full estimate of training `model` on `hardware` with `setup` and `shape`.
+pub fn estimate_full(
+    model: &ModelSpec,
+    hardware: Hardware,
+    setup: &TrainingSetup,
+    shape: &TrainingShape,
+    margins: &Margins,
+) -> Result<FullEstimate, FullEstimateError> {
+    for (what, value) in [
+        ("sequence length", shape.seq_len),
+        ("micro-batch", shape.micro_batch),
+    ] {
+        if value == 0 || value > MAX_SHAPE_DIMENSION {
+            return Err(FullEstimateError::BadShape { what, value });
+        }
+    }
+    margins.check().map_err(FullEstimateError::Margin)?;
+    let dims = ModelDims::from_spec(model);
+    let ctx = Context {
+        model: &dims,
+        setup,
+        shape,
+        hardware,
+    };
+    let mut rows = states::model_state_rows(&ctx);
+    rows.extend(buffers::buffer_rows(&ctx));
+    rows.extend(activations::activation_rows(
+        shape,
+        setup.precision,
+        &dims.layers,
+        hardware.gpus_per_node(),
+    ));
+    rows.extend(overhead::overhead_rows(&ctx, margins));
+    let fragmentation = overhead::fragmentation_row(&rows, margins);
+    rows.push(fragmentation);
+
+    let totals = totals(&rows);
+    let peak = |bytes: PhaseBytes| {
+        let (phase, bytes) = bytes.peak();
+        Peak { phase, bytes }
+    };
+    let peaks = Peaks {
+        gpu: peak(totals.gpu),
+        cpu: peak(totals.cpu),
+        nvme: peak(totals.nvme),
+    };
+    let mut notes = Vec::new();
+    if dims.shape_origin == ShapeOrigin::AssumedFromCount {
+        notes.push(format!(
+            "no architecture is known: activations assume a GPT-3-shaped decoder of {} layers, width {}",
+            dims.layers.self_attention_layers, dims.layers.hidden
+        ));
+    }
+    if model
+        .lm_head
+        .is_some_and(|head| head.choice == LmHead::Exclude && head.extra_params > 0)
+    {
+        notes.push(
+            "the LM head's parameters are not counted (--lm-head include counts them); its logits are"
+                .to_owned(),
+        );
+    }
+    Ok(FullEstimate {
+        deepspeed: deepspeed_row(model, hardware, setup),
+        model: dims,
+        hardware,
+        shape: *shape,
+        setup: setup.clone(),
+        margins: *margins,
+        rows,
+        totals,
+        peaks,
+        notes,
+    })
+}
+
+fn totals(rows: &[Row]) -> Totals {
+    let sum = |keep: &dyn Fn(Device) -> bool| {
+        rows.iter()
+            .filter(|row| keep(row.device))
+            .fold(PhaseBytes::default(), |acc, row| acc.plus(row.bytes))
+    };
+    Totals {
+        gpu: sum(&|d| d == Device::Gpu),
+        cpu: sum(&Device::is_cpu),
+        cpu_pinned: sum(&|d| d == Device::CpuPinned),
+        nvme: sum(&|d| d == Device::Nvme),
+    }
+}
+
+/// DeepSpeed's estimator row for the same stage and offload, when it has one.
+fn deepspeed_row(
+    model: &ModelSpec,
+    hardware: Hardware,
+    setup: &TrainingSetup,
+) -> Option<DeepSpeedRow> {
+    let device = |offloaded: bool| {
+        if offloaded {
+            deepspeed::OffloadDevice::Cpu
+        } else {
+            deepspeed::OffloadDevice::None
+        }
+    };
+    let zero = &setup.zero;
+    let factor = BufferFactor::DEEPSPEED_DEFAULT;
+    match zero.stage {
+        ZeroStage::Gradients => {
+            let offload = device(zero.offload_optimizer.device != OffloadDevice::None);
+            let needs = estimate_zero2_model_states_mem_needs(
+                model.total_params,
+                hardware,
+                offload,
+                factor,
+            )
+            .ok()?;
+            Some(DeepSpeedRow {
+                stage: 2,
+                offload_optimizer: offload,
+                offload_param: None,
+                zero_init: None,
+                cpu_bytes: needs.cpu_bytes,
+                gpu_bytes: needs.gpu_bytes,
+            })
+        }
+        ZeroStage::Weights => {
+            let options = Zero3Options {
+                offload_optimizer: device(zero.optimizer_offloaded()),
+                offload_param: device(zero.params_offloaded()),
+                zero_init: setup.zero_init,
+            };
+            let needs = estimate_zero3_model_states_mem_needs(
+                model.total_params,
+                model.largest_layer.params,
+                hardware,
+                options,
+                factor,
+            )
+            .ok()?;
+            Some(DeepSpeedRow {
+                stage: 3,
+                offload_optimizer: options.offload_optimizer,
+                offload_param: Some(options.offload_param),
+                zero_init: Some(options.zero_init),
+                cpu_bytes: needs.cpu_bytes,
+                gpu_bytes: needs.gpu_bytes,
+            })
+        }
+        ZeroStage::Disabled | ZeroStage::OptimizerStates => None,
+    }
+}

@@ -1,0 +1,663 @@
+//! [`decide`]: from a resolved config, a model and a cluster to [`Settings`], with a diagnostic
+//! for every option that is refused, ignored or changed.
+//!
+//! DeepSpeed makes several of these decisions silently at run time (deepspeed-facts §3.3,
+//! §9.3): `offload_param` below stage 3 is ignored, optimizer `nvme` offload below stage 3
+//! runs as `cpu`, CPU offload forces `contiguous_gradients`, NCCL's `all_gather_into_tensor`
+//! makes `allgather_bucket_size` moot, stage 0 reduces in fixed 5e8-element buckets. Here each
+//! one is a setting plus a warning or note kept in the plan.
+//!
+//! The input must be resolved: `"auto"` anywhere is an error. (`planner::resolve` fills
+//! defaults, `"auto"` and the batch triangle; until it lands, [`batch`] derives the missing
+//! batch key the way DeepSpeed does.)
+
+use serde_json::Value;
+
+use super::cluster::Cluster;
+use super::dtype::Dtype;
+use super::model_graph::ModelGraph;
+use super::settings::{
+    Batch, Dtypes, FlatOrder, GradientStorage, OffloadTarget, OptimizerChoice, Overlap,
+    ParamGatherMode, Pinning, Precision, Recompute, ReduceTiming, Settings, Stage3Settings,
+};
+use crate::config::registry::AUTO_KEYS;
+use crate::config::{
+    DsConfig, GradientAllreduceOp, OffloadDevice, OffloadOptimizerConfig, OffloadParamConfig,
+    ZeroConfig, ZeroStage,
+};
+use crate::diagnostics::{Code, Diagnostic};
+
+/// DeepSpeed's stage-0 all-reduce bucket (`MEMORY_OPT_ALLREDUCE_SIZE`), in elements.
+pub const STAGE0_ALLREDUCE_BUCKET: u64 = 500_000_000;
+
+/// What the training script decides, beyond the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Workload {
+    /// Tokens per sample; `None` takes the model's context length (2048 without one).
+    pub sequence_length: Option<u64>,
+    /// Gradient checkpointing.
+    pub recompute: Recompute,
+    /// Whether the collective backend has `all_gather_into_tensor` (NCCL does).
+    pub all_gather_into_tensor: AllGatherIntoTensor,
+}
+
+/// Whether the collective backend offers `all_gather_into_tensor`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AllGatherIntoTensor {
+    /// NCCL and recent gloo: one collective gathers the whole flat buffer.
+    #[default]
+    Available,
+    /// Older backends: DeepSpeed gathers in `allgather_bucket_size` shards.
+    Unavailable,
+}
+
+/// Decides every setting. `Err` holds the diagnostics when one of them is an error.
+pub fn decide(
+    config: &DsConfig,
+    model: &ModelGraph,
+    cluster: &Cluster,
+    workload: &Workload,
+) -> (Option<Settings>, Vec<Diagnostic>) {
+    let mut found = unresolved(config);
+    if !found.is_empty() {
+        return (None, found);
+    }
+    let zero = &config.zero_optimization;
+    let stage = zero.stage;
+    let precision = precision(config, &mut found);
+    let batch = batch(config, model, cluster.world_size, workload, &mut found);
+    let dtypes = dtypes(config, precision, stage);
+    let optimizer = optimizer(config, &mut found);
+    let offload_optimizer = offload_optimizer(zero, &mut found);
+    let offload_param = offload_param(zero, &mut found);
+    ignored_at_stage(zero, &mut found);
+    unmodelled(config, &mut found);
+    refused(config, &mut found);
+    let reduce_timing = match stage {
+        ZeroStage::Disabled | ZeroStage::OptimizerStates => ReduceTiming::AccumulationBoundary,
+        ZeroStage::Gradients | ZeroStage::Weights => ReduceTiming::EveryMicroStep,
+    };
+    let overlap = if stage != ZeroStage::Disabled && zero.overlap_comm_resolved() {
+        Overlap::Overlapped
+    } else {
+        Overlap::Serialized
+    };
+    let gradient_storage = gradient_storage(zero, &offload_optimizer, &mut found);
+    let param_gather = param_gather(zero, cluster, workload, &mut found);
+    let reduce_bucket_size = match stage {
+        ZeroStage::Disabled => STAGE0_ALLREDUCE_BUCKET,
+        _ => zero.reduce_bucket_size.value().map_or(1, |v| v.get()),
+    };
+    let flat_order = if zero.round_robin_gradients
+        && matches!(stage, ZeroStage::OptimizerStates | ZeroStage::Gradients)
+    {
+        FlatOrder::RoundRobin
+    } else {
+        FlatOrder::Model
+    };
+    let stage3 = (stage == ZeroStage::Weights).then(|| stage3_settings(zero));
+    let Some(batch) = batch else {
+        return (None, found);
+    };
+    if found.iter().any(Diagnostic::is_error) {
+        return (None, found);
+    }
+    let settings = Settings {
+        stage,
+        world_size: cluster.world_size,
+        batch,
+        recompute: workload.recompute,
+        precision,
+        dtypes,
+        optimizer,
+        reduce_bucket_size,
+        allgather_bucket_size: zero.allgather_bucket_size.get(),
+        reduce_timing,
+        overlap,
+        gradient_storage,
+        reduce_scatter: zero.reduce_scatter,
+        multi_rank_bucket_allreduce: zero.use_multi_rank_bucket_allreduce,
+        flat_order,
+        param_gather,
+        offload_ratio: zero
+            .offload_optimizer
+            .as_ref()
+            .map_or(1.0, |o| o.ratio.clamp(0.0, 1.0)),
+        offload_optimizer,
+        offload_param,
+        stage3,
+    };
+    (Some(settings), found)
+}
+
+/// An error for every `"auto"` still in the config.
+fn unresolved(config: &DsConfig) -> Vec<Diagnostic> {
+    let Ok(value) = serde_json::to_value(config) else {
+        return vec![Diagnostic::error(
+            Code::NeedsResolution,
+            "",
+            "the config could not be read back as JSON",
+        )];
+    };
+    AUTO_KEYS
+        .iter()
+        .filter(|pointer| value.pointer(pointer).and_then(Value::as_str) == Some("auto"))
+        .map(|pointer| {
+            Diagnostic::error(
+                Code::NeedsResolution,
+                *pointer,
+                format!("`{pointer}` is still \"auto\"; a plan needs a concrete value"),
+            )
+            .with_help("run `dsplan resolve` first, or write the value")
+        })
+        .collect()
+}
+
+fn precision(config: &DsConfig, found: &mut Vec<Diagnostic>) -> Precision {
+    let fp16 = config.fp16.enabled.value().copied().unwrap_or(false);
+    let legacy_bf16 = config
+        .bfloat16
+        .as_ref()
+        .and_then(|b| b.0.enabled.value().copied())
+        .unwrap_or(false);
+    let bf16 = config.bf16.enabled.value().copied().unwrap_or(false) || legacy_bf16;
+    match (fp16, bf16) {
+        (true, true) => {
+            found.push(Diagnostic::error(
+                Code::ConflictingPrecision,
+                "/bf16/enabled",
+                "fp16 and bf16 are both enabled (DeepSpeed asserts)",
+            ));
+            Precision::Fp16
+        }
+        (true, false) => Precision::Fp16,
+        (false, true) => Precision::Bf16,
+        (false, false) => Precision::Fp32,
+    }
+}
+
+/// The batch triangle: train_batch_size = micro × accumulation × world size.
+fn batch(
+    config: &DsConfig,
+    model: &ModelGraph,
+    world: u64,
+    workload: &Workload,
+    found: &mut Vec<Diagnostic>,
+) -> Option<Batch> {
+    let get = |key: &Option<crate::config::AutoOr<crate::config::primitives::PositiveInt>>| {
+        key.as_ref().and_then(|v| v.value()).map(|v| v.get())
+    };
+    let total = get(&config.train_batch_size);
+    let micro = get(&config.train_micro_batch_size_per_gpu);
+    let accumulation = get(&config.gradient_accumulation_steps);
+    let mismatch = |found: &mut Vec<Diagnostic>, message: String| {
+        found.push(Diagnostic::error(
+            Code::BatchSizeMismatch,
+            "/train_batch_size",
+            message,
+        ));
+        None
+    };
+    let (micro, accumulation) = match (total, micro, accumulation) {
+        (Some(t), Some(m), Some(g)) if t == m * g * world => (m, g),
+        (Some(t), Some(m), Some(g)) => {
+            return mismatch(
+                found,
+                format!(
+                    "train_batch_size {t} ≠ micro batch {m} × accumulation {g} × world size {world}"
+                ),
+            );
+        }
+        (Some(t), Some(m), None) if t % (m * world) == 0 && t >= m * world => (m, t / (m * world)),
+        (Some(t), None, Some(g)) if t % (g * world) == 0 && t >= g * world => (t / (g * world), g),
+        (Some(t), None, None) if t % world == 0 && t >= world => (t / world, 1),
+        (Some(t), _, _) => {
+            return mismatch(
+                found,
+                format!(
+                    "train_batch_size {t} does not divide evenly over world size {world} and the given batch keys"
+                ),
+            );
+        }
+        (None, Some(m), g) => (m, g.unwrap_or(1)),
+        (None, None, _) => {
+            found.push(
+                Diagnostic::error(
+                    Code::BatchSizeMissing,
+                    "",
+                    "neither train_batch_size nor train_micro_batch_size_per_gpu is given",
+                )
+                .with_help("set train_micro_batch_size_per_gpu"),
+            );
+            return None;
+        }
+    };
+    let sequence_length = workload
+        .sequence_length
+        .or(model.architecture.positions)
+        .unwrap_or(2048)
+        .max(1);
+    Some(Batch {
+        micro_batch: micro,
+        gradient_accumulation_steps: accumulation,
+        train_batch_size: micro * accumulation * world,
+        sequence_length,
+    })
+}
+
+fn dtypes(config: &DsConfig, precision: Precision, stage: ZeroStage) -> Dtypes {
+    let model = match precision {
+        Precision::Fp32 => Dtype::Fp32,
+        Precision::Fp16 => Dtype::Fp16,
+        Precision::Bf16 => Dtype::Bf16,
+    };
+    let zero = stage != ZeroStage::Disabled;
+    let default_accum = if precision == Precision::Bf16 && !zero {
+        Dtype::Fp32
+    } else {
+        model
+    };
+    let grad_accum = config
+        .data_types
+        .grad_accum_dtype
+        .and_then(Dtype::from_name)
+        .unwrap_or(default_accum);
+    let communication = config
+        .communication_data_type
+        .map(Dtype::from_comm)
+        .unwrap_or(model);
+    let bf16 = &config.bf16;
+    let master = if precision == Precision::Bf16 && zero && bf16.bf16_master_weights_and_grads {
+        Dtype::Bf16
+    } else {
+        Dtype::Fp32
+    };
+    let optimizer_states = if master == Dtype::Bf16 && bf16.bf16_optimizer_states {
+        Dtype::Bf16
+    } else {
+        Dtype::Fp32
+    };
+    Dtypes {
+        params: model,
+        gradients: model,
+        grad_accum,
+        communication,
+        master,
+        optimizer_states,
+    }
+}
+
+/// State tensors per parameter of the optimizers DeepSpeed builds.
+fn optimizer(config: &DsConfig, found: &mut Vec<Diagnostic>) -> OptimizerChoice {
+    let Some(name) = config.optimizer.as_ref().and_then(|o| o.kind.clone()) else {
+        found.push(Diagnostic::info(
+            Code::MissingKey,
+            "/optimizer",
+            "no optimizer section: the plan assumes the script passes AdamW (2 states per parameter)",
+        ));
+        return OptimizerChoice {
+            name: "AdamW (assumed)".into(),
+            states: 2,
+        };
+    };
+    let momentum = config
+        .optimizer
+        .as_ref()
+        .and_then(|o| o.params.other.get("momentum"))
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let states = match name.to_ascii_lowercase().as_str() {
+        "adam" | "adamw" | "lamb" | "muadam" | "muadamw" | "onebitadam" | "zerooneadam"
+        | "onebitlamb" | "cpuadam" | "fusedadam" => 2,
+        "lion" | "adagrad" | "muon" | "rmsprop" => 1,
+        "sgd" | "musgd" => u64::from(momentum != 0.0),
+        _ => {
+            found.push(Diagnostic::info(
+                Code::UnknownOptimizer,
+                "/optimizer/type",
+                format!("the plan does not know `{name}`'s state; it assumes 2 tensors per parameter, as Adam"),
+            ));
+            2
+        }
+    };
+    OptimizerChoice { name, states }
+}
+
+fn pinning(pin: bool) -> Pinning {
+    if pin {
+        Pinning::Pinned
+    } else {
+        Pinning::Pageable
+    }
+}
+
+fn offload_optimizer(zero: &ZeroConfig, found: &mut Vec<Diagnostic>) -> OffloadTarget {
+    let legacy = zero.cpu_offload == Some(true);
+    let given = zero.offload_optimizer.clone().or_else(|| {
+        legacy.then(|| OffloadOptimizerConfig {
+            device: OffloadDevice::Cpu,
+            ..OffloadOptimizerConfig::default()
+        })
+    });
+    let Some(offload) = given else {
+        return OffloadTarget::None;
+    };
+    const POINTER: &str = "/zero_optimization/offload_optimizer/device";
+    match (zero.stage, offload.device) {
+        (_, OffloadDevice::None) => OffloadTarget::None,
+        (ZeroStage::Disabled, _) => {
+            found.push(Diagnostic::warning(
+                Code::IneffectiveAtStage,
+                POINTER,
+                "optimizer offload needs ZeRO stage 1, 2 or 3; at stage 0 DeepSpeed ignores it and the plan keeps the optimizer on the GPU",
+            ));
+            OffloadTarget::None
+        }
+        (ZeroStage::OptimizerStates | ZeroStage::Gradients, OffloadDevice::Nvme) => {
+            found.push(
+                Diagnostic::warning(
+                    Code::IneffectiveAtStage,
+                    POINTER,
+                    "stages 1 and 2 treat optimizer offload to nvme as cpu (nvme_path is ignored); the plan offloads to the CPU",
+                )
+                .with_help("use stage 3 for NVMe optimizer offload, or write \"cpu\""),
+            );
+            OffloadTarget::Cpu {
+                pinning: pinning(offload.pin_memory),
+            }
+        }
+        (_, OffloadDevice::Cpu) => OffloadTarget::Cpu {
+            pinning: pinning(offload.pin_memory),
+        },
+        (ZeroStage::Weights, OffloadDevice::Nvme) => match &offload.nvme_path {
+            Some(path) => OffloadTarget::Nvme {
+                path: path.clone(),
+                buffer_count: offload.buffer_count.get(),
+                buffer_size: 0,
+                max_in_cpu: 0,
+            },
+            None => {
+                found.push(Diagnostic::error(
+                    Code::NvmeWithoutPath,
+                    "/zero_optimization/offload_optimizer/nvme_path",
+                    "optimizer offload to nvme without nvme_path (DeepSpeed fails joining the path)",
+                ));
+                OffloadTarget::None
+            }
+        },
+    }
+}
+
+fn offload_param(zero: &ZeroConfig, found: &mut Vec<Diagnostic>) -> OffloadTarget {
+    let legacy = zero.cpu_offload_param == Some(true);
+    let given = zero.offload_param.clone().or_else(|| {
+        legacy.then(|| OffloadParamConfig {
+            device: OffloadDevice::Cpu,
+            ..OffloadParamConfig::default()
+        })
+    });
+    let Some(offload) = given else {
+        return OffloadTarget::None;
+    };
+    const POINTER: &str = "/zero_optimization/offload_param/device";
+    if offload.device == OffloadDevice::None {
+        return OffloadTarget::None;
+    }
+    if zero.stage != ZeroStage::Weights {
+        found.push(Diagnostic::warning(
+            Code::IneffectiveAtStage,
+            POINTER,
+            format!(
+                "parameter offload works only with ZeRO stage 3; stage {} silently ignores it and the plan keeps parameters on the GPU",
+                zero.stage.number()
+            ),
+        ));
+        return OffloadTarget::None;
+    }
+    match (offload.device, &offload.nvme_path) {
+        (OffloadDevice::Nvme, Some(path)) => OffloadTarget::Nvme {
+            path: path.clone(),
+            buffer_count: offload.buffer_count.get(),
+            buffer_size: offload.buffer_size.get(),
+            max_in_cpu: offload.max_in_cpu.get(),
+        },
+        (OffloadDevice::Nvme, None) => {
+            found.push(Diagnostic::error(
+                Code::NvmeWithoutPath,
+                "/zero_optimization/offload_param/nvme_path",
+                "parameter offload to nvme without nvme_path (DeepSpeed asserts in zero.Init)",
+            ));
+            OffloadTarget::None
+        }
+        _ => OffloadTarget::Cpu {
+            pinning: pinning(offload.pin_memory),
+        },
+    }
+}
+
+fn gradient_storage(
+    zero: &ZeroConfig,
+    offload_optimizer: &OffloadTarget,
+    found: &mut Vec<Diagnostic>,
+) -> GradientStorage {
+    let stage12 = matches!(
+        zero.stage,
+        ZeroStage::OptimizerStates | ZeroStage::Gradients
+    );
+    if zero.contiguous_gradients {
+        GradientStorage::Contiguous
+    } else if stage12 && offload_optimizer.is_offloaded() {
+        found.push(Diagnostic::info(
+            Code::IneffectiveAtStage,
+            "/zero_optimization/contiguous_gradients",
+            "CPU offload forces contiguous_gradients on in stages 1 and 2",
+        ));
+        GradientStorage::Contiguous
+    } else {
+        GradientStorage::PerParameter
+    }
+}
+
+fn param_gather(
+    zero: &ZeroConfig,
+    cluster: &Cluster,
+    workload: &Workload,
+    found: &mut Vec<Diagnostic>,
+) -> ParamGatherMode {
+    let stage12 = matches!(
+        zero.stage,
+        ZeroStage::OptimizerStates | ZeroStage::Gradients
+    );
+    match workload.all_gather_into_tensor {
+        AllGatherIntoTensor::Unavailable => ParamGatherMode::Sharded,
+        AllGatherIntoTensor::Available => {
+            let default = ZeroConfig::default().allgather_bucket_size;
+            if stage12 && cluster.world_size > 1 && zero.allgather_bucket_size != default {
+                found.push(Diagnostic::info(
+                    Code::IneffectiveAtStage,
+                    "/zero_optimization/allgather_bucket_size",
+                    "allgather_bucket_size is unused: NCCL's all_gather_into_tensor gathers the whole flat buffer in one collective",
+                ));
+            }
+            ParamGatherMode::IntoTensor
+        }
+    }
+}
+
+fn stage3_settings(zero: &ZeroConfig) -> Stage3Settings {
+    let value =
+        |v: &crate::config::AutoOr<crate::config::NonNegativeInt>| v.value().map_or(0, |v| v.get());
+    Stage3Settings {
+        prefetch_bucket_size: value(&zero.prefetch_bucket_size),
+        param_persistence_threshold: value(&zero.param_persistence_threshold),
+        model_persistence_threshold: zero
+            .model_persistence_threshold
+            .map_or(i64::MAX as u64, |v| v.get()),
+        max_live_parameters: zero.max_live_parameters.get(),
+        max_reuse_distance: zero.max_reuse_distance.get(),
+        sub_group_size: zero.sub_group_size.get().max(1),
+        fetch_with_all_reduce: zero.use_all_reduce_for_fetch_params,
+    }
+}
+
+/// Notes for settings given a non-default value at a stage that does not read them.
+fn ignored_at_stage(zero: &ZeroConfig, found: &mut Vec<Diagnostic>) {
+    let default = ZeroConfig::default();
+    let stage = zero.stage;
+    let mut note = |differs: bool, key: &str, needs: &str| {
+        if differs {
+            found.push(Diagnostic::info(
+                Code::IneffectiveAtStage,
+                format!("/zero_optimization/{key}"),
+                format!(
+                    "`{key}` has no effect at ZeRO stage {} ({needs})",
+                    stage.number()
+                ),
+            ));
+        }
+    };
+    if stage != ZeroStage::Weights {
+        let needs = "stage 3 only";
+        note(
+            zero.prefetch_bucket_size != default.prefetch_bucket_size,
+            "stage3_prefetch_bucket_size",
+            needs,
+        );
+        note(
+            zero.param_persistence_threshold != default.param_persistence_threshold,
+            "stage3_param_persistence_threshold",
+            needs,
+        );
+        note(
+            zero.max_live_parameters != default.max_live_parameters,
+            "stage3_max_live_parameters",
+            needs,
+        );
+        note(
+            zero.max_reuse_distance != default.max_reuse_distance,
+            "stage3_max_reuse_distance",
+            needs,
+        );
+        note(
+            zero.sub_group_size != default.sub_group_size,
+            "sub_group_size",
+            needs,
+        );
+    }
+    if stage == ZeroStage::Disabled {
+        let needs = "stage 0 all-reduces in fixed 5e8-element buckets after backward";
+        note(
+            zero.reduce_bucket_size != default.reduce_bucket_size,
+            "reduce_bucket_size",
+            needs,
+        );
+        note(zero.overlap_comm.is_some(), "overlap_comm", needs);
+    }
+    if stage == ZeroStage::Weights {
+        note(
+            zero.round_robin_gradients,
+            "round_robin_gradients",
+            "stages 1 and 2 only",
+        );
+    }
+}
+
+/// Warnings for features the plan does not model (the executor cannot run them either).
+fn unmodelled(config: &DsConfig, found: &mut Vec<Diagnostic>) {
+    let zero = &config.zero_optimization;
+    let mut warn = |active: bool, pointer: &str, what: &str| {
+        if active {
+            found.push(Diagnostic::warning(
+                Code::IncompatibleSettings,
+                pointer,
+                format!("{what} is not modelled by dsplan's plan: its buffers and collectives are missing from it"),
+            ));
+        }
+    };
+    warn(
+        zero.zero_hpz_partition_size.get() > 1,
+        "/zero_optimization/zero_hpz_partition_size",
+        "ZeRO++ hierarchical partitioning (hpZ)",
+    );
+    warn(
+        zero.zero_quantized_weights,
+        "/zero_optimization/zero_quantized_weights",
+        "ZeRO++ weight quantization (qwZ)",
+    );
+    warn(
+        zero.zero_quantized_gradients,
+        "/zero_optimization/zero_quantized_gradients",
+        "ZeRO++ gradient quantization (qgZ)",
+    );
+    warn(
+        zero.zenflow.is_some(),
+        "/zero_optimization/zenflow",
+        "ZenFlow",
+    );
+    warn(
+        config.tensor_parallel.autotp_size.get() > 1,
+        "/tensor_parallel/autotp_size",
+        "tensor parallelism",
+    );
+    warn(
+        !config.pipeline.is_empty(),
+        "/pipeline",
+        "pipeline parallelism",
+    );
+    warn(
+        config.sequence_parallel_size.is_some_and(|s| s.get() > 1),
+        "/sequence_parallel_size",
+        "sequence parallelism",
+    );
+}
+
+/// Errors for combinations DeepSpeed refuses at start-up.
+fn refused(config: &DsConfig, found: &mut Vec<Diagnostic>) {
+    let zero = &config.zero_optimization;
+    let stage = zero.stage;
+    let mut refuse = |refused: bool, pointer: &str, message: &str| {
+        if refused {
+            found.push(Diagnostic::error(
+                Code::IncompatibleSettings,
+                pointer,
+                message,
+            ));
+        }
+    };
+    let partitions_grads = stage >= ZeroStage::Gradients;
+    refuse(
+        partitions_grads && zero.reduce_scatter && config.gradient_predivide_factor != 1.0,
+        "/gradient_predivide_factor",
+        "gradient_predivide_factor != 1.0 is not supported by ZeRO-2/3 with reduce_scatter (DeepSpeed asserts)",
+    );
+    refuse(
+        partitions_grads && zero.reduce_scatter && config.prescale_gradients,
+        "/prescale_gradients",
+        "prescale_gradients is not supported by ZeRO-2/3 with reduce_scatter (DeepSpeed asserts)",
+    );
+    refuse(
+        stage < ZeroStage::Weights
+            && zero
+                .offload_optimizer
+                .as_ref()
+                .is_some_and(|o| o.ratio < 1.0),
+        "/zero_optimization/offload_optimizer/ratio",
+        "partial offloading (ratio < 1) is only supported with ZeRO stage 3",
+    );
+    refuse(
+        stage == ZeroStage::Weights && config.gradient_allreduce_op == GradientAllreduceOp::Sum,
+        "/gradient_allreduce_op",
+        "gradient_allreduce_op \"sum\" is not supported with ZeRO stage 3",
+    );
+    refuse(
+        matches!(stage, ZeroStage::OptimizerStates | ZeroStage::Gradients)
+            && !zero.allgather_bucket_size.get().is_multiple_of(2),
+        "/zero_optimization/allgather_bucket_size",
+        "allgather_bucket_size must be a multiple of 2 (nccl_start_alignment_factor) in stages 1 and 2",
+    );
+    refuse(
+        zero.legacy_stage1,
+        "/zero_optimization/legacy_stage1",
+        "the deprecated ZeRO stage 1 (legacy_stage1) is not supported by DeepSpeed >= 0.5.9",
+    );
+}

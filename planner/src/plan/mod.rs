@@ -1,0 +1,280 @@
+//! The execution plan: a resolved config and a model compiled into an explicit value.
+//!
+//! DeepSpeed decides its buffers, buckets and stage-3 fetch order at run time. [`compile`]
+//! decides them ahead of time, in the same way, and returns them as a [`Plan`] that can be
+//! printed, diffed, snapshot-tested and handed to the executor:
+//!
+//! | part | module |
+//! |---|---|
+//! | decided settings and diagnostics (fallbacks, refusals) | [`decide`], [`settings`] |
+//! | tensors with shapes, fetch units in execution order | [`model_graph`] |
+//! | offsets in the flat 16-bit and fp32 master buffers | [`layout`] |
+//! | per-rank ownership rules, persistent set, sub-groups | [`shards`] |
+//! | gradient buckets and their collectives, parameter all-gather | [`buckets`] |
+//! | stage-3 fetch / prefetch / release schedule | [`stage3`] |
+//! | offload copies | [`offload`] |
+//! | the moments of a step | [`ticks`] |
+//! | every allocation, and the memory timeline | [`buffers`], [`activations`], [`timeline`] |
+//! | op graph, cost model, critical path, step time | [`graph`], [`cost`], [`cluster`] |
+//! | Chrome trace of a step | [`trace`] |
+//!
+//! `planner::resolve` (defaults, `"auto"`, the batch triangle) plugs in before [`compile`]: its
+//! output is the `DsConfig` given here. Until then [`decide`] refuses `"auto"` and derives the
+//! missing batch key itself.
+
+pub mod activations;
+pub mod buckets;
+pub mod buffers;
+pub mod cluster;
+pub mod cost;
+pub mod decide;
+pub mod dtype;
+pub mod graph;
+pub mod layout;
+pub mod model_graph;
+pub mod offload;
+pub mod settings;
+pub mod shards;
+pub mod stage3;
+pub mod ticks;
+pub mod timeline;
+pub mod trace;
+
+use serde::Serialize;
+
+pub use buckets::{Buckets, Collective};
+pub use buffers::{Buffer, BufferKind, Lifetime};
+pub use cluster::{Cluster, Hardware};
+pub use decide::{AllGatherIntoTensor, Workload};
+pub use dtype::{Device, Dtype};
+pub use graph::{OpGraph, Stream};
+pub use layout::Layout;
+pub use model_graph::{ModelGraph, ModelGraphError, UnitOrder};
+pub use offload::Offload;
+pub use settings::{Recompute, Settings};
+pub use shards::Shards;
+pub use stage3::Stage3Schedule;
+pub use ticks::{Phase, Ticks};
+pub use timeline::Timeline;
+
+use crate::config::DsConfig;
+use crate::diagnostics::{Code, Diagnostic};
+
+/// What the plan was compiled for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModelSummary {
+    /// Name.
+    pub name: String,
+    /// Trainable elements.
+    pub total_params: u64,
+    /// Parameter tensors.
+    pub tensors: usize,
+    /// Fetch units.
+    pub units: usize,
+    /// Whether units follow the real execution order.
+    pub unit_order: UnitOrder,
+}
+
+/// The explicit execution plan of one training step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    /// The model.
+    pub model: ModelSummary,
+    /// The ranks and the cost model's rates.
+    pub cluster: Cluster,
+    /// Every decided setting.
+    pub settings: Settings,
+    /// Parameter layout.
+    pub layout: Layout,
+    /// Ownership.
+    pub shards: Shards,
+    /// Gradient buckets and the parameter all-gather.
+    pub buckets: Buckets,
+    /// Stage 3's fetch schedule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stage3: Option<Stage3Schedule>,
+    /// Offload copies.
+    pub offload: Offload,
+    /// The moments of the step.
+    pub ticks: Ticks,
+    /// Every allocation of one rank.
+    pub buffers: Vec<Buffer>,
+    /// Memory over the step.
+    pub timeline: Timeline,
+    /// Ops, critical path and step time.
+    pub graph: OpGraph,
+    /// Decisions and warnings.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// One device's peak memory split the way `dsplan estimate` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MemoryRow {
+    /// Device.
+    pub device: Device,
+    /// Model states live at the peak (parameters, gradients, master, optimizer states).
+    pub model_states: u64,
+    /// Runtime buffers live at the peak (buckets, gathered parameters, scratch, staging).
+    pub buffers: u64,
+    /// Activations live at the peak.
+    pub activations: u64,
+    /// The peak (the sum of the three).
+    pub peak: u64,
+}
+
+impl Plan {
+    /// The peak of each device split into model states, buffers and activations: the rows
+    /// `dsplan estimate --config` prints, from the same buffer list the executor allocates.
+    pub fn memory_rows(&self) -> Vec<MemoryRow> {
+        self.timeline
+            .devices
+            .iter()
+            .map(|device| {
+                let mut row = MemoryRow {
+                    device: device.device,
+                    model_states: 0,
+                    buffers: 0,
+                    activations: 0,
+                    peak: device.peak.bytes,
+                };
+                for part in &device.peak.breakdown {
+                    if part.kind == BufferKind::Activations {
+                        row.activations += part.bytes;
+                    } else if part.kind.is_model_state() {
+                        row.model_states += part.bytes;
+                    } else {
+                        row.buffers += part.bytes;
+                    }
+                }
+                row
+            })
+            .collect()
+    }
+}
+
+/// Compiles a resolved config for `model` on `cluster`. `Err` carries every diagnostic when
+/// at least one is an error; `Ok` keeps the warnings and notes in [`Plan::diagnostics`].
+pub fn compile(
+    config: &DsConfig,
+    model: &ModelGraph,
+    cluster: &Cluster,
+    workload: &Workload,
+) -> Result<Plan, Vec<Diagnostic>> {
+    let (settings, mut diagnostics) = decide::decide(config, model, cluster, workload);
+    let Some(settings) = settings else {
+        return Err(diagnostics);
+    };
+    if model.unit_order == UnitOrder::ParameterOrder {
+        diagnostics.push(Diagnostic::info(
+            Code::IneffectiveAtStage,
+            "",
+            format!(
+                "dsplan does not model `{}`'s modules op by op: shapes are flat, execution order and FLOPs are approximations",
+                model.architecture.family.model_type()
+            ),
+        ));
+    }
+    let layout = Layout::new(model, &settings);
+    let shards = Shards::new(&layout, &settings);
+    let persistent_entries: Vec<usize> = shards
+        .persistent
+        .as_ref()
+        .map(|p| p.entries.clone())
+        .unwrap_or_default();
+    let nvme = offload::nvme_resident(&layout, &settings, &persistent_entries, model.tensors.len());
+    check_swap_buffers(&layout, &settings, &nvme, &mut diagnostics);
+    if diagnostics.iter().any(Diagnostic::is_error) {
+        return Err(diagnostics);
+    }
+    let buckets = buckets::buckets(model, &layout, &settings);
+    let stage3 = match (&settings.stage3, &shards.persistent) {
+        (Some(s3), Some(persistent)) => {
+            Some(stage3::schedule(model, &layout, persistent, s3, &nvme))
+        }
+        _ => None,
+    };
+    let ticks = Ticks::new(model, shards.sub_groups.len());
+    let offload = offload::plan_offload(
+        &settings,
+        &layout,
+        &shards,
+        &buckets,
+        stage3.as_ref(),
+        &ticks,
+        nvme,
+    );
+    let buffers = buffers::buffers(&buffers::BufferInputs {
+        model,
+        settings: &settings,
+        layout: &layout,
+        shards: &shards,
+        buckets: &buckets,
+        stage3: stage3.as_ref(),
+        offload: &offload,
+        ticks: &ticks,
+    });
+    let timeline = Timeline::new(&buffers, &ticks);
+    let graph = graph::op_graph(&graph::GraphInputs {
+        model,
+        settings: &settings,
+        cluster,
+        layout: &layout,
+        shards: &shards,
+        buckets: &buckets,
+        stage3: stage3.as_ref(),
+    });
+    Ok(Plan {
+        model: ModelSummary {
+            name: model.name.clone(),
+            total_params: model.total_params(),
+            tensors: model.tensors.len(),
+            units: model.units.len(),
+            unit_order: model.unit_order,
+        },
+        cluster: *cluster,
+        settings,
+        layout,
+        shards,
+        buckets,
+        stage3,
+        offload,
+        ticks,
+        buffers,
+        timeline,
+        graph,
+        diagnostics,
+    })
+}
+
+/// NVMe parameter offload: every swapped partition must be smaller than `buffer_size`
+/// (DeepSpeed: "More elements N than buffer size M").
+fn check_swap_buffers(
+    layout: &Layout,
+    settings: &Settings,
+    nvme: &[bool],
+    found: &mut Vec<Diagnostic>,
+) {
+    let settings::OffloadTarget::Nvme { buffer_size, .. } = settings.offload_param else {
+        return;
+    };
+    let largest = layout
+        .entries
+        .iter()
+        .filter(|e| nvme.get(e.tensor).copied().unwrap_or(false))
+        .max_by_key(|e| e.partition_numel);
+    if let Some(entry) = largest
+        && entry.partition_numel >= buffer_size
+    {
+        found.push(
+                Diagnostic::error(
+                    Code::OutOfRange,
+                    "/zero_optimization/offload_param/buffer_size",
+                    format!(
+                        "`{}`'s partition has {} elements, more than the swap buffer_size {buffer_size} (DeepSpeed fails: \"More elements than buffer size\")",
+                        entry.name, entry.partition_numel
+                    ),
+                )
+                .with_help(format!("set offload_param.buffer_size above {}", entry.partition_numel)),
+            );
+    }
+}

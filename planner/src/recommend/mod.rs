@@ -1,0 +1,452 @@
+//! `recommend`: the fastest DeepSpeed configuration that fits a model, a cluster and a target
+//! batch, as a ready `ds_config.json`.
+//!
+//! The walk goes from the fastest configuration to the most memory-frugal ([`Strategy::WALK`]:
+//! ZeRO-1, ZeRO-2, ZeRO-2 + optimizer offload, ZeRO-3, ZeRO-3 + optimizer offload, ZeRO-3 +
+//! optimizer and parameter offload, ZeRO-3 + NVMe). For each it writes the config, reads it back
+//! as `dsplan estimate --config` would, and takes the largest micro-batch (a divisor of the
+//! per-GPU batch) whose full estimate fits the GPU and host memory; gradient accumulation makes
+//! up the target batch. ZeRO-3's optimizer offload may be partial (`offload_optimizer.ratio`):
+//! every whole number of offloaded sub-groups is tried. Each fitting candidate gets a predicted
+//! step time from the [`cost`] model; the first strategy of the walk whose prediction is within
+//! [`CostModel::tie_tolerance`] of the fastest wins. Every other candidate is reported with why it lost: it does not fit (and by how
+//! much), it needs a flag that was not given, or it is slower.
+//!
+//! The chosen config passes [`crate::validate::validate_document`] with no error; `recommend`
+//! checks that before returning it.
+
+pub mod cost;
+pub mod strategy;
+
+pub use cost::{BadConstant, CostModel, StepTime};
+pub use strategy::{Plan, Strategy};
+
+use serde::Serialize;
+use serde_json::Value;
+use std::fmt;
+
+use crate::diagnostics::Diagnostic;
+use crate::estimate::full::{
+    AttentionKernel, Checkpointing, Context, Margins, ModelDims, Overrides, Peak, Precision,
+    TrainingShape, read_config,
+};
+use crate::estimate::{FullEstimate, FullEstimateError, Hardware, estimate_full};
+use crate::model::ModelSpec;
+use crate::validate::{ValidateOptions, validate_document};
+use strategy::ConfigInputs;
+
+/// The machines.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cluster {
+    /// Nodes and GPUs per node.
+    pub hardware: Hardware,
+    /// Bytes of memory of one GPU.
+    pub gpu_memory: u64,
+    /// Bytes of host memory of one node (`None`: unknown, offload is not considered).
+    pub cpu_memory: Option<u64>,
+    /// A directory on NVMe for ZeRO-Infinity (`None`: NVMe is not considered).
+    pub nvme_path: Option<String>,
+}
+
+/// What to recommend for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The model.
+    pub model: ModelSpec,
+    /// The cluster.
+    pub cluster: Cluster,
+    /// Tokens per sequence.
+    pub seq_len: u64,
+    /// Activation checkpointing.
+    pub checkpointing: Checkpointing,
+    /// Attention kernel.
+    pub attention: AttentionKernel,
+    /// Target `train_batch_size` (sequences per optimizer step).
+    pub global_batch: u64,
+    /// Training precision.
+    pub precision: Precision,
+    /// Runtime margins of the memory estimate.
+    pub margins: Margins,
+    /// Constants of the step-time model.
+    pub cost: CostModel,
+}
+
+/// A candidate that fits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fit {
+    /// The plan.
+    pub plan: Plan,
+    /// Peak GPU memory per GPU.
+    pub gpu_peak: Peak,
+    /// Peak host memory per node.
+    pub cpu_peak: Peak,
+    /// NVMe bytes per node.
+    pub nvme_bytes: u64,
+    /// Predicted step time.
+    pub step_time: StepTime,
+}
+
+/// Why a strategy was not chosen.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Rejection {
+    /// Even its smallest form needs more GPU memory than there is.
+    GpuMemory {
+        /// Bytes per GPU at micro-batch 1 (the most offload tried).
+        needed: u64,
+        /// Bytes per GPU available.
+        available: u64,
+    },
+    /// It fits the GPU only with more host memory than there is.
+    CpuMemory {
+        /// Host bytes per node of its smallest form that fits the GPU.
+        needed: u64,
+        /// Host bytes per node available.
+        available: u64,
+    },
+    /// It offloads, and no `--cpu-memory` was given.
+    NoCpuMemory,
+    /// It needs NVMe, and no `--nvme-path` was given.
+    NoNvmePath,
+    /// It fits, and the chosen candidate is faster.
+    Slower {
+        /// Its step time minus the chosen one's, seconds.
+        seconds_more: f64,
+    },
+    /// It fits and is predicted no slower than the chosen one, but within the cost model's
+    /// tie tolerance: the earlier, simpler strategy wins.
+    Tie {
+        /// The chosen step time minus its own, seconds (0 or more).
+        seconds_less: f64,
+    },
+}
+
+/// One strategy of the walk, with its outcome.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Candidate {
+    /// The strategy.
+    pub strategy: Strategy,
+    /// Its best fitting plan, if any.
+    pub fit: Option<Fit>,
+    /// Why it was not chosen (`None` for the chosen one).
+    pub rejection: Option<Rejection>,
+}
+
+/// The recommendation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recommendation {
+    /// The chosen plan.
+    pub chosen: Fit,
+    /// Its `ds_config.json`.
+    pub config: Value,
+    /// Its full memory estimate.
+    pub estimate: FullEstimate,
+    /// Every strategy of the walk, in walk order.
+    pub candidates: Vec<Candidate>,
+    /// The cost model used.
+    pub cost: CostModel,
+}
+
+/// Why there is no recommendation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecommendError {
+    /// The global batch is 0.
+    ZeroBatch,
+    /// The global batch is not a multiple of the GPU count.
+    BatchNotDivisible {
+        /// The target.
+        global_batch: u64,
+        /// GPUs.
+        world: u64,
+    },
+    /// No strategy fits; every candidate says why.
+    NothingFits(Vec<Candidate>),
+    /// The estimate refused the inputs.
+    Estimate(FullEstimateError),
+    /// A cost constant makes no sense.
+    Cost(BadConstant),
+    /// A generated config failed to read back or to validate (a dsplan bug).
+    Config(String),
+}
+
+impl fmt::Display for RecommendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecommendError::ZeroBatch => write!(f, "the global batch must be at least 1"),
+            RecommendError::BatchNotDivisible {
+                global_batch,
+                world,
+            } => {
+                let below = global_batch / world * world;
+                let above = below + world;
+                write!(
+                    f,
+                    "a global batch of {global_batch} cannot be split over {world} GPUs; "
+                )?;
+                if below > 0 {
+                    write!(f, "use {below} or {above}")
+                } else {
+                    write!(f, "use {above}")
+                }
+            }
+            RecommendError::NothingFits(_) => {
+                write!(f, "no configuration fits this model on this cluster")
+            }
+            RecommendError::Estimate(error) => error.fmt(f),
+            RecommendError::Cost(error) => error.fmt(f),
+            RecommendError::Config(message) => write!(f, "internal error: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for RecommendError {}
+
+/// One evaluated plan.
+struct Evaluated {
+    fit: Fit,
+    config: Value,
+    estimate: FullEstimate,
+}
+
+/// The outcome of one plan: it fits, or its peaks.
+enum Tried {
+    Fits(Box<Evaluated>),
+    TooLarge { gpu: u64, cpu: u64 },
+}
+
+/// Finds the fastest configuration that fits.
+pub fn recommend(request: &Request) -> Result<Recommendation, RecommendError> {
+    request.cost.check().map_err(RecommendError::Cost)?;
+    let world = request.cluster.hardware.total_gpus();
+    if request.global_batch == 0 {
+        return Err(RecommendError::ZeroBatch);
+    }
+    if !request.global_batch.is_multiple_of(world) {
+        return Err(RecommendError::BatchNotDivisible {
+            global_batch: request.global_batch,
+            world,
+        });
+    }
+    let dims = ModelDims::from_spec(&request.model);
+    let mut results: Vec<(Strategy, Result<Evaluated, Rejection>)> = Vec::new();
+    for strategy in Strategy::WALK {
+        results.push((strategy, evaluate(request, &dims, strategy)?));
+    }
+    // The fastest prediction, then the first strategy of the walk within the tie tolerance.
+    let times: Vec<(usize, f64)> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, result))| result.as_ref().ok().map(|e| (i, e.fit.step_time.total)))
+        .collect();
+    let fastest = times
+        .iter()
+        .map(|&(_, time)| time)
+        .fold(f64::INFINITY, f64::min);
+    let best = times
+        .iter()
+        .copied()
+        .find(|&(_, time)| time <= fastest * (1.0 + request.cost.tie_tolerance));
+    let candidates: Vec<Candidate> = results
+        .iter()
+        .enumerate()
+        .map(|(i, (strategy, result))| match result {
+            Ok(evaluated) => Candidate {
+                strategy: *strategy,
+                fit: Some(evaluated.fit.clone()),
+                rejection: match best {
+                    Some((chosen, _)) if chosen == i => None,
+                    Some((_, time)) if evaluated.fit.step_time.total > time => {
+                        Some(Rejection::Slower {
+                            seconds_more: evaluated.fit.step_time.total - time,
+                        })
+                    }
+                    Some((_, time)) => Some(Rejection::Tie {
+                        seconds_less: time - evaluated.fit.step_time.total,
+                    }),
+                    None => None,
+                },
+            },
+            Err(rejection) => Candidate {
+                strategy: *strategy,
+                fit: None,
+                rejection: Some(rejection.clone()),
+            },
+        })
+        .collect();
+    let Some((chosen, _)) = best else {
+        return Err(RecommendError::NothingFits(candidates));
+    };
+    let Some((_, Ok(evaluated))) = results.into_iter().nth(chosen) else {
+        return Err(RecommendError::Config(
+            "the chosen candidate vanished".into(),
+        ));
+    };
+    let errors: Vec<Diagnostic> = validate_document(
+        &evaluated.config,
+        ValidateOptions {
+            world_size: Some(world),
+        },
+    )
+    .into_iter()
+    .filter(Diagnostic::is_error)
+    .collect();
+    if let Some(first) = errors.first() {
+        return Err(RecommendError::Config(format!(
+            "the generated config does not validate: {} at {}",
+            first.message, first.pointer
+        )));
+    }
+    Ok(Recommendation {
+        chosen: evaluated.fit,
+        config: evaluated.config,
+        estimate: evaluated.estimate,
+        candidates,
+        cost: request.cost,
+    })
+}
+
+/// The largest fitting micro-batch of `strategy` (and, for a partial offload, the fastest
+/// offload share), or why nothing fits.
+fn evaluate(
+    request: &Request,
+    dims: &ModelDims,
+    strategy: Strategy,
+) -> Result<Result<Evaluated, Rejection>, RecommendError> {
+    let cluster = &request.cluster;
+    if strategy.needs_nvme() && cluster.nvme_path.is_none() {
+        return Ok(Err(Rejection::NoNvmePath));
+    }
+    if strategy.offloads() && cluster.cpu_memory.is_none() {
+        return Ok(Err(Rejection::NoCpuMemory));
+    }
+    let world = cluster.hardware.total_gpus();
+    let per_gpu = request.global_batch / world;
+    let mut micro_batches: Vec<u64> = (1..=per_gpu)
+        .filter(|m| per_gpu.is_multiple_of(*m))
+        .collect();
+    micro_batches.reverse();
+    let mut best: Option<Evaluated> = None;
+    let mut smallest_gpu = u64::MAX;
+    let mut smallest_cpu_fitting_gpu: Option<u64> = None;
+    for ratio in offload_ratios(request, dims, strategy) {
+        for &micro_batch in &micro_batches {
+            let plan = Plan {
+                strategy,
+                micro_batch,
+                accumulation: per_gpu / micro_batch,
+                offload_ratio: ratio,
+            };
+            match try_plan(request, dims, plan)? {
+                Tried::Fits(evaluated) => {
+                    if best
+                        .as_ref()
+                        .is_none_or(|b| evaluated.fit.step_time.total < b.fit.step_time.total)
+                    {
+                        best = Some(*evaluated);
+                    }
+                    break;
+                }
+                Tried::TooLarge { gpu, cpu } => {
+                    if micro_batch == 1 {
+                        smallest_gpu = smallest_gpu.min(gpu);
+                        if gpu <= cluster.gpu_memory {
+                            smallest_cpu_fitting_gpu =
+                                Some(smallest_cpu_fitting_gpu.map_or(cpu, |c| c.min(cpu)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(match best {
+        Some(evaluated) => Ok(evaluated),
+        None => Err(match (smallest_cpu_fitting_gpu, cluster.cpu_memory) {
+            (Some(needed), Some(available)) => Rejection::CpuMemory { needed, available },
+            _ => Rejection::GpuMemory {
+                needed: smallest_gpu,
+                available: cluster.gpu_memory,
+            },
+        }),
+    })
+}
+
+/// Offload shares to try: for ZeRO-3 + optimizer offload, every whole number `k` of the `G`
+/// sub-groups of a partition (`ratio = (k + ½)/G` so that DeepSpeed's `int(ratio × G)` is `k`;
+/// `None` for all of them); one `None` otherwise.
+fn offload_ratios(request: &Request, dims: &ModelDims, strategy: Strategy) -> Vec<Option<f64>> {
+    if strategy != Strategy::Zero3OffloadOptimizer {
+        return vec![None];
+    }
+    let world = request.cluster.hardware.total_gpus();
+    let partition = dims.total_params.div_ceil(world);
+    let groups = partition.div_ceil(1_000_000_000).max(1);
+    let mut ratios: Vec<Option<f64>> = (1..groups)
+        .map(|k| Some((k as f64 + 0.5) / groups as f64))
+        .collect();
+    ratios.push(None);
+    ratios
+}
+
+fn try_plan(request: &Request, dims: &ModelDims, plan: Plan) -> Result<Tried, RecommendError> {
+    let cluster = &request.cluster;
+    let hardware = cluster.hardware;
+    let inputs = ConfigInputs {
+        precision: request.precision,
+        hidden: dims.layers.hidden,
+        largest_tensor: dims.largest_tensor,
+        world: hardware.total_gpus(),
+        checkpointing: request.checkpointing,
+        nvme_path: cluster.nvme_path.as_deref(),
+    };
+    let config = strategy::ds_config(&plan, &inputs);
+    let overrides = Overrides {
+        checkpointing: Some(request.checkpointing),
+        precision: Some(request.precision),
+        ..Overrides::default()
+    };
+    let reading = read_config(&config, hardware, Some(dims.layers.hidden), &overrides)
+        .map_err(|error| RecommendError::Config(error.to_string()))?;
+    let shape = TrainingShape {
+        seq_len: request.seq_len,
+        micro_batch: reading.micro_batch,
+        checkpointing: reading.checkpointing,
+        checkpoint_placement: reading.checkpoint_placement,
+        attention: request.attention,
+    };
+    let estimate = estimate_full(
+        &request.model,
+        hardware,
+        &reading.setup,
+        &shape,
+        &request.margins,
+    )
+    .map_err(RecommendError::Estimate)?;
+    let gpu = estimate.peaks.gpu.bytes;
+    let cpu = estimate.peaks.cpu.bytes;
+    let fits_gpu = gpu <= cluster.gpu_memory;
+    let fits_cpu = cluster.cpu_memory.is_none_or(|available| cpu <= available);
+    if !(fits_gpu && fits_cpu) {
+        return Ok(Tried::TooLarge { gpu, cpu });
+    }
+    let ctx = Context {
+        model: dims,
+        setup: &estimate.setup,
+        shape: &estimate.shape,
+        hardware,
+    };
+    let step_time = cost::step_time(&ctx, &request.cost);
+    Ok(Tried::Fits(Box::new(Evaluated {
+        fit: Fit {
+            plan,
+            gpu_peak: estimate.peaks.gpu,
+            cpu_peak: estimate.peaks.cpu,
+            nvme_bytes: estimate.peaks.nvme.bytes,
+            step_time,
+        },
+        config,
+        estimate,
+    })))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,456 @@
+//! `dsplan plan FILE --model M --world-size N`: the explicit execution plan.
+//!
+//! `human` prints a compact summary (settings, layout, shards, buckets, stage-3 schedule,
+//! offload copies, peak memory per phase, step time, diagnostics); `json` the whole plan;
+//! `trace` Chrome trace-event JSON of one step (Perfetto, chrome://tracing). Diagnostics of the
+//! file go to stderr. Exit 1 when the config is refused or, with `--gpu-memory`, when the plan
+//! does not fit.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use dsplan_planner::config;
+use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
+use dsplan_planner::model::notes::thousands;
+use dsplan_planner::model::{self, ErrorKind, LmHead};
+use dsplan_planner::plan::buckets::FlushPoint;
+use dsplan_planner::plan::shards::ShardRule;
+use dsplan_planner::plan::stage3::Pass;
+use dsplan_planner::plan::{
+    self, AllGatherIntoTensor, Cluster, Device, ModelGraph, Plan, Recompute, Workload,
+};
+use dsplan_planner::validate::{self, ValidateOptions};
+
+use super::Outcome;
+use crate::{render, units};
+
+/// Rows of a table shown before "... N more".
+const ROWS: usize = 12;
+
+/// Arguments of `dsplan plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The DeepSpeed config (resolved: no "auto" left).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// A preset name or Hugging Face id, a config.json, or a directory with one.
+    #[arg(long, value_name = "M")]
+    model: String,
+    /// Data-parallel world size (ranks).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    world_size: u64,
+    /// GPUs per node (default: 8, or the world size when smaller).
+    #[arg(long, value_name = "G", value_parser = clap::value_parser!(u64).range(1..))]
+    gpus_per_node: Option<u64>,
+    /// Tokens per sample (default: the model's context length).
+    #[arg(long, value_name = "T", value_parser = clap::value_parser!(u64).range(1..))]
+    seq_len: Option<u64>,
+    /// The script recomputes each block's activations in backward (gradient checkpointing).
+    #[arg(long)]
+    activation_checkpointing: bool,
+    /// GPU memory per rank (e.g. 80GiB): exit 1 when the planned peak exceeds it.
+    #[arg(long, value_name = "BYTES", value_parser = memory_arg)]
+    gpu_memory: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    format: PlanFormat,
+}
+
+/// `--format` of `dsplan plan`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum PlanFormat {
+    /// A compact summary.
+    #[default]
+    Human,
+    /// The whole plan.
+    Json,
+    /// Chrome trace-event JSON of one step.
+    Trace,
+}
+
+fn memory_arg(input: &str) -> Result<u64, String> {
+    units::parse_bytes(input).map_err(|error| error.to_string())
+}
+
+type Failure = (Outcome, String);
+
+/// Runs `dsplan plan`.
+pub fn run(args: PlanArgs) -> Outcome {
+    match plan_text(&args) {
+        Ok((text, outcome)) => {
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(text.as_bytes());
+            let _ = stdout.flush();
+            outcome
+        }
+        Err((outcome, message)) => {
+            if !message.is_empty() {
+                eprintln!("error: {message}");
+            }
+            outcome
+        }
+    }
+}
+
+fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
+    let display = args.file.display().to_string();
+    let bytes = std::fs::read(&args.file).map_err(|error| {
+        (
+            Outcome::UsageError,
+            format!("cannot read {display}: {error}"),
+        )
+    })?;
+    let options = ValidateOptions {
+        world_size: Some(args.world_size),
+    };
+    let (file, found) = validate::validate_source(&display, &bytes, options).map_err(|fatal| {
+        eprint!("{}", render::human_with_bytes(&display, &bytes, &fatal));
+        (Outcome::InputRejected, String::new())
+    })?;
+    // Options without effect at the configured stage are the planner's to decide: it records
+    // the fallback DeepSpeed would take as a warning in the plan instead of refusing.
+    let errors: Vec<Diagnostic> = found
+        .iter()
+        .filter(|d| d.is_error() && d.code != Code::IneffectiveAtStage)
+        .cloned()
+        .collect();
+    if !errors.is_empty() {
+        eprint!("{}", render::human(&file, &errors));
+        return Err((
+            Outcome::InputRejected,
+            format!("{display} is not a valid DeepSpeed config"),
+        ));
+    }
+    let config = config::from_value(file.value()).map_err(|e| (Outcome::InputRejected, e))?;
+    let spec = model::load(&args.model, LmHead::Include).map_err(|error| {
+        let outcome = match error.kind() {
+            ErrorKind::UsageOrIo => Outcome::UsageError,
+            ErrorKind::Input => Outcome::InputRejected,
+        };
+        (outcome, error.to_string())
+    })?;
+    let graph =
+        ModelGraph::from_spec(&spec).map_err(|e| (Outcome::InputRejected, e.to_string()))?;
+    let per_node = args.gpus_per_node.unwrap_or(8);
+    let cluster = Cluster::new(args.world_size, per_node).map_err(|e| (Outcome::UsageError, e))?;
+    let workload = Workload {
+        sequence_length: args.seq_len,
+        recompute: if args.activation_checkpointing {
+            Recompute::PerBlock
+        } else {
+            Recompute::None
+        },
+        all_gather_into_tensor: AllGatherIntoTensor::Available,
+    };
+    let mut plan = plan::compile(&config, &graph, &cluster, &workload).map_err(|mut refused| {
+        file.locate_all(&mut refused);
+        eprint!("{}", render::human(&file, &refused));
+        (
+            Outcome::InputRejected,
+            format!("{display} cannot be planned"),
+        )
+    })?;
+    file.locate_all(&mut plan.diagnostics);
+    let fits = args
+        .gpu_memory
+        .is_none_or(|limit| plan.timeline.peak_bytes(Device::Gpu) <= limit);
+    let outcome = if fits {
+        Outcome::Success
+    } else {
+        Outcome::InputRejected
+    };
+    if !fits {
+        eprintln!(
+            "error: the planned GPU peak ({}) exceeds --gpu-memory ({})",
+            gib(plan.timeline.peak_bytes(Device::Gpu)),
+            gib(args.gpu_memory.unwrap_or(0))
+        );
+    }
+    let text = match args.format {
+        PlanFormat::Json => json(&serde_json::to_value(&plan))?,
+        PlanFormat::Trace => json(&Ok(plan::trace::chrome_trace(&plan)))?,
+        PlanFormat::Human => {
+            if !plan.diagnostics.is_empty() {
+                eprint!("{}", render::human(&file, &plan.diagnostics));
+            }
+            human(&plan)
+        }
+    };
+    Ok((text, outcome))
+}
+
+fn json(value: &Result<serde_json::Value, serde_json::Error>) -> Result<String, Failure> {
+    match value {
+        Ok(value) => serde_json::to_string_pretty(value)
+            .map(|text| text + "\n")
+            .map_err(|e| (Outcome::UsageError, format!("cannot render JSON: {e}"))),
+        Err(e) => Err((Outcome::UsageError, format!("cannot render JSON: {e}"))),
+    }
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / f64::from(1u32 << 30))
+}
+
+fn seconds(value: f64) -> String {
+    if value >= 1.0 {
+        format!("{value:.3} s")
+    } else {
+        format!("{:.3} ms", value * 1e3)
+    }
+}
+
+/// The compact summary.
+pub fn human(plan: &Plan) -> String {
+    let mut out = String::new();
+    header(plan, &mut out);
+    layout(plan, &mut out);
+    shards(plan, &mut out);
+    buckets(plan, &mut out);
+    stage3(plan, &mut out);
+    offload(plan, &mut out);
+    memory(plan, &mut out);
+    step(plan, &mut out);
+    out
+}
+
+fn header(plan: &Plan, out: &mut String) {
+    let s = &plan.settings;
+    let c = &plan.cluster;
+    out.push_str(&format!(
+        "Plan: {} ({} params, {} tensors, {} fetch units)\n",
+        plan.model.name,
+        thousands(plan.model.total_params),
+        plan.model.tensors,
+        plan.model.units
+    ));
+    out.push_str(&format!(
+        "  ZeRO stage {}, {} ranks ({} node(s) × {} GPUs), {} params, master {}, {} ({} states/param)\n",
+        s.stage.number(),
+        c.world_size,
+        c.nodes(),
+        c.gpus_per_node,
+        s.dtypes.params.as_str(),
+        s.dtypes.master.as_str(),
+        s.optimizer.name,
+        s.optimizer.states
+    ));
+    out.push_str(&format!(
+        "  batch: micro {} × accumulation {} × {} ranks = {} samples of {} tokens\n\n",
+        s.batch.micro_batch,
+        s.batch.gradient_accumulation_steps,
+        c.world_size,
+        s.batch.train_batch_size,
+        s.batch.sequence_length
+    ));
+}
+
+fn layout(plan: &Plan, out: &mut String) {
+    let l = &plan.layout;
+    out.push_str(&format!(
+        "Layout ({:?}): {} elements, padded to {} (alignment {}), {} per rank ({})\n\n",
+        l.scheme,
+        thousands(l.numel),
+        thousands(l.padded_numel),
+        l.alignment,
+        thousands(l.partition_numel),
+        gib(l.partition_bytes())
+    ));
+}
+
+fn shards(plan: &Plan, out: &mut String) {
+    let sh = &plan.shards;
+    out.push_str(&format!(
+        "Shards: optimizer states {}, gradients {}, parameters {}; {} optimizer sub-group(s)\n",
+        rule(sh.optimizer_states),
+        rule(sh.gradients),
+        rule(sh.parameters),
+        sh.sub_groups.len()
+    ));
+    if let Some(persistent) = &sh.persistent {
+        out.push_str(&format!(
+            "  persistent (kept whole): {} tensors, {} elements\n",
+            persistent.entries.len(),
+            thousands(persistent.numel)
+        ));
+    }
+    if let Some(ranks) = &sh.ranks {
+        out.push_str("  rank        owned  padding  first tensor (offset)\n");
+        for rank in ranks.iter().take(ROWS) {
+            let first = rank
+                .first
+                .as_ref()
+                .map_or(String::from("-"), |(name, offset)| {
+                    format!("{name} (+{offset})")
+                });
+            out.push_str(&format!(
+                "  {:>4} {:>12} {:>8}  {first}\n",
+                rank.rank,
+                thousands(rank.owned_numel),
+                rank.padding
+            ));
+        }
+        if ranks.len() > ROWS {
+            out.push_str(&format!("  ... {} more ranks\n", ranks.len() - ROWS));
+        }
+    }
+    out.push('\n');
+}
+
+fn rule(rule: ShardRule) -> String {
+    match rule {
+        ShardRule::Replicated => "replicated".into(),
+        ShardRule::FlatEqual { partition_numel } => {
+            format!("flat partitions of {}", thousands(partition_numel))
+        }
+        ShardRule::PerParameter => "per tensor".into(),
+    }
+}
+
+fn buckets(plan: &Plan, out: &mut String) {
+    let b = &plan.buckets;
+    out.push_str(&format!(
+        "Gradient buckets: {} of ≤ {} elements, {:?}, {} on the wire\n",
+        b.reduce.len(),
+        thousands(b.bucket_size),
+        b.timing,
+        b.dtype.as_str()
+    ));
+    out.push_str("     #  tensors      elements      bytes  collective      overlap     flush\n");
+    for bucket in b.reduce.iter().take(ROWS) {
+        let flush = match bucket.flush {
+            FlushPoint::BackwardStep { step } => format!("backward step {step}"),
+            FlushPoint::Epilogue => "epilogue".into(),
+        };
+        out.push_str(&format!(
+            "  {:>4} {:>8} {:>13} {:>10}  {:<14}  {:<10}  {flush}\n",
+            bucket.index,
+            bucket.tensors.len(),
+            thousands(bucket.numel),
+            gib(bucket.bytes),
+            bucket.collective.as_str(),
+            format!("{:?}", bucket.overlap)
+        ));
+    }
+    if b.reduce.len() > ROWS {
+        out.push_str(&format!("  ... {} more buckets\n", b.reduce.len() - ROWS));
+    }
+    if let Some(gather) = &b.param_gather {
+        out.push_str(&format!(
+            "Parameter all-gather after the step: {:?}, {} collective(s), {}\n",
+            gather.mode,
+            gather.shards.len(),
+            gib(gather.bytes)
+        ));
+    }
+    out.push('\n');
+}
+
+fn stage3(plan: &Plan, out: &mut String) {
+    let Some(schedule) = &plan.stage3 else {
+        return;
+    };
+    let count = |pass: Pass, prefetch: bool| {
+        schedule
+            .steps
+            .iter()
+            .filter(|s| s.pass == pass)
+            .map(|s| {
+                if prefetch {
+                    s.prefetch.len()
+                } else {
+                    s.on_demand.len()
+                }
+            })
+            .sum::<usize>()
+    };
+    out.push_str(&format!(
+        "Stage 3 schedule ({:?}): {} trace steps; forward gathers {} on demand + {} prefetched, backward {} + {}\n",
+        schedule.collective,
+        schedule.steps.len(),
+        count(Pass::Forward, false),
+        count(Pass::Forward, true),
+        count(Pass::Backward, false),
+        count(Pass::Backward, true)
+    ));
+    let kept: usize = schedule.steps.iter().map(|s| s.kept.len()).sum();
+    out.push_str(&format!(
+        "  kept for reuse {kept}, peak gathered {} elements (persistent {})\n\n",
+        thousands(schedule.peak_live_numel),
+        thousands(schedule.persistent_numel)
+    ));
+}
+
+fn offload(plan: &Plan, out: &mut String) {
+    let o = &plan.offload;
+    if o.transfers.is_empty() {
+        return;
+    }
+    let t = &o.totals;
+    out.push_str(&format!(
+        "Offload: {} copies; per step GPU→host {}, host→GPU {}, NVMe read {}, write {}\n\n",
+        o.transfers.len(),
+        gib(t.device_to_host),
+        gib(t.host_to_device),
+        gib(t.nvme_read),
+        gib(t.nvme_write)
+    ));
+}
+
+fn memory(plan: &Plan, out: &mut String) {
+    out.push_str("Memory per rank (every rank alike):\n");
+    for device in &plan.timeline.devices {
+        out.push_str(&format!(
+            "  {} peak {} at \"{}\"\n",
+            device.device.as_str(),
+            gib(device.peak.bytes),
+            plan.ticks.ticks[device.peak.tick].label
+        ));
+        for part in &device.peak.breakdown {
+            out.push_str(&format!(
+                "      {:<22} {:>12}\n",
+                part.kind.as_str(),
+                gib(part.bytes)
+            ));
+        }
+        let phases: Vec<String> = device
+            .phases
+            .iter()
+            .map(|p| format!("{} {}", p.phase.as_str(), gib(p.bytes)))
+            .collect();
+        out.push_str(&format!("    by phase: {}\n", phases.join(", ")));
+    }
+    out.push('\n');
+}
+
+fn step(plan: &Plan, out: &mut String) {
+    let t = &plan.graph.step;
+    out.push_str(&format!(
+        "Step time (cost model, {}): {}\n",
+        plan.cluster.hardware.name,
+        seconds(t.step_seconds)
+    ));
+    out.push_str(&format!(
+        "  compute {}, communication {} ({:.0}% hidden, {} exposed), copies {}\n",
+        seconds(t.compute_seconds),
+        seconds(t.communication_seconds),
+        t.hidden_fraction * 100.0,
+        seconds(t.communication_exposed_seconds),
+        seconds(t.copy_seconds)
+    ));
+    out.push_str(&format!(
+        "  {} ops, critical path {} ops, {:.0} tokens/s\n",
+        plan.graph.ops.len(),
+        plan.graph.critical_path.len(),
+        t.tokens_per_second
+    ));
+    let notes = plan
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity != Severity::Info)
+        .count();
+    if notes > 0 {
+        out.push_str(&format!("  {notes} warning(s) on stderr\n"));
+    }
+}

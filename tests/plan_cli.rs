@@ -1,0 +1,258 @@
+//! `dsplan plan` as a user runs it: the three formats, a trace that follows the trace-event
+//! format, and the refusals (unresolved "auto", a plan that does not fit, a bad model).
+
+use assert_cmd::Command;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+
+fn config_file(dir: &tempfile::TempDir, name: &str, config: &Value) -> std::path::PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, serde_json::to_string_pretty(config).expect("json")).expect("write");
+    path
+}
+
+fn stage3() -> Value {
+    json!({
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 2,
+        "bf16": {"enabled": true},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+        "zero_optimization": {"stage": 3, "reduce_bucket_size": 20000000, "offload_optimizer": {"device": "cpu"}}
+    })
+}
+
+fn plan(args: &[&str]) -> assert_cmd::assert::Assert {
+    Command::cargo_bin("dsplan")
+        .expect("binary")
+        .arg("plan")
+        .args(args)
+        .assert()
+}
+
+#[test]
+fn human_summary_shows_each_part() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = config_file(&dir, "z3.json", &stage3());
+    let output = plan(&[
+        file.to_str().expect("utf-8"),
+        "--model",
+        "gpt2",
+        "--world-size",
+        "8",
+    ])
+    .success()
+    .get_output()
+    .stdout
+    .clone();
+    let text = String::from_utf8(output).expect("utf-8");
+    for needle in [
+        "ZeRO stage 3, 8 ranks",
+        "Layout (PerParameter)",
+        "persistent (kept whole)",
+        "Gradient buckets:",
+        "reduce-scatter",
+        "Stage 3 schedule",
+        "Offload:",
+        "gpu peak",
+        "cpu peak",
+        "Step time",
+    ] {
+        assert!(text.contains(needle), "missing `{needle}` in:\n{text}");
+    }
+}
+
+#[test]
+fn json_is_the_whole_plan_and_deterministic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = config_file(&dir, "z3.json", &stage3());
+    let run = || {
+        let out = plan(&[
+            file.to_str().expect("utf-8"),
+            "--model",
+            "tiny-gpt2",
+            "--world-size",
+            "2",
+            "--format",
+            "json",
+        ])
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+        String::from_utf8(out).expect("utf-8")
+    };
+    let first = run();
+    assert_eq!(first, run());
+    let plan: Value = serde_json::from_str(&first).expect("json");
+    for key in [
+        "layout",
+        "shards",
+        "buckets",
+        "stage3",
+        "offload",
+        "buffers",
+        "timeline",
+        "graph",
+        "diagnostics",
+    ] {
+        assert!(plan.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(plan["settings"]["stage"], 3);
+}
+
+/// Checks the trace-event format: metadata names every row used, complete events have a
+/// non-negative start and duration, and slices on one row never partly overlap (Perfetto and
+/// chrome://tracing need each row properly nested).
+fn check_trace(trace: &Value) -> usize {
+    let events = trace["traceEvents"].as_array().expect("traceEvents array");
+    let mut named = std::collections::HashSet::new();
+    let mut rows: HashMap<i64, Vec<(f64, f64)>> = HashMap::new();
+    for event in events {
+        let ph = event["ph"].as_str().expect("ph");
+        assert!(
+            event["name"].is_string() && event["pid"].is_i64() && event["tid"].is_i64(),
+            "{event}"
+        );
+        let tid = event["tid"].as_i64().expect("tid");
+        match ph {
+            "M" => {
+                if event["name"] == "thread_name" {
+                    named.insert(tid);
+                }
+            }
+            "X" => {
+                let ts = event["ts"].as_f64().expect("ts");
+                let dur = event["dur"].as_f64().expect("dur");
+                assert!(ts >= 0.0 && dur >= 0.0, "{event}");
+                rows.entry(tid).or_default().push((ts, ts + dur));
+            }
+            "C" => assert!(event["args"].is_object()),
+            other => panic!("unexpected phase {other}"),
+        }
+    }
+    for (tid, mut slices) in rows.clone() {
+        assert!(named.contains(&tid), "row {tid} has no thread_name");
+        slices.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for pair in slices.windows(2) {
+            assert!(
+                pair[1].0 + 1e-3 >= pair[0].1,
+                "row {tid}: slices overlap {pair:?}"
+            );
+        }
+    }
+    rows.len()
+}
+
+#[test]
+fn trace_follows_the_trace_event_format() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = config_file(&dir, "z3.json", &stage3());
+    let out = plan(&[
+        file.to_str().expect("utf-8"),
+        "--model",
+        "gpt2",
+        "--world-size",
+        "16",
+        "--format",
+        "trace",
+    ])
+    .success()
+    .get_output()
+    .stdout
+    .clone();
+    let trace: Value = serde_json::from_slice(&out).expect("json");
+    let rows = check_trace(&trace);
+    assert!(rows >= 4, "compute, gather, reduce and copy rows: {rows}");
+    assert_eq!(trace["otherData"]["zero_stage"], 3);
+}
+
+#[test]
+fn unresolved_auto_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = stage3();
+    config["train_micro_batch_size_per_gpu"] = json!("auto");
+    let file = config_file(&dir, "auto.json", &config);
+    let assert = plan(&[
+        file.to_str().expect("utf-8"),
+        "--model",
+        "gpt2",
+        "--world-size",
+        "8",
+    ])
+    .code(1);
+    let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
+    assert!(stderr.contains("needs-resolution"), "{stderr}");
+}
+
+#[test]
+fn a_plan_over_the_gpu_memory_exits_1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = config_file(&dir, "z3.json", &stage3());
+    let assert = plan(&[
+        file.to_str().expect("utf-8"),
+        "--model",
+        "gpt2",
+        "--world-size",
+        "8",
+        "--gpu-memory",
+        "1GiB",
+    ])
+    .code(1);
+    let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
+    assert!(stderr.contains("exceeds --gpu-memory"), "{stderr}");
+}
+
+#[test]
+fn silent_fallbacks_become_warnings() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = json!({
+        "train_micro_batch_size_per_gpu": 1,
+        "optimizer": {"type": "AdamW"},
+        "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}
+    });
+    let file = config_file(&dir, "z2.json", &config);
+    let out = plan(&[
+        file.to_str().expect("utf-8"),
+        "--model",
+        "tiny-gpt2",
+        "--world-size",
+        "2",
+        "--format",
+        "json",
+    ])
+    .success()
+    .get_output()
+    .stdout
+    .clone();
+    let plan: Value = serde_json::from_slice(&out).expect("json");
+    let codes: Vec<&str> = plan["diagnostics"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|d| d["code"].as_str())
+        .collect();
+    assert_eq!(
+        codes
+            .iter()
+            .filter(|c| **c == "ineffective-at-stage")
+            .count(),
+        2,
+        "{codes:?}"
+    );
+    assert_eq!(plan["settings"]["offload_optimizer"]["device"], "cpu");
+    assert_eq!(plan["settings"]["offload_param"]["device"], "none");
+}
+
+#[test]
+fn a_count_only_model_cannot_be_planned() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = config_file(&dir, "z3.json", &stage3());
+    plan(&[
+        file.to_str().expect("utf-8"),
+        "--model",
+        "no-such-model",
+        "--world-size",
+        "8",
+    ])
+    .failure();
+}
