@@ -189,9 +189,18 @@ const COVERED_ELSEWHERE: &[(Code, &str)] = &[
         Code::NotUtf8,
         "not_utf8_is_reported below (bytes, not text)",
     ),
-    (Code::AutoMismatch, "planner/tests/resolve_hf_auto.rs: the Trainer's mismatch lines, word for word"),
-    (Code::UnresolvableAuto, "planner/src/resolve/tests.rs and tests/resolve_cli.rs"),
-    (Code::NormalisedString, "planner/src/resolve/tests.rs and tests/resolve_cli.rs"),
+    (
+        Code::AutoMismatch,
+        "planner/tests/resolve_hf_auto.rs: the Trainer's mismatch lines, word for word",
+    ),
+    (
+        Code::UnresolvableAuto,
+        "planner/src/resolve/tests.rs and tests/resolve_cli.rs",
+    ),
+    (
+        Code::NormalisedString,
+        "planner/src/resolve/tests.rs and tests/resolve_cli.rs",
+    ),
 ];
 
 fn diagnose(bytes: &[u8], world_size: Option<u64>) -> Vec<dsplan_planner::Diagnostic> {
