@@ -12,17 +12,20 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use dsplan_planner::config;
 use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
+use dsplan_planner::estimate::ZeroInit;
 use dsplan_planner::model::notes::thousands;
 use dsplan_planner::model::{self, ErrorKind, LmHead};
 use dsplan_planner::plan::buckets::FlushPoint;
 use dsplan_planner::plan::shards::ShardRule;
 use dsplan_planner::plan::stage3::Pass;
 use dsplan_planner::plan::{
-    self, AllGatherIntoTensor, Cluster, Device, ModelGraph, Plan, Recompute, Workload,
+    self, AllGatherIntoTensor, AttentionKernel, CheckpointPlacement, Checkpointing, Cluster,
+    Device, ModelGraph, Plan, Workload,
 };
 use dsplan_planner::validate::{self, ValidateOptions};
 
 use super::Outcome;
+use super::estimate::{CheckpointingArg, ZeroInitArg};
 use crate::{render, units};
 
 /// Rows of a table shown before "... N more".
@@ -46,9 +49,18 @@ pub struct PlanArgs {
     /// Tokens per sample (default: the model's context length).
     #[arg(long, value_name = "T", value_parser = clap::value_parser!(u64).range(1..))]
     seq_len: Option<u64>,
-    /// The script recomputes each block's activations in backward (gradient checkpointing).
+    /// Activation checkpointing of the training script: `full` (the flag alone) keeps each
+    /// block's input and recomputes the block in backward, `selective` recomputes the attention
+    /// scores only. With `full`, the config's `activation_checkpointing.cpu_checkpointing`
+    /// keeps the inputs in host memory.
+    #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1, default_missing_value = "full")]
+    activation_checkpointing: Option<CheckpointingArg>,
+    /// Attention runs as FlashAttention (no seq x seq score matrix is stored).
     #[arg(long)]
-    activation_checkpointing: bool,
+    flash_attention: bool,
+    /// ZeRO-3: whether the model is built under zero.Init (default enabled).
+    #[arg(long, value_enum)]
+    zero_init: Option<ZeroInitArg>,
     /// GPU memory per rank (e.g. 80GiB): exit 1 when the planned peak exceeds it.
     #[arg(long, value_name = "BYTES", value_parser = memory_arg)]
     gpu_memory: Option<u64>,
@@ -136,11 +148,20 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
     let cluster = Cluster::new(args.world_size, per_node).map_err(|e| (Outcome::UsageError, e))?;
     let workload = Workload {
         sequence_length: args.seq_len,
-        recompute: if args.activation_checkpointing {
-            Recompute::PerBlock
+        checkpointing: args
+            .activation_checkpointing
+            .map_or(Checkpointing::None, Checkpointing::from),
+        checkpoint_placement: if config.activation_checkpointing.cpu_checkpointing {
+            CheckpointPlacement::Cpu
         } else {
-            Recompute::None
+            CheckpointPlacement::Gpu
         },
+        attention: if args.flash_attention {
+            AttentionKernel::Flash
+        } else {
+            AttentionKernel::Eager
+        },
+        zero_init: args.zero_init.map_or(ZeroInit::Enabled, ZeroInit::from),
         all_gather_into_tensor: AllGatherIntoTensor::Available,
     };
     let mut plan = plan::compile(&config, &graph, &cluster, &workload).map_err(|mut refused| {

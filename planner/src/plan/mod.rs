@@ -14,7 +14,7 @@
 //! | stage-3 fetch / prefetch / release schedule | [`stage3`] |
 //! | offload copies | [`offload`] |
 //! | the moments of a step | [`ticks`] |
-//! | every allocation, and the memory timeline | [`buffers`], [`activations`], [`timeline`] |
+//! | every allocation, and the memory timeline | [`buffers`], [`activations`] (sizes from [`crate::memory`]), [`timeline`] |
 //! | op graph, cost model, critical path, step time | [`graph`], [`cost`], [`cluster`] |
 //! | Chrome trace of a step | [`trace`] |
 //!
@@ -23,6 +23,7 @@
 //! missing batch key itself.
 
 pub mod activations;
+pub mod assumed;
 pub mod buckets;
 pub mod buffers;
 pub mod cluster;
@@ -43,7 +44,7 @@ pub mod trace;
 use serde::Serialize;
 
 pub use buckets::{Buckets, Collective};
-pub use buffers::{Buffer, BufferKind, Lifetime};
+pub use buffers::{Buffer, BufferClass, BufferKind, Lifetime};
 pub use cluster::{Cluster, Hardware};
 pub use decide::{AllGatherIntoTensor, Workload};
 pub use dtype::{Device, Dtype};
@@ -51,7 +52,7 @@ pub use graph::{OpGraph, Stream};
 pub use layout::Layout;
 pub use model_graph::{ModelGraph, ModelGraphError, UnitOrder};
 pub use offload::Offload;
-pub use settings::{Recompute, Settings};
+pub use settings::{AttentionKernel, CheckpointPlacement, Checkpointing, Precision, Settings};
 pub use shards::Shards;
 pub use stage3::Stage3Schedule;
 pub use ticks::{Phase, Ticks};
@@ -112,9 +113,11 @@ pub struct Plan {
 pub struct MemoryRow {
     /// Device.
     pub device: Device,
-    /// Model states live at the peak (parameters, gradients, master, optimizer states).
+    /// Model states live at the peak (parameters, gradients, fp32 gradients, master,
+    /// optimizer states).
     pub model_states: u64,
-    /// Runtime buffers live at the peak (buckets, gathered parameters, scratch, staging).
+    /// Runtime buffers live at the peak (buckets, gathered and persistent parameters, module
+    /// gradients, scratch, staging, swap buffers).
     pub buffers: u64,
     /// Activations live at the peak.
     pub activations: u64,
@@ -138,12 +141,10 @@ impl Plan {
                     peak: device.peak.bytes,
                 };
                 for part in &device.peak.breakdown {
-                    if part.kind == BufferKind::Activations {
-                        row.activations += part.bytes;
-                    } else if part.kind.is_model_state() {
-                        row.model_states += part.bytes;
-                    } else {
-                        row.buffers += part.bytes;
+                    match part.kind.class() {
+                        BufferClass::ModelStates => row.model_states += part.bytes,
+                        BufferClass::Buffers => row.buffers += part.bytes,
+                        BufferClass::Activations => row.activations += part.bytes,
                     }
                 }
                 row
