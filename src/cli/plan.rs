@@ -258,13 +258,26 @@ fn header(plan: &Plan, out: &mut String) {
         s.optimizer.states
     ));
     out.push_str(&format!(
-        "  batch: micro {} × accumulation {} × {} ranks = {} samples of {} tokens\n\n",
+        "  batch: micro {} × accumulation {} × {} ranks = {} samples of {} tokens\n",
         s.batch.micro_batch,
         s.batch.gradient_accumulation_steps,
         c.world_size,
         s.batch.train_batch_size,
         s.batch.sequence_length
     ));
+    let checkpointing = match (s.checkpointing, s.checkpoint_placement) {
+        (Checkpointing::None, _) => "no activation checkpointing",
+        (Checkpointing::Selective, _) => "selective recomputation (attention scores)",
+        (Checkpointing::Full, CheckpointPlacement::Gpu) => "full activation checkpointing",
+        (Checkpointing::Full, CheckpointPlacement::Cpu) => {
+            "full activation checkpointing, inputs in host memory"
+        }
+    };
+    let attention = match s.attention {
+        AttentionKernel::Eager => "eager attention",
+        AttentionKernel::Flash => "flash attention",
+    };
+    out.push_str(&format!("  activations: {checkpointing}, {attention}\n\n"));
 }
 
 fn layout(plan: &Plan, out: &mut String) {
@@ -421,12 +434,16 @@ fn offload(plan: &Plan, out: &mut String) {
 
 fn memory(plan: &Plan, out: &mut String) {
     out.push_str("Memory per rank (every rank alike):\n");
-    for device in &plan.timeline.devices {
+    let rows = plan.memory_rows();
+    for (device, row) in plan.timeline.devices.iter().zip(&rows) {
         out.push_str(&format!(
-            "  {} peak {} at \"{}\"\n",
+            "  {} peak {} at \"{}\": model states {}, buffers {}, activations {}\n",
             device.device.as_str(),
             gib(device.peak.bytes),
-            plan.ticks.ticks[device.peak.tick].label
+            plan.ticks.ticks[device.peak.tick].label,
+            gib(row.model_states),
+            gib(row.buffers),
+            gib(row.activations)
         ));
         for part in &device.peak.breakdown {
             out.push_str(&format!(
@@ -446,7 +463,10 @@ fn memory(plan: &Plan, out: &mut String) {
 }
 
 fn step(plan: &Plan, out: &mut String) {
-    let t = &plan.graph.step;
+    let Some(graph) = &plan.graph else {
+        return;
+    };
+    let t = &graph.step;
     out.push_str(&format!(
         "Step time (cost model, {}): {}\n",
         plan.cluster.hardware.name,
@@ -462,8 +482,8 @@ fn step(plan: &Plan, out: &mut String) {
     ));
     out.push_str(&format!(
         "  {} ops, critical path {} ops, {:.0} tokens/s\n",
-        plan.graph.ops.len(),
-        plan.graph.critical_path.len(),
+        graph.ops.len(),
+        graph.critical_path.len(),
         t.tokens_per_second
     ));
     let notes = plan

@@ -102,8 +102,10 @@ pub struct Plan {
     pub buffers: Vec<Buffer>,
     /// Memory over the step.
     pub timeline: Timeline,
-    /// Ops, critical path and step time.
-    pub graph: OpGraph,
+    /// Ops, critical path and step time (`None` when compiled for memory only,
+    /// [`compile_memory`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph: Option<OpGraph>,
     /// Decisions and warnings.
     pub diagnostics: Vec<Diagnostic>,
 }
@@ -161,6 +163,36 @@ pub fn compile(
     cluster: &Cluster,
     workload: &Workload,
 ) -> Result<Plan, Vec<Diagnostic>> {
+    compile_parts(config, model, cluster, workload, Parts::All)
+}
+
+/// [`compile`] without the op graph and its step time ([`Plan::graph`] is `None`): what the
+/// memory estimate and `recommend` read, at a fraction of the cost.
+pub fn compile_memory(
+    config: &DsConfig,
+    model: &ModelGraph,
+    cluster: &Cluster,
+    workload: &Workload,
+) -> Result<Plan, Vec<Diagnostic>> {
+    compile_parts(config, model, cluster, workload, Parts::Memory)
+}
+
+/// Which parts of a plan to compile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parts {
+    /// Everything.
+    All,
+    /// Everything but the op graph.
+    Memory,
+}
+
+fn compile_parts(
+    config: &DsConfig,
+    model: &ModelGraph,
+    cluster: &Cluster,
+    workload: &Workload,
+    parts: Parts,
+) -> Result<Plan, Vec<Diagnostic>> {
     let (settings, mut diagnostics) = decide::decide(config, model, cluster, workload);
     let Some(settings) = settings else {
         return Err(diagnostics);
@@ -215,14 +247,16 @@ pub fn compile(
         ticks: &ticks,
     });
     let timeline = Timeline::new(&buffers, &ticks);
-    let graph = graph::op_graph(&graph::GraphInputs {
-        model,
-        settings: &settings,
-        cluster,
-        layout: &layout,
-        shards: &shards,
-        buckets: &buckets,
-        stage3: stage3.as_ref(),
+    let graph = (parts == Parts::All).then(|| {
+        graph::op_graph(&graph::GraphInputs {
+            model,
+            settings: &settings,
+            cluster,
+            layout: &layout,
+            shards: &shards,
+            buckets: &buckets,
+            stage3: stage3.as_ref(),
+        })
     });
     Ok(Plan {
         model: ModelSummary {

@@ -202,7 +202,8 @@ pub fn estimate_reading(
     Ok(estimate)
 }
 
-/// Compiles the plan of `document` (with the setup's batch and precision) for `model`.
+/// Compiles the memory plan (no op graph) of `document`, with the setup's batch and precision,
+/// for `model`.
 pub fn compile_plan(
     model: &ModelSpec,
     hardware: Hardware,
@@ -222,7 +223,7 @@ pub fn compile_plan(
     let graph = ModelGraph::for_estimate(model).map_err(|e| FullEstimateError::Model(e.0))?;
     let cluster =
         Cluster::new(world, hardware.gpus_per_node()).map_err(FullEstimateError::Model)?;
-    plan::compile(
+    plan::compile_memory(
         &config,
         &graph,
         &cluster,
