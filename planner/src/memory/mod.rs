@@ -4,7 +4,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`shape`] | precision, the training shape (sequence, micro-batch, checkpointing, attention) |
-//! | [`layer_dims`] | the per-layer dimensions of an architecture the activation formulas read |
+//! | [`layer_dims`](mod@layer_dims) | the per-layer dimensions of an architecture the activation formulas read |
 //! | [`activations`] | what a transformer layer stores for backward, its working set, the input ends, logits and loss |
 //! | [`optimizer`] | state tensors per parameter of the optimizers DeepSpeed builds |
 //!

@@ -1,4 +1,5 @@
-//! The cost model: how long each op of the step takes, from the rates in [`Hardware`].
+//! The cost model: how long each op of the step takes, from the rates in
+//! [`super::cluster::Hardware`].
 //!
 //! - **Compute**: FLOPs / (peak × efficiency), the peak of the model dtype (16-bit tensor cores
 //!   or TF32). A module's forward does 2 FLOPs per weight element per token, plus

@@ -8,7 +8,7 @@
 //! one is a setting plus a warning or note kept in the plan.
 //!
 //! The input must be resolved: `"auto"` anywhere is an error. (`planner::resolve` fills
-//! defaults, `"auto"` and the batch triangle; until it lands, [`batch`] derives the missing
+//! defaults, `"auto"` and the batch triangle; until it lands, `batch` derives the missing
 //! batch key the way DeepSpeed does.)
 
 use serde_json::Value;
@@ -349,12 +349,12 @@ fn optimizer(config: &DsConfig, found: &mut Vec<Diagnostic>) -> OptimizerChoice 
             states: 2,
         };
     };
+    let empty = serde_json::Map::new();
     let params = config
         .optimizer
         .as_ref()
-        .map(|o| o.params.other.clone())
-        .unwrap_or_default();
-    let states = states_per_param(&name, &params).unwrap_or_else(|| {
+        .map_or(&empty, |o| &o.params.other);
+    let states = states_per_param(&name, params).unwrap_or_else(|| {
         found.push(Diagnostic::info(
             Code::UnknownOptimizer,
             "/optimizer/type",
