@@ -97,7 +97,7 @@ fn llama_2_7b_on_8_h100_80gb_takes_zero1() {
     assert_eq!(chosen["plan"]["strategy"], "zero1");
     assert_eq!(chosen["plan"]["micro_batch"], 1);
     assert_eq!(chosen["plan"]["accumulation"], 32);
-    close(gib(&chosen["gpu_peak"]["bytes"]), 60.06, 0.005, "GPU peak");
+    close(gib(&chosen["gpu_peak"]["bytes"]), 60.25, 0.005, "GPU peak");
     close(
         chosen["step_time"]["total"].as_f64().expect("time"),
         15.3,
@@ -142,16 +142,17 @@ fn llama_2_70b_on_8_h100_80gb_with_1tib_takes_partial_zero3_offload() {
     assert_eq!(chosen["plan"]["strategy"], "zero3-offload-optimizer");
     assert_eq!(chosen["plan"]["micro_batch"], 1);
     assert_eq!(chosen["plan"]["accumulation"], 32);
-    // 4 of the 9 sub-groups of 1e9 elements of each 8.6e9-element partition go to the host.
+    // 4 of the 9 sub-groups (tensors grouped up to 1e9 elements) of each 8.6e9-element
+    // partition go to the host.
     assert_eq!(chosen["plan"]["offload_ratio"], 0.5);
     assert_eq!(
         doc["config"]["zero_optimization"]["offload_optimizer"]["ratio"],
         0.5
     );
-    close(gib(&chosen["gpu_peak"]["bytes"]), 79.25, 0.005, "GPU peak");
+    close(gib(&chosen["gpu_peak"]["bytes"]), 79.14, 0.005, "GPU peak");
     close(
         gib(&chosen["cpu_peak"]["bytes"]),
-        629.13,
+        625.89,
         0.005,
         "host peak",
     );
@@ -164,10 +165,10 @@ fn llama_2_70b_on_8_h100_80gb_with_1tib_takes_partial_zero3_offload() {
     // Everything on the GPU needs 140 GiB per GPU; everything on the host 1.3 TiB.
     let zero3 = rejection(&doc, "zero3");
     assert_eq!(zero3["kind"], "gpu-memory");
-    close(gib(&zero3["needed"]), 140.02, 0.005, "ZeRO-3 GPU");
+    close(gib(&zero3["needed"]), 140.33, 0.005, "ZeRO-3 GPU");
     let all = rejection(&doc, "zero3-offload-all");
     assert_eq!(all["kind"], "cpu-memory");
-    close(gib(&all["needed"]), 1308.60, 0.005, "full offload host");
+    close(gib(&all["needed"]), 1300.79, 0.005, "full offload host");
     assert_eq!(
         doc["config"]["activation_checkpointing"]["cpu_checkpointing"],
         false
@@ -208,10 +209,10 @@ fn llama_2_13b_on_one_32gb_v100_with_256gib_takes_zero_offload() {
     assert_eq!(chosen["plan"]["strategy"], "zero2-offload-optimizer");
     assert_eq!(chosen["plan"]["micro_batch"], 2);
     assert_eq!(chosen["plan"]["accumulation"], 16);
-    close(gib(&chosen["gpu_peak"]["bytes"]), 31.83, 0.005, "GPU peak");
+    close(gib(&chosen["gpu_peak"]["bytes"]), 30.59, 0.005, "GPU peak");
     close(
         gib(&chosen["cpu_peak"]["bytes"]),
-        244.74,
+        220.50,
         0.005,
         "host peak",
     );

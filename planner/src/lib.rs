@@ -2,14 +2,16 @@
 //!
 //! The planner is pure: values in, values out; no threads, no devices, no printing. It reads a
 //! DeepSpeed config ([`source`]), types it ([`config`]), checks it ([`validate`]), resolves
-//! defaults and `"auto"` values, estimates memory ([`estimate`]) for a model ([`model`]), and
-//! holds the math the executor shares with it ([`schedule`]: learning-rate schedules and the
-//! loss-scale state machine).
+//! defaults and `"auto"` values, compiles the execution plan ([`plan`]), estimates memory
+//! ([`estimate`], reading the plan's buffers; the arithmetic both share is in [`memory`]) for a
+//! model ([`model`]), and holds the math the executor shares with it ([`schedule`]:
+//! learning-rate schedules and the loss-scale state machine).
 
 pub mod config;
 pub mod diagnostics;
 pub mod estimate;
 pub mod json_pointer;
+pub mod memory;
 pub mod model;
 pub mod plan;
 pub mod recommend;

@@ -94,6 +94,10 @@ fn zero_paper_7_5b_on_64_gpus() {
             &estimate,
         );
         let states = paper_model_states(&estimate.rows, Device::Gpu, Phase::Step);
+        eprintln!(
+            "  model states {:.3} GB (paper {gigabytes} GB)",
+            states as f64 / GB
+        );
         assert!(
             (states as f64 / GB - gigabytes).abs() <= 0.05,
             "stage {}: {states} bytes vs the paper's {gigabytes} GB",

@@ -113,8 +113,8 @@ fn digest(plan: &dsplan_planner::plan::Plan) -> serde_json::Value {
         "offload": value["offload"]["totals"],
         "buffers": plan.buffers.len(),
         "memory": memory,
-        "ops": plan.graph.ops.len(),
-        "critical_path": plan.graph.critical_path.len(),
+        "ops": plan.graph.as_ref().map_or(0, |g| g.ops.len()),
+        "critical_path": plan.graph.as_ref().map_or(0, |g| g.critical_path.len()),
         "step": value["graph"]["step"],
         "diagnostics": value["diagnostics"],
     })

@@ -4,7 +4,9 @@
 //! Human output prints DeepSpeed's two tables exactly as DeepSpeed documents them (`cpu ` /
 //! `none`), then the model summary and any assumption, then (with `--config`) dsplan's
 //! per-phase breakdown: every term as a row, init / forward / backward / step as columns, for
-//! the GPU, host memory and NVMe. JSON output follows DESIGN.md's "Estimate JSON"; `full` is
+//! the GPU, host memory and NVMe. Its model states, buffers and activations are the buffers of
+//! the execution plan compiled from the config (`dsplan plan` shows the same list), at the
+//! moment each phase peaks; the margins and initialisation transients are added. JSON output follows DESIGN.md's "Estimate JSON"; `full` is
 //! the full estimate, or `null` without `--config`.
 
 use super::{Format, Outcome};
@@ -16,8 +18,8 @@ use dsplan_planner::estimate::full::{
     TrainingShape, read_config,
 };
 use dsplan_planner::estimate::{
-    BufferFactor, DeepSpeedRow, EnumSpelling, FullEstimate, Hardware, ZeroInit, estimate_full,
-    zero2_all_cold_text, zero2_table, zero3_all_cold_text, zero3_table,
+    BufferFactor, DeepSpeedRow, EnumSpelling, FullEstimate, FullEstimateError, Hardware, ZeroInit,
+    estimate_reading, zero2_all_cold_text, zero2_table, zero3_all_cold_text, zero3_table,
 };
 use dsplan_planner::model::notes::thousands;
 use dsplan_planner::model::{self, ErrorKind, LmHead, ModelSpec, presets};
@@ -404,16 +406,14 @@ fn full_estimate(
             AttentionKernel::Eager
         },
     };
-    let mut estimate = estimate_full(
-        spec,
-        hardware,
-        &reading.setup,
-        &shape,
-        &full.margins.margins(),
-    )
-    .map_err(usage)?;
-    estimate.notes.extend(reading.notes);
-    Ok(estimate)
+    estimate_reading(spec, hardware, &reading, &shape, &full.margins.margins()).map_err(|error| {
+        match error {
+            FullEstimateError::BadShape { .. } | FullEstimateError::Margin(_) => usage(error),
+            FullEstimateError::Model(_) | FullEstimateError::Refused(_) => {
+                (Outcome::InputRejected, format!("{display}: {error}"))
+            }
+        }
+    })
 }
 
 const GIB: f64 = (1u64 << 30) as f64;

@@ -12,17 +12,20 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use dsplan_planner::config;
 use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
+use dsplan_planner::estimate::ZeroInit;
 use dsplan_planner::model::notes::thousands;
 use dsplan_planner::model::{self, ErrorKind, LmHead};
 use dsplan_planner::plan::buckets::FlushPoint;
 use dsplan_planner::plan::shards::ShardRule;
 use dsplan_planner::plan::stage3::Pass;
 use dsplan_planner::plan::{
-    self, AllGatherIntoTensor, Cluster, Device, ModelGraph, Plan, Recompute, Workload,
+    self, AllGatherIntoTensor, AttentionKernel, CheckpointPlacement, Checkpointing, Cluster,
+    Device, ModelGraph, Plan, Workload,
 };
 use dsplan_planner::validate::{self, ValidateOptions};
 
 use super::Outcome;
+use super::estimate::{CheckpointingArg, ZeroInitArg};
 use crate::{render, units};
 
 /// Rows of a table shown before "... N more".
@@ -46,9 +49,18 @@ pub struct PlanArgs {
     /// Tokens per sample (default: the model's context length).
     #[arg(long, value_name = "T", value_parser = clap::value_parser!(u64).range(1..))]
     seq_len: Option<u64>,
-    /// The script recomputes each block's activations in backward (gradient checkpointing).
+    /// Activation checkpointing of the training script: `full` (the flag alone) keeps each
+    /// block's input and recomputes the block in backward, `selective` recomputes the attention
+    /// scores only. With `full`, the config's `activation_checkpointing.cpu_checkpointing`
+    /// keeps the inputs in host memory.
+    #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1, default_missing_value = "full")]
+    activation_checkpointing: Option<CheckpointingArg>,
+    /// Attention runs as FlashAttention (no seq x seq score matrix is stored).
     #[arg(long)]
-    activation_checkpointing: bool,
+    flash_attention: bool,
+    /// ZeRO-3: whether the model is built under zero.Init (default enabled).
+    #[arg(long, value_enum)]
+    zero_init: Option<ZeroInitArg>,
     /// GPU memory per rank (e.g. 80GiB): exit 1 when the planned peak exceeds it.
     #[arg(long, value_name = "BYTES", value_parser = memory_arg)]
     gpu_memory: Option<u64>,
@@ -136,11 +148,20 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
     let cluster = Cluster::new(args.world_size, per_node).map_err(|e| (Outcome::UsageError, e))?;
     let workload = Workload {
         sequence_length: args.seq_len,
-        recompute: if args.activation_checkpointing {
-            Recompute::PerBlock
+        checkpointing: args
+            .activation_checkpointing
+            .map_or(Checkpointing::None, Checkpointing::from),
+        checkpoint_placement: if config.activation_checkpointing.cpu_checkpointing {
+            CheckpointPlacement::Cpu
         } else {
-            Recompute::None
+            CheckpointPlacement::Gpu
         },
+        attention: if args.flash_attention {
+            AttentionKernel::Flash
+        } else {
+            AttentionKernel::Eager
+        },
+        zero_init: args.zero_init.map_or(ZeroInit::Enabled, ZeroInit::from),
         all_gather_into_tensor: AllGatherIntoTensor::Available,
     };
     let mut plan = plan::compile(&config, &graph, &cluster, &workload).map_err(|mut refused| {
@@ -237,13 +258,26 @@ fn header(plan: &Plan, out: &mut String) {
         s.optimizer.states
     ));
     out.push_str(&format!(
-        "  batch: micro {} × accumulation {} × {} ranks = {} samples of {} tokens\n\n",
+        "  batch: micro {} × accumulation {} × {} ranks = {} samples of {} tokens\n",
         s.batch.micro_batch,
         s.batch.gradient_accumulation_steps,
         c.world_size,
         s.batch.train_batch_size,
         s.batch.sequence_length
     ));
+    let checkpointing = match (s.checkpointing, s.checkpoint_placement) {
+        (Checkpointing::None, _) => "no activation checkpointing",
+        (Checkpointing::Selective, _) => "selective recomputation (attention scores)",
+        (Checkpointing::Full, CheckpointPlacement::Gpu) => "full activation checkpointing",
+        (Checkpointing::Full, CheckpointPlacement::Cpu) => {
+            "full activation checkpointing, inputs in host memory"
+        }
+    };
+    let attention = match s.attention {
+        AttentionKernel::Eager => "eager attention",
+        AttentionKernel::Flash => "flash attention",
+    };
+    out.push_str(&format!("  activations: {checkpointing}, {attention}\n\n"));
 }
 
 fn layout(plan: &Plan, out: &mut String) {
@@ -400,12 +434,16 @@ fn offload(plan: &Plan, out: &mut String) {
 
 fn memory(plan: &Plan, out: &mut String) {
     out.push_str("Memory per rank (every rank alike):\n");
-    for device in &plan.timeline.devices {
+    let rows = plan.memory_rows();
+    for (device, row) in plan.timeline.devices.iter().zip(&rows) {
         out.push_str(&format!(
-            "  {} peak {} at \"{}\"\n",
+            "  {} peak {} at \"{}\": model states {}, buffers {}, activations {}\n",
             device.device.as_str(),
             gib(device.peak.bytes),
-            plan.ticks.ticks[device.peak.tick].label
+            plan.ticks.ticks[device.peak.tick].label,
+            gib(row.model_states),
+            gib(row.buffers),
+            gib(row.activations)
         ));
         for part in &device.peak.breakdown {
             out.push_str(&format!(
@@ -425,7 +463,10 @@ fn memory(plan: &Plan, out: &mut String) {
 }
 
 fn step(plan: &Plan, out: &mut String) {
-    let t = &plan.graph.step;
+    let Some(graph) = &plan.graph else {
+        return;
+    };
+    let t = &graph.step;
     out.push_str(&format!(
         "Step time (cost model, {}): {}\n",
         plan.cluster.hardware.name,
@@ -441,8 +482,8 @@ fn step(plan: &Plan, out: &mut String) {
     ));
     out.push_str(&format!(
         "  {} ops, critical path {} ops, {:.0} tokens/s\n",
-        plan.graph.ops.len(),
-        plan.graph.critical_path.len(),
+        graph.ops.len(),
+        graph.critical_path.len(),
         t.tokens_per_second
     ));
     let notes = plan

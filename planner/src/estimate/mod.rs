@@ -18,5 +18,5 @@ pub use deepspeed::{
     zero2_table, zero3_table,
 };
 pub use deepspeed_print::{EnumSpelling, zero2_all_cold_text, zero3_all_cold_text};
-pub use full::{FullEstimate, FullEstimateError, estimate_full};
+pub use full::{FullEstimate, FullEstimateError, estimate_full, estimate_reading};
 pub use hardware::{BufferFactor, Hardware, HardwareError};

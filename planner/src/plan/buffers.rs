@@ -1,23 +1,44 @@
 //! [`Buffer`]: every allocation the executor makes for a step, with its size, device and
 //! lifetime. The memory timeline ([`super::timeline`]) is their sum tick by tick, and
-//! `dsplan estimate --config` reads its model-state and buffer rows from the same list
-//! ([`super::Plan::memory_rows`]), so estimate and allocator cannot drift apart.
+//! `dsplan estimate --config` reads its model-state, buffer and activation rows from the same
+//! list, so estimate and allocator cannot drift apart.
 //!
-//! Sizes follow deepspeed-facts §1.7 and §4: the flat 16-bit buffer padded to 2·N (stages 1/2),
-//! one or two IPG buffers of `reduce_bucket_size` elements (two with `overlap_comm` in stages
-//! 1/2, allocated whole even when the model is smaller), `grads_in_partition` (stages 1/2 with
-//! contiguous gradients), the fp32 master and optimizer-state partitions, the fp32 gradient
-//! partition built at the step, offload staging buffers, stage 3's gathered parameters (one
-//! buffer per gathered interval, full padded size), persistent parameters and the NVMe swap
-//! pools. Activations come from [`super::activations::activation_sizes`].
+//! Model states and runtime buffers follow deepspeed-facts §1.7, §4 and §5.4 (per rank, `N`
+//! ranks, `P` parameters, `p` this rank's partition):
+//!
+//! | stage | allocation | size | lifetime |
+//! |---|---|---|---|
+//! | 0 | parameters, optimizer states | `P` (bf16: states `p`, BF16_Optimizer) | run |
+//! | 0 | gradients | whole, per module | its backward → step |
+//! | 0 | fp32 master, fp32 gradients | fp16: `P`, gradients at the step; bf16: master `p`, fp32 accumulation buffer `P` for the run | |
+//! | 0 | flattened all-reduce bucket | the largest 5e8-element bucket formed | epilogue |
+//! | 1-2 | flat parameters | `P` padded to `2N` | run |
+//! | 1-2 | IPG bucket(s) | `reduce_bucket_size`, two with `overlap_comm` (contiguous gradients) | backward |
+//! | 1-2 | module gradients | whole, until copied into the IPG (stage 2, contiguous) or reduced | backward |
+//! | 1 | gradients outside the partition | `(N−1)/N` of each reduced bucket (ZeRO-1 frees nothing) | flush → step |
+//! | 1-2 | `grads_in_partition` | `p` (contiguous, not offloaded) | first flush → step (stage 2 with accumulation: run) |
+//! | 1-2 | averaged gradients | `p` in `grad_accum_dtype` when it differs from the model dtype | epilogue → step |
+//! | 1-2 | fp32 master, optimizer states | `p` (host under offload: master pinned, states pageable) | run (states from the first step) |
+//! | 1-2 | fp32 gradient partition | `p`: at the step on the GPU, for the run on the host | |
+//! | 1-2 + offload | staging buffers, host accumulation | largest tensor on GPU and host; `p` 16-bit on the host with accumulation | run (accumulation from the first step) |
+//! | 3 | parameter partitions | `Σ⌈numel/N⌉`, GPU / host / NVMe | run |
+//! | 3 | persistent parameters, gathered parameters | whole tensors, by the fetch schedule | run / intervals |
+//! | 3 | IPG bucket | `reduce_bucket_size` (contiguous gradients) | run (allocated at init) |
+//! | 3 | reduce-scatter staging | each bucket padded per tensor to `N` | its flush |
+//! | 3 | gradient partition buffer | `p` in `grad_accum_dtype`, host under optimizer offload | run |
+//! | 3 | fp32 master, states, fp32 gradients | per sub-group: GPU, host (pageable master and states) or NVMe | run; GPU fp32 gradients at the step |
+//! | 3 + NVMe | swap buffers | `buffer_count × buffer_size` parameters, `buffer_count ×` largest sub-group | run |
+//!
+//! Optimizer states and accumulation buffers are created lazily in the first step
+//! ([`Lifetime::Steady`]): optimizers build their states at their first `step()`.
+//! Activations come from [`super::activations`] (sizes from [`crate::memory::activations`]).
 
 use serde::Serialize;
 
-use super::activations::activation_sizes;
-use super::buckets::{Buckets, FlushPoint, gradient_order};
+use super::buckets::{Buckets, Collective, FlushPoint, gradient_order};
 use super::dtype::{Device, Dtype};
 use super::layout::Layout;
-use super::model_graph::{ModelGraph, UnitKind};
+use super::model_graph::ModelGraph;
 use super::offload::Offload;
 use super::settings::{GradientStorage, OffloadTarget, Overlap, Pinning, Settings};
 use super::shards::Shards;
@@ -31,53 +52,118 @@ use crate::config::ZeroStage;
 pub enum BufferKind {
     /// Model-dtype parameters at rest (whole, flat, or this rank's partitions).
     Parameters,
-    /// Stage 3 parameters kept whole on every rank.
-    PersistentParameters,
-    /// Gradients (whole tensors or this rank's partition).
+    /// Gradients kept to the optimizer step (whole tensors, or this rank's partition).
     Gradients,
+    /// The gradients the optimizer reads (fp32, or the master dtype): built at the step, or
+    /// kept on the host under offload, or BF16_Optimizer's accumulation buffer.
+    Fp32Gradients,
     /// The master weights the optimizer updates.
     MasterWeights,
     /// Optimizer states.
     OptimizerStates,
-    /// Gradient buckets (IPG) and reduction scratch.
-    GradientBuckets,
-    /// Stage 3 parameters gathered for a module.
+    /// Stage 3 parameters kept whole on every rank.
+    PersistentParameters,
+    /// Stage 3 parameters gathered for a module (on demand or prefetched).
     GatheredParameters,
-    /// Scratch of the optimizer step (fp32 gradient partitions).
+    /// A module's whole gradients between its backward and their copy into a bucket or
+    /// their reduction.
+    ModuleGradients,
+    /// Gradient buckets (IPG) and the stage-0 flattened all-reduce bucket.
+    GradientBuckets,
+    /// Stage 3's padded, interleaved copy of a bucket for its reduce-scatter.
+    ReduceScatterStaging,
+    /// Scratch of the optimizer step (stage 3's per-sub-group flatten and cast).
     StepScratch,
-    /// Offload staging and NVMe swap buffers.
+    /// Offload staging buffers (ZeRO-1/2 CPU offload).
     OffloadStaging,
-    /// Activations kept for backward.
+    /// Pinned swap buffers of NVMe parameter offload.
+    ParamSwapBuffers,
+    /// Pinned swap buffers of NVMe optimizer offload.
+    OptimizerSwapBuffers,
+    /// Token ids and labels, the embedding dropout mask, the final norm's and the head's
+    /// inputs.
+    InputActivations,
+    /// Activations each transformer layer stores for backward (or its checkpoint).
+    LayerActivations,
+    /// The running layer's working set and its recomputed activations.
+    WorkingActivations,
+    /// The logits.
+    Logits,
+    /// The loss's fp32 buffers (upcast logits, log-softmax and its gradient).
+    LossBuffers,
+}
+
+/// The three families the memory report splits a peak into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BufferClass {
+    /// Parameters, gradients, master weights, optimizer states (DeepSpeed's estimators'
+    /// scope, fp32 gradients included).
+    ModelStates,
+    /// Runtime buffers: buckets, gathered and persistent parameters, scratch, staging.
+    Buffers,
+    /// Activations, logits and loss.
     Activations,
 }
 
 impl BufferKind {
-    /// Whether this is model state (DeepSpeed's estimators' scope) rather than a runtime
-    /// buffer or activations.
-    pub fn is_model_state(self) -> bool {
-        matches!(
-            self,
+    /// The family of this kind.
+    pub fn class(self) -> BufferClass {
+        match self {
             BufferKind::Parameters
-                | BufferKind::PersistentParameters
-                | BufferKind::Gradients
-                | BufferKind::MasterWeights
-                | BufferKind::OptimizerStates
-        )
+            | BufferKind::Gradients
+            | BufferKind::Fp32Gradients
+            | BufferKind::MasterWeights
+            | BufferKind::OptimizerStates => BufferClass::ModelStates,
+            BufferKind::PersistentParameters
+            | BufferKind::GatheredParameters
+            | BufferKind::ModuleGradients
+            | BufferKind::GradientBuckets
+            | BufferKind::ReduceScatterStaging
+            | BufferKind::StepScratch
+            | BufferKind::OffloadStaging
+            | BufferKind::ParamSwapBuffers
+            | BufferKind::OptimizerSwapBuffers => BufferClass::Buffers,
+            BufferKind::InputActivations
+            | BufferKind::LayerActivations
+            | BufferKind::WorkingActivations
+            | BufferKind::Logits
+            | BufferKind::LossBuffers => BufferClass::Activations,
+        }
+    }
+
+    /// Whether this is model state (DeepSpeed's estimators' scope).
+    pub fn is_model_state(self) -> bool {
+        self.class() == BufferClass::ModelStates
+    }
+
+    /// Whether this is an activation.
+    pub fn is_activation(self) -> bool {
+        self.class() == BufferClass::Activations
     }
 
     /// Display name.
     pub fn as_str(self) -> &'static str {
         match self {
             BufferKind::Parameters => "parameters",
-            BufferKind::PersistentParameters => "persistent parameters",
             BufferKind::Gradients => "gradients",
+            BufferKind::Fp32Gradients => "fp32 gradients",
             BufferKind::MasterWeights => "master weights",
             BufferKind::OptimizerStates => "optimizer states",
-            BufferKind::GradientBuckets => "gradient buckets",
+            BufferKind::PersistentParameters => "persistent parameters",
             BufferKind::GatheredParameters => "gathered parameters",
+            BufferKind::ModuleGradients => "module gradients",
+            BufferKind::GradientBuckets => "gradient buckets",
+            BufferKind::ReduceScatterStaging => "reduce-scatter staging",
             BufferKind::StepScratch => "step scratch",
             BufferKind::OffloadStaging => "offload staging",
-            BufferKind::Activations => "activations",
+            BufferKind::ParamSwapBuffers => "param swap buffers",
+            BufferKind::OptimizerSwapBuffers => "optimizer swap buffers",
+            BufferKind::InputActivations => "input activations",
+            BufferKind::LayerActivations => "layer activations",
+            BufferKind::WorkingActivations => "working activations",
+            BufferKind::Logits => "logits",
+            BufferKind::LossBuffers => "loss buffers",
         }
     }
 }
@@ -86,8 +172,11 @@ impl BufferKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(tag = "lifetime", rename_all = "kebab-case")]
 pub enum Lifetime {
-    /// Allocated at start-up, kept for the whole run.
+    /// Allocated at start-up (`deepspeed.initialize()`), kept for the whole run.
     Persistent,
+    /// Allocated lazily during the first step (optimizer states, accumulation buffers), kept
+    /// for the rest of the run: live at every tick of a step, absent right after start-up.
+    Steady,
     /// Live from tick `first` to tick `last`, inclusive.
     Ticks {
         /// First tick.
@@ -101,7 +190,7 @@ impl Lifetime {
     /// Whether the buffer is live at `tick`.
     pub fn live_at(self, tick: usize) -> bool {
         match self {
-            Lifetime::Persistent => true,
+            Lifetime::Persistent | Lifetime::Steady => true,
             Lifetime::Ticks { first, last } => first <= tick && tick <= last,
         }
     }
@@ -151,12 +240,16 @@ pub struct BufferInputs<'a> {
 }
 
 /// The list being built.
-struct List {
+pub struct BufferList {
     buffers: Vec<Buffer>,
+    /// Whether the last [`Self::add`] added a buffer (it skips empty ones).
+    just_added: bool,
 }
 
-impl List {
-    fn add(
+impl BufferList {
+    /// Adds `numel` elements of `dtype` (nothing when `numel` is 0). Host buffers start
+    /// pageable; [`Self::pinned`] changes that.
+    pub fn add(
         &mut self,
         name: impl Into<String>,
         kind: BufferKind,
@@ -165,6 +258,7 @@ impl List {
         device: Device,
         lifetime: Lifetime,
     ) {
+        self.just_added = numel > 0;
         if numel == 0 {
             return;
         }
@@ -173,15 +267,16 @@ impl List {
             kind,
             dtype,
             numel,
-            bytes: numel * dtype.bytes(),
+            bytes: numel.saturating_mul(dtype.bytes()),
             device,
-            pinning: None,
+            pinning: (device == Device::Cpu).then_some(Pinning::Pageable),
             lifetime,
         });
     }
 
-    fn pinned(&mut self, pinning: Pinning) {
-        if let Some(last) = self.buffers.last_mut()
+    /// Marks the buffer just added as `pinning`, when it was added and is in host memory.
+    pub fn pinned(&mut self, pinning: Pinning) {
+        if let Some(last) = self.buffers.last_mut().filter(|_| self.just_added)
             && last.device == Device::Cpu
         {
             last.pinning = Some(pinning);
@@ -191,30 +286,36 @@ impl List {
 
 /// Every buffer of one step.
 pub fn buffers(inputs: &BufferInputs<'_>) -> Vec<Buffer> {
-    let mut list = List {
+    let mut list = BufferList {
         buffers: Vec::new(),
+        just_added: false,
     };
-    let s = inputs.settings;
-    match s.stage {
+    match inputs.settings.stage {
         ZeroStage::Disabled => stage0(inputs, &mut list),
         ZeroStage::OptimizerStates | ZeroStage::Gradients => stage12(inputs, &mut list),
         ZeroStage::Weights => stage3(inputs, &mut list),
     }
-    activations(inputs, &mut list);
+    super::activations::activation_buffers(inputs.model, inputs.settings, inputs.ticks, &mut list);
     list.buffers
 }
 
-fn span(first: usize, last: usize) -> Lifetime {
+/// `first..=last` in ticks (`last` never before `first`).
+pub fn span(first: usize, last: usize) -> Lifetime {
     Lifetime::Ticks {
         first,
         last: last.max(first),
     }
 }
 
-/// Gradients of each backward step's ready tensors, live from their tick to `end(step)`.
-/// Stages 0 and 1 accumulate whole gradients over micro-steps: with accumulation they are
-/// live from tick 0 of the boundary micro-step.
-fn unit_gradients(inputs: &BufferInputs<'_>, list: &mut List, end: impl Fn(usize) -> usize) {
+/// Whole gradients of each backward step's ready tensors, live from their tick to
+/// `end(step)`, of `kind`. Stages 0 and 1 accumulate whole gradients over micro-steps: with
+/// accumulation they are live from tick 0 of the boundary micro-step.
+fn unit_gradients(
+    inputs: &BufferInputs<'_>,
+    list: &mut BufferList,
+    kind: BufferKind,
+    end: impl Fn(usize) -> usize,
+) {
     let s = inputs.settings;
     let accumulated =
         s.batch.gradient_accumulation_steps > 1 && s.stage <= ZeroStage::OptimizerStates;
@@ -232,7 +333,7 @@ fn unit_gradients(inputs: &BufferInputs<'_>, list: &mut List, end: impl Fn(usize
         let unit = crate::plan::stage3::trace_step(inputs.ticks.units, step).0;
         list.add(
             format!("gradients of {}", inputs.model.units[unit].module),
-            BufferKind::Gradients,
+            kind,
             s.dtypes.gradients,
             numel,
             Device::Gpu,
@@ -241,35 +342,46 @@ fn unit_gradients(inputs: &BufferInputs<'_>, list: &mut List, end: impl Fn(usize
     }
 }
 
-/// The tick at which a tensor's bucket is flushed.
-fn flush_ticks(inputs: &BufferInputs<'_>) -> Vec<usize> {
-    let mut at = vec![inputs.ticks.epilogue(); inputs.model.tensors.len()];
+/// The tick of each bucket's flush.
+fn flush_tick(inputs: &BufferInputs<'_>, flush: FlushPoint) -> usize {
+    match flush {
+        FlushPoint::BackwardStep { step } => inputs.ticks.trace(step),
+        FlushPoint::Epilogue => inputs.ticks.epilogue(),
+    }
+}
+
+/// The last flush tick of the tensors each backward step makes ready.
+fn last_flush_by_step(inputs: &BufferInputs<'_>) -> Vec<usize> {
+    let ticks = inputs.ticks;
+    let mut at = vec![ticks.epilogue(); inputs.model.tensors.len()];
     for bucket in &inputs.buckets.reduce {
-        let tick = match bucket.flush {
-            FlushPoint::BackwardStep { step } => inputs.ticks.trace(step),
-            FlushPoint::Epilogue => inputs.ticks.epilogue(),
-        };
+        let tick = flush_tick(inputs, bucket.flush);
         for &t in &bucket.tensors {
             at[t] = tick;
         }
     }
-    at
+    let mut last = vec![0usize; 2 * ticks.units + 1];
+    for (tensor, step) in gradient_order(inputs.model) {
+        last[step] = last[step].max(at[tensor]);
+    }
+    last
 }
 
-fn stage0(inputs: &BufferInputs<'_>, list: &mut List) {
+fn stage0(inputs: &BufferInputs<'_>, list: &mut BufferList) {
     let s = inputs.settings;
     let ticks = inputs.ticks;
-    let numel = inputs.layout.numel;
+    let layout = inputs.layout;
+    let partition = layout.partition_numel;
     list.add(
         "parameters",
         BufferKind::Parameters,
         s.dtypes.params,
-        numel,
+        layout.padded_numel,
         Device::Gpu,
         Lifetime::Persistent,
     );
     let step_end = ticks.last_optimizer();
-    unit_gradients(inputs, list, |_| step_end);
+    unit_gradients(inputs, list, BufferKind::Gradients, |_| step_end);
     let largest_bucket = inputs
         .buckets
         .reduce
@@ -285,52 +397,58 @@ fn stage0(inputs: &BufferInputs<'_>, list: &mut List) {
         Device::Gpu,
         span(ticks.epilogue(), ticks.epilogue()),
     );
-    if inputs.layout.master_dtype.is_some() {
+    if let Some(master) = layout.master_dtype {
         list.add(
             "fp32 master weights",
             BufferKind::MasterWeights,
-            s.dtypes.master,
-            numel,
+            master,
+            partition,
             Device::Gpu,
             Lifetime::Persistent,
         );
-        list.add(
-            "fp32 gradients for the step",
-            BufferKind::StepScratch,
-            Dtype::Fp32,
-            numel,
-            Device::Gpu,
-            span(ticks.first_optimizer(), step_end),
-        );
+        if s.bf16_optimizer() {
+            list.add(
+                "fp32 gradient accumulation buffer (BF16_Optimizer)",
+                BufferKind::Fp32Gradients,
+                Dtype::Fp32,
+                layout.padded_numel,
+                Device::Gpu,
+                Lifetime::Persistent,
+            );
+        } else {
+            list.add(
+                "fp32 gradients for the step",
+                BufferKind::Fp32Gradients,
+                master,
+                layout.numel,
+                Device::Gpu,
+                span(ticks.first_optimizer(), step_end),
+            );
+        }
     }
     for state in 0..s.optimizer.states {
         list.add(
             format!("optimizer state {state}"),
             BufferKind::OptimizerStates,
             s.dtypes.optimizer_states,
-            numel,
+            partition,
             Device::Gpu,
-            Lifetime::Persistent,
+            Lifetime::Steady,
         );
     }
 }
 
-fn host_device(target: &OffloadTarget) -> (Device, Option<Pinning>) {
+fn host_device(target: &OffloadTarget) -> Device {
     match target {
-        OffloadTarget::None => (Device::Gpu, None),
-        OffloadTarget::Cpu { pinning } => (Device::Cpu, Some(*pinning)),
-        OffloadTarget::Nvme { .. } => (Device::Nvme, None),
+        OffloadTarget::None => Device::Gpu,
+        OffloadTarget::Cpu { .. } | OffloadTarget::Nvme { .. } => Device::Cpu,
     }
 }
 
-fn ipg(inputs: &BufferInputs<'_>, list: &mut List, count: u64) {
+/// The IPG buffer(s): allocated when backward starts (stages 1-2) or at initialisation
+/// (stage 3).
+fn ipg(inputs: &BufferInputs<'_>, list: &mut BufferList, count: u64, lifetime: Lifetime) {
     let s = inputs.settings;
-    let ticks = inputs.ticks;
-    let first = if s.stage == ZeroStage::OptimizerStates && s.overlap == Overlap::Serialized {
-        ticks.epilogue()
-    } else {
-        ticks.first_backward()
-    };
     for index in 0..count {
         list.add(
             format!("IPG bucket {index}"),
@@ -338,16 +456,18 @@ fn ipg(inputs: &BufferInputs<'_>, list: &mut List, count: u64) {
             s.dtypes.gradients,
             s.reduce_bucket_size,
             Device::Gpu,
-            span(first, ticks.epilogue()),
+            lifetime,
         );
     }
 }
 
-fn stage12(inputs: &BufferInputs<'_>, list: &mut List) {
+fn stage12(inputs: &BufferInputs<'_>, list: &mut BufferList) {
     let s = inputs.settings;
     let ticks = inputs.ticks;
     let layout = inputs.layout;
     let partition = layout.partition_numel;
+    let world = s.world_size;
+    let step_end = ticks.last_optimizer();
     list.add(
         "flat 16-bit parameters (padded)",
         BufferKind::Parameters,
@@ -357,35 +477,98 @@ fn stage12(inputs: &BufferInputs<'_>, list: &mut List) {
         Lifetime::Persistent,
     );
     let contiguous = s.gradient_storage == GradientStorage::Contiguous;
-    let flush = flush_ticks(inputs);
-    if s.stage == ZeroStage::OptimizerStates || !contiguous {
-        // Whole gradients until their bucket is reduced (ZeRO-1: at the boundary).
-        let order = gradient_order(inputs.model);
-        let mut last_flush = vec![0usize; 2 * ticks.units + 1];
-        for (tensor, step) in &order {
-            last_flush[*step] = last_flush[*step].max(flush[*tensor]);
-        }
-        unit_gradients(inputs, list, |step| last_flush[step]);
+    let offloaded = s.offload_optimizer.is_offloaded();
+    let stage1 = s.stage == ZeroStage::OptimizerStates;
+    // Whole gradients: copied into the IPG bucket as they are produced (stage 2, contiguous),
+    // or kept until their bucket is reduced.
+    if !stage1 && contiguous {
+        unit_gradients(inputs, list, BufferKind::ModuleGradients, |step| step);
     } else {
-        unit_gradients(inputs, list, |step| step);
+        let last_flush = last_flush_by_step(inputs);
+        unit_gradients(inputs, list, BufferKind::Gradients, |step| last_flush[step]);
     }
+    // After each flush: ZeRO-1 keeps the gradients of other ranks' partitions to the step;
+    // this rank's share goes into grads_in_partition (contiguous), stays as the parameters'
+    // gradients (not contiguous), or goes to the host (offload).
+    let mut first_flush = ticks.epilogue();
+    for bucket in &inputs.buckets.reduce {
+        let tick = flush_tick(inputs, bucket.flush);
+        first_flush = first_flush.min(tick);
+        // The kept share is the bucket's own gradients, already counted up to the flush.
+        let kept_from = (tick + 1).min(step_end);
+        let own = bucket.numel / world;
+        if stage1 {
+            list.add(
+                format!(
+                    "gradients outside this rank's partition, bucket {}",
+                    bucket.index
+                ),
+                BufferKind::Gradients,
+                s.dtypes.gradients,
+                bucket.numel - own,
+                Device::Gpu,
+                span(kept_from, step_end),
+            );
+        }
+        if !contiguous && !offloaded {
+            list.add(
+                format!(
+                    "gradients of this rank's partition, bucket {}",
+                    bucket.index
+                ),
+                BufferKind::Gradients,
+                s.dtypes.gradients,
+                own,
+                Device::Gpu,
+                span(kept_from, step_end),
+            );
+        }
+    }
+    let accumulating = s.batch.gradient_accumulation_steps > 1 && !stage1;
+    let kept = if accumulating {
+        Lifetime::Steady
+    } else {
+        span(first_flush, step_end)
+    };
     if contiguous {
         let count = if s.overlap == Overlap::Overlapped {
             2
         } else {
             1
         };
-        ipg(inputs, list, count);
-        list.add(
-            "grads_in_partition",
-            BufferKind::Gradients,
-            s.dtypes.gradients,
-            partition,
-            Device::Gpu,
-            Lifetime::Persistent,
+        ipg(
+            inputs,
+            list,
+            count,
+            span(ticks.first_backward(), ticks.epilogue()),
         );
+        if !offloaded {
+            list.add(
+                "grads_in_partition",
+                BufferKind::Gradients,
+                s.dtypes.gradients,
+                partition,
+                Device::Gpu,
+                kept,
+            );
+            if s.dtypes.grad_accum != s.dtypes.gradients {
+                list.add(
+                    "averaged gradients (grad_accum_dtype)",
+                    BufferKind::Gradients,
+                    s.dtypes.grad_accum,
+                    partition,
+                    Device::Gpu,
+                    if accumulating {
+                        Lifetime::Steady
+                    } else {
+                        span(ticks.epilogue(), step_end)
+                    },
+                );
+            }
+        }
     }
-    let (device, pinning) = host_device(&s.offload_optimizer);
+    let device = host_device(&s.offload_optimizer);
+    let pin_memory = s.offload_optimizer.pinning().unwrap_or(Pinning::Pinned);
     list.add(
         "master weight partition",
         BufferKind::MasterWeights,
@@ -394,6 +577,7 @@ fn stage12(inputs: &BufferInputs<'_>, list: &mut List) {
         device,
         Lifetime::Persistent,
     );
+    // The host master is always pinned; CPU Adam creates its states with zeros_like: pageable.
     list.pinned(Pinning::Pinned);
     for state in 0..s.optimizer.states {
         list.add(
@@ -402,59 +586,138 @@ fn stage12(inputs: &BufferInputs<'_>, list: &mut List) {
             s.dtypes.optimizer_states,
             partition,
             device,
-            Lifetime::Persistent,
+            Lifetime::Steady,
         );
-        list.pinned(Pinning::Pinned);
     }
     if device == Device::Gpu {
         list.add(
             "fp32 gradient partition for the step",
-            BufferKind::StepScratch,
-            Dtype::Fp32,
+            BufferKind::Fp32Gradients,
+            s.dtypes.master,
             partition,
             Device::Gpu,
-            span(ticks.first_optimizer(), ticks.last_optimizer()),
+            span(ticks.first_optimizer(), step_end),
         );
-    } else {
-        list.add(
-            "fp32 gradient partition (host)",
-            BufferKind::Gradients,
-            Dtype::Fp32,
-            partition,
-            Device::Cpu,
-            Lifetime::Persistent,
-        );
-        if let Some(pin) = pinning {
-            list.pinned(pin);
-        }
-        let largest = inputs.model.largest_tensor();
-        list.add(
-            "offload device staging (largest tensor)",
-            BufferKind::OffloadStaging,
-            s.dtypes.params,
-            largest,
-            Device::Gpu,
-            Lifetime::Persistent,
-        );
-        list.add(
-            "offload host staging (largest tensor)",
-            BufferKind::OffloadStaging,
-            s.dtypes.params,
-            largest,
-            Device::Cpu,
-            Lifetime::Persistent,
-        );
+        return;
     }
+    list.add(
+        "fp32 gradient partition (host)",
+        BufferKind::Fp32Gradients,
+        s.dtypes.master,
+        partition,
+        Device::Cpu,
+        Lifetime::Persistent,
+    );
+    list.pinned(pin_memory);
+    if s.batch.gradient_accumulation_steps > 1 {
+        list.add(
+            "gradient accumulation buffer (host)",
+            BufferKind::Gradients,
+            s.dtypes.params,
+            partition,
+            Device::Cpu,
+            Lifetime::Steady,
+        );
+        list.pinned(pin_memory);
+    }
+    let largest = inputs.model.largest_tensor();
+    list.add(
+        "offload device staging (largest tensor)",
+        BufferKind::OffloadStaging,
+        s.dtypes.params,
+        largest,
+        Device::Gpu,
+        Lifetime::Persistent,
+    );
+    list.add(
+        "offload host staging (largest tensor)",
+        BufferKind::OffloadStaging,
+        s.dtypes.params,
+        largest,
+        Device::Cpu,
+        Lifetime::Persistent,
+    );
+    list.pinned(pin_memory);
 }
 
-fn stage3(inputs: &BufferInputs<'_>, list: &mut List) {
+fn stage3(inputs: &BufferInputs<'_>, list: &mut BufferList) {
     let s = inputs.settings;
     let ticks = inputs.ticks;
     let layout = inputs.layout;
     let world = s.world_size;
     let partition = layout.partition_numel;
     let params = s.dtypes.params;
-    // Parameter partitions: GPU, host, or host up to max_in_cpu and NVMe beyond.
+    stage3_parameters(inputs, list);
+    if let Some(persistent) = &inputs.shards.persistent {
+        list.add(
+            "persistent parameters (whole)",
+            BufferKind::PersistentParameters,
+            params,
+            persistent.numel,
+            Device::Gpu,
+            Lifetime::Persistent,
+        );
+    }
+    if let Some(schedule) = inputs.stage3 {
+        for interval in &schedule.intervals {
+            let tensor = &inputs.model.tensors[interval.tensor];
+            list.add(
+                format!("gathered {}", tensor.name),
+                BufferKind::GatheredParameters,
+                params,
+                tensor.numel.div_ceil(world) * world,
+                Device::Gpu,
+                span(ticks.trace(interval.from), ticks.trace(interval.to)),
+            );
+        }
+    }
+    if s.gradient_storage == GradientStorage::Contiguous {
+        ipg(inputs, list, 1, Lifetime::Persistent);
+        unit_gradients(inputs, list, BufferKind::ModuleGradients, |step| step);
+    } else {
+        let last_flush = last_flush_by_step(inputs);
+        unit_gradients(inputs, list, BufferKind::ModuleGradients, |step| {
+            last_flush[step]
+        });
+    }
+    for bucket in &inputs.buckets.reduce {
+        if bucket.collective == Collective::ReduceScatter {
+            let tick = flush_tick(inputs, bucket.flush);
+            list.add(
+                format!("reduce-scatter staging, bucket {}", bucket.index),
+                BufferKind::ReduceScatterStaging,
+                s.dtypes.communication,
+                bucket.bytes / s.dtypes.communication.bytes(),
+                Device::Gpu,
+                span(tick, tick),
+            );
+        }
+    }
+    let any_host = inputs
+        .shards
+        .sub_groups
+        .iter()
+        .any(|g| g.device != Device::Gpu);
+    let grad_device = if any_host { Device::Cpu } else { Device::Gpu };
+    let pin_memory = s.offload_optimizer.pinning().unwrap_or(Pinning::Pinned);
+    list.add(
+        "gradient partitions",
+        BufferKind::Gradients,
+        s.dtypes.grad_accum,
+        partition,
+        grad_device,
+        Lifetime::Persistent,
+    );
+    list.pinned(pin_memory);
+    stage3_optimizer(inputs, list);
+}
+
+/// Stage 3 parameter partitions: GPU, host, or host up to `max_in_cpu` and NVMe beyond.
+fn stage3_parameters(inputs: &BufferInputs<'_>, list: &mut BufferList) {
+    let s = inputs.settings;
+    let layout = inputs.layout;
+    let params = s.dtypes.params;
+    let partition = layout.partition_numel;
     let nvme_numel: u64 = layout
         .entries
         .iter()
@@ -512,7 +775,7 @@ fn stage3(inputs: &BufferInputs<'_>, list: &mut List) {
             );
             list.add(
                 "parameter swap buffers",
-                BufferKind::OffloadStaging,
+                BufferKind::ParamSwapBuffers,
                 params,
                 buffer_count * buffer_size,
                 Device::Cpu,
@@ -521,209 +784,101 @@ fn stage3(inputs: &BufferInputs<'_>, list: &mut List) {
             list.pinned(Pinning::Pinned);
         }
     }
-    if let Some(persistent) = &inputs.shards.persistent {
-        list.add(
-            "persistent parameters (whole)",
-            BufferKind::PersistentParameters,
-            params,
-            persistent.numel,
-            Device::Gpu,
-            Lifetime::Persistent,
-        );
-    }
-    if let Some(schedule) = inputs.stage3 {
-        for interval in &schedule.intervals {
-            let tensor = &inputs.model.tensors[interval.tensor];
-            list.add(
-                format!("gathered {}", tensor.name),
-                BufferKind::GatheredParameters,
-                params,
-                tensor.numel.div_ceil(world) * world,
-                Device::Gpu,
-                span(ticks.trace(interval.from), ticks.trace(interval.to)),
-            );
-        }
-    }
-    let contiguous = s.gradient_storage == GradientStorage::Contiguous;
-    if contiguous {
-        ipg(inputs, list, 1);
-        unit_gradients(inputs, list, |step| step);
-    } else {
-        let flush = flush_ticks(inputs);
-        let order = gradient_order(inputs.model);
-        let mut last_flush = vec![0usize; 2 * ticks.units + 1];
-        for (tensor, step) in &order {
-            last_flush[*step] = last_flush[*step].max(flush[*tensor]);
-        }
-        unit_gradients(inputs, list, |step| last_flush[step]);
-    }
-    let any_host = inputs
-        .shards
-        .sub_groups
-        .iter()
-        .any(|g| g.device != Device::Gpu);
-    let grad_device = if any_host { Device::Cpu } else { Device::Gpu };
-    list.add(
-        "gradient partitions",
-        BufferKind::Gradients,
-        s.dtypes.grad_accum,
-        partition,
-        grad_device,
-        Lifetime::Persistent,
-    );
-    let pin = match s.offload_optimizer {
-        OffloadTarget::Cpu { pinning } => pinning,
-        _ => Pinning::Pinned,
-    };
-    list.pinned(pin);
-    let states = s.optimizer.states;
+}
+
+/// Stage 3 master weights, optimizer states and fp32 gradients, sub-group by sub-group. On the
+/// host the master is a plain `.float()` copy and CPU Adam's states come from `zeros_like`
+/// (pageable); the host fp32 gradients are pinned with `pin_memory`.
+fn stage3_optimizer(inputs: &BufferInputs<'_>, list: &mut BufferList) {
+    let s = inputs.settings;
+    let ticks = inputs.ticks;
+    let master = s.dtypes.master;
+    let pin_memory = s.offload_optimizer.pinning().unwrap_or(Pinning::Pinned);
     let mut largest_gpu_group = 0;
-    let mut largest_host_group = 0;
+    let mut largest_nvme_group = 0;
     for group in &inputs.shards.sub_groups {
         let device = group.device;
-        let resident = if device == Device::Nvme {
-            Device::Nvme
-        } else {
-            device
-        };
+        let numel = group.partition_numel;
         list.add(
             format!("sub-group {} master weights", group.index),
             BufferKind::MasterWeights,
-            s.dtypes.master,
-            group.partition_numel,
-            resident,
+            master,
+            numel,
+            device,
             Lifetime::Persistent,
         );
-        list.pinned(Pinning::Pinned);
-        for state in 0..states {
+        for state in 0..s.optimizer.states {
             list.add(
                 format!("sub-group {} optimizer state {state}", group.index),
                 BufferKind::OptimizerStates,
                 s.dtypes.optimizer_states,
-                group.partition_numel,
-                resident,
-                Lifetime::Persistent,
+                numel,
+                device,
+                // Swapped states are written to NVMe at start-up; others appear at the step.
+                if device == Device::Nvme {
+                    Lifetime::Persistent
+                } else {
+                    Lifetime::Steady
+                },
             );
-            list.pinned(Pinning::Pinned);
         }
-        if device == Device::Gpu {
-            largest_gpu_group = largest_gpu_group.max(group.partition_numel);
-            list.add(
-                format!(
-                    "sub-group {} fp32 gradients (flatten and cast)",
-                    group.index
-                ),
-                BufferKind::StepScratch,
-                Dtype::Fp32,
-                group.partition_numel,
-                Device::Gpu,
-                span(ticks.optimizer(group.index), ticks.optimizer(group.index)),
-            );
-        } else {
-            largest_host_group = largest_host_group.max(group.partition_numel);
+        match device {
+            Device::Gpu => {
+                largest_gpu_group = largest_gpu_group.max(numel);
+                let tick = ticks.optimizer(group.index);
+                list.add(
+                    format!(
+                        "sub-group {} fp32 gradients (flatten and cast)",
+                        group.index
+                    ),
+                    BufferKind::StepScratch,
+                    master,
+                    numel,
+                    Device::Gpu,
+                    span(tick, tick),
+                );
+            }
+            Device::Cpu => {
+                list.add(
+                    format!("sub-group {} fp32 gradients (host)", group.index),
+                    BufferKind::Fp32Gradients,
+                    master,
+                    numel,
+                    Device::Cpu,
+                    Lifetime::Persistent,
+                );
+                list.pinned(pin_memory);
+            }
+            Device::Nvme => {
+                largest_nvme_group = largest_nvme_group.max(numel);
+                list.add(
+                    format!("sub-group {} fp32 gradients (NVMe)", group.index),
+                    BufferKind::Fp32Gradients,
+                    master,
+                    numel,
+                    Device::Nvme,
+                    Lifetime::Persistent,
+                );
+            }
         }
     }
-    let step_span = span(ticks.first_optimizer(), ticks.last_optimizer());
     list.add(
         "fp32 gradient buffer (largest sub-group)",
-        BufferKind::StepScratch,
-        Dtype::Fp32,
+        BufferKind::Fp32Gradients,
+        master,
         largest_gpu_group,
         Device::Gpu,
-        step_span,
+        span(ticks.first_optimizer(), ticks.last_optimizer()),
     );
-    list.add(
-        "fp32 gradient buffer (largest host sub-group)",
-        BufferKind::StepScratch,
-        Dtype::Fp32,
-        largest_host_group,
-        Device::Cpu,
-        step_span,
-    );
-    list.pinned(Pinning::Pinned);
     if let OffloadTarget::Nvme { buffer_count, .. } = s.offload_optimizer {
-        let largest = inputs
-            .shards
-            .sub_groups
-            .iter()
-            .map(|g| g.partition_numel)
-            .max()
-            .unwrap_or(0);
         list.add(
             "optimizer swap buffers",
-            BufferKind::OffloadStaging,
+            BufferKind::OptimizerSwapBuffers,
             Dtype::Fp32,
-            buffer_count * largest,
+            buffer_count * largest_nvme_group,
             Device::Cpu,
             Lifetime::Persistent,
         );
         list.pinned(Pinning::Pinned);
-    }
-}
-
-fn activations(inputs: &BufferInputs<'_>, list: &mut List) {
-    let s = inputs.settings;
-    let model = inputs.model;
-    let ticks = inputs.ticks;
-    let units = ticks.units;
-    let sizes = activation_sizes(&model.architecture, &s.batch, s.dtypes.params, s.recompute);
-    let backward_tick = |unit: usize| ticks.trace(2 * units - 1 - unit);
-    let dtype = s.dtypes.params;
-    let elements = |bytes: u64| bytes / dtype.bytes();
-    // Blocks: first and last unit of each layer.
-    let mut blocks: Vec<(u64, usize, usize)> = Vec::new();
-    for (index, unit) in model.units.iter().enumerate() {
-        if let Some(layer) = unit.layer {
-            match blocks.last_mut() {
-                Some((l, _, last)) if *l == layer => *last = index,
-                _ => blocks.push((layer, index, index)),
-            }
-        }
-    }
-    if let Some(&(_, first_block_unit, _)) = blocks.first() {
-        let embedding_first = model
-            .units
-            .iter()
-            .position(|u| u.kind == UnitKind::Embedding)
-            .unwrap_or(0);
-        list.add(
-            "embedding output",
-            BufferKind::Activations,
-            dtype,
-            elements(sizes.embedding),
-            Device::Gpu,
-            span(
-                ticks.trace(embedding_first),
-                backward_tick(first_block_unit),
-            ),
-        );
-    }
-    for &(layer, first, last) in &blocks {
-        list.add(
-            format!("block {layer} activations"),
-            BufferKind::Activations,
-            dtype,
-            elements(sizes.per_block_kept),
-            Device::Gpu,
-            span(ticks.trace(first), backward_tick(first)),
-        );
-        list.add(
-            format!("block {layer} recomputed activations"),
-            BufferKind::Activations,
-            dtype,
-            elements(sizes.per_block_recomputed),
-            Device::Gpu,
-            span(backward_tick(last), backward_tick(first)),
-        );
-    }
-    if let Some(head) = model.units.iter().position(|u| u.kind == UnitKind::LmHead) {
-        list.add(
-            "logits and loss input",
-            BufferKind::Activations,
-            dtype,
-            elements(sizes.logits),
-            Device::Gpu,
-            span(ticks.trace(head), backward_tick(head)),
-        );
     }
 }

@@ -1,9 +1,11 @@
-//! The cost model: how long each op of the step takes, from the rates in [`Hardware`].
+//! The cost model: how long each op of the step takes, from the rates in
+//! [`super::cluster::Hardware`].
 //!
 //! - **Compute**: FLOPs / (peak × efficiency), the peak of the model dtype (16-bit tensor cores
 //!   or TF32). A module's forward does 2 FLOPs per weight element per token, plus
 //!   4 × sequence × attention width per token for the attention core before the output
-//!   projection; backward does twice the forward; per-block recomputation adds one forward.
+//!   projection; backward does twice the forward; full checkpointing adds one forward of every
+//!   block unit, selective recomputation the attention core again.
 //!   Norms and embeddings are counted as free (memory-bound, small).
 //! - **Collectives**: latency + ring factor × bytes / bus bandwidth, where the ring factor is
 //!   2(N−1)/N for all-reduce and (N−1)/N for reduce-scatter, reduce and all-gather, and the
@@ -17,7 +19,7 @@ use super::buckets::Collective;
 use super::cluster::Cluster;
 use super::dtype::Dtype;
 use super::model_graph::{FetchUnit, UnitKind};
-use super::settings::{Recompute, Settings};
+use super::settings::{Checkpointing, Settings};
 
 /// Seconds and work of an op.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,11 +42,16 @@ pub fn forward_flops(unit: &FetchUnit, settings: &Settings, attention_width: u64
     matmul + attention
 }
 
-/// Backward FLOPs (with recomputation of block units when enabled).
+/// Backward FLOPs (with the recomputation that checkpointing adds).
 pub fn backward_flops(unit: &FetchUnit, settings: &Settings, attention_width: u64) -> f64 {
     let forward = forward_flops(unit, settings, attention_width);
-    let recompute = match (settings.recompute, unit.layer) {
-        (Recompute::PerBlock, Some(_)) => forward,
+    let recompute = match (settings.checkpointing, unit.layer) {
+        (Checkpointing::Full, Some(_)) => forward,
+        (Checkpointing::Selective, Some(_)) if unit.kind == UnitKind::AttentionOutput => {
+            4.0 * settings.batch.sequence_length as f64
+                * attention_width as f64
+                * settings.tokens_per_micro_step() as f64
+        }
         _ => 0.0,
     };
     2.0 * forward + recompute
@@ -54,8 +61,8 @@ pub fn backward_flops(unit: &FetchUnit, settings: &Settings, attention_width: u6
 pub fn compute(cluster: &Cluster, dtype: Dtype, flops: f64) -> Cost {
     let hw = &cluster.hardware;
     let peak = match dtype {
-        Dtype::Fp32 => hw.peak_flops_fp32,
-        Dtype::Fp16 | Dtype::Bf16 => hw.peak_flops_16bit,
+        Dtype::Fp32 | Dtype::Int64 => hw.peak_flops_fp32,
+        Dtype::Fp16 | Dtype::Bf16 | Dtype::Uint8 => hw.peak_flops_16bit,
     };
     Cost {
         seconds: flops / (peak * hw.compute_efficiency),

@@ -8,7 +8,7 @@
 //! one is a setting plus a warning or note kept in the plan.
 //!
 //! The input must be resolved: `"auto"` anywhere is an error. (`planner::resolve` fills
-//! defaults, `"auto"` and the batch triangle; until it lands, [`batch`] derives the missing
+//! defaults, `"auto"` and the batch triangle; until it lands, `batch` derives the missing
 //! batch key the way DeepSpeed does.)
 
 use serde_json::Value;
@@ -17,8 +17,9 @@ use super::cluster::Cluster;
 use super::dtype::Dtype;
 use super::model_graph::ModelGraph;
 use super::settings::{
-    Batch, Dtypes, FlatOrder, GradientStorage, OffloadTarget, OptimizerChoice, Overlap,
-    ParamGatherMode, Pinning, Precision, Recompute, ReduceTiming, Settings, Stage3Settings,
+    AttentionKernel, Batch, CheckpointPlacement, Checkpointing, Dtypes, FlatOrder, GradientStorage,
+    OffloadTarget, OptimizerChoice, Overlap, ParamGatherMode, Pinning, Precision, ReduceTiming,
+    Settings, Stage3Settings,
 };
 use crate::config::registry::AUTO_KEYS;
 use crate::config::{
@@ -26,19 +27,42 @@ use crate::config::{
     ZeroConfig, ZeroStage,
 };
 use crate::diagnostics::{Code, Diagnostic};
+use crate::estimate::ZeroInit;
+use crate::memory::{MAX_SHAPE_DIMENSION, states_per_param};
 
 /// DeepSpeed's stage-0 all-reduce bucket (`MEMORY_OPT_ALLREDUCE_SIZE`), in elements.
 pub const STAGE0_ALLREDUCE_BUCKET: u64 = 500_000_000;
 
-/// What the training script decides, beyond the config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What the training script decides, beyond the config. Build it with
+/// `Workload { field: ..., ..Workload::default() }`: fields may be added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Workload {
     /// Tokens per sample; `None` takes the model's context length (2048 without one).
     pub sequence_length: Option<u64>,
-    /// Gradient checkpointing.
-    pub recompute: Recompute,
+    /// Activation checkpointing (gradient checkpointing) of the transformer layers.
+    pub checkpointing: Checkpointing,
+    /// Where full checkpointing keeps the layer inputs (`activation_checkpointing.cpu_checkpointing`).
+    pub checkpoint_placement: CheckpointPlacement,
+    /// The attention kernel (FlashAttention stores no score matrix).
+    pub attention: AttentionKernel,
+    /// Whether stage 3 builds the model under `zero.Init` (the Hugging Face Trainer does).
+    pub zero_init: ZeroInit,
     /// Whether the collective backend has `all_gather_into_tensor` (NCCL does).
     pub all_gather_into_tensor: AllGatherIntoTensor,
+}
+
+impl Default for Workload {
+    /// The model's context length, no checkpointing, eager attention, `zero.Init`, NCCL.
+    fn default() -> Workload {
+        Workload {
+            sequence_length: None,
+            checkpointing: Checkpointing::None,
+            checkpoint_placement: CheckpointPlacement::Gpu,
+            attention: AttentionKernel::Eager,
+            zero_init: ZeroInit::Enabled,
+            all_gather_into_tensor: AllGatherIntoTensor::Available,
+        }
+    }
 }
 
 /// Whether the collective backend offers `all_gather_into_tensor`.
@@ -95,7 +119,8 @@ pub fn decide(
     } else {
         FlatOrder::Model
     };
-    let stage3 = (stage == ZeroStage::Weights).then(|| stage3_settings(zero));
+    let stage3 = (stage == ZeroStage::Weights)
+        .then(|| stage3_settings(zero, workload.zero_init, cluster.world_size));
     let Some(batch) = batch else {
         return (None, found);
     };
@@ -106,7 +131,10 @@ pub fn decide(
         stage,
         world_size: cluster.world_size,
         batch,
-        recompute: workload.recompute,
+        checkpointing: workload.checkpointing,
+        checkpoint_placement: workload.checkpoint_placement,
+        attention: workload.attention,
+        zero_init: workload.zero_init,
         precision,
         dtypes,
         optimizer,
@@ -237,6 +265,19 @@ fn batch(
         .or(model.architecture.positions)
         .unwrap_or(2048)
         .max(1);
+    for (what, value, pointer) in [
+        ("sequence length", sequence_length, ""),
+        ("micro-batch", micro, "/train_micro_batch_size_per_gpu"),
+    ] {
+        if value > MAX_SHAPE_DIMENSION {
+            found.push(Diagnostic::error(
+                Code::OutOfRange,
+                pointer,
+                format!("the {what} {value} is above dsplan's limit of {MAX_SHAPE_DIMENSION}"),
+            ));
+            return None;
+        }
+    }
     Some(Batch {
         micro_batch: micro,
         gradient_accumulation_steps: accumulation,
@@ -267,15 +308,23 @@ fn dtypes(config: &DsConfig, precision: Precision, stage: ZeroStage) -> Dtypes {
         .map(Dtype::from_comm)
         .unwrap_or(model);
     let bf16 = &config.bf16;
-    let master = if precision == Precision::Bf16 && zero && bf16.bf16_master_weights_and_grads {
-        Dtype::Bf16
-    } else {
-        Dtype::Fp32
+    // `*_master_weights_and_grads` keep the master (and the gradients the step reads) 16-bit.
+    let master = match precision {
+        Precision::Bf16 if zero && bf16.bf16_master_weights_and_grads => Dtype::Bf16,
+        Precision::Fp16 if zero && config.fp16.fp16_master_weights_and_grads => Dtype::Fp16,
+        _ => Dtype::Fp32,
     };
-    let optimizer_states = if master == Dtype::Bf16 && bf16.bf16_optimizer_states {
-        Dtype::Bf16
-    } else {
-        Dtype::Fp32
+    // bf16 states need a bf16 master; DeepSpeedCPUAdam keeps 16-bit states for a 16-bit master
+    // only with `fp32_optimizer_states: false` (deepspeed-facts §5.5, §6).
+    let fp32_states = config
+        .optimizer
+        .as_ref()
+        .and_then(|o| o.params.fp32_optimizer_states)
+        .unwrap_or(true);
+    let optimizer_states = match master {
+        Dtype::Bf16 if bf16.bf16_optimizer_states => Dtype::Bf16,
+        Dtype::Fp16 if !fp32_states => Dtype::Fp16,
+        _ => Dtype::Fp32,
     };
     Dtypes {
         params: model,
@@ -300,35 +349,24 @@ fn optimizer(config: &DsConfig, found: &mut Vec<Diagnostic>) -> OptimizerChoice 
             states: 2,
         };
     };
-    let momentum = config
+    let empty = serde_json::Map::new();
+    let params = config
         .optimizer
         .as_ref()
-        .and_then(|o| o.params.other.get("momentum"))
-        .and_then(Value::as_f64)
-        .unwrap_or(0.0);
-    let states = match name.to_ascii_lowercase().as_str() {
-        "adam" | "adamw" | "lamb" | "muadam" | "muadamw" | "onebitadam" | "zerooneadam"
-        | "onebitlamb" | "cpuadam" | "fusedadam" => 2,
-        "lion" | "adagrad" | "muon" | "rmsprop" => 1,
-        "sgd" | "musgd" => u64::from(momentum != 0.0),
-        _ => {
-            found.push(Diagnostic::info(
-                Code::UnknownOptimizer,
-                "/optimizer/type",
-                format!("the plan does not know `{name}`'s state; it assumes 2 tensors per parameter, as Adam"),
-            ));
-            2
-        }
-    };
+        .map_or(&empty, |o| &o.params.other);
+    let states = states_per_param(&name, params).unwrap_or_else(|| {
+        found.push(Diagnostic::info(
+            Code::UnknownOptimizer,
+            "/optimizer/type",
+            format!("the plan does not know `{name}`'s state; it assumes 2 tensors per parameter, as Adam"),
+        ));
+        2
+    });
     OptimizerChoice { name, states }
 }
 
 fn pinning(pin: bool) -> Pinning {
-    if pin {
-        Pinning::Pinned
-    } else {
-        Pinning::Pageable
-    }
+    Pinning::from_flag(pin)
 }
 
 fn offload_optimizer(zero: &ZeroConfig, found: &mut Vec<Diagnostic>) -> OffloadTarget {
@@ -372,6 +410,7 @@ fn offload_optimizer(zero: &ZeroConfig, found: &mut Vec<Diagnostic>) -> OffloadT
         (ZeroStage::Weights, OffloadDevice::Nvme) => match &offload.nvme_path {
             Some(path) => OffloadTarget::Nvme {
                 path: path.clone(),
+                pinning: pinning(offload.pin_memory),
                 buffer_count: offload.buffer_count.get(),
                 buffer_size: 0,
                 max_in_cpu: 0,
@@ -417,6 +456,7 @@ fn offload_param(zero: &ZeroConfig, found: &mut Vec<Diagnostic>) -> OffloadTarge
     match (offload.device, &offload.nvme_path) {
         (OffloadDevice::Nvme, Some(path)) => OffloadTarget::Nvme {
             path: path.clone(),
+            pinning: pinning(offload.pin_memory),
             buffer_count: offload.buffer_count.get(),
             buffer_size: offload.buffer_size.get(),
             max_in_cpu: offload.max_in_cpu.get(),
@@ -484,15 +524,21 @@ fn param_gather(
     }
 }
 
-fn stage3_settings(zero: &ZeroConfig) -> Stage3Settings {
+/// Stage 3's knobs. Under `zero.Init` DeepSpeed divides `stage3_model_persistence_threshold`
+/// by the world size (deepspeed-facts §4.6).
+fn stage3_settings(zero: &ZeroConfig, zero_init: ZeroInit, world: u64) -> Stage3Settings {
     let value =
         |v: &crate::config::AutoOr<crate::config::NonNegativeInt>| v.value().map_or(0, |v| v.get());
     Stage3Settings {
         prefetch_bucket_size: value(&zero.prefetch_bucket_size),
         param_persistence_threshold: value(&zero.param_persistence_threshold),
-        model_persistence_threshold: zero
-            .model_persistence_threshold
-            .map_or(i64::MAX as u64, |v| v.get()),
+        model_persistence_threshold: zero.model_persistence_threshold.map_or(
+            i64::MAX as u64,
+            |v| match zero_init {
+                ZeroInit::Enabled => v.get() / world.max(1),
+                ZeroInit::Disabled => v.get(),
+            },
+        ),
         max_live_parameters: zero.max_live_parameters.get(),
         max_reuse_distance: zero.max_reuse_distance.get(),
         sub_group_size: zero.sub_group_size.get().max(1),

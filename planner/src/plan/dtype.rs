@@ -1,4 +1,5 @@
-//! [`Dtype`]: the element types a plan's buffers hold, and [`Device`]: where a buffer lives.
+//! [`Dtype`]: the element types a plan's buffers hold (floating point for states, integers for
+//! token ids, bytes for dropout masks), and [`Device`]: where a buffer lives.
 
 use serde::Serialize;
 
@@ -14,6 +15,10 @@ pub enum Dtype {
     Fp16,
     /// bfloat16.
     Bf16,
+    /// 64-bit integer (token ids and labels).
+    Int64,
+    /// One byte (dropout masks).
+    Uint8,
 }
 
 impl Dtype {
@@ -22,6 +27,8 @@ impl Dtype {
         match self {
             Dtype::Fp32 => 4,
             Dtype::Fp16 | Dtype::Bf16 => 2,
+            Dtype::Int64 => 8,
+            Dtype::Uint8 => 1,
         }
     }
 
@@ -31,6 +38,8 @@ impl Dtype {
             Dtype::Fp32 => "fp32",
             Dtype::Fp16 => "fp16",
             Dtype::Bf16 => "bf16",
+            Dtype::Int64 => "int64",
+            Dtype::Uint8 => "uint8",
         }
     }
 

@@ -128,7 +128,7 @@ impl Op {
 }
 
 /// The step's time and its communication overlap.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct StepTime {
     /// Predicted optimizer-step time, seconds.
     pub step_seconds: f64,
@@ -153,7 +153,7 @@ pub struct StepTime {
 }
 
 /// The step's ops.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct OpGraph {
     /// Every op, in issue order.
     pub ops: Vec<Op>,

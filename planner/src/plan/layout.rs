@@ -2,7 +2,9 @@
 //! in the fp32 master buffer, with DeepSpeed's padding for partitioning.
 //!
 //! - **Stage 0** ([`LayoutScheme::Flat`], alignment 1): tensors back to back in
-//!   `model.parameters()` order; every rank holds all of it.
+//!   `model.parameters()` order; every rank holds all of it. In bf16 (DeepSpeed's
+//!   `BF16_Optimizer`) the buffer is padded and partitioned as in stage 1: every rank holds all
+//!   parameters, and only its partition of the fp32 master and optimizer states.
 //! - **Stages 1 and 2** ([`LayoutScheme::Flat`]): the same, in `round_robin_gradients` order if
 //!   set, then zeros appended until the length is a multiple of 2·N (`nccl_start_alignment_factor`
 //!   = 2 elements, times the world size), so it splits into N equal partitions of P elements.
@@ -123,9 +125,11 @@ impl Layout {
                 partition_numel: offset,
             };
         }
-        let (alignment, partitions) = match settings.stage {
-            ZeroStage::Disabled => (1, 1),
-            _ => (NCCL_START_ALIGNMENT * world, world),
+        // Stage 0 in bf16 is DeepSpeed's BF16_Optimizer, which pads and partitions like ZeRO-1.
+        let (alignment, partitions) = if settings.partitions_optimizer() {
+            (NCCL_START_ALIGNMENT * world, world)
+        } else {
+            (1, 1)
         };
         let padded_numel = numel.div_ceil(alignment) * alignment;
         Layout {

@@ -14,7 +14,7 @@
 //! | stage-3 fetch / prefetch / release schedule | [`stage3`] |
 //! | offload copies | [`offload`] |
 //! | the moments of a step | [`ticks`] |
-//! | every allocation, and the memory timeline | [`buffers`], [`activations`], [`timeline`] |
+//! | every allocation, and the memory timeline | [`buffers`], [`activations`] (sizes from [`crate::memory`]), [`timeline`] |
 //! | op graph, cost model, critical path, step time | [`graph`], [`cost`], [`cluster`] |
 //! | Chrome trace of a step | [`trace`] |
 //!
@@ -23,6 +23,7 @@
 //! missing batch key itself.
 
 pub mod activations;
+pub mod assumed;
 pub mod buckets;
 pub mod buffers;
 pub mod cluster;
@@ -43,7 +44,7 @@ pub mod trace;
 use serde::Serialize;
 
 pub use buckets::{Buckets, Collective};
-pub use buffers::{Buffer, BufferKind, Lifetime};
+pub use buffers::{Buffer, BufferClass, BufferKind, Lifetime};
 pub use cluster::{Cluster, Hardware};
 pub use decide::{AllGatherIntoTensor, Workload};
 pub use dtype::{Device, Dtype};
@@ -51,7 +52,7 @@ pub use graph::{OpGraph, Stream};
 pub use layout::Layout;
 pub use model_graph::{ModelGraph, ModelGraphError, UnitOrder};
 pub use offload::Offload;
-pub use settings::{Recompute, Settings};
+pub use settings::{AttentionKernel, CheckpointPlacement, Checkpointing, Precision, Settings};
 pub use shards::Shards;
 pub use stage3::Stage3Schedule;
 pub use ticks::{Phase, Ticks};
@@ -101,8 +102,10 @@ pub struct Plan {
     pub buffers: Vec<Buffer>,
     /// Memory over the step.
     pub timeline: Timeline,
-    /// Ops, critical path and step time.
-    pub graph: OpGraph,
+    /// Ops, critical path and step time (`None` when compiled for memory only,
+    /// [`compile_memory`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph: Option<OpGraph>,
     /// Decisions and warnings.
     pub diagnostics: Vec<Diagnostic>,
 }
@@ -112,9 +115,11 @@ pub struct Plan {
 pub struct MemoryRow {
     /// Device.
     pub device: Device,
-    /// Model states live at the peak (parameters, gradients, master, optimizer states).
+    /// Model states live at the peak (parameters, gradients, fp32 gradients, master,
+    /// optimizer states).
     pub model_states: u64,
-    /// Runtime buffers live at the peak (buckets, gathered parameters, scratch, staging).
+    /// Runtime buffers live at the peak (buckets, gathered and persistent parameters, module
+    /// gradients, scratch, staging, swap buffers).
     pub buffers: u64,
     /// Activations live at the peak.
     pub activations: u64,
@@ -138,12 +143,10 @@ impl Plan {
                     peak: device.peak.bytes,
                 };
                 for part in &device.peak.breakdown {
-                    if part.kind == BufferKind::Activations {
-                        row.activations += part.bytes;
-                    } else if part.kind.is_model_state() {
-                        row.model_states += part.bytes;
-                    } else {
-                        row.buffers += part.bytes;
+                    match part.kind.class() {
+                        BufferClass::ModelStates => row.model_states += part.bytes,
+                        BufferClass::Buffers => row.buffers += part.bytes,
+                        BufferClass::Activations => row.activations += part.bytes,
                     }
                 }
                 row
@@ -159,6 +162,36 @@ pub fn compile(
     model: &ModelGraph,
     cluster: &Cluster,
     workload: &Workload,
+) -> Result<Plan, Vec<Diagnostic>> {
+    compile_parts(config, model, cluster, workload, Parts::All)
+}
+
+/// [`compile`] without the op graph and its step time ([`Plan::graph`] is `None`): what the
+/// memory estimate and `recommend` read, at a fraction of the cost.
+pub fn compile_memory(
+    config: &DsConfig,
+    model: &ModelGraph,
+    cluster: &Cluster,
+    workload: &Workload,
+) -> Result<Plan, Vec<Diagnostic>> {
+    compile_parts(config, model, cluster, workload, Parts::Memory)
+}
+
+/// Which parts of a plan to compile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parts {
+    /// Everything.
+    All,
+    /// Everything but the op graph.
+    Memory,
+}
+
+fn compile_parts(
+    config: &DsConfig,
+    model: &ModelGraph,
+    cluster: &Cluster,
+    workload: &Workload,
+    parts: Parts,
 ) -> Result<Plan, Vec<Diagnostic>> {
     let (settings, mut diagnostics) = decide::decide(config, model, cluster, workload);
     let Some(settings) = settings else {
@@ -214,14 +247,16 @@ pub fn compile(
         ticks: &ticks,
     });
     let timeline = Timeline::new(&buffers, &ticks);
-    let graph = graph::op_graph(&graph::GraphInputs {
-        model,
-        settings: &settings,
-        cluster,
-        layout: &layout,
-        shards: &shards,
-        buckets: &buckets,
-        stage3: stage3.as_ref(),
+    let graph = (parts == Parts::All).then(|| {
+        graph::op_graph(&graph::GraphInputs {
+            model,
+            settings: &settings,
+            cluster,
+            layout: &layout,
+            shards: &shards,
+            buckets: &buckets,
+            stage3: stage3.as_ref(),
+        })
     });
     Ok(Plan {
         model: ModelSummary {

@@ -6,18 +6,9 @@ use serde::Serialize;
 
 use super::dtype::Dtype;
 use crate::config::ZeroStage;
-
-/// Mixed-precision mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    /// Everything in fp32.
-    Fp32,
-    /// fp16 model and gradients, fp32 master, loss scaling.
-    Fp16,
-    /// bf16 model and gradients, fp32 master.
-    Bf16,
-}
+use crate::estimate::ZeroInit;
+use crate::memory::TrainingShape;
+pub use crate::memory::{AttentionKernel, CheckpointPlacement, Checkpointing, Precision};
 
 /// The element type of each kind of state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -30,7 +21,7 @@ pub struct Dtypes {
     pub grad_accum: Dtype,
     /// Gradient reduction on the wire (`communication_data_type`).
     pub communication: Dtype,
-    /// Master weights the optimizer updates.
+    /// Master weights the optimizer updates, and the gradients it reads at the step.
     pub master: Dtype,
     /// Optimizer states.
     pub optimizer_states: Dtype,
@@ -86,13 +77,24 @@ pub enum FlatOrder {
 }
 
 /// Whether host memory is page-locked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pinning {
     /// Page-locked: asynchronous full-bandwidth copies.
     Pinned,
     /// Ordinary pageable memory.
     Pageable,
+}
+
+impl Pinning {
+    /// `pin_memory` as a [`Pinning`].
+    pub fn from_flag(pin_memory: bool) -> Pinning {
+        if pin_memory {
+            Pinning::Pinned
+        } else {
+            Pinning::Pageable
+        }
+    }
 }
 
 /// Where offloaded state goes, after the planner's decisions.
@@ -110,6 +112,9 @@ pub enum OffloadTarget {
     Nvme {
         /// The directory.
         path: String,
+        /// Whether the host-side buffers (gradient partitions, `max_in_cpu` parameters) are
+        /// pinned (`pin_memory`).
+        pinning: Pinning,
         /// Pinned staging buffers.
         buffer_count: u64,
         /// Elements per staging buffer (parameter offload only; the optimizer's are sized by
@@ -124,6 +129,14 @@ impl OffloadTarget {
     /// Whether anything leaves the GPU.
     pub fn is_offloaded(&self) -> bool {
         !matches!(self, OffloadTarget::None)
+    }
+
+    /// `pin_memory` of the offload section (`None` when nothing is offloaded).
+    pub fn pinning(&self) -> Option<Pinning> {
+        match self {
+            OffloadTarget::None => None,
+            OffloadTarget::Cpu { pinning } | OffloadTarget::Nvme { pinning, .. } => Some(*pinning),
+        }
     }
 }
 
@@ -172,17 +185,6 @@ pub struct Batch {
     pub sequence_length: u64,
 }
 
-/// Activation recomputation (gradient checkpointing), chosen by the training script.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Recompute {
-    /// Every activation kept from forward to backward.
-    #[default]
-    None,
-    /// Only each block's input kept; the block's forward reruns in backward.
-    PerBlock,
-}
-
 /// Every decided setting.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Settings {
@@ -192,8 +194,14 @@ pub struct Settings {
     pub world_size: u64,
     /// Batch shape.
     pub batch: Batch,
-    /// Activation recomputation.
-    pub recompute: Recompute,
+    /// Activation checkpointing.
+    pub checkpointing: Checkpointing,
+    /// Where full checkpointing keeps the layer inputs.
+    pub checkpoint_placement: CheckpointPlacement,
+    /// The attention kernel.
+    pub attention: AttentionKernel,
+    /// Whether the model is built under `zero.Init` (stage 3).
+    pub zero_init: ZeroInit,
     /// Mixed precision.
     pub precision: Precision,
     /// Element types.
@@ -229,9 +237,17 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Whether optimizer states are partitioned.
+    /// Whether optimizer states are partitioned: ZeRO 1-3, and bf16 without ZeRO, whose
+    /// `BF16_Optimizer` partitions the fp32 master and states ZeRO-1 style (deepspeed-facts
+    /// §5.4).
     pub fn partitions_optimizer(&self) -> bool {
-        self.stage >= ZeroStage::OptimizerStates
+        self.stage >= ZeroStage::OptimizerStates || self.bf16_optimizer()
+    }
+
+    /// Whether this is DeepSpeed's `BF16_Optimizer` (bf16 without ZeRO): full bf16 parameters,
+    /// a full fp32 gradient accumulation buffer, fp32 master and states partitioned.
+    pub fn bf16_optimizer(&self) -> bool {
+        self.stage == ZeroStage::Disabled && self.precision == Precision::Bf16
     }
 
     /// Whether gradients are partitioned.
@@ -247,5 +263,16 @@ impl Settings {
     /// Tokens one rank processes per micro-step.
     pub fn tokens_per_micro_step(&self) -> u64 {
         self.batch.micro_batch * self.batch.sequence_length
+    }
+
+    /// The activation shape of one micro-step.
+    pub fn training_shape(&self) -> TrainingShape {
+        TrainingShape {
+            seq_len: self.batch.sequence_length,
+            micro_batch: self.batch.micro_batch,
+            checkpointing: self.checkpointing,
+            checkpoint_placement: self.checkpoint_placement,
+            attention: self.attention,
+        }
     }
 }

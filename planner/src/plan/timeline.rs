@@ -77,7 +77,7 @@ fn device_timeline(buffers: &[Buffer], ticks: &Ticks, device: Device) -> DeviceT
     let mut base = 0u64;
     for buffer in buffers.iter().filter(|b| b.device == device) {
         match buffer.lifetime {
-            Lifetime::Persistent => base += buffer.bytes,
+            Lifetime::Persistent | Lifetime::Steady => base += buffer.bytes,
             Lifetime::Ticks { first, last } => {
                 let first = first.min(count - 1);
                 let last = last.min(count - 1);

@@ -7,11 +7,13 @@ use serde_json::{Value, json};
 
 use super::Plan;
 use super::dtype::Device;
-use super::graph::{OpKind, Stream};
+use super::graph::{OpGraph, OpKind, Stream};
 
-/// The trace of `plan`'s step.
+/// The trace of `plan`'s step (process metadata only for a memory-only plan, which has no
+/// ops).
 pub fn chrome_trace(plan: &Plan) -> Value {
-    let graph = &plan.graph;
+    let empty = OpGraph::default();
+    let graph = plan.graph.as_ref().unwrap_or(&empty);
     let mut events = vec![json!({
         "name": "process_name", "ph": "M", "pid": 0, "tid": 0,
         "args": {"name": format!("rank 0 of {} ({})", plan.cluster.world_size, plan.model.name)},

@@ -28,9 +28,9 @@ use std::fmt;
 use crate::diagnostics::Diagnostic;
 use crate::estimate::full::{
     AttentionKernel, Checkpointing, Context, Margins, ModelDims, Overrides, Peak, Precision,
-    TrainingShape, read_config,
+    TrainingShape, compile_plan, estimate_reading, read_config,
 };
-use crate::estimate::{FullEstimate, FullEstimateError, Hardware, estimate_full};
+use crate::estimate::{FullEstimate, FullEstimateError, Hardware};
 use crate::model::ModelSpec;
 use crate::validate::{ValidateOptions, validate_document};
 use strategy::ConfigInputs;
@@ -328,7 +328,7 @@ fn evaluate(
     let mut best: Option<Evaluated> = None;
     let mut smallest_gpu = u64::MAX;
     let mut smallest_cpu_fitting_gpu: Option<u64> = None;
-    for ratio in offload_ratios(request, dims, strategy) {
+    for ratio in offload_ratios(request, dims, strategy)? {
         for &micro_batch in &micro_batches {
             let plan = Plan {
                 strategy,
@@ -372,33 +372,55 @@ fn evaluate(
 
 /// Offload shares to try: for ZeRO-3 + optimizer offload, every whole number `k` of the `G`
 /// sub-groups of a partition (`ratio = (k + ½)/G` so that DeepSpeed's `int(ratio × G)` is `k`;
-/// `None` for all of them); one `None` otherwise.
-fn offload_ratios(request: &Request, dims: &ModelDims, strategy: Strategy) -> Vec<Option<f64>> {
+/// `None` for all of them); one `None` otherwise. `G` is the plan's: tensors are grouped until
+/// their partitions reach `sub_group_size`, as DeepSpeed groups them.
+fn offload_ratios(
+    request: &Request,
+    dims: &ModelDims,
+    strategy: Strategy,
+) -> Result<Vec<Option<f64>>, RecommendError> {
     if strategy != Strategy::Zero3OffloadOptimizer {
-        return vec![None];
+        return Ok(vec![None]);
     }
-    let world = request.cluster.hardware.total_gpus();
-    let partition = dims.total_params.div_ceil(world);
-    let groups = partition.div_ceil(1_000_000_000).max(1);
+    let plan = Plan {
+        strategy,
+        micro_batch: 1,
+        accumulation: 1,
+        offload_ratio: None,
+    };
+    let (reading, shape) = read_back(request, dims, &plan)?;
+    let compiled = compile_plan(
+        &request.model,
+        request.cluster.hardware,
+        &reading.setup,
+        &shape,
+        &reading.document,
+    )
+    .map_err(RecommendError::Estimate)?;
+    let groups = compiled.shards.sub_groups.len().max(1);
     let mut ratios: Vec<Option<f64>> = (1..groups)
         .map(|k| Some((k as f64 + 0.5) / groups as f64))
         .collect();
     ratios.push(None);
-    ratios
+    Ok(ratios)
 }
 
-fn try_plan(request: &Request, dims: &ModelDims, plan: Plan) -> Result<Tried, RecommendError> {
-    let cluster = &request.cluster;
-    let hardware = cluster.hardware;
+/// The config of `plan`, read back as `dsplan estimate --config` reads it, and its shape.
+fn read_back(
+    request: &Request,
+    dims: &ModelDims,
+    plan: &Plan,
+) -> Result<(crate::estimate::full::ConfigReading, TrainingShape), RecommendError> {
+    let hardware = request.cluster.hardware;
     let inputs = ConfigInputs {
         precision: request.precision,
         hidden: dims.layers.hidden,
         largest_tensor: dims.largest_tensor,
         world: hardware.total_gpus(),
         checkpointing: request.checkpointing,
-        nvme_path: cluster.nvme_path.as_deref(),
+        nvme_path: request.cluster.nvme_path.as_deref(),
     };
-    let config = strategy::ds_config(&plan, &inputs);
+    let config = strategy::ds_config(plan, &inputs);
     let overrides = Overrides {
         checkpointing: Some(request.checkpointing),
         precision: Some(request.precision),
@@ -413,14 +435,16 @@ fn try_plan(request: &Request, dims: &ModelDims, plan: Plan) -> Result<Tried, Re
         checkpoint_placement: reading.checkpoint_placement,
         attention: request.attention,
     };
-    let estimate = estimate_full(
-        &request.model,
-        hardware,
-        &reading.setup,
-        &shape,
-        &request.margins,
-    )
-    .map_err(RecommendError::Estimate)?;
+    Ok((reading, shape))
+}
+
+fn try_plan(request: &Request, dims: &ModelDims, plan: Plan) -> Result<Tried, RecommendError> {
+    let cluster = &request.cluster;
+    let hardware = cluster.hardware;
+    let (reading, shape) = read_back(request, dims, &plan)?;
+    let config = reading.document.clone();
+    let estimate = estimate_reading(&request.model, hardware, &reading, &shape, &request.margins)
+        .map_err(RecommendError::Estimate)?;
     let gpu = estimate.peaks.gpu.bytes;
     let cpu = estimate.peaks.cpu.bytes;
     let fits_gpu = gpu <= cluster.gpu_memory;

@@ -14,6 +14,7 @@ use std::fmt;
 
 use crate::config::{self, AutoOr, DsConfig, OffloadDevice, ZeroStage};
 use crate::estimate::{Hardware, ZeroInit};
+use crate::memory::states_per_param;
 use crate::validate::batch::{self, BatchError, GivenBatch};
 
 use super::rows::Pinning;
@@ -48,6 +49,9 @@ pub struct ConfigReading {
     pub checkpoint_placement: CheckpointPlacement,
     /// How values were chosen where the config was silent.
     pub notes: Vec<String>,
+    /// The document read: the plan is compiled from it (with the batch keys and precision
+    /// this reading settled).
+    pub document: Value,
 }
 
 /// What fills an `"auto"` value.
@@ -133,14 +137,26 @@ pub fn read_config(
     let precision = precision(document, &config, overrides)?;
     let zero = zero_setup(&config, hidden)?;
     let (micro_batch, accumulation) = batch_sizes(&config, hardware, overrides, &mut notes)?;
-    let optimizer = optimizer(&config, zero.optimizer_offloaded(), &mut notes);
+    let mut optimizer = optimizer(&config, &mut notes);
 
     let element = precision.element_bytes();
-    let reduced_master = (precision == Precision::Fp16
-        && config.fp16.fp16_master_weights_and_grads)
-        || (precision == Precision::Bf16 && config.bf16.bf16_master_weights_and_grads);
-    let mut optimizer = optimizer;
-    if precision == Precision::Bf16 && config.bf16.bf16_optimizer_states {
+    let zero_stage = zero.stage != ZeroStage::Disabled;
+    let reduced_master = zero_stage
+        && ((precision == Precision::Fp16 && config.fp16.fp16_master_weights_and_grads)
+            || (precision == Precision::Bf16 && config.bf16.bf16_master_weights_and_grads));
+    // 16-bit states need a 16-bit master: bf16 with bf16_optimizer_states, fp16 with CPU
+    // Adam's fp32_optimizer_states false (the plan's rule, deepspeed-facts §5.5).
+    let fp32_states = config
+        .optimizer
+        .as_ref()
+        .and_then(|o| o.params.fp32_optimizer_states)
+        .unwrap_or(true);
+    let reduced_states = reduced_master
+        && match precision {
+            Precision::Bf16 => config.bf16.bf16_optimizer_states,
+            _ => !fp32_states,
+        };
+    if reduced_states {
         optimizer.state_bytes = 2;
     }
     let setup = TrainingSetup {
@@ -180,6 +196,7 @@ pub fn read_config(
         checkpointing,
         checkpoint_placement,
         notes,
+        document: document.clone(),
     })
 }
 
@@ -366,8 +383,9 @@ fn batch_sizes(
     }
 }
 
-/// The optimizer's per-parameter states, by name (deepspeed-facts §2.5, §6).
-fn optimizer(config: &DsConfig, offloaded: bool, notes: &mut Vec<String>) -> OptimizerModel {
+/// The optimizer's per-parameter states, by name ([`crate::memory::states_per_param`], the
+/// plan's rule).
+fn optimizer(config: &DsConfig, notes: &mut Vec<String>) -> OptimizerModel {
     let Some(section) = &config.optimizer else {
         notes.push(
             "no optimizer section (the script brings its own): AdamW with fp32 states assumed"
@@ -376,29 +394,16 @@ fn optimizer(config: &DsConfig, offloaded: bool, notes: &mut Vec<String>) -> Opt
         return OptimizerModel::adamw();
     };
     let name = section.kind.clone().unwrap_or_else(|| "Adam".to_owned());
-    let momentum = section
-        .params
-        .other
-        .get("momentum")
-        .and_then(Value::as_f64)
-        .is_some_and(|m| m > 0.0);
-    let states = match name.to_ascii_lowercase().as_str() {
-        "adam" | "adamw" | "fusedadam" | "cpuadam" | "lamb" | "onebitadam" | "zerooneadam"
-        | "onebitlamb" | "muadam" | "muadamw" => 2,
-        "lion" | "adagrad" | "muon" => 1,
-        "sgd" | "musgd" | "rmsprop" => u64::from(momentum),
-        _ => {
-            notes.push(format!(
-                "optimizer `{name}` is not modelled: 2 fp32 states per parameter assumed"
-            ));
-            2
-        }
-    };
-    let fp32_states = section.params.fp32_optimizer_states != Some(false) || !offloaded;
+    let states = states_per_param(&name, &section.params.other).unwrap_or_else(|| {
+        notes.push(format!(
+            "optimizer `{name}` is not modelled: 2 fp32 states per parameter assumed"
+        ));
+        2
+    });
     OptimizerModel {
         name,
         states_per_param: states,
-        state_bytes: if fp32_states { 4 } else { 2 },
+        state_bytes: 4,
     }
 }
 

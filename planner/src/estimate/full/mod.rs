@@ -9,23 +9,26 @@
 //! the initialisation transients. Every term is a named [`Row`] with its formula; each row
 //! has its bytes in the four [`Phase`]s (init, forward, backward, step).
 //!
+//! The model states, buffers and activations are not computed here: the estimate compiles the
+//! execution plan ([`crate::plan::compile`]) and reads them from its buffer list and timeline
+//! ([`plan_rows`]), the list the executor allocates. Only what the plan does not model is
+//! added here:
+//!
 //! | module | terms |
 //! |---|---|
-//! | [`states`] | parameters, gradients, master weights, optimizer states, fp32 gradients |
-//! | [`buffers`] | buckets, gathered/persistent parameters, step casts, staging, swap buffers |
-//! | [`activations`] | layers, working set, embedding ends, logits, loss |
+//! | [`plan_config`], [`plan_rows`] | the plan's config and workload; its buffers as rows |
 //! | [`overhead`] | CUDA context, fragmentation, host processes, model load, unpartitioned model |
+//! | [`states`] | where the optimizer's elements live (for the cost model), the ZeRO paper's model states |
 //!
-//! A phase's total is the sum of its rows: terms that are live together at that moment are
-//! added, which makes each phase an upper bound of what the caching allocator must hold.
+//! Each phase's total is the plan's peak of that phase plus the margins.
 //! [`config_reading`] turns a `ds_config.json` into the [`TrainingSetup`].
 
-pub mod activations;
-pub mod buffers;
 pub mod config_reading;
 pub mod context;
 pub mod model_dims;
 pub mod overhead;
+pub mod plan_config;
+pub mod plan_rows;
 pub mod rows;
 pub mod setup;
 pub mod states;
@@ -41,8 +44,11 @@ pub use setup::{
 };
 
 use crate::config::{OffloadDevice, ZeroStage};
+use crate::diagnostics::{Diagnostic, Severity};
 use crate::model::{LmHead, ModelSpec};
+use crate::plan::{self, Cluster, ModelGraph, Plan};
 use serde::Serialize;
+use serde_json::Value;
 use std::fmt;
 
 use super::deepspeed::{
@@ -122,6 +128,10 @@ pub enum FullEstimateError {
     },
     /// A margin is out of range.
     Margin(BadMargin),
+    /// The model cannot be planned (its architecture is invalid).
+    Model(String),
+    /// The config is refused by the planner, as DeepSpeed would refuse it: its errors.
+    Refused(Vec<Diagnostic>),
 }
 
 impl fmt::Display for FullEstimateError {
@@ -132,19 +142,103 @@ impl fmt::Display for FullEstimateError {
                 "the {what} must be between 1 and {MAX_SHAPE_DIMENSION}, not {value}"
             ),
             FullEstimateError::Margin(error) => error.fmt(f),
+            FullEstimateError::Model(message) => write!(f, "{message}"),
+            FullEstimateError::Refused(diagnostics) => {
+                let errors: Vec<String> = diagnostics
+                    .iter()
+                    .filter(|d| d.is_error())
+                    .map(|d| {
+                        if d.pointer.is_empty() {
+                            d.message.clone()
+                        } else {
+                            format!("{} ({})", d.message, d.pointer)
+                        }
+                    })
+                    .collect();
+                write!(f, "the plan refuses this config: {}", errors.join("; "))
+            }
         }
     }
 }
 
 impl std::error::Error for FullEstimateError {}
 
-/// The full estimate of training `model` on `hardware` with `setup` and `shape`.
+/// The full estimate of training `model` on `hardware` with `setup` and `shape` (a setup built
+/// in code: its config is written out by [`plan_config::setup_document`]).
 pub fn estimate_full(
     model: &ModelSpec,
     hardware: Hardware,
     setup: &TrainingSetup,
     shape: &TrainingShape,
     margins: &Margins,
+) -> Result<FullEstimate, FullEstimateError> {
+    estimate_document(
+        model,
+        hardware,
+        setup,
+        shape,
+        margins,
+        &plan_config::setup_document(setup),
+    )
+}
+
+/// The full estimate of the config `reading` was read from (its notes are added).
+pub fn estimate_reading(
+    model: &ModelSpec,
+    hardware: Hardware,
+    reading: &ConfigReading,
+    shape: &TrainingShape,
+    margins: &Margins,
+) -> Result<FullEstimate, FullEstimateError> {
+    let mut estimate = estimate_document(
+        model,
+        hardware,
+        &reading.setup,
+        shape,
+        margins,
+        &reading.document,
+    )?;
+    estimate.notes.extend(reading.notes.iter().cloned());
+    Ok(estimate)
+}
+
+/// Compiles the memory plan (no op graph) of `document`, with the setup's batch and precision,
+/// for `model`.
+pub fn compile_plan(
+    model: &ModelSpec,
+    hardware: Hardware,
+    setup: &TrainingSetup,
+    shape: &TrainingShape,
+    document: &Value,
+) -> Result<Plan, FullEstimateError> {
+    let world = hardware.total_gpus();
+    let written = plan_config::plan_document(document, setup, shape, world);
+    let config = crate::config::from_value(&written).map_err(|message| {
+        FullEstimateError::Refused(vec![Diagnostic::error(
+            crate::diagnostics::Code::WrongType,
+            "",
+            message,
+        )])
+    })?;
+    let graph = ModelGraph::for_estimate(model).map_err(|e| FullEstimateError::Model(e.0))?;
+    let cluster =
+        Cluster::new(world, hardware.gpus_per_node()).map_err(FullEstimateError::Model)?;
+    plan::compile_memory(
+        &config,
+        &graph,
+        &cluster,
+        &plan_config::workload(setup, shape),
+    )
+    .map_err(FullEstimateError::Refused)
+}
+
+fn estimate_document(
+    model: &ModelSpec,
+    hardware: Hardware,
+    setup: &TrainingSetup,
+    shape: &TrainingShape,
+    margins: &Margins,
+    document: &Value,
 ) -> Result<FullEstimate, FullEstimateError> {
     for (what, value) in [
         ("sequence length", shape.seq_len),
@@ -155,6 +249,7 @@ pub fn estimate_full(
         }
     }
     margins.check().map_err(FullEstimateError::Margin)?;
+    let plan = compile_plan(model, hardware, setup, shape, document)?;
     let dims = ModelDims::from_spec(model);
     let ctx = Context {
         model: &dims,
@@ -162,14 +257,7 @@ pub fn estimate_full(
         shape,
         hardware,
     };
-    let mut rows = states::model_state_rows(&ctx);
-    rows.extend(buffers::buffer_rows(&ctx));
-    rows.extend(activations::activation_rows(
-        shape,
-        setup.precision,
-        &dims.layers,
-        hardware.gpus_per_node(),
-    ));
+    let mut rows = plan_rows::plan_rows(&plan, &ctx);
     rows.extend(overhead::overhead_rows(&ctx, margins));
     let fragmentation = overhead::fragmentation_row(&rows, margins);
     rows.push(fragmentation);
@@ -187,8 +275,8 @@ pub fn estimate_full(
     let mut notes = Vec::new();
     if dims.shape_origin == ShapeOrigin::AssumedFromCount {
         notes.push(format!(
-            "no architecture is known: activations assume a GPT-3-shaped decoder of {} layers, width {}",
-            dims.layers.self_attention_layers, dims.layers.hidden
+            "no architecture is known: a GPT-3-shaped decoder of {} layers, width {} and MLP width {} is assumed for the buffers and activations",
+            dims.layers.self_attention_layers, dims.layers.hidden, dims.layers.intermediate
         ));
     }
     if model
@@ -200,6 +288,12 @@ pub fn estimate_full(
                 .to_owned(),
         );
     }
+    notes.extend(
+        plan.diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Warning)
+            .map(|d| format!("plan: {}", d.message)),
+    );
     Ok(FullEstimate {
         deepspeed: deepspeed_row(model, hardware, setup),
         model: dims,

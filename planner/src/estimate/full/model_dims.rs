@@ -1,12 +1,17 @@
-//! The model as the full estimate sees it: counts from the [`ModelSpec`], and the shape and
-//! tensor list the activation, persistence and staging terms need.
+//! The model as the full estimate describes it: counts from the [`ModelSpec`], and the shape
+//! its notes, the cost model and `recommend`'s configs read. (The memory terms come from the
+//! plan's graph of the same spec, [`crate::plan::ModelGraph::for_estimate`].)
 //!
 //! When the spec carries no architecture (`--params`, or safetensors without a `config.json`),
 //! the GPT-3-shaped decoder that [`crate::model::gpt_shape`] assumes for the largest layer is
-//! assumed for the activations too, and the assumption is reported.
+//! assumed for the activations too, with the MLP width the plan's graph uses to hold exactly
+//! the given count ([`crate::plan::assumed`]), and the assumption is reported.
 
-use crate::model::architecture::{Architecture, Embeddings, Family, FeedForward};
-use crate::model::{LmHead, ModelSpec, gpt_shape, layouts};
+use crate::memory::layer_dims;
+pub use crate::memory::{Dropout, LayerDims, Mlp, NormKind};
+use crate::model::architecture::{Architecture, Embeddings, Family};
+use crate::model::{LmHead, ModelSpec, layouts};
+use crate::plan::assumed::assumed_architecture;
 use serde::Serialize;
 
 /// Whether the shape came with the model or was assumed from its parameter count.
@@ -17,64 +22,6 @@ pub enum ShapeOrigin {
     Given,
     /// Assumed: a GPT-3-shaped decoder of about the given size.
     AssumedFromCount,
-}
-
-/// How a family normalises, which decides the bytes its norms store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum NormKind {
-    /// `nn.LayerNorm`: the input is stored in the activation dtype.
-    LayerNorm,
-    /// Hugging Face's RMSNorm (Llama, Mistral, Qwen2, T5): the input is upcast, so an fp32
-    /// copy (4 bytes per element) is what backward keeps.
-    RmsNormUpcast,
-}
-
-/// Whether the family's default config trains with dropout (so 1-byte masks are stored).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Dropout {
-    /// Dropout probability > 0 (GPT-2, BERT, T5): masks are stored.
-    Present,
-    /// Dropout 0 (Llama, Mistral, Qwen2, BLOOM): PyTorch skips it, nothing is stored.
-    Absent,
-}
-
-/// Whether the MLP is gated (SwiGLU, gated-GELU).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mlp {
-    /// `up -> activation -> down`.
-    Dense,
-    /// `down(act(gate(x)) * up(x))`.
-    Gated,
-}
-
-/// The dimensions the activation formulas use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct LayerDims {
-    /// Decoder (or encoder) blocks with one attention each.
-    pub self_attention_layers: u64,
-    /// Blocks with an extra cross-attention (T5's decoder).
-    pub cross_attention_layers: u64,
-    /// Model width.
-    pub hidden: u64,
-    /// Attention heads.
-    pub heads: u64,
-    /// `heads x head_dim`.
-    pub attention_width: u64,
-    /// `kv_heads x head_dim`.
-    pub kv_width: u64,
-    /// MLP inner width.
-    pub intermediate: u64,
-    /// Vocabulary.
-    pub vocab: u64,
-    /// Dense or gated MLP.
-    pub mlp: Mlp,
-    /// Norm kind.
-    pub norm: NormKind,
-    /// Dropout or not.
-    pub dropout: Dropout,
 }
 
 /// Everything about the model the full estimate reads.
@@ -93,9 +40,6 @@ pub struct ModelDims {
     pub layers: LayerDims,
     /// Given or assumed.
     pub shape_origin: ShapeOrigin,
-    /// Element counts of the tensors with their own storage, in `named_parameters` order.
-    #[serde(skip)]
-    pub tensor_numels: Vec<u64>,
 }
 
 impl ModelDims {
@@ -104,17 +48,12 @@ impl ModelDims {
         let (arch, origin) = match spec.architecture {
             Some(arch) => (arch, ShapeOrigin::Given),
             None => (
-                gpt_shape::shape(gpt_shape::closest_layers(spec.total_params)),
+                assumed_architecture(spec.total_params),
                 ShapeOrigin::AssumedFromCount,
             ),
         };
         let head = spec.lm_head.map_or(LmHead::Include, |report| report.choice);
         let tensors = layouts::tensors(&arch, head);
-        let tensor_numels: Vec<u64> = tensors
-            .iter()
-            .filter(|t| t.storage == crate::model::tensors::Storage::Owned)
-            .map(|t| t.numel)
-            .collect();
         let largest_tensor = tensors
             .iter()
             .map(|t| t.numel)
@@ -128,64 +67,7 @@ impl ModelDims {
             matmul_params: matmul_params(&arch, spec.total_params),
             layers: layer_dims(&arch),
             shape_origin: origin,
-            tensor_numels,
         }
-    }
-
-    /// Parameters with at most `threshold` elements, in order, until their running sum would
-    /// pass `limit` (DeepSpeed's persistence rule, deepspeed-facts §4.6).
-    pub fn persistent_params(&self, threshold: u64, limit: Option<u64>) -> u64 {
-        let mut kept: u64 = 0;
-        for &numel in &self.tensor_numels {
-            if numel > threshold {
-                continue;
-            }
-            let next = kept.saturating_add(numel);
-            if limit.is_some_and(|limit| next > limit) {
-                continue;
-            }
-            kept = next;
-        }
-        kept.min(self.total_params)
-    }
-}
-
-/// The per-layer dimensions of an architecture.
-fn layer_dims(arch: &Architecture) -> LayerDims {
-    let (self_layers, cross_layers) = match arch.family {
-        Family::T5 { decoder_layers, .. } => (arch.layers + decoder_layers, decoder_layers),
-        _ => (arch.layers, 0),
-    };
-    let mlp = match arch.family {
-        Family::Llama { .. } | Family::Mistral | Family::Qwen2 => Mlp::Gated,
-        Family::T5 {
-            feed_forward: FeedForward::Gated,
-            ..
-        } => Mlp::Gated,
-        _ => Mlp::Dense,
-    };
-    let norm = match arch.family {
-        Family::Llama { .. } | Family::Mistral | Family::Qwen2 | Family::T5 { .. } => {
-            NormKind::RmsNormUpcast
-        }
-        Family::Gpt2 | Family::Bert { .. } | Family::Bloom => NormKind::LayerNorm,
-    };
-    let dropout = match arch.family {
-        Family::Gpt2 | Family::Bert { .. } | Family::T5 { .. } => Dropout::Present,
-        Family::Llama { .. } | Family::Mistral | Family::Qwen2 | Family::Bloom => Dropout::Absent,
-    };
-    LayerDims {
-        self_attention_layers: self_layers,
-        cross_attention_layers: cross_layers,
-        hidden: arch.hidden,
-        heads: arch.heads,
-        attention_width: arch.attention_width(),
-        kv_width: arch.kv_width(),
-        intermediate: arch.intermediate,
-        vocab: arch.vocab,
-        mlp,
-        norm,
-        dropout,
     }
 }
 
@@ -230,17 +112,6 @@ mod tests {
         assert_eq!(dims.matmul_params, dims.total_params - 32_000 * 8192);
         // The largest tensor is an embedding matrix (32000 x 8192 > 28672 x 8192).
         assert_eq!(dims.largest_tensor, 32_000 * 8192);
-    }
-
-    #[test]
-    fn persistence_keeps_small_tensors_in_order_under_the_limit() {
-        let dims = ModelDims::from_spec(&preset("gpt2", LmHead::Include));
-        // GPT-2 small: every bias and LayerNorm vector (<= 3 x 768) is persistent at 1e5.
-        let small: u64 = dims.tensor_numels.iter().filter(|&&n| n <= 100_000).sum();
-        assert_eq!(dims.persistent_params(100_000, None), small);
-        assert!(small > 0);
-        assert_eq!(dims.persistent_params(100_000, Some(0)), 0);
-        assert_eq!(dims.persistent_params(0, None), 0);
     }
 
     #[test]

@@ -39,7 +39,7 @@ impl Phase {
 }
 
 /// Where a row's bytes live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Device {
     /// GPU memory (bytes per GPU).
@@ -67,29 +67,10 @@ impl Device {
     }
 }
 
-/// Whether host buffers are page-locked (`pin_memory` in the offload sections).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Pinning {
-    /// Page-locked.
-    Pinned,
-    /// Ordinary pages.
-    Pageable,
-}
-
-impl Pinning {
-    /// `pin_memory` as a [`Pinning`].
-    pub fn from_flag(pin_memory: bool) -> Pinning {
-        if pin_memory {
-            Pinning::Pinned
-        } else {
-            Pinning::Pageable
-        }
-    }
-}
+pub use crate::plan::settings::Pinning;
 
 /// The family a term belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Category {
     /// Parameters, gradients and optimizer states (what DeepSpeed's estimators count).
@@ -103,29 +84,31 @@ pub enum Category {
 }
 
 /// Every term of the full estimate. The id is stable (JSON `term`); the label is for people.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+/// Rows appear in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Term {
     /// The (16-bit, or fp32 without mixed precision) model parameters this rank holds.
     Parameters,
-    /// The gradients in the accumulation dtype this rank holds.
+    /// The gradients this rank holds until the step (whole, or its partition).
     Gradients,
     /// The fp32 master copy of the parameters (mixed precision only).
     MasterParameters,
     /// The optimizer's per-parameter states (Adam: momentum and variance).
     OptimizerStates,
-    /// fp32 gradients: the flat partition built for the optimizer step, or the offload buffer.
+    /// fp32 gradients: the flat partition built for the optimizer step, the offload buffer,
+    /// or BF16_Optimizer's accumulation buffer.
     Fp32Gradients,
     /// The gradient reduction bucket(s) (`reduce_bucket_size`; stages 1-2 double it with
-    /// `overlap_comm`).
+    /// `overlap_comm`; stage 0's flattened all-reduce bucket).
     ReduceBucket,
     /// ZeRO-3's reduce-scatter staging copy of a bucket.
     ReduceScatterStaging,
-    /// The parameter all-gather bucket (`allgather_bucket_size`).
-    AllGatherBucket,
-    /// ZeRO-3: full parameters gathered for the running module plus the prefetch window.
+    /// ZeRO-3: full parameters gathered for the running modules and prefetched ahead (stages
+    /// 1-2 all-gather into the flat parameter buffer itself: no bucket).
     GatheredParameters,
-    /// ZeRO-3: the full gradients of the running module before they are reduced.
+    /// The full gradients of the running module before they are copied into a bucket or
+    /// reduced.
     ModuleGradients,
     /// ZeRO-3: small parameters kept whole on every GPU (`stage3_param_persistence_threshold`).
     PersistentParameters,
@@ -139,7 +122,7 @@ pub enum Term {
     ParamSwapBuffers,
     /// NVMe optimizer swapping: pinned buffers (`offload_optimizer.buffer_count` sub-groups).
     OptimizerSwapBuffers,
-    /// Token ids, embedding output and the final norm's input.
+    /// Token ids and labels, the embedding dropout mask, the final norm's and the head's inputs.
     EmbeddingActivations,
     /// Activations stored for backward by every transformer layer.
     LayerActivations,
@@ -172,7 +155,6 @@ impl Term {
             Term::Fp32Gradients => "fp32 gradients",
             Term::ReduceBucket => "reduce bucket(s)",
             Term::ReduceScatterStaging => "reduce-scatter staging",
-            Term::AllGatherBucket => "all-gather bucket",
             Term::GatheredParameters => "gathered parameters",
             Term::ModuleGradients => "module gradients",
             Term::PersistentParameters => "persistent parameters",
@@ -181,7 +163,7 @@ impl Term {
             Term::OffloadStagingCpu => "offload staging (host)",
             Term::ParamSwapBuffers => "param swap buffers",
             Term::OptimizerSwapBuffers => "optimizer swap buffers",
-            Term::EmbeddingActivations => "embedding activations",
+            Term::EmbeddingActivations => "input activations",
             Term::LayerActivations => "layer activations",
             Term::LayerWorkingSet => "layer working set",
             Term::Logits => "logits",

@@ -1,0 +1,28 @@
+//! Memory arithmetic shared by the plan ([`crate::plan`]) and the full estimate
+//! ([`crate::estimate::full`]), so that the two cannot drift apart:
+//!
+//! | module | what |
+//! |---|---|
+//! | [`shape`] | precision, the training shape (sequence, micro-batch, checkpointing, attention) |
+//! | [`layer_dims`](mod@layer_dims) | the per-layer dimensions of an architecture the activation formulas read |
+//! | [`activations`] | what a transformer layer stores for backward, its working set, the input ends, logits and loss |
+//! | [`optimizer`] | state tensors per parameter of the optimizers DeepSpeed builds |
+//!
+//! The plan places these bytes in time (its buffer list and timeline); the estimate reads its
+//! rows from the plan.
+
+pub mod activations;
+pub mod layer_dims;
+pub mod optimizer;
+pub mod shape;
+
+pub use activations::{
+    InputEnds, LayerBytes, LossBytes, TypedBytes, checkpoint_bytes, cross_attention_bytes,
+    input_ends, largest_intermediate, layer_bytes, loss_bytes,
+};
+pub use layer_dims::{Dropout, LayerDims, Mlp, NormKind, layer_dims};
+pub use optimizer::states_per_param;
+pub use shape::{
+    AttentionKernel, CheckpointPlacement, Checkpointing, MAX_SHAPE_DIMENSION, Precision,
+    TrainingShape,
+};
