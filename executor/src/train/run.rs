@@ -1,6 +1,6 @@
 //! [`train`]: one run, one thread per rank, following the run's execution plan.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use dsplan_planner::plan::{ModelGraph, Plan};
@@ -119,7 +119,7 @@ pub fn train_planned(
             found: spec.initial_params.len(),
         }));
     }
-    let engine_plan = EnginePlan::from_plan(plan, graph, &param_layout)?;
+    let engine_plan = Arc::new(EnginePlan::from_plan(plan, graph, &param_layout)?);
     if engine_plan.world() != world {
         return Err(TrainError::PlanMismatch(crate::zero::PlanMismatch {
             message: format!(
@@ -167,7 +167,7 @@ pub fn train_planned(
         let core = Gpt2Core::new(spec.model, shape)?;
         let rank = ZeroRank::new(
             Box::new(comm),
-            engine_plan.clone(),
+            Arc::clone(&engine_plan),
             rank_options,
             &spec.initial_params,
             &ledger,

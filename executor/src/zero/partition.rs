@@ -26,6 +26,10 @@
 //!   tensors of all the block's modules (the plan's units, in the plan's order);
 //! * `FlushPoint` and `Overlap`: a bucket is reduced as soon as its last gradient arrives, on
 //!   the rank's own thread;
+//! * `shards.sub_groups`: the optimizer steps the whole owned partition at once (Adam is
+//!   element-wise, so the values are the same as group by group);
+//! * offload (`settings.offload_*`, `offload`): the CPU backend holds everything in host memory
+//!   already, so nothing moves;
 //! * `Collective::Reduce` (DeepSpeed's reduce to each destination rank) runs as an all-reduce
 //!   of which each rank keeps its own slice: the same values, more traffic.
 

@@ -23,6 +23,7 @@
 
 use std::ops::Range;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use dsplan_planner::config::ZeroStage;
 
@@ -80,7 +81,7 @@ pub enum GradScaling {
 /// One rank's training state: what its ZeRO stage lets it hold (see [`crate::zero`]).
 pub struct ZeroRank {
     pub(super) options: RankOptions,
-    pub(super) plan: EnginePlan,
+    pub(super) plan: Arc<EnginePlan>,
     pub(super) rank: usize,
     pub(super) world: usize,
     pub(super) comm: Box<dyn Comm>,
@@ -124,12 +125,12 @@ impl std::fmt::Debug for ZeroRank {
 }
 
 impl ZeroRank {
-    /// The state of rank `comm.rank()` for a model whose initial parameters are `initial`
-    /// (the full flat buffer every rank can read, like a checkpoint on disk; each rank copies
-    /// only what its stage gives it).
+    /// The state of rank `comm.rank()`, following `plan` (shared by the ranks), for a model
+    /// whose initial parameters are `initial` (the full flat buffer every rank can read, like
+    /// a checkpoint on disk; each rank copies only what the plan gives it).
     pub fn new(
         comm: Box<dyn Comm>,
-        plan: EnginePlan,
+        plan: Arc<EnginePlan>,
         options: RankOptions,
         initial: &[f32],
         ledger: &Rc<MemoryLedger>,
