@@ -9,11 +9,11 @@
 //! * [`precision`]: fp32 / bf16 / fp16 storage and rounding ([`MixedPrecision`], [`DtypeVec`]);
 //! * `rank.rs` (the state and the optimizer step), `source.rs` (how the model reaches it),
 //!   `average.rs` (the gradient average) and `stage0.rs` .. `stage3.rs`: the stage-specific
-//!   collectives
-//!   (stage 0: all-reduce of the whole gradient; stage 1: sharded optimizer and master, params
-//!   all-gathered after the step; stage 2: gradients averaged in buckets during backward and
-//!   kept as a partition; stage 3: parameters sharded per tensor, gathered per unit before use
-//!   and released after, gradients reduce-scattered);
+//!   collectives, all on the plan's buckets and pieces (stage 0: all-reduce of the accumulated
+//!   gradient; stage 1: the same, sharded optimizer and master, params all-gathered after the
+//!   step; stage 2: gradients averaged in buckets during backward and kept as a partition;
+//!   stage 3: parameters sharded per tensor, gathered per unit before use and released after,
+//!   gradients reduce-scattered);
 //! * [`clip`]: each stage's norm and clip arithmetic;
 //! * [`engine`]: the order of a step (micro-steps, boundary, loss scale, clip, Adam, schedule).
 //!
