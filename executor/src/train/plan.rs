@@ -54,11 +54,16 @@ pub fn model_graph(config: &Gpt2Config) -> Result<ModelGraph, Vec<Diagnostic>> {
 }
 
 /// The workload of a CPU run with rows of `seq_len` tokens.
+#[allow(
+    clippy::needless_update,
+    reason = "fields the planner adds to its workload keep their defaults"
+)]
 pub fn cpu_workload(seq_len: usize) -> Workload {
     Workload {
         sequence_length: Some(seq_len as u64),
         recompute: Recompute::None,
         all_gather_into_tensor: AllGatherIntoTensor::Unavailable,
+        ..Workload::default()
     }
 }
 
