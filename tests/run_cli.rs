@@ -62,12 +62,37 @@ fn the_readme_command_trains_and_reports_memory() {
     assert_eq!(summary["steps"], 12);
     assert_eq!(summary["stage"], 2);
     assert_eq!(summary["precision"], "fp16");
-    let ranks = summary["memory"]["ranks"].as_array().expect("ranks");
+    let memory = &summary["memory"];
+    let ranks = memory["ranks"].as_array().expect("ranks");
     assert_eq!(ranks.len(), 2);
     for rank in ranks {
-        assert_eq!(rank["peak"], summary["memory"]["predicted"]);
+        assert_eq!(rank["peak"], memory["predicted"]);
         assert!(rank["peak_total"].as_u64().expect("bytes") > 0);
     }
+    // Next to the plan's prediction: equal where the executor allocates the plan's buffers,
+    // and a note everywhere else.
+    let categories = memory["categories"].as_array().expect("categories");
+    assert_eq!(categories.len(), 8);
+    for category in categories {
+        let name = category["category"].as_str().expect("name");
+        let measured = &ranks[0]["peak"][name];
+        if category["same_as_plan"] == true {
+            assert_eq!(measured, &category["plan"], "{name}");
+            assert!(category["note"].is_null());
+        } else {
+            assert!(
+                category["note"].as_str().is_some_and(|n| !n.is_empty()),
+                "{name}"
+            );
+        }
+    }
+    for same in ["params", "master", "optimizer", "step_scratch"] {
+        assert_eq!(
+            ranks[0]["peak"][same], memory["plan"]["peak"][same],
+            "{same}"
+        );
+    }
+    assert!(memory["plan"]["peak_total"].as_u64().expect("bytes") > 0);
 
     // Every metrics line has the documented keys; lr and loss_scale follow the planner.
     let text = std::fs::read_to_string(&metrics).expect("metrics written");
@@ -176,6 +201,111 @@ fn llmc_tokens_and_text_files_train_and_breakdowns_print() {
 }
 
 #[test]
+fn autos_are_resolved_as_the_trainer_resolves_them_and_the_plan_is_followed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write_config(
+        dir.path(),
+        &json!({
+            "train_micro_batch_size_per_gpu": "auto",
+            "gradient_accumulation_steps": "auto",
+            "gradient_clipping": "auto",
+            "steps_per_print": 3,
+            "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
+            "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0,
+                "warmup_max_lr": "auto", "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+            "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto",
+                "stage3_prefetch_bucket_size": "auto",
+                "stage3_param_persistence_threshold": "auto"},
+        }),
+    );
+    let metrics = dir.path().join("metrics.jsonl");
+    let (code, stdout, stderr) = run(&[
+        "run",
+        &config,
+        "--world-size",
+        "2",
+        "--steps",
+        "6",
+        "--seq-len",
+        "16",
+        "--per-device-train-batch-size",
+        "2",
+        "--gradient-accumulation-steps",
+        "2",
+        "--learning-rate",
+        "2e-3",
+        "--warmup-steps",
+        "2",
+        "--metrics",
+        metrics.to_str().expect("utf-8"),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("stage 3: "), "the plan's line: {stderr}");
+    let summary: Value = serde_json::from_str(&stdout).expect("summary JSON");
+    assert_eq!(summary["stage"], 3);
+    assert_eq!(summary["steps"], 6);
+    // Micro batch 2 × accumulation 2 × 2 ranks, from the flags.
+    assert!(
+        stderr.contains("2 x 16 tokens per rank and micro-step, 2 micro-step(s), global batch 8"),
+        "{stderr}"
+    );
+    // WarmupDecayLR from 0 to the flag's 2e-3 over 2 steps, decaying to 0 at step 6 (--steps).
+    let lrs: Vec<f64> = std::fs::read_to_string(&metrics)
+        .expect("metrics")
+        .lines()
+        .map(|l| {
+            let line: Value = serde_json::from_str(l).expect("JSON");
+            line["lr"].as_f64().expect("lr")
+        })
+        .collect();
+    assert_eq!(lrs.len(), 6);
+    assert_eq!(lrs[0], 0.0);
+    assert!((lrs[2] - 2e-3).abs() < 1e-12, "{lrs:?}");
+    assert!(lrs[5] < lrs[2], "{lrs:?}");
+}
+
+#[test]
+fn the_human_summary_puts_the_plans_prediction_next_to_each_measured_category() {
+    let (code, _, stderr) = run(&[
+        "run",
+        &config_path("zero2_offload_cpu.json"),
+        "--world-size",
+        "2",
+        "--steps",
+        "2",
+        "--seq-len",
+        "16",
+        "--device",
+        "cpu",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("measured by the executor vs predicted by the plan"),
+        "{stderr}"
+    );
+    for row in [
+        "params",
+        "master",
+        "optimizer",
+        "grads",
+        "buckets",
+        "activations",
+    ] {
+        assert!(
+            stderr.lines().any(|l| l.trim_start().starts_with(row)),
+            "no {row} row: {stderr}"
+        );
+    }
+    assert!(stderr.contains("same buffers"), "{stderr}");
+    assert!(stderr.contains("differs [1]"), "{stderr}");
+    // The plan's offload staging has no counterpart on the CPU, and says so.
+    assert!(stderr.contains("offload staging"), "{stderr}");
+    assert!(stderr.contains("plan only"), "{stderr}");
+}
+
+#[test]
 fn refusals_say_why_with_the_contract_exit_codes() {
     let dir = tempfile::tempdir().expect("temp dir");
     let zero2 = config_path("zero2_fp16.json");
@@ -187,14 +317,28 @@ fn refusals_say_why_with_the_contract_exit_codes() {
     let (code, _, stderr) = run(&["run", "/nonexistent/ds_config.json"]);
     assert_eq!(code, 2, "{stderr}");
 
-    let auto = write_config(
+    // A mismatch with a given training argument is the Trainer's error, with the file's line.
+    let explicit = write_config(
         dir.path(),
-        &json!({"train_micro_batch_size_per_gpu": "auto",
+        &json!({"train_micro_batch_size_per_gpu": 2,
                 "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}),
     );
-    let (code, _, stderr) = run(&["run", &auto, "--steps", "1"]);
+    let (code, _, stderr) = run(&["run", &explicit, "--steps", "1", "--learning-rate", "5e-4"]);
     assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("auto-mismatch"), "{stderr}");
+    assert!(stderr.contains("/optimizer/params/lr"), "{stderr}");
     assert!(stderr.contains("dsplan resolve"), "{stderr}");
+
+    // An "auto" nothing fills: a bucket size needs a hidden size, total_num_steps the steps.
+    let decay = write_config(
+        dir.path(),
+        &json!({"train_micro_batch_size_per_gpu": 2,
+                "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "auto"}}}),
+    );
+    let (code, _, stderr) = run(&["run", &decay]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("total_num_steps"), "{stderr}");
 
     let lamb = write_config(
         dir.path(),

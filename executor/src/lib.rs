@@ -10,15 +10,17 @@
 //! * [`zero`]: ZeRO stages 0-3 over those ranks, fp32/bf16/fp16 with fp32 master weights and
 //!   DeepSpeed's loss scaling, each stage's clipping arithmetic, and measured memory per
 //!   buffer category next to the prediction;
-//! * [`train`]: a whole run from a `ds_config.json` (settings, model, data, steps, ranks);
+//! * [`train`]: a whole run from a resolved `ds_config.json` and its plan (settings, model,
+//!   data, steps, ranks);
 //! * [`metrics`]: per-step metrics and the per-rank memory ledger;
 //! * [`checkpoint`]: consolidating the fp32 master weights and writing them atomically.
 //!
 //! * [`cuda`]: the CUDA pieces (device probe, kernels, cuBLASLt, NCCL), not yet wired into
 //!   training: runs train on the CPU.
 //!
-//! The execution plan (`planner::plan`) is not wired in yet either: the sharding and bucketing
-//! arithmetic the ZeRO engines use lives in [`zero::partition`] until it is.
+//! Runs follow the execution plan (`planner::plan`): [`train`] compiles it from the resolved
+//! config and the engines read its layout, shards, buckets and stage 3 fetch units through
+//! [`zero::partition`].
 
 pub mod checkpoint;
 pub mod comm;

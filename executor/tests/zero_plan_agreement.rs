@@ -1,102 +1,157 @@
-//! The executor's interim sharding arithmetic (`zero::partition::ShardPlan`) against the
-//! planner's execution plan (`planner::plan::compile`) for the same model and config: the
-//! padded flat buffer and partition size (stages 1/2), the gradient buckets and their tensors
-//! in readiness order (stages 2/3), and stage 3's persistent set. When they agree, swapping
-//! the one for the other changes nothing the engines compute.
+//! The engines read the execution plan (`planner::plan::compile`) through
+//! `zero::EnginePlan`, which decides nothing itself: its flat padding and partition (stages
+//! 1/2), gradient buckets (tensors, order, collective), stage 3 slices and persistent set are
+//! the plan's, and a plan compiled for another model, world or flat order is refused when the
+//! run starts.
 
 use dsplan_executor::model::{Gpt2Config, ParamLayout};
-use dsplan_executor::zero::{ShardOptions, ShardPlan};
+use dsplan_executor::train::plan::{architecture, cpu_workload};
+use dsplan_executor::zero::EnginePlan;
 use dsplan_planner::config;
-use dsplan_planner::model::{Architecture, Embeddings, Family};
-use dsplan_planner::plan::{self, Cluster, ModelGraph, Workload};
-use serde_json::json;
+use dsplan_planner::plan::shards::Shards;
+use dsplan_planner::plan::{self, Cluster, ModelGraph, Plan};
+use serde_json::{Value, json};
 
-fn architecture(config: &Gpt2Config) -> Architecture {
-    let as_u64 = |n: usize| n as u64;
-    Architecture {
-        family: Family::Gpt2,
-        layers: as_u64(config.n_layer),
-        hidden: as_u64(config.n_embd),
-        heads: as_u64(config.n_head),
-        kv_heads: as_u64(config.n_head),
-        head_dim: as_u64(config.head_dim()),
-        intermediate: 4 * as_u64(config.n_embd),
-        vocab: as_u64(config.vocab_size),
-        positions: Some(as_u64(config.n_positions)),
-        embeddings: Embeddings::Tied,
-    }
-}
+const TINY: Gpt2Config = Gpt2Config {
+    vocab_size: 256,
+    n_positions: 64,
+    n_embd: 64,
+    n_layer: 2,
+    n_head: 4,
+    layer_norm_epsilon: 1e-5,
+};
 
-fn check(model: &Gpt2Config, stage: u64, world: u64, bucket: u64, persistence: u64) {
+fn compile(model: &Gpt2Config, world: u64, zero: Value) -> (Plan, ModelGraph) {
     let ds = config::from_value(&json!({
         "train_micro_batch_size_per_gpu": 1,
         "optimizer": {"type": "AdamW"},
-        "zero_optimization": {"stage": stage, "reduce_bucket_size": bucket,
-            "stage3_param_persistence_threshold": persistence}
+        "zero_optimization": zero,
     }))
     .expect("config");
     let graph = ModelGraph::from_architecture("gpt2", &architecture(model)).expect("graph");
-    let cluster = Cluster::new(world, 8).expect("cluster");
-    let planned = plan::compile(&ds, &graph, &cluster, &Workload::default()).expect("plan");
-    let ours = ShardPlan::new(
-        &ParamLayout::new(model),
-        world as usize,
-        ShardOptions {
-            reduce_bucket_size: bucket as usize,
-            param_persistence_threshold: persistence,
-            model_persistence_threshold: u64::MAX,
-        },
-    );
+    let cluster = Cluster::new(world, world).expect("cluster");
+    let planned = plan::compile(&ds, &graph, &cluster, &cpu_workload(32)).expect("plan");
+    (planned, graph)
+}
+
+fn check(model: &Gpt2Config, stage: u64, world: u64, bucket: u64, persistence: u64) {
+    let zero = json!({"stage": stage, "reduce_bucket_size": bucket,
+        "stage3_param_persistence_threshold": persistence, "allgather_bucket_size": 4000});
+    let (planned, graph) = compile(model, world, zero);
+    let ours = EnginePlan::from_plan(&planned, &graph, &ParamLayout::new(model)).expect("fits");
     let what = format!("stage {stage}, world {world}, bucket {bucket}");
-    if stage == 1 || stage == 2 {
+    assert_eq!(ours.world() as u64, world, "{what}");
+    if stage <= 2 {
         assert_eq!(
-            planned.layout.padded_numel as usize,
-            ours.flat().padded,
+            ours.flat().padded as u64,
+            planned.layout.padded_numel,
             "{what}"
         );
         assert_eq!(
-            planned.layout.partition_numel as usize,
-            ours.flat().partition,
+            ours.flat().partition as u64,
+            planned.layout.partition_numel,
             "{what}"
         );
+        if stage > 0 {
+            assert_eq!(ours.flat().padded % (2 * world as usize), 0, "{what}");
+        }
     }
-    if stage >= 2 {
-        let theirs: Vec<Vec<usize>> = planned
-            .buckets
-            .reduce
-            .iter()
-            .map(|b| b.tensors.clone())
-            .collect();
-        let mine: Vec<Vec<usize>> = ours.buckets().iter().map(|b| b.tensors.clone()).collect();
-        assert_eq!(theirs, mine, "{what}: buckets");
+    let theirs: Vec<(Vec<usize>, _)> = planned
+        .buckets
+        .reduce
+        .iter()
+        .map(|b| (b.tensors.clone(), b.collective))
+        .collect();
+    let mine: Vec<(Vec<usize>, _)> = ours
+        .buckets()
+        .iter()
+        .map(|b| (b.tensors.clone(), b.collective))
+        .collect();
+    assert_eq!(theirs, mine, "{what}: buckets");
+    match &planned.buckets.param_gather {
+        Some(gather) => {
+            let pieces: Vec<(u64, u64)> = gather.shards.iter().map(|r| (r.start, r.end)).collect();
+            let mine: Vec<(u64, u64)> = ours
+                .param_gather()
+                .iter()
+                .map(|r| (r.start as u64, r.end as u64))
+                .collect();
+            assert_eq!(pieces, mine, "{what}: parameter all-gather");
+        }
+        None => assert!(ours.param_gather().is_empty(), "{what}"),
     }
     if stage == 3 {
-        let theirs = planned
+        let theirs: Vec<usize> = planned
             .shards
             .persistent
             .as_ref()
-            .map(|p| p.entries.clone())
+            .map(|p| {
+                p.entries
+                    .iter()
+                    .map(|&e| planned.layout.entries[e].tensor)
+                    .collect()
+            })
             .unwrap_or_default();
         let mine: Vec<usize> = ours.persistent_tensors().collect();
         assert_eq!(theirs, mine, "{what}: persistent tensors");
+        assert_eq!(ours.shards().len() as u64, planned.layout.partition_numel);
+        // Every rank's pieces are the plan's owned ranges, in model element space.
+        for rank in 0..world {
+            let owned =
+                Shards::owned_ranges(&planned.layout, planned.shards.parameters, world, rank);
+            let mine: Vec<(u64, u64)> = ours
+                .tensors()
+                .iter()
+                .enumerate()
+                .map(|(t, span)| {
+                    let piece = ours.shards().piece(t, rank as usize);
+                    (
+                        (span.offset + piece.start) as u64,
+                        (span.offset + piece.end) as u64,
+                    )
+                })
+                .filter(|(a, b)| b > a)
+                .collect();
+            let theirs: Vec<(u64, u64)> = owned.iter().map(|r| (r.start, r.end)).collect();
+            assert_eq!(theirs, mine, "{what}: rank {rank}'s slices");
+        }
+        // A fetch of a model unit gathers the non-persistent tensors of the plan's units in it.
+        let fetched: usize = ours.units().iter().map(|u| u.fetch.len()).sum();
+        let not_persistent = (0..ours.tensors().len())
+            .filter(|&t| !ours.is_persistent(t))
+            .count();
+        assert_eq!(fetched, not_persistent, "{what}");
     }
 }
 
 #[test]
-fn the_interim_shards_and_buckets_are_the_plans() {
-    let tiny = Gpt2Config {
-        vocab_size: 256,
-        n_positions: 64,
-        n_embd: 64,
-        n_layer: 2,
-        n_head: 4,
-        layer_norm_epsilon: 1e-5,
-    };
-    for (stage, world) in [(1, 2), (2, 2), (2, 3), (3, 2), (3, 4)] {
+fn the_engines_read_the_plans_shards_and_buckets() {
+    for (stage, world) in [(0, 2), (1, 1), (1, 2), (2, 2), (2, 3), (3, 2), (3, 4)] {
         for bucket in [20_000, 500_000_000] {
-            check(&tiny, stage, world, bucket, 100);
+            check(&TINY, stage, world, bucket, 100);
         }
     }
     check(&Gpt2Config::gpt2(), 2, 8, 50_000_000, 100_000);
     check(&Gpt2Config::gpt2(), 3, 8, 50_000_000, 100_000);
+}
+
+#[test]
+fn a_plan_for_another_model_or_order_is_refused() {
+    let (planned, graph) = compile(&TINY, 2, json!({"stage": 2}));
+    let wider = Gpt2Config {
+        n_embd: 32,
+        n_head: 2,
+        ..TINY
+    };
+    let error =
+        EnginePlan::from_plan(&planned, &graph, &ParamLayout::new(&wider)).expect_err("mismatch");
+    assert!(error.to_string().contains("elements"), "{error}");
+
+    let (planned, graph) = compile(&TINY, 2, json!({"stage": 2, "round_robin_gradients": true}));
+    let error =
+        EnginePlan::from_plan(&planned, &graph, &ParamLayout::new(&TINY)).expect_err("order");
+    assert!(
+        error.to_string().contains("round_robin_gradients"),
+        "{error}"
+    );
 }

@@ -131,6 +131,31 @@ fn gradient_accumulation_and_world_size_trade_places() {
 }
 
 #[test]
+fn the_plans_other_collectives_train_the_same_parameters() {
+    // Stage 1 with `reduce` to each destination rank, stage 2 and 3 all-reducing their buckets
+    // (no reduce_scatter), stage 3 fetching with all-reduce: each is a collective the plan
+    // names, run its own way by the executor.
+    let baseline = run(0, 1, json!({}));
+    let variants = [
+        (1, json!({"use_multi_rank_bucket_allreduce": false})),
+        (2, json!({"reduce_scatter": false})),
+        (3, json!({"reduce_scatter": false})),
+        (3, json!({"stage3_use_all_reduce_for_fetch_params": true})),
+    ];
+    for (stage, zero) in variants {
+        let mut section = json!({"stage": stage, "reduce_bucket_size": 20000,
+            "allgather_bucket_size": 30000, "stage3_param_persistence_threshold": 100});
+        if let (Some(target), Some(extra)) = (section.as_object_mut(), zero.as_object()) {
+            target.extend(extra.clone());
+        }
+        let report = run(stage, 2, json!({"zero_optimization": section}));
+        let (rel, max) = distance(&report.final_params, &baseline.final_params);
+        eprintln!("stage {stage} {zero}: ‖Δ‖/‖p‖ {rel:.2e}, max|Δ| {max:.2e}");
+        assert!(rel <= REL_TOL, "stage {stage} {zero}: {rel:e}");
+    }
+}
+
+#[test]
 fn measured_memory_matches_the_prediction_and_falls_with_the_stage() {
     // Eight blocks, so that one gathered block is small next to the model (with two, one
     // block is 41% of it and stage 3's working set cannot beat stage 2's).

@@ -1,38 +1,49 @@
 //! `dsplan run FILE`: train according to a DeepSpeed config, ZeRO stages 0-3 over in-process
-//! ranks on the CPU.
+//! ranks on the CPU, as `planner::resolve` and `planner::plan` decide.
+//!
+//! The config is resolved first ([`resolve`], the same as `dsplan resolve`): with the run's
+//! world size, the training-argument flags `dsplan resolve` takes (`--steps` standing for
+//! `--num-training-steps` when that is not given), and the hidden size of the model trained,
+//! so `"auto"` values are filled as the Hugging Face Trainer fills them; mismatches and
+//! unresolvable `"auto"`s are errors, rendered with the file's lines (exit 1). The resolved
+//! config is then compiled into the execution plan ([`compile_plan`]), which the engines
+//! follow.
 //!
 //! Without `--model` and `--data` it trains the `tiny-gpt2` preset on the corpus bundled with
-//! dsplan (byte-level tokens). Progress goes to stderr: a progress bar on a terminal, a line
-//! every `steps_per_print` steps in DeepSpeed's form (`step=, skipped=, lr=, mom=`, the lr and
-//! momentum of the next step, plus loss and tokens/s; with the mean phase times of the
-//! interval when `wall_clock_breakdown`), then a
-//! summary with tokens/s and the measured peak memory per rank and category next to the
-//! prediction. `--format json` prints that summary as JSON on stdout. `--metrics` writes one
-//! JSON object per step; `--save-model` the trained fp32 parameters under Hugging Face names.
-//! Both files are written atomically (temporary file, then rename).
+//! dsplan (byte-level tokens). Progress goes to stderr: a progress bar (step, loss, lr,
+//! tokens/s) when stderr is a terminal, otherwise a line every `steps_per_print` steps in
+//! DeepSpeed's form (`step=, skipped=, lr=, mom=`, the lr and momentum of the next step, plus
+//! loss and tokens/s; with the mean phase times of the interval when `wall_clock_breakdown`);
+//! then a summary with tokens/s and the measured peak memory per rank and category next to
+//! the plan's prediction. `--format json` prints that summary as JSON on stdout. `--metrics`
+//! writes one JSON object per step; `--save-model` the trained fp32 parameters under Hugging
+//! Face names. Both files are written atomically (temporary file, then rename).
 
-use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+mod progress;
+mod report;
+
+use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use dsplan_executor::checkpoint::save_model;
 use dsplan_executor::data::WindowOrder;
-use dsplan_executor::metrics::{Category, StepMetrics};
 use dsplan_executor::model::ParamLayout;
 use dsplan_executor::train::{
-    DataChoice, ModelChoiceError, TrainError, TrainReport, TrainSettings, TrainSpec, choose_model,
-    stored_shape,
+    DEFAULT_PRESET, DataChoice, ModelChoiceError, TrainError, TrainSettings, TrainSpec,
+    choose_model, compile_plan, stored_shape, train_planned,
 };
-use dsplan_executor::zero::{MixedPrecision, PhaseTimes};
-use dsplan_planner::diagnostics::Diagnostic;
-use dsplan_planner::schedule::LrSchedule;
-use dsplan_planner::validate::{self, ValidateOptions};
-use serde_json::{Value, json};
+use dsplan_executor::zero::MixedPrecision;
+use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
+use dsplan_planner::plan::Plan;
+use dsplan_planner::resolve::{Arg, ArgOrigin, Resolved, hidden_size, resolve};
+use dsplan_planner::source::SourceFile;
+use serde_json::Value;
 
+use super::training_args::{TrainingArgsFlags, environment};
 use super::{Format, Outcome};
 use crate::render;
+use progress::{MetricsFile, Progress};
+use report::RunFacts;
 
 /// Steps when neither `--steps`, the scheduler's `total_num_steps` nor stored data say.
 const DEFAULT_STEPS: u64 = 200;
@@ -78,6 +89,8 @@ pub struct RunArgs {
     /// Write the trained fp32 parameters here (safetensors, Hugging Face names).
     #[arg(long, value_name = "FILE")]
     save_model: Option<PathBuf>,
+    #[command(flatten)]
+    training: TrainingArgsFlags,
     /// Output format of the final summary.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -95,7 +108,7 @@ enum Device {
 }
 
 /// A failure with its exit code.
-struct Failure {
+pub(super) struct Failure {
     outcome: Outcome,
     message: String,
 }
@@ -143,10 +156,7 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
     let display = args.config.display().to_string();
     let bytes = std::fs::read(&args.config)
         .map_err(|e| Failure::usage(format!("cannot read {display}: {e}")))?;
-    let options = ValidateOptions {
-        world_size: Some(args.world_size),
-    };
-    let (file, diagnostics) = match validate::validate_source(&display, &bytes, options) {
+    let (file, parsed) = match SourceFile::parse(&display, &bytes) {
         Ok(parsed) => parsed,
         Err(fatal) => {
             eprint!("{}", render::human_with_bytes(&display, &bytes, &fatal));
@@ -155,22 +165,9 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
             )));
         }
     };
-    let errors: Vec<Diagnostic> = diagnostics
-        .into_iter()
-        .filter(Diagnostic::is_error)
-        .collect();
-    if !errors.is_empty() {
-        eprint!("{}", render::human(&file, &errors));
-        return Err(Failure::input(format!(
-            "{display} has {} error(s); `dsplan validate` explains them",
-            errors.len()
-        )));
-    }
-    let settings = TrainSettings::from_config(file.value(), world)
-        .map_err(|e| Failure::input(format!("{display}: {e}")))?;
+    let model_name = args.model.as_deref().unwrap_or(DEFAULT_PRESET);
     let model = choose_model(args.model.as_deref(), args.seed)
         .map_err(|e: ModelChoiceError| Failure::usage(e.to_string()))?;
-
     let stored = match &args.data {
         Some(path) => stored_shape(path).map_err(|e| Failure::usage(e.to_string()))?,
         None => None,
@@ -187,14 +184,18 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         (None, Some(asked)) => asked as usize,
         (None, None) => model.config.n_positions.min(DEFAULT_SEQ_LEN),
     };
-    let steps = args.steps.unwrap_or_else(|| {
-        stored.map(|s| s.steps).unwrap_or_else(|| {
-            file.value()
-                .pointer("/scheduler/params/total_num_steps")
-                .and_then(Value::as_u64)
-                .filter(|&n| n > 0)
-                .unwrap_or(DEFAULT_STEPS)
-        })
+    let known_steps = args.steps.or(stored.map(|s| s.steps));
+
+    let resolved = resolve_config(args, &file, parsed, model_name, known_steps)?;
+    let settings = TrainSettings::from_resolved(&resolved)
+        .map_err(|e| Failure::input(format!("{display}: {e}")))?;
+    let steps = known_steps.unwrap_or_else(|| {
+        resolved
+            .config
+            .pointer("/scheduler/params/total_num_steps")
+            .and_then(Value::as_u64)
+            .filter(|&n| n > 0)
+            .unwrap_or(DEFAULT_STEPS)
     });
     let order = WindowOrder::Shuffled { seed: args.seed };
     let data = match &args.data {
@@ -222,6 +223,25 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         steps,
         world,
     };
+    let (plan, graph) = match compile_plan(&settings, &spec.model, seq_len, world) {
+        Ok(compiled) => compiled,
+        Err(mut found) => {
+            file.locate_all(&mut found);
+            eprint!("{}", render::human(&file, &found));
+            return Err(Failure::input(format!(
+                "{display}: the plan cannot be compiled; `dsplan plan` explains it"
+            )));
+        }
+    };
+    let mut plan_warnings: Vec<Diagnostic> = plan
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Warning)
+        .cloned()
+        .collect();
+    file.locate_all(&mut plan_warnings);
+    eprint!("{}", render::human(&file, &plan_warnings));
+
     let batch = settings.batch;
     eprintln!(
         "dsplan run {display}: ZeRO stage {}, {}, {world} rank(s) on the CPU",
@@ -236,6 +256,7 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         batch.grad_accum,
         batch.train_batch,
     );
+    eprintln!("{}", plan_line(&plan));
     for notice in &settings.notices {
         eprintln!("note: {notice}");
     }
@@ -245,7 +266,7 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         None => None,
     };
     let progress = Progress::new(steps, &settings, metrics);
-    let result = dsplan_executor::train::train(&spec, &|m| progress.observe(m));
+    let result = train_planned(&spec, &plan, &graph, &|m| progress.observe(m));
     let metrics = progress.finish();
     let report = result.map_err(|e| match e {
         TrainError::Data(_) => Failure::usage(e.to_string()),
@@ -260,9 +281,14 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         save_model(path, &report.final_params, &layout)
             .map_err(|e| Failure::usage(format!("cannot save the model: {e}")))?;
     }
-    let summary = summary(&display, &model.description, num_params, &spec, &report);
+    let facts = RunFacts {
+        config: &display,
+        model: &model.description,
+        num_params,
+    };
+    let summary = report::summary(&facts, &spec, &report);
     match args.format {
-        Format::Human => eprint!("{}", human_summary(&report, &summary)),
+        Format::Human => eprint!("{}", report::human(&report, &summary)),
         Format::Json => println!(
             "{}",
             serde_json::to_string_pretty(&summary).unwrap_or_default()
@@ -272,6 +298,98 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         eprintln!("saved the trained fp32 model to {}", path.display());
     }
     Ok(())
+}
+
+/// Resolves the config as the Hugging Face Trainer and DeepSpeed would for this run: its world
+/// size, the training-argument flags (`--steps` or the stored steps standing for
+/// `num_training_steps` when that is not given), and the hidden size of the model trained.
+/// Errors are rendered with the file's lines; so are warnings, except the mismatches against
+/// `TrainingArguments`' defaults, which matter only under the Trainer and are counted in one
+/// note.
+fn resolve_config(
+    args: &RunArgs,
+    file: &SourceFile,
+    mut diagnostics: Vec<Diagnostic>,
+    model_name: &str,
+    known_steps: Option<u64>,
+) -> Result<Resolved, Failure> {
+    let display = file.path().to_string();
+    let mut env =
+        environment(Some(args.world_size), &args.training, None).map_err(Failure::usage)?;
+    if env.training_args.num_training_steps.is_none()
+        && let Some(steps) = known_steps
+    {
+        env.training_args.num_training_steps = Some(Arg::given(steps, ArgOrigin::Flag));
+    }
+    env.hidden_size = hidden_size::from_model(model_name).map_err(Failure::usage)?;
+    let outcome = resolve(file.value(), &env);
+    let resolved = match outcome {
+        Ok(resolved) => {
+            diagnostics.extend(resolved.diagnostics.iter().cloned());
+            Some(resolved)
+        }
+        Err(found) => {
+            diagnostics.extend(found);
+            None
+        }
+    };
+    file.locate_all(&mut diagnostics);
+    diagnostics.sort_by_key(|d| (d.line, d.column));
+    let against_defaults = diagnostics
+        .iter()
+        .filter(|d| d.code == Code::AutoMismatch && d.severity == Severity::Warning)
+        .count();
+    let shown: Vec<Diagnostic> = diagnostics
+        .iter()
+        .filter(|d| {
+            d.is_error() || (d.severity == Severity::Warning && d.code != Code::AutoMismatch)
+        })
+        .cloned()
+        .collect();
+    eprint!("{}", render::human(file, &shown));
+    let Some(resolved) = resolved else {
+        eprint!("{}", render::file_summary(&display, &shown));
+        return Err(Failure::input(format!(
+            "{display} cannot be resolved for this run; `dsplan resolve {display} --world-size {}` explains it",
+            args.world_size
+        )));
+    };
+    if against_defaults > 0 {
+        eprintln!(
+            "note: {against_defaults} value(s) of {display} differ from Hugging Face TrainingArguments' defaults; that matters only when training with the Trainer (`dsplan resolve` lists them)"
+        );
+    }
+    Ok(resolved)
+}
+
+/// One line saying what the plan decided and the engines follow.
+fn plan_line(plan: &Plan) -> String {
+    let layout = &plan.layout;
+    let mut line = format!(
+        "plan: {} elements padded to {}, {} per rank; {} gradient bucket(s) ({})",
+        thousands(layout.numel),
+        thousands(layout.padded_numel),
+        thousands(layout.partition_numel),
+        plan.buckets.reduce.len(),
+        plan.buckets
+            .reduce
+            .first()
+            .map_or("none", |b| b.collective.as_str()),
+    );
+    if let Some(gather) = &plan.buckets.param_gather {
+        line.push_str(&format!(
+            "; parameter all-gather in {} piece(s)",
+            gather.shards.len()
+        ));
+    }
+    if let (Some(schedule), Some(persistent)) = (&plan.stage3, &plan.shards.persistent) {
+        line.push_str(&format!(
+            "; stage 3: {} fetch units, {} persistent tensor(s), gathered on demand",
+            schedule.unit_count(),
+            persistent.entries.len()
+        ));
+    }
+    line
 }
 
 fn precision_name(precision: &MixedPrecision) -> String {
@@ -295,7 +413,7 @@ fn precision_name(precision: &MixedPrecision) -> String {
 }
 
 /// `1234567` as `1,234,567`.
-fn thousands(n: u64) -> String {
+pub(super) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -308,7 +426,7 @@ fn thousands(n: u64) -> String {
 }
 
 /// Bytes as `12.3 MiB`.
-fn bytes(n: u64) -> String {
+pub(super) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = n as f64;
     let mut unit = 0;
@@ -321,240 +439,6 @@ fn bytes(n: u64) -> String {
     } else {
         format!("{value:.2} {}", UNITS[unit])
     }
-}
-
-/// The `--metrics` file: lines go to a temporary file, renamed into place at the end.
-struct MetricsFile {
-    path: PathBuf,
-    temp: PathBuf,
-    writer: BufWriter<File>,
-}
-
-impl MetricsFile {
-    fn create(path: &Path) -> Result<Self, Failure> {
-        let dir = match path.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-        let file = File::create(&temp)
-            .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            temp,
-            writer: BufWriter::new(file),
-        })
-    }
-
-    fn write(&mut self, metrics: &StepMetrics) {
-        if let Ok(line) = serde_json::to_string(metrics) {
-            let _ = writeln!(self.writer, "{line}");
-        }
-    }
-
-    fn commit(mut self) -> Result<(), Failure> {
-        let fail = |e: std::io::Error| {
-            Failure::usage(format!("cannot write {}: {e}", self.path.display()))
-        };
-        self.writer.flush().map_err(fail)?;
-        self.writer.get_ref().sync_all().map_err(fail)?;
-        std::fs::rename(&self.temp, &self.path).map_err(fail)
-    }
-}
-
-/// What the observer keeps between steps.
-struct ProgressState {
-    metrics: Option<MetricsFile>,
-    interval: PhaseTimes,
-    interval_steps: u64,
-    skipped: u64,
-    applied: u64,
-    bar_shown: bool,
-}
-
-/// Prints progress on stderr as rank 0 reports steps.
-struct Progress {
-    total: u64,
-    base_lr: f64,
-    betas: (f64, f64),
-    schedule: Option<LrSchedule>,
-    steps_per_print: u64,
-    wall_clock_breakdown: bool,
-    terminal: bool,
-    state: Mutex<ProgressState>,
-}
-
-impl Progress {
-    fn new(total: u64, settings: &TrainSettings, metrics: Option<MetricsFile>) -> Self {
-        Self {
-            total,
-            base_lr: settings.optimizer.lr,
-            betas: (settings.optimizer.adam.beta1, settings.optimizer.adam.beta2),
-            schedule: settings.schedule.clone(),
-            steps_per_print: settings.steps_per_print,
-            wall_clock_breakdown: settings.wall_clock_breakdown,
-            terminal: std::io::stderr().is_terminal(),
-            state: Mutex::new(ProgressState {
-                metrics,
-                interval: PhaseTimes::default(),
-                interval_steps: 0,
-                skipped: 0,
-                applied: 0,
-                bar_shown: false,
-            }),
-        }
-    }
-
-    fn observe(&self, m: &StepMetrics) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(metrics) = state.metrics.as_mut() {
-            metrics.write(m);
-        }
-        state.interval.forward += m.times.forward;
-        state.interval.backward += m.times.backward;
-        state.interval.reduce += m.times.reduce;
-        state.interval.step += m.times.step;
-        state.interval_steps += 1;
-        state.skipped += u64::from(m.skipped);
-        state.applied += u64::from(!m.skipped);
-        let done = m.step + 1;
-        let mut err = std::io::stderr().lock();
-        if self.steps_per_print > 0 && done.is_multiple_of(self.steps_per_print) {
-            if state.bar_shown {
-                let _ = write!(err, "\r\x1b[2K");
-                state.bar_shown = false;
-            }
-            // As DeepSpeed's engine: the lr and momentum after the step (the next step's).
-            let (lr, (beta1, beta2)) = match &self.schedule {
-                Some(s) => (
-                    s.lr_at(state.applied),
-                    s.momentum_at(state.applied).unwrap_or(self.betas),
-                ),
-                None => (self.base_lr, self.betas),
-            };
-            let _ = writeln!(
-                err,
-                "[Rank 0] step={done}, skipped={}, lr=[{lr}], mom=[({beta1}, {beta2})], loss={:.4}, loss_scale={}, tokens/s={}",
-                state.skipped,
-                m.loss,
-                m.loss_scale,
-                thousands(m.tokens_per_s.round() as u64)
-            );
-            if self.wall_clock_breakdown {
-                let n = state.interval_steps.max(1) as f64 / 1000.0;
-                let t = state.interval;
-                let _ = writeln!(
-                    err,
-                    "[Rank 0] time (ms) | fwd: {:.2} | bwd: {:.2} | reduce: {:.2} | step: {:.2}",
-                    t.forward / n,
-                    t.backward / n,
-                    t.reduce / n,
-                    t.step / n
-                );
-            }
-            state.interval = PhaseTimes::default();
-            state.interval_steps = 0;
-        }
-        if self.terminal {
-            let width = 24;
-            let filled = (done * width / self.total.max(1)).min(width) as usize;
-            let _ = write!(
-                err,
-                "\r\x1b[2K[{}{}] {done}/{} loss {:.4} lr {:.2e} {} tok/s",
-                "#".repeat(filled),
-                " ".repeat(width as usize - filled),
-                self.total,
-                m.loss,
-                m.lr,
-                thousands(m.tokens_per_s.round() as u64)
-            );
-            state.bar_shown = true;
-        }
-    }
-
-    fn finish(self) -> Option<MetricsFile> {
-        let state = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
-        if state.bar_shown {
-            eprintln!();
-        }
-        state.metrics
-    }
-}
-
-/// The run's summary, as `--format json` prints it.
-fn summary(
-    config: &str,
-    model: &str,
-    num_params: usize,
-    spec: &TrainSpec,
-    report: &TrainReport,
-) -> Value {
-    let skipped = report.steps.iter().filter(|s| s.skipped).count();
-    let ranks: Vec<Value> = report
-        .memory
-        .iter()
-        .enumerate()
-        .map(|(rank, m)| {
-            json!({"rank": rank, "peak_total": m.peak_total, "peak": m.peak, "at_peak": m.at_peak})
-        })
-        .collect();
-    json!({
-        "config": config,
-        "model": model,
-        "params": num_params,
-        "world_size": spec.world,
-        "stage": spec.settings.stage as u8,
-        "precision": spec.settings.precision.model_dtype().name(),
-        "steps": report.steps.len(),
-        "applied_steps": report.applied_steps,
-        "skipped_steps": skipped,
-        "first_loss": report.steps.first().map(|s| s.loss),
-        "final_loss": report.steps.last().map(|s| s.loss),
-        "tokens": report.tokens,
-        "seconds": report.seconds,
-        "tokens_per_s": report.tokens as f64 / report.seconds.max(1e-9),
-        "memory": {"predicted": report.predicted, "predicted_total": report.predicted.total(), "ranks": ranks},
-        "notices": spec.settings.notices,
-    })
-}
-
-/// The human summary: throughput, then memory per rank and category.
-fn human_summary(report: &TrainReport, summary: &Value) -> String {
-    let mut out = String::new();
-    let skipped = summary["skipped_steps"].as_u64().unwrap_or(0);
-    out.push_str(&format!(
-        "done: {} steps ({skipped} skipped) in {:.2} s, {} tokens/s; loss {:.4} -> {:.4}\n",
-        report.steps.len(),
-        report.seconds,
-        thousands((report.tokens as f64 / report.seconds.max(1e-9)).round() as u64),
-        summary["first_loss"].as_f64().unwrap_or(f64::NAN),
-        summary["final_loss"].as_f64().unwrap_or(f64::NAN),
-    ));
-    out.push_str("peak memory per rank, measured (predicted):\n");
-    for (rank, m) in report.memory.iter().enumerate() {
-        let parts: Vec<String> = Category::ALL
-            .iter()
-            .filter(|&&c| m.peak.get(c) > 0 || report.predicted.get(c) > 0)
-            .map(|&c| {
-                format!(
-                    "{} {} ({})",
-                    c.name(),
-                    bytes(m.peak.get(c)),
-                    bytes(report.predicted.get(c))
-                )
-            })
-            .collect();
-        out.push_str(&format!(
-            "  rank {rank}: total {} | {}\n",
-            bytes(m.peak_total),
-            parts.join(", ")
-        ));
-    }
-    out
 }
 
 #[cfg(test)]

@@ -6,10 +6,10 @@
 
 use dsplan_planner::config::ZeroStage;
 
-use crate::zero::ShardPlan;
+use crate::zero::EnginePlan;
 
 /// The full flat fp32 parameters from the masters of ranks `0..W`, in rank order.
-pub fn consolidate(plan: &ShardPlan, stage: ZeroStage, masters: &[Vec<f32>]) -> Vec<f32> {
+pub fn consolidate(plan: &EnginePlan, stage: ZeroStage, masters: &[Vec<f32>]) -> Vec<f32> {
     let numel = plan.flat().numel;
     match stage {
         ZeroStage::Disabled => masters

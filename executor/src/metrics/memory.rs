@@ -30,19 +30,23 @@ pub enum Category {
     Optimizer,
     /// Communication buffers: gradient buckets and gather/reduce staging.
     Buckets,
+    /// The fp32 copy of the owned gradients the optimizer steps with (DeepSpeed's fp32
+    /// gradient partition, made before the step whenever there is a separate master).
+    StepScratch,
     /// The model's activation arena.
     Activations,
 }
 
 impl Category {
     /// Every category, in report order.
-    pub const ALL: [Category; 7] = [
+    pub const ALL: [Category; COUNT] = [
         Category::Params,
         Category::Gathered,
         Category::Master,
         Category::Grads,
         Category::Optimizer,
         Category::Buckets,
+        Category::StepScratch,
         Category::Activations,
     ];
 
@@ -55,6 +59,7 @@ impl Category {
             Category::Grads => "grads",
             Category::Optimizer => "optimizer",
             Category::Buckets => "buckets",
+            Category::StepScratch => "step_scratch",
             Category::Activations => "activations",
         }
     }
@@ -64,9 +69,12 @@ impl Category {
     }
 }
 
+/// The number of categories.
+const COUNT: usize = 8;
+
 /// Bytes per category, indexed like [`Category::ALL`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ByCategory(pub [u64; 7]);
+pub struct ByCategory(pub [u64; COUNT]);
 
 impl ByCategory {
     /// The bytes of `category`.
@@ -93,7 +101,7 @@ impl ByCategory {
 impl Serialize for ByCategory {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(Some(7))?;
+        let mut map = serializer.serialize_map(Some(COUNT))?;
         for (category, bytes) in self.iter() {
             map.serialize_entry(category.name(), &bytes)?;
         }
@@ -115,11 +123,11 @@ pub struct MemoryReport {
 /// The running byte counts of one rank (single-threaded: a rank's buffers live on its thread).
 #[derive(Debug, Default)]
 pub struct MemoryLedger {
-    current: [Cell<u64>; 7],
-    peak: [Cell<u64>; 7],
+    current: [Cell<u64>; COUNT],
+    peak: [Cell<u64>; COUNT],
     total: Cell<u64>,
     peak_total: Cell<u64>,
-    at_peak: Cell<[u64; 7]>,
+    at_peak: Cell<[u64; COUNT]>,
 }
 
 impl MemoryLedger {

@@ -1,10 +1,13 @@
 //! What a training run measures: per-step metrics ([`StepMetrics`], one JSON object per step
-//! in `--metrics` files) and per-rank memory ([`MemoryLedger`], [`MemoryReport`]).
+//! in `--metrics` files), per-rank memory ([`MemoryLedger`], [`MemoryReport`]), and the plan's
+//! memory prediction in the same categories ([`PlanMemory`]).
 
 pub mod memory;
+pub mod plan;
 mod step;
 
 pub use memory::{
     ByCategory, Category, FixedBuffer, MemoryLedger, MemoryReport, Reservation, Tracked,
 };
+pub use plan::PlanMemory;
 pub use step::StepMetrics;

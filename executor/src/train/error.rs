@@ -2,17 +2,23 @@
 
 use std::fmt;
 
+use dsplan_planner::diagnostics::Diagnostic;
+
 use super::SettingsError;
 use crate::comm::CommError;
 use crate::data::DataError;
 use crate::model::ModelError;
-use crate::zero::ZeroError;
+use crate::zero::{PlanMismatch, ZeroError};
 
 /// What stopped a training run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TrainError {
     /// The config asks for something the executor cannot run.
     Settings(SettingsError),
+    /// The planner refused the run (its diagnostics, at least one an error).
+    Plan(Vec<Diagnostic>),
+    /// The plan does not describe the model, world or layout the executor runs.
+    PlanMismatch(PlanMismatch),
     /// The training data could not be opened or does not fit the model.
     Data(DataError),
     /// The model could not be built.
@@ -46,6 +52,21 @@ impl fmt::Display for TrainError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TrainError::Settings(e) => write!(f, "config: {e}"),
+            TrainError::Plan(diagnostics) => {
+                let errors: Vec<String> = diagnostics
+                    .iter()
+                    .filter(|d| d.is_error())
+                    .map(|d| {
+                        if d.pointer.is_empty() {
+                            d.message.clone()
+                        } else {
+                            format!("{}: {}", d.pointer, d.message)
+                        }
+                    })
+                    .collect();
+                write!(f, "the plan cannot be compiled: {}", errors.join("; "))
+            }
+            TrainError::PlanMismatch(e) => write!(f, "{e}"),
             TrainError::Data(e) => write!(f, "data: {e}"),
             TrainError::Model(e) => write!(f, "model: {e}"),
             TrainError::Vocabulary {
@@ -74,6 +95,12 @@ impl std::error::Error for TrainError {}
 impl From<SettingsError> for TrainError {
     fn from(e: SettingsError) -> Self {
         TrainError::Settings(e)
+    }
+}
+
+impl From<PlanMismatch> for TrainError {
+    fn from(e: PlanMismatch) -> Self {
+        TrainError::PlanMismatch(e)
     }
 }
 

@@ -5,18 +5,22 @@
 //! * [`model`]: the model `--model` names ([`choose_model`]);
 //! * [`TrainSpec`]: the whole run (settings, model and initial parameters, data, steps,
 //!   ranks);
-//! * [`train`]: starts one thread per rank ([`crate::comm::run_ranks`]), each with its own
-//!   [`crate::zero::RankEngine`], reports every step of rank 0 to an observer, and consolidates
-//!   the fp32 master weights at the end.
+//! * [`plan`]: the run's execution plan ([`compile_plan`]), compiled by `planner::plan`;
+//! * [`train`]: compiles the plan and runs it ([`train_planned`]): one thread per rank
+//!   ([`crate::comm::run_ranks`]), each with its own [`crate::zero::RankEngine`] driven by the
+//!   plan, reports every step of rank 0 to an observer, and consolidates the fp32 master
+//!   weights at the end.
 
 mod error;
 pub mod model;
+pub mod plan;
 mod run;
 pub mod settings;
 mod spec;
 
 pub use error::TrainError;
 pub use model::{DEFAULT_PRESET, ModelChoiceError, ModelSource, choose_model};
-pub use run::{TrainReport, train};
+pub use plan::compile_plan;
+pub use run::{TrainReport, train, train_planned};
 pub use settings::{BatchSizes, OptimizerSettings, SettingsError, TrainSettings};
 pub use spec::{DataChoice, StoredShape, TrainSpec, stored_shape};

@@ -1,17 +1,21 @@
-//! [`train`]: one run, one thread per rank.
+//! [`train`]: one run, one thread per rank, following the run's execution plan.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use dsplan_planner::plan::{ModelGraph, Plan};
+
+use super::plan::compile_plan;
 use super::{TrainError, TrainSpec};
 use crate::checkpoint::consolidate;
 use crate::comm::{CommError, CommTraffic, run_ranks};
 use crate::data::{BatchLayout, DataError, MicroBatchIndex, TokenBatch, TokenSource};
-use crate::metrics::{ByCategory, MemoryLedger, MemoryReport, StepMetrics};
+use crate::metrics::{ByCategory, Category, MemoryLedger, MemoryReport, PlanMemory, StepMetrics};
 use crate::model::{ActivationLayout, BatchShape, Gpt2Core, ModelError, ParamLayout};
-use crate::zero::predict::predict_peaks;
+use crate::zero::predict::{correspondence, predict_peaks};
 use crate::zero::{
-    ClipRule, EngineOptions, RankEngine, RankOptions, ShardOptions, ShardPlan, ZeroError, ZeroRank,
+    ClipRule, Correspondence, EngineOptions, EnginePlan, RankEngine, RankOptions, ZeroError,
+    ZeroRank,
 };
 
 /// What a finished run reports.
@@ -23,8 +27,14 @@ pub struct TrainReport {
     pub final_params: Vec<f32>,
     /// Each rank's measured memory.
     pub memory: Vec<MemoryReport>,
-    /// The predicted peak per category (the same on every rank).
+    /// The executor's own prediction of its peak per category, from the plan's layout,
+    /// partitions and buckets (the same on every rank; the measured peaks equal it).
     pub predicted: ByCategory,
+    /// The plan's predicted memory per rank, in the same categories.
+    pub plan_memory: PlanMemory,
+    /// For each category of [`Category::ALL`], how the executor's buffers relate to the
+    /// plan's.
+    pub correspondence: Vec<(Category, Correspondence)>,
     /// What each rank sent.
     pub traffic: Vec<CommTraffic>,
     /// Optimizer steps applied (skipped ones excluded).
@@ -44,11 +54,40 @@ struct RankOutcome {
     steps: Vec<StepMetrics>,
 }
 
-/// Runs `spec`, calling `observer` with every step of rank 0 as it finishes.
+/// Compiles the plan of `spec` ([`compile_plan`]) and runs it, calling `observer` with every
+/// step of rank 0 as it finishes.
 pub fn train(
     spec: &TrainSpec,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, TrainError> {
+    check_model(spec)?;
+    let (plan, graph) = compile_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+        .map_err(TrainError::Plan)?;
+    train_planned(spec, &plan, &graph, observer)
+}
+
+/// Checked once before anything else, so that a bad shape is an error, not a failure on every
+/// rank (nor a plan of a model that cannot run).
+fn check_model(spec: &TrainSpec) -> Result<(), TrainError> {
+    spec.model.validate().map_err(ModelError::Config)?;
+    if spec.seq_len > spec.model.n_positions {
+        return Err(TrainError::Model(ModelError::SequenceTooLong {
+            seq_len: spec.seq_len,
+            n_positions: spec.model.n_positions,
+        }));
+    }
+    Ok(())
+}
+
+/// Runs `spec` by `plan` (compiled for `graph` by [`compile_plan`]), calling `observer` with
+/// every step of rank 0 as it finishes.
+pub fn train_planned(
+    spec: &TrainSpec,
+    plan: &Plan,
+    graph: &ModelGraph,
+    observer: &(dyn Fn(&StepMetrics) + Sync),
+) -> Result<TrainReport, TrainError> {
+    check_model(spec)?;
     let settings = &spec.settings;
     let world = spec.world.max(1);
     let batch = settings.batch;
@@ -72,14 +111,6 @@ pub fn train(
         batch: batch.micro_batch,
         seq_len: spec.seq_len,
     };
-    // Checked once here so that a bad shape is an error, not a failure on every rank.
-    spec.model.validate().map_err(ModelError::Config)?;
-    if shape.seq_len > spec.model.n_positions {
-        return Err(TrainError::Model(ModelError::SequenceTooLong {
-            seq_len: shape.seq_len,
-            n_positions: spec.model.n_positions,
-        }));
-    }
     let activation_bytes = ActivationLayout::new(&spec.model, shape).total_len() * 4;
     let param_layout = ParamLayout::new(&spec.model);
     if spec.initial_params.len() != param_layout.num_params() {
@@ -88,22 +119,22 @@ pub fn train(
             found: spec.initial_params.len(),
         }));
     }
-    let shard_options = ShardOptions {
-        reduce_bucket_size: settings.reduce_bucket_size.max(1),
-        param_persistence_threshold: settings.param_persistence_threshold,
-        model_persistence_threshold: settings.model_persistence_threshold,
-    };
-    let plan = ShardPlan::new(&param_layout, world, shard_options);
-    let rank_options = RankOptions {
-        stage: settings.stage,
-        model_dtype: settings.precision.model_dtype(),
-        accum_dtype: settings.accum_dtype(),
-        comm_dtype: settings.comm_dtype(),
-        scaling: settings.scaling,
-        reduce_bucket_size: settings.reduce_bucket_size.max(1),
-        allgather_bucket_size: settings.allgather_bucket_size,
-    };
-    let predicted = predict_peaks(&plan, &rank_options, activation_bytes as u64);
+    let engine_plan = Arc::new(EnginePlan::from_plan(plan, graph, &param_layout)?);
+    if engine_plan.world() != world {
+        return Err(TrainError::PlanMismatch(crate::zero::PlanMismatch {
+            message: format!(
+                "it is for {} rank(s), the run has {world}",
+                engine_plan.world()
+            ),
+        }));
+    }
+    let rank_options = RankOptions::from_plan(&engine_plan, settings.scaling);
+    let predicted = predict_peaks(&engine_plan, activation_bytes as u64);
+    let plan_memory = PlanMemory::of(plan);
+    let correspondence = Category::ALL
+        .iter()
+        .map(|&c| (c, correspondence(c, plan)))
+        .collect();
     let scaler = settings
         .precision
         .loss_scaler(settings.stage)
@@ -136,7 +167,7 @@ pub fn train(
         let core = Gpt2Core::new(spec.model, shape)?;
         let rank = ZeroRank::new(
             Box::new(comm),
-            plan.clone(),
+            Arc::clone(&engine_plan),
             rank_options,
             &spec.initial_params,
             &ledger,
@@ -196,7 +227,7 @@ pub fn train(
         .iter_mut()
         .map(|r| std::mem::take(&mut r.master))
         .collect();
-    let final_params = consolidate(&plan, settings.stage, &masters);
+    let final_params = consolidate(&engine_plan, settings.stage, &masters);
     Ok(TrainReport {
         steps: ranks
             .first_mut()
@@ -205,6 +236,8 @@ pub fn train(
         final_params,
         memory: ranks.iter().map(|r| r.memory).collect(),
         predicted,
+        plan_memory,
+        correspondence,
         traffic: ranks.iter().map(|r| r.traffic.clone()).collect(),
         applied_steps: ranks.first().map_or(0, |r| r.applied_steps),
         seconds,

@@ -3,21 +3,23 @@
 //! Each rank is a thread with its own [`ZeroRank`] (what its stage lets it hold) and
 //! [`RankEngine`] (the step), talking to the others only through [`crate::comm::Comm`]:
 //!
-//! * [`partition`]: every sharding and bucketing number ([`ShardPlan`]; to be replaced by the
-//!   plan's shards and buckets);
+//! * [`partition`]: the execution plan (`planner::plan`) as the engines read it
+//!   ([`EnginePlan`]): its flat layout and padding, each rank's share, the gradient buckets,
+//!   the stage 3 fetch units and persistent set;
 //! * [`precision`]: fp32 / bf16 / fp16 storage and rounding ([`MixedPrecision`], [`DtypeVec`]);
 //! * `rank.rs` (the state and the optimizer step), `source.rs` (how the model reaches it),
 //!   `average.rs` (the gradient average) and `stage0.rs` .. `stage3.rs`: the stage-specific
-//!   collectives
-//!   (stage 0: all-reduce of the whole gradient; stage 1: sharded optimizer and master, params
-//!   all-gathered after the step; stage 2: gradients averaged in buckets during backward and
-//!   kept as a partition; stage 3: parameters sharded per tensor, gathered per unit before use
-//!   and released after, gradients reduce-scattered);
+//!   collectives, all on the plan's buckets and pieces (stage 0: all-reduce of the accumulated
+//!   gradient; stage 1: the same, sharded optimizer and master, params all-gathered after the
+//!   step; stage 2: gradients averaged in buckets during backward and kept as a partition;
+//!   stage 3: parameters sharded per tensor, gathered per unit before use and released after,
+//!   gradients reduce-scattered);
 //! * [`clip`]: each stage's norm and clip arithmetic;
 //! * [`engine`]: the order of a step (micro-steps, boundary, loss scale, clip, Adam, schedule).
 //!
 //! Every buffer is counted in the rank's [`crate::metrics::MemoryLedger`] by category, so the
-//! measured peak per rank can be compared with what the plan predicts ([`predict`]).
+//! measured peak per rank can be checked against the executor's own figure and compared with
+//! the plan's ([`predict`]).
 
 mod average;
 pub mod clip;
@@ -36,6 +38,7 @@ mod stage3;
 pub use clip::{ClipRule, Scales};
 pub use engine::{EngineOptions, PhaseTimes, RankEngine, StepRecord};
 pub use error::ZeroError;
-pub use partition::{ShardOptions, ShardPlan};
+pub use partition::{EnginePlan, PlanMismatch};
 pub use precision::{Dtype, DtypeVec, MixedPrecision};
+pub use predict::Correspondence;
 pub use rank::{GradScaling, RankOptions, ZeroRank};

@@ -1,208 +1,276 @@
-//! [`ShardPlan`]: all the sharding and bucketing arithmetic the ZeRO engines use, in one place.
+//! [`EnginePlan`]: the parts of the execution plan (`planner::plan::compile`) the ZeRO engines
+//! follow, indexed the way they read them. Nothing here decides a size, a partition or a
+//! bucket: every number comes from the [`Plan`]; this module only translates the plan's
+//! tensor indices into spans of the executor's flat buffer and checks, once at the start of a
+//! run, that the plan describes the model the executor trains ([`PlanMismatch`] otherwise).
 //!
-//! **To be replaced by the plan's shards and buckets** (`planner::plan`, which lays out the flat
-//! buffer with DeepSpeed's alignment and padding, the per-rank shards, the gradient buckets and
-//! the stage-3 gather schedule). Until it lands, this module computes the same things from the
-//! parameter layout; the engines read nothing else, so swapping it is local.
+//! What the engines take from the plan:
 //!
-//! What it computes (DeepSpeed 0.19.8, `research/deepspeed-facts.md` §4):
+//! | plan field | used for |
+//! |---|---|
+//! | `layout.entries` (order, `offset`, `partition_numel`), `numel`, `padded_numel`, `partition_numel` | the flat buffer and its padding (stages 0-2), each tensor's slice (stage 3) |
+//! | `Shards::owned_ranges` with `shards.parameters` / `optimizer_states` | what each rank owns: its stage 1/2 partition, its stage 3 slice of every tensor |
+//! | `shards.persistent` | the stage 3 tensors every rank keeps whole |
+//! | `buckets.reduce` (`tensors`, their order, `collective`) | which gradients are reduced together, when each bucket is complete, and how it is reduced |
+//! | `buckets.param_gather.shards` | the pieces of the stage 1/2 parameter all-gather after the step |
+//! | the model graph's fetch units, `stage3.collective` | which tensors one fetch of a model unit gathers, and with which collective |
+//! | `settings.dtypes` | parameter, accumulation and communication dtypes |
 //!
-//! * **Stage 1/2 flat partition** ([`FlatPartition`]): the flat buffer of all parameters (in
-//!   `model.parameters()` order) padded with zeros to a multiple of `2 * world`, cut into `world`
-//!   equal partitions; rank `r` owns `[r P, (r+1) P)`. A tensor may straddle partitions.
-//! * **Stage 3 per-parameter shards** ([`ParamShards`]): every tensor is partitioned on its own
-//!   into `world` chunks of `ceil(numel / world)` (the last zero-padded); a rank's shard is its
-//!   chunk of every tensor, concatenated in tensor order.
-//! * **Persistence** (stage 3): in tensor order, a tensor of at most
-//!   `param_persistence_threshold` elements stays gathered on every rank unless that would
-//!   take the persistent total over `model_persistence_threshold`.
-//! * **Gradient buckets** ([`Bucket`], stages 2 and 3): gradients become ready in reverse
-//!   tensor order (backward walks the model from the top); they fill a bucket until the next
-//!   one would take it over `reduce_bucket_size` elements (a tensor larger than that is reduced
-//!   alone), DeepSpeed's IPG rule.
-//! * **Fetch units** (stage 3): the contiguous parameter groups of [`ParamUnit`] (embedding,
-//!   each block, the final norm), fetched before use and released after.
+//! What they deliberately do not follow (the CPU model runs one thread per rank and computes
+//! a whole unit at a time, see [`crate::model::ParamUnit`]):
+//!
+//! * the stage 3 `prefetch`, `kept` (reuse distance) and `max_live_parameters` decisions: on
+//!   a CPU there is no second stream to overlap a prefetch with, so every fetch is on demand
+//!   and every unit is released after its use (DeepSpeed without prefetching and reuse);
+//! * the plan's modules are finer than the model's units: one fetch of a block gathers the
+//!   tensors of all the block's modules (the plan's units, in the plan's order);
+//! * `FlushPoint` and `Overlap`: a bucket is reduced as soon as its last gradient arrives, on
+//!   the rank's own thread;
+//! * `shards.sub_groups`: the optimizer steps the whole owned partition at once (Adam is
+//!   element-wise, so the values are the same as group by group);
+//! * offload (`settings.offload_*`, `offload`): the CPU backend holds everything in host memory
+//!   already, so nothing moves;
+//! * `Collective::Reduce` (DeepSpeed's reduce to each destination rank) runs as an all-reduce
+//!   of which each rank keeps its own slice: the same values, more traffic.
 
+use std::fmt;
 use std::ops::Range;
 
+use dsplan_planner::config::ZeroStage;
+use dsplan_planner::plan::buckets::ParamAllGather;
+use dsplan_planner::plan::layout::LayoutScheme;
+use dsplan_planner::plan::shards::{ShardRule, Shards};
+use dsplan_planner::plan::stage3::FetchCollective;
+use dsplan_planner::plan::{Collective, ModelGraph, Plan};
+
+use super::precision::Dtype;
 use crate::model::{ParamLayout, ParamUnit};
 use crate::tensor::Span;
 
-/// The knobs that shape the shards and buckets (from `zero_optimization`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ShardOptions {
-    /// `reduce_bucket_size`: elements per gradient bucket (at least 1).
-    pub reduce_bucket_size: usize,
-    /// `stage3_param_persistence_threshold`: tensors this small stay gathered.
-    pub param_persistence_threshold: u64,
-    /// `stage3_model_persistence_threshold`: the cap on all persistent elements.
-    pub model_persistence_threshold: u64,
+/// Why a plan cannot drive this run: it describes another model, world or layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanMismatch {
+    /// What differs.
+    pub message: String,
 }
 
-/// One fetch unit: where it lives and which tensors it holds.
+impl PlanMismatch {
+    fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for PlanMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the plan does not fit the run: {}", self.message)
+    }
+}
+
+impl std::error::Error for PlanMismatch {}
+
+/// One of the model's units: where it lives and which tensors one fetch gathers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnitEntry {
     /// The unit.
     pub unit: ParamUnit,
     /// Its span of the flat buffer.
     pub span: Span,
-    /// Its tensors (indices into [`ShardPlan::tensors`]).
+    /// Its tensors (indices into [`EnginePlan::tensors`]).
     pub tensors: Range<usize>,
+    /// Stage 3: the plan's fetch units that make up this unit, their non-persistent tensors in
+    /// buffer order (what one fetch all-gathers).
+    pub fetch: Vec<usize>,
 }
 
-/// The stage 1/2 flat partition.
+/// The stage 0-2 flat buffer: its real and padded lengths and the partition per rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlatPartition {
     /// Elements of real data.
     pub numel: usize,
-    /// Elements after padding to a multiple of `2 * world`.
+    /// Elements after the plan's padding (stages 1/2: a multiple of `2 * world`).
     pub padded: usize,
-    /// Elements per rank, `padded / world`.
+    /// Elements per rank.
     pub partition: usize,
 }
 
 impl FlatPartition {
-    /// The partition of `numel` elements over `world` ranks.
-    pub fn new(numel: usize, world: usize) -> Self {
-        let align = 2 * world;
-        let padded = numel.div_ceil(align) * align;
-        Self {
-            numel,
-            padded,
-            partition: padded / world,
-        }
-    }
-
     /// The flat range rank `rank` owns (padding included).
     pub fn range(&self, rank: usize) -> Range<usize> {
         rank * self.partition..(rank + 1) * self.partition
     }
 }
 
-/// The stage 3 per-tensor shards.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Stage 3: every rank's slice of every tensor, as the plan lays them out.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ParamShards {
-    world: usize,
-    numel: Vec<usize>,
     chunk: Vec<usize>,
     offset: Vec<usize>,
     len: usize,
+    /// `pieces[rank][tensor]`: the elements of the tensor (within it) the rank owns.
+    pieces: Vec<Vec<Range<usize>>>,
 }
 
 impl ParamShards {
-    fn new(tensors: &[Span], world: usize) -> Self {
-        let numel: Vec<usize> = tensors.iter().map(|t| t.len).collect();
-        let chunk: Vec<usize> = numel.iter().map(|n| n.div_ceil(world)).collect();
-        let mut offset = Vec::with_capacity(chunk.len());
-        let mut len = 0;
-        for &c in &chunk {
-            offset.push(len);
-            len += c;
-        }
-        Self {
-            world,
-            numel,
-            chunk,
-            offset,
-            len,
-        }
-    }
-
     /// Elements of one rank's shard (the same on every rank).
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// Whether the shard is empty (a model without parameters).
+    /// Whether the shard is empty (below stage 3).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    /// Elements of tensor `t` each rank holds, `ceil(numel / world)`.
+    /// Elements of tensor `t` each rank holds (its slice, padding included).
     pub fn chunk(&self, t: usize) -> usize {
         self.chunk[t]
     }
 
-    /// Where tensor `t`'s chunk starts in a shard.
+    /// Where tensor `t`'s slice starts in a shard.
     pub fn offset(&self, t: usize) -> usize {
         self.offset[t]
     }
 
-    /// The elements of tensor `t` (indices within the tensor) that `rank`'s chunk holds; the
-    /// rest of the chunk is padding.
+    /// The elements of tensor `t` (indices within the tensor) that `rank` owns; the rest of
+    /// its slice is padding.
     pub fn piece(&self, t: usize, rank: usize) -> Range<usize> {
-        let (c, n) = (self.chunk[t], self.numel[t]);
-        let start = (rank * c).min(n);
-        start..((rank + 1) * c).min(n)
-    }
-
-    /// The world size the shards were cut for.
-    pub fn world(&self) -> usize {
-        self.world
+        self.pieces[rank][t].clone()
     }
 }
 
-/// One gradient bucket: tensors reduced together.
+/// One gradient bucket of the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bucket {
-    /// Its tensors, in the order their gradients become ready (descending index).
+    /// Its tensors, in the order their gradients become ready.
     pub tensors: Vec<usize>,
+    /// The collective that reduces it.
+    pub collective: Collective,
     /// Where each tensor's gradient sits in the bucket (stage 2 layout: back to back).
     pub offsets: Vec<usize>,
     /// Elements of all its tensors.
     pub numel: usize,
-    /// Where each tensor's chunk sits in one rank's slice of the stage 3 layout.
+    /// Where each tensor's slice sits in one rank's part of the stage 3 layout.
     pub shard_offsets: Vec<usize>,
-    /// Elements of one rank's slice in the stage 3 layout (sum of the tensors' chunks).
+    /// Elements of one rank's part in the stage 3 layout (the sum of its tensors' slices).
     pub shard_numel: usize,
+    /// Its tensors' range of the flat buffer, when they are contiguous (stages 0/1 reduce it
+    /// in place).
+    pub flat_range: Option<Range<usize>>,
 }
 
-/// Shards, partitions, buckets and fetch units of one model over `world` ranks; see the
-/// [module documentation](self).
+/// The plan as the engines read it; see the [module documentation](self).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShardPlan {
+pub struct EnginePlan {
+    stage: ZeroStage,
     world: usize,
+    dtypes: PlanDtypes,
     tensors: Vec<Span>,
     units: Vec<UnitEntry>,
     flat: FlatPartition,
+    owned: Vec<Range<usize>>,
     shards: ParamShards,
     buckets: Vec<Bucket>,
     bucket_of: Vec<usize>,
     persistent: Vec<bool>,
+    param_gather: Vec<Range<usize>>,
+    fetch_collective: FetchCollective,
 }
 
-impl ShardPlan {
-    /// The plan for `layout` over `world >= 1` ranks.
-    pub fn new(layout: &ParamLayout, world: usize, options: ShardOptions) -> Self {
-        let world = world.max(1);
-        let tensors: Vec<Span> = layout.table().entries().iter().map(|e| e.span).collect();
-        let units = layout
-            .units()
-            .into_iter()
-            .map(|unit| {
-                let span = layout.unit_span(unit);
-                let first = tensors.partition_point(|t| t.offset < span.offset);
-                let last = tensors.partition_point(|t| t.offset < span.end());
-                UnitEntry {
-                    unit,
-                    span,
-                    tensors: first..last,
-                }
+/// The element types the plan decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanDtypes {
+    /// Parameters and the gradients backward produces.
+    pub model: Dtype,
+    /// Gradient accumulation and the gradient partition.
+    pub accum: Dtype,
+    /// Gradient reductions.
+    pub comm: Dtype,
+}
+
+fn dtype(d: dsplan_planner::plan::Dtype) -> Dtype {
+    match d {
+        dsplan_planner::plan::Dtype::Fp32 => Dtype::F32,
+        dsplan_planner::plan::Dtype::Bf16 => Dtype::Bf16,
+        dsplan_planner::plan::Dtype::Fp16 => Dtype::F16,
+    }
+}
+
+fn to_usize(value: u64) -> usize {
+    usize::try_from(value).unwrap_or(usize::MAX)
+}
+
+impl EnginePlan {
+    /// Reads `plan` (compiled for `graph`) for a model laid out as `layout`. `Err` when the
+    /// plan describes other tensors, or a buffer order the executor does not lay out.
+    pub fn from_plan(
+        plan: &Plan,
+        graph: &ModelGraph,
+        layout: &ParamLayout,
+    ) -> Result<Self, PlanMismatch> {
+        let stage = plan.settings.stage;
+        let world = to_usize(plan.settings.world_size).max(1);
+        let tensors = check_tensors(plan, layout)?;
+        let flat = FlatPartition {
+            numel: to_usize(plan.layout.numel),
+            padded: to_usize(plan.layout.padded_numel),
+            partition: to_usize(plan.layout.partition_numel),
+        };
+        let persistent = persistent(plan, tensors.len());
+        let units = units(graph, layout, &tensors, &persistent)?;
+        let shards = match plan.layout.scheme {
+            LayoutScheme::PerParameter => param_shards(plan, &tensors, world),
+            LayoutScheme::Flat => ParamShards::default(),
+        };
+        let owned = match plan.shards.optimizer_states {
+            ShardRule::FlatEqual { .. } => {
+                (0..world).map(|rank| flat.range(rank)).collect::<Vec<_>>()
+            }
+            _ => vec![0..flat.partition; world],
+        };
+        let (buckets, bucket_of) = buckets(plan, &tensors, &shards)?;
+        let param_gather = plan
+            .buckets
+            .param_gather
+            .as_ref()
+            .map(|gather: &ParamAllGather| {
+                gather
+                    .shards
+                    .iter()
+                    .map(|r| to_usize(r.start)..to_usize(r.end))
+                    .collect()
             })
-            .collect();
-        let shards = ParamShards::new(&tensors, world);
-        let (buckets, bucket_of) = buckets(&tensors, &shards, options.reduce_bucket_size.max(1));
-        let persistent = persistence(&tensors, options);
-        Self {
+            .unwrap_or_default();
+        let fetch_collective = plan
+            .stage3
+            .as_ref()
+            .map_or(FetchCollective::AllGather, |s| s.collective);
+        let d = plan.settings.dtypes;
+        Ok(Self {
+            stage,
             world,
-            flat: FlatPartition::new(layout.num_params(), world),
+            dtypes: PlanDtypes {
+                model: dtype(d.params),
+                accum: dtype(d.grad_accum),
+                comm: dtype(d.communication),
+            },
             tensors,
             units,
+            flat,
+            owned,
             shards,
             buckets,
             bucket_of,
             persistent,
-        }
+            param_gather,
+            fetch_collective,
+        })
+    }
+
+    /// The ZeRO stage.
+    pub fn stage(&self) -> ZeroStage {
+        self.stage
     }
 
     /// The number of ranks.
@@ -210,18 +278,23 @@ impl ShardPlan {
         self.world
     }
 
+    /// The element types.
+    pub fn dtypes(&self) -> PlanDtypes {
+        self.dtypes
+    }
+
     /// Every parameter tensor's span, in buffer order.
     pub fn tensors(&self) -> &[Span] {
         &self.tensors
     }
 
-    /// The fetch units, in buffer order.
+    /// The model's units, in buffer order.
     pub fn units(&self) -> &[UnitEntry] {
         &self.units
     }
 
-    /// The position of `unit` in [`ShardPlan::units`] (an out-of-range block maps past the
-    /// end).
+    /// The position of `unit` in [`EnginePlan::units`] (a block that does not exist maps past
+    /// the blocks).
     pub fn unit_index(&self, unit: ParamUnit) -> usize {
         match unit {
             ParamUnit::Embedding => 0,
@@ -230,9 +303,16 @@ impl ShardPlan {
         }
     }
 
-    /// The stage 1/2 flat partition.
+    /// The stage 0-2 flat buffer.
     pub fn flat(&self) -> &FlatPartition {
         &self.flat
+    }
+
+    /// Where rank `rank`'s optimizer partition lies: its flat range (stages 1/2, padding
+    /// included), or the whole of what it holds (stage 0: the flat buffer; stage 3: its
+    /// shard).
+    pub fn owned(&self, rank: usize) -> Range<usize> {
+        self.owned[rank].clone()
     }
 
     /// The stage 3 shards.
@@ -240,7 +320,7 @@ impl ShardPlan {
         &self.shards
     }
 
-    /// The gradient buckets, in the order they fill.
+    /// The gradient buckets, in reduction order.
     pub fn buckets(&self) -> &[Bucket] {
         &self.buckets
     }
@@ -265,6 +345,17 @@ impl ShardPlan {
         self.persistent_tensors().map(|t| self.tensors[t].len).sum()
     }
 
+    /// The pieces of each rank's partition the stage 1/2 parameter all-gather moves, one
+    /// collective each (empty: nothing to gather, one rank).
+    pub fn param_gather(&self) -> &[Range<usize>] {
+        &self.param_gather
+    }
+
+    /// The stage 3 fetch collective.
+    pub fn fetch_collective(&self) -> FetchCollective {
+        self.fetch_collective
+    }
+
     /// The pieces of tensors inside `rank`'s flat partition: `(tensor, flat range)`, padding
     /// left out. The stage 1/2 gradient norm is summed over these.
     pub fn flat_pieces(&self, rank: usize) -> Vec<(usize, Range<usize>)> {
@@ -280,12 +371,12 @@ impl ShardPlan {
             .collect()
     }
 
-    /// The largest bucket's elements (stage 2's bucket buffer).
+    /// The largest bucket's elements.
     pub fn max_bucket_numel(&self) -> usize {
         self.buckets.iter().map(|b| b.numel).max().unwrap_or(0)
     }
 
-    /// The largest bucket's per-rank slice in the stage 3 layout.
+    /// The largest bucket's per-rank part in the stage 3 layout.
     pub fn max_bucket_shard_numel(&self) -> usize {
         self.buckets
             .iter()
@@ -293,159 +384,206 @@ impl ShardPlan {
             .max()
             .unwrap_or(0)
     }
-
-    /// Elements one rank contributes to gathering `unit` under stage 3 (its chunks of the
-    /// unit's non-persistent tensors).
-    pub fn gather_numel(&self, unit: &UnitEntry) -> usize {
-        unit.tensors
-            .clone()
-            .filter(|&t| !self.persistent[t])
-            .map(|t| self.shards.chunk(t))
-            .sum()
-    }
 }
 
-/// Greedy buckets over tensors in reverse order.
-fn buckets(tensors: &[Span], shards: &ParamShards, size: usize) -> (Vec<Bucket>, Vec<usize>) {
-    let mut buckets: Vec<Bucket> = Vec::new();
-    let mut bucket_of = vec![0; tensors.len()];
-    for t in (0..tensors.len()).rev() {
-        let numel = tensors[t].len;
-        let start_new = match buckets.last() {
-            None => true,
-            Some(current) => current.numel > 0 && current.numel + numel > size,
+/// The executor's spans of the plan's tensors, after checking names, sizes and order.
+fn check_tensors(plan: &Plan, layout: &ParamLayout) -> Result<Vec<Span>, PlanMismatch> {
+    let entries = layout.table().entries();
+    if plan.layout.entries.len() != entries.len() {
+        return Err(PlanMismatch::new(format!(
+            "it lists {} parameter tensors, the model has {}",
+            plan.layout.entries.len(),
+            entries.len()
+        )));
+    }
+    let flat = plan.layout.scheme == LayoutScheme::Flat;
+    for (position, (planned, ours)) in plan.layout.entries.iter().zip(entries).enumerate() {
+        if planned.tensor != position {
+            return Err(PlanMismatch::new(format!(
+                "it orders the flat buffer differently from the model (`{}` at position {position}); round_robin_gradients is not implemented by dsplan's executor",
+                planned.name
+            )));
+        }
+        if planned.name != ours.name || to_usize(planned.numel) != ours.span.len {
+            return Err(PlanMismatch::new(format!(
+                "tensor {position} is `{}` with {} elements in the plan, `{}` with {} in the model",
+                planned.name, planned.numel, ours.name, ours.span.len
+            )));
+        }
+        if flat && to_usize(planned.offset) != ours.span.offset {
+            return Err(PlanMismatch::new(format!(
+                "`{}` starts at {} in the plan's flat buffer, at {} in the model's",
+                planned.name, planned.offset, ours.span.offset
+            )));
+        }
+    }
+    Ok(entries.iter().map(|e| e.span).collect())
+}
+
+fn persistent(plan: &Plan, count: usize) -> Vec<bool> {
+    let mut persistent = vec![false; count];
+    if let Some(set) = &plan.shards.persistent {
+        for &entry in &set.entries {
+            if let Some(tensor) = plan.layout.entries.get(entry).map(|e| e.tensor)
+                && tensor < count
+            {
+                persistent[tensor] = true;
+            }
+        }
+    }
+    persistent
+}
+
+/// The model's units, each with the plan's fetch units that fall inside it.
+fn units(
+    graph: &ModelGraph,
+    layout: &ParamLayout,
+    tensors: &[Span],
+    persistent: &[bool],
+) -> Result<Vec<UnitEntry>, PlanMismatch> {
+    let mut units: Vec<UnitEntry> = layout
+        .units()
+        .into_iter()
+        .map(|unit| {
+            let span = layout.unit_span(unit);
+            let first = tensors.partition_point(|t| t.offset < span.offset);
+            let last = tensors.partition_point(|t| t.offset < span.end());
+            UnitEntry {
+                unit,
+                span,
+                tensors: first..last,
+                fetch: Vec::new(),
+            }
+        })
+        .collect();
+    for planned in &graph.units {
+        let Some(&first) = planned.tensors.first() else {
+            continue;
         };
-        if start_new {
-            buckets.push(Bucket {
-                tensors: Vec::new(),
-                offsets: Vec::new(),
-                numel: 0,
-                shard_offsets: Vec::new(),
-                shard_numel: 0,
-            });
+        let Some(unit) = units.iter_mut().find(|u| u.tensors.contains(&first)) else {
+            return Err(PlanMismatch::new(format!(
+                "its fetch unit `{}` uses a tensor the model does not have",
+                planned.module
+            )));
+        };
+        if let Some(&outside) = planned.tensors.iter().find(|t| !unit.tensors.contains(t)) {
+            return Err(PlanMismatch::new(format!(
+                "its fetch unit `{}` spans two of the model's units (tensor {outside})",
+                planned.module
+            )));
         }
-        let index = buckets.len() - 1;
-        let bucket = &mut buckets[index];
-        bucket.tensors.push(t);
-        bucket.offsets.push(bucket.numel);
-        bucket.numel += numel;
-        bucket.shard_offsets.push(bucket.shard_numel);
-        bucket.shard_numel += shards.chunk(t);
-        bucket_of[t] = index;
+        for &t in &planned.tensors {
+            if !persistent[t] && !unit.fetch.contains(&t) {
+                unit.fetch.push(t);
+            }
+        }
     }
-    (buckets, bucket_of)
+    // Gathered tensor by tensor in buffer order, so that each one's padding spills only over
+    // a tensor gathered after it (see `stage3.rs`).
+    for unit in &mut units {
+        unit.fetch.sort_unstable();
+    }
+    Ok(units)
 }
 
-/// DeepSpeed's persistence rule, in tensor order.
-fn persistence(tensors: &[Span], options: ShardOptions) -> Vec<bool> {
-    let mut total: u64 = 0;
-    tensors
+/// Stage 3's slices from the plan's layout and ownership rule.
+fn param_shards(plan: &Plan, tensors: &[Span], world: usize) -> ParamShards {
+    let chunk: Vec<usize> = plan
+        .layout
+        .entries
         .iter()
-        .map(|t| {
-            let numel = t.len as u64;
-            let fits = numel <= options.param_persistence_threshold
-                && total + numel <= options.model_persistence_threshold;
-            if fits {
-                total += numel;
-            }
-            fits
+        .map(|e| to_usize(e.partition_numel))
+        .collect();
+    let offset: Vec<usize> = plan
+        .layout
+        .entries
+        .iter()
+        .map(|e| to_usize(e.offset))
+        .collect();
+    let pieces = (0..world)
+        .map(|rank| {
+            let owned = Shards::owned_ranges(
+                &plan.layout,
+                plan.shards.parameters,
+                plan.settings.world_size,
+                rank as u64,
+            );
+            // Owned ranges are in model element space, which is the executor's flat buffer.
+            tensors
+                .iter()
+                .map(|span| {
+                    owned
+                        .iter()
+                        .map(|r| to_usize(r.start)..to_usize(r.end))
+                        .find(|r| r.start >= span.offset && r.end <= span.end())
+                        .map_or(span.len..span.len, |r| {
+                            r.start - span.offset..r.end - span.offset
+                        })
+                })
+                .collect()
         })
-        .collect()
+        .collect();
+    ParamShards {
+        chunk,
+        offset,
+        len: to_usize(plan.layout.partition_numel),
+        pieces,
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::Gpt2Config;
+type BucketTable = (Vec<Bucket>, Vec<usize>);
 
-    fn layout() -> ParamLayout {
-        ParamLayout::new(&Gpt2Config {
-            vocab_size: 50,
-            n_positions: 8,
-            n_embd: 12,
-            n_layer: 2,
-            n_head: 3,
-            layer_norm_epsilon: 1e-5,
-        })
-    }
-
-    fn options(bucket: usize, persist: u64) -> ShardOptions {
-        ShardOptions {
-            reduce_bucket_size: bucket,
-            param_persistence_threshold: persist,
-            model_persistence_threshold: u64::MAX,
-        }
-    }
-
-    #[test]
-    fn flat_partitions_are_padded_to_twice_the_world() {
-        let flat = FlatPartition::new(10, 4);
-        assert_eq!((flat.padded, flat.partition), (16, 4));
-        assert_eq!(flat.range(3), 12..16);
-        let plan = ShardPlan::new(&layout(), 3, options(100, 0));
-        let numel = layout().num_params();
-        let covered: usize = (0..3)
-            .flat_map(|r| plan.flat_pieces(r))
-            .map(|(_, range)| range.len())
-            .sum();
-        assert_eq!(covered, numel);
-        assert_eq!(plan.flat().padded % 6, 0);
-    }
-
-    #[test]
-    fn stage3_chunks_cover_every_tensor_once() {
-        let plan = ShardPlan::new(&layout(), 4, options(100, 0));
-        for (t, span) in plan.tensors().iter().enumerate() {
-            let mut next = 0;
-            for rank in 0..4 {
-                let piece = plan.shards().piece(t, rank);
-                assert_eq!(piece.start, next.min(span.len));
-                assert!(piece.len() <= plan.shards().chunk(t));
-                next = piece.end.max(next);
+/// The plan's reduction buckets, with the offsets the engines copy gradients to.
+fn buckets(
+    plan: &Plan,
+    tensors: &[Span],
+    shards: &ParamShards,
+) -> Result<BucketTable, PlanMismatch> {
+    let mut bucket_of = vec![usize::MAX; tensors.len()];
+    let mut list = Vec::with_capacity(plan.buckets.reduce.len());
+    for (index, planned) in plan.buckets.reduce.iter().enumerate() {
+        let mut bucket = Bucket {
+            tensors: Vec::with_capacity(planned.tensors.len()),
+            collective: planned.collective,
+            offsets: Vec::new(),
+            numel: 0,
+            shard_offsets: Vec::new(),
+            shard_numel: 0,
+            flat_range: None,
+        };
+        for &t in &planned.tensors {
+            let Some(span) = tensors.get(t) else {
+                return Err(PlanMismatch::new(format!(
+                    "bucket {index} names tensor {t}, which the model does not have"
+                )));
+            };
+            if bucket_of[t] != usize::MAX {
+                return Err(PlanMismatch::new(format!(
+                    "tensor {t} is in two gradient buckets"
+                )));
             }
-            assert_eq!(next, span.len);
+            bucket_of[t] = index;
+            bucket.tensors.push(t);
+            bucket.offsets.push(bucket.numel);
+            bucket.numel += span.len;
+            if !shards.is_empty() {
+                bucket.shard_offsets.push(bucket.shard_numel);
+                bucket.shard_numel += shards.chunk(t);
+            }
         }
-    }
-
-    #[test]
-    fn buckets_fill_in_reverse_order_up_to_the_size() {
-        let plan = ShardPlan::new(&layout(), 2, options(500, 0));
-        let mut seen: Vec<usize> = Vec::new();
-        for bucket in plan.buckets() {
-            assert!(bucket.numel <= 500 || bucket.tensors.len() == 1);
-            seen.extend(&bucket.tensors);
+        let start = bucket.tensors.iter().map(|&t| tensors[t].offset).min();
+        let end = bucket.tensors.iter().map(|&t| tensors[t].end()).max();
+        if let (Some(start), Some(end)) = (start, end)
+            && end - start == bucket.numel
+        {
+            bucket.flat_range = Some(start..end);
         }
-        let expected: Vec<usize> = (0..plan.tensors().len()).rev().collect();
-        assert_eq!(seen, expected);
-        // wte (50 x 12 = 600) exceeds the bucket: alone.
-        let wte_bucket = &plan.buckets()[plan.bucket_of(0)];
-        assert_eq!(wte_bucket.tensors, vec![0]);
+        list.push(bucket);
     }
-
-    #[test]
-    fn persistence_takes_small_tensors_in_order() {
-        let plan = ShardPlan::new(&layout(), 2, options(500, 12));
-        let persistent: Vec<usize> = plan.persistent_tensors().collect();
-        assert!(!persistent.is_empty());
-        assert!(persistent.iter().all(|&t| plan.tensors()[t].len <= 12));
-        let capped = ShardPlan::new(
-            &layout(),
-            2,
-            ShardOptions {
-                model_persistence_threshold: 24,
-                ..options(500, 12)
-            },
-        );
-        assert_eq!(capped.persistent_numel(), 24);
+    if let Some(t) = bucket_of.iter().position(|&b| b == usize::MAX) {
+        return Err(PlanMismatch::new(format!(
+            "tensor {t} is in no gradient bucket"
+        )));
     }
-
-    #[test]
-    fn units_know_their_tensors() {
-        let plan = ShardPlan::new(&layout(), 2, options(500, 0));
-        let units = plan.units();
-        assert_eq!(units[0].tensors, 0..2);
-        assert_eq!(units[1].tensors, 2..14);
-        assert_eq!(units.last().map(|u| u.tensors.clone()), Some(26..28));
-        assert_eq!(plan.unit_index(ParamUnit::FinalNorm), 3);
-    }
+    Ok((list, bucket_of))
 }

@@ -1,35 +1,42 @@
 //! [`ZeroRank`]: one data-parallel rank's parameters, gradients, master weights and optimizer
-//! state, laid out by its ZeRO stage, and the [`ParamSource`] the model reads them through.
+//! state, allocated as the plan ([`EnginePlan`]) sizes them, and the [`ParamSource`] the model
+//! reads them through.
 //!
-//! What each stage allocates on a rank (`Ψ` parameters, `W` ranks, `P = Ψ_padded / W`):
+//! What each stage allocates on a rank (`Ψ` parameters, `Ψ'` the plan's padded flat buffer,
+//! `P` its partition per rank, `H` the rank's stage 3 shard, `Σ⌈n_t / W⌉`):
 //!
 //! | stage | params (model dtype) | grads (accumulation dtype) | fp32 master | Adam m, v |
 //! |---|---|---|---|---|
 //! | 0 | `Ψ` | `Ψ` | `Ψ` (none in fp32: the params are the master) | `2Ψ` |
-//! | 1 | `Ψ_padded` | `Ψ_padded`, reduced at the boundary | `P` | `2P` |
-//! | 2 | `Ψ_padded` | `P`, reduced bucket by bucket every micro-step | `P` | `2P` |
-//! | 3 | `Σ ceil(n_t / W)` + persistent tensors | the same shard | shard | 2 × shard |
+//! | 1 | `Ψ'` | `Ψ'`, reduced at the boundary | `P` | `2P` |
+//! | 2 | `Ψ'` | `P`, reduced bucket by bucket every micro-step | `P` | `2P` |
+//! | 3 | `H` + the persistent tensors | `H` | `H` | `2H` |
 //!
 //! plus transient buffers: each unit's `f32` gradients during backward (as autograd's `.grad`),
 //! `f32` copies of 16-bit units while the model computes with them, stage 3's gathered units,
-//! the gradient bucket, and staging for collectives. The stage-specific operations live in
-//! `stage0.rs` .. `stage3.rs`; this file holds the state, the model-facing source, and the
-//! optimizer step they share.
+//! the gradient bucket, staging for collectives, and the `f32` copy of the owned gradients the
+//! optimizer steps with whenever there is a separate master (DeepSpeed's fp32 gradient
+//! partition). The stage-specific operations live in `stage0.rs` .. `stage3.rs`; this file
+//! holds the state, and the optimizer step they share.
+//!
+//! [`ParamSource`]: crate::model::ParamSource
 
 use std::ops::Range;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use dsplan_planner::config::ZeroStage;
 
 use super::ZeroError;
-use super::partition::ShardPlan;
+use super::partition::EnginePlan;
 use super::precision::{Dtype, DtypeVec};
 use crate::comm::{Comm, ReduceOp};
 use crate::metrics::{Category, MemoryLedger, Reservation, Tracked};
 
 use crate::optim::{AdamConfig, AdamState, adam_step};
 
-/// How a rank stores and reduces (from the config; see `train::settings`).
+/// How a rank stores and reduces: the plan's stage and dtypes, and the config's gradient
+/// scaling.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RankOptions {
     /// The ZeRO stage.
@@ -42,10 +49,20 @@ pub struct RankOptions {
     pub comm_dtype: Dtype,
     /// Where the division by the world size happens.
     pub scaling: GradScaling,
-    /// `reduce_bucket_size`: elements per reduction (stage 0/1 chunks, stage 2/3 buckets).
-    pub reduce_bucket_size: usize,
-    /// `allgather_bucket_size`: elements per parameter all-gather after a stage 1/2 step.
-    pub allgather_bucket_size: usize,
+}
+
+impl RankOptions {
+    /// The options of a rank running `plan`, averaging gradients as `scaling` says.
+    pub fn from_plan(plan: &EnginePlan, scaling: GradScaling) -> Self {
+        let dtypes = plan.dtypes();
+        Self {
+            stage: plan.stage(),
+            model_dtype: dtypes.model,
+            accum_dtype: dtypes.accum,
+            comm_dtype: dtypes.comm,
+            scaling,
+        }
+    }
 }
 
 /// How the gradient average is formed (DeepSpeed §4.3).
@@ -64,7 +81,7 @@ pub enum GradScaling {
 /// One rank's training state: what its ZeRO stage lets it hold (see [`crate::zero`]).
 pub struct ZeroRank {
     pub(super) options: RankOptions,
-    pub(super) plan: ShardPlan,
+    pub(super) plan: Arc<EnginePlan>,
     pub(super) rank: usize,
     pub(super) world: usize,
     pub(super) comm: Box<dyn Comm>,
@@ -83,9 +100,11 @@ pub struct ZeroRank {
     pub(super) grads: Tracked<DtypeVec>,
     /// Stage 2/3: the gradient bucket (stage 3 in its per-rank interleaved layout).
     pub(super) bucket: Option<Tracked<Box<[f32]>>>,
+    /// Per bucket: how many of its tensors' gradients arrived in this backward.
+    pub(super) arrived: Vec<usize>,
     /// Stage 3: the reduce-scatter output.
     pub(super) bucket_out: Option<Tracked<Box<[f32]>>>,
-    /// The `f32` copy of the owned gradients during a 16-bit step.
+    /// The `f32` copy of the owned gradients the optimizer steps with (when there is a master).
     pub(super) staged: Option<Tracked<Box<[f32]>>>,
     /// The fp32 master of the owned parameters (`None`: the params are `f32` and owned whole).
     pub(super) master: Option<Tracked<Box<[f32]>>>,
@@ -106,26 +125,22 @@ impl std::fmt::Debug for ZeroRank {
 }
 
 impl ZeroRank {
-    /// The state of rank `comm.rank()` for a model whose initial parameters are `initial`
-    /// (the full flat buffer every rank can read, like a checkpoint on disk; each rank copies
-    /// only what its stage gives it).
+    /// The state of rank `comm.rank()`, following `plan` (shared by the ranks), for a model
+    /// whose initial parameters are `initial` (the full flat buffer every rank can read, like
+    /// a checkpoint on disk; each rank copies only what the plan gives it).
     pub fn new(
         comm: Box<dyn Comm>,
-        plan: ShardPlan,
+        plan: Arc<EnginePlan>,
         options: RankOptions,
         initial: &[f32],
         ledger: &Rc<MemoryLedger>,
     ) -> Self {
         let (rank, world) = (comm.rank(), comm.world_size());
         let flat = *plan.flat();
+        let owned = plan.owned(rank);
         let tracked = |category, values: DtypeVec| Tracked::new(ledger, category, values);
-        let (params, grads_len, owned) = match options.stage {
-            ZeroStage::Disabled => {
-                let mut params = DtypeVec::zeros(options.model_dtype, flat.numel);
-                params.write(0, initial);
-                (params, flat.numel, 0..flat.numel)
-            }
-            ZeroStage::OptimizerStates | ZeroStage::Gradients => {
+        let (params, grads_len) = match options.stage {
+            ZeroStage::Disabled | ZeroStage::OptimizerStates | ZeroStage::Gradients => {
                 let mut params = DtypeVec::zeros(options.model_dtype, flat.padded);
                 params.write(0, initial);
                 let grads_len = if options.stage == ZeroStage::Gradients {
@@ -133,12 +148,12 @@ impl ZeroRank {
                 } else {
                     flat.padded
                 };
-                (params, grads_len, flat.range(rank))
+                (params, grads_len)
             }
             ZeroStage::Weights => {
                 let shard = super::stage3::cut_shard(&plan, rank, options.model_dtype, initial);
                 let len = shard.len();
-                (shard, len, 0..len)
+                (shard, len)
             }
         };
         let (persistent, persistent_offset) = if options.stage == ZeroStage::Weights {
@@ -198,6 +213,7 @@ impl ZeroRank {
             live: (0..units).map(|_| None).collect(),
             unit_grads: (0..units).map(|_| None).collect(),
             bucket,
+            arrived: vec![0; plan.buckets().len()],
             bucket_out,
             staged: None,
             master,
@@ -232,8 +248,8 @@ impl ZeroRank {
         self.comm.traffic().clone()
     }
 
-    /// The shards and buckets this rank works with.
-    pub fn plan(&self) -> &ShardPlan {
+    /// The plan this rank follows.
+    pub fn plan(&self) -> &EnginePlan {
         &self.plan
     }
 
@@ -272,18 +288,19 @@ impl ZeroRank {
     /// Where the owned gradients sit in `grads`.
     fn owned_grad_range(&self) -> Range<usize> {
         match self.options.stage {
-            ZeroStage::OptimizerStates => self.plan.flat().range(self.rank),
+            ZeroStage::OptimizerStates => self.plan.owned(self.rank),
             _ => 0..self.grads.len(),
         }
     }
 
-    /// Makes the owned gradients available as `f32` ([`ZeroRank::owned_grads`]): in place when
-    /// they are stored in `f32`, else widened into a staging copy (DeepSpeed builds the same
-    /// fp32 gradient partition before its step).
+    /// Makes the owned gradients available as `f32` ([`ZeroRank::owned_grads`]): copied (and
+    /// widened) into the fp32 gradient partition the optimizer steps with whenever there is a
+    /// separate master, as DeepSpeed builds it (and the plan lists it) before its step; in
+    /// place for fp32 stage 0, whose parameters are the master.
     pub fn stage_owned_grads(&mut self) {
-        if self.grads.dtype() != Dtype::F32 {
+        if self.master.is_some() {
             let range = self.owned_grad_range();
-            let mut staged = Tracked::zeros(&self.ledger, Category::Grads, range.len());
+            let mut staged = Tracked::zeros(&self.ledger, Category::StepScratch, range.len());
             self.grads.read(range.start, &mut staged);
             self.staged = Some(staged);
         }
@@ -373,7 +390,7 @@ impl ZeroRank {
                 Ok(())
             }
             ZeroStage::OptimizerStates | ZeroStage::Gradients => {
-                let start = self.plan.flat().range(self.rank).start;
+                let start = self.plan.owned(self.rank).start;
                 if let Some(master) = &self.master {
                     self.params.write(start, master);
                 }
@@ -390,11 +407,11 @@ impl ZeroRank {
 }
 
 /// The owned region's pieces of real tensors, in owned-buffer coordinates.
-fn norm_pieces(plan: &ShardPlan, stage: ZeroStage, rank: usize) -> Vec<Range<usize>> {
+fn norm_pieces(plan: &EnginePlan, stage: ZeroStage, rank: usize) -> Vec<Range<usize>> {
     match stage {
         ZeroStage::Disabled => plan.tensors().iter().map(|t| t.offset..t.end()).collect(),
         ZeroStage::OptimizerStates | ZeroStage::Gradients => {
-            let start = plan.flat().range(rank).start;
+            let start = plan.owned(rank).start;
             plan.flat_pieces(rank)
                 .into_iter()
                 .map(|(_, r)| r.start - start..r.end - start)

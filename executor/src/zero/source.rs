@@ -5,8 +5,8 @@
 //!   fp32 stages 0-2 read the parameters in place. **release** drops what fetch made.
 //! * **gradients**: each unit gets a fresh zeroed `f32` buffer during backward (autograd's
 //!   `.grad`); when it is complete it is rounded to the model dtype and either added to the
-//!   accumulated gradients (stages 0, 1) or copied into its bucket, which is reduced as soon as
-//!   its last tensor arrives (stages 2, 3).
+//!   accumulated gradients (stages 0, 1) or copied into its planned bucket, which is reduced as
+//!   soon as all its tensors have arrived (stages 2, 3).
 
 use dsplan_planner::config::ZeroStage;
 
@@ -100,8 +100,8 @@ impl ParamSource for ZeroRank {
 }
 
 impl ZeroRank {
-    /// Adds tensor `t`'s gradient to its bucket, and reduces the bucket once it is complete
-    /// (its last tensor, the lowest-indexed, has arrived: gradients arrive in descending order).
+    /// Adds tensor `t`'s gradient to its planned bucket, and reduces the bucket once all its
+    /// tensors have arrived.
     fn bucket_tensor(&mut self, t: usize, values: &[f32]) -> Result<(), ZeroError> {
         let b = self.plan.bucket_of(t);
         let Some(bucket) = self.bucket.as_mut() else {
@@ -124,7 +124,9 @@ impl ZeroRank {
             let dst = entry.offsets[j];
             bucket[dst..dst + values.len()].copy_from_slice(values);
         }
-        if entry.tensors.last() == Some(&t) {
+        self.arrived[b] += 1;
+        if self.arrived[b] == entry.tensors.len() {
+            self.arrived[b] = 0;
             match self.options.stage {
                 ZeroStage::Weights => self.flush_shard_bucket(b)?,
                 _ => self.flush_flat_bucket(b)?,

@@ -1,7 +1,8 @@
 //! Stage 1 (and 2): the optimizer state and fp32 master are sharded; after the step every rank
 //! writes its updated partition of the flat 16-bit (or fp32) parameters and all-gathers the
-//! others' partitions, in pieces of at most `allgather_bucket_size` elements in all (straight
-//! into the parameters when they are `f32` and one piece holds a whole partition).
+//! others' partitions, one collective per piece of the plan's parameter all-gather
+//! (`buckets.param_gather`; none with one rank): straight into the parameters when they are
+//! `f32` and one piece is the whole partition, else through an `f32` staging pair.
 //!
 //! The gathered values are the ranks' own stored values (already rounded to the model dtype),
 //! so every rank ends with bit-identical parameters.
@@ -15,14 +16,10 @@ impl ZeroRank {
     pub(super) fn gather_flat_partitions(&mut self) -> Result<(), ZeroError> {
         let world = self.world;
         let partition = self.plan.flat().partition;
-        if partition == 0 {
-            return Ok(());
-        }
-        let chunk = (self.options.allgather_bucket_size / world).clamp(1, partition);
-        let own_start = self.plan.flat().range(self.rank).start;
-        if chunk == partition
-            && let Some(full) = self.params.as_f32_mut()
-        {
+        let pieces = self.plan.param_gather().to_vec();
+        let own_start = self.plan.owned(self.rank).start;
+        let whole = pieces.len() == 1 && pieces[0] == (0..partition);
+        if whole && let Some(full) = self.params.as_f32_mut() {
             // One all-gather straight into the f32 parameters; only this rank's own partition
             // is copied out first (it is both the input and part of the output).
             let mut input = Tracked::zeros(&self.ledger, Category::Buckets, partition);
@@ -31,18 +28,23 @@ impl ZeroRank {
                 .all_gather(&input, &mut full[..world * partition])?;
             return Ok(());
         }
-        let mut input = Tracked::zeros(&self.ledger, Category::Buckets, chunk);
-        let mut output = Tracked::zeros(&self.ledger, Category::Buckets, world * chunk);
-        let mut start = 0;
-        while start < partition {
-            let len = chunk.min(partition - start);
-            self.params.read(own_start + start, &mut input[..len]);
+        let largest = pieces.iter().map(|p| p.len()).max().unwrap_or(0);
+        if largest == 0 {
+            return Ok(());
+        }
+        let mut input = Tracked::zeros(&self.ledger, Category::Buckets, largest);
+        let mut output = Tracked::zeros(&self.ledger, Category::Buckets, world * largest);
+        for piece in pieces {
+            let len = piece.len();
+            if len == 0 {
+                continue;
+            }
+            self.params.read(own_start + piece.start, &mut input[..len]);
             self.comm
                 .all_gather(&input[..len], &mut output[..world * len])?;
-            for (q, piece) in output[..world * len].chunks_exact(len).enumerate() {
-                self.params.write(q * partition + start, piece);
+            for (q, values) in output[..world * len].chunks_exact(len).enumerate() {
+                self.params.write(q * partition + piece.start, values);
             }
-            start += len;
         }
         Ok(())
     }

@@ -1,28 +1,34 @@
-//! Stage 3: parameters are sharded as well. Each tensor is cut into `W` chunks of
-//! `ceil(n / W)` elements; a rank keeps its chunk of every tensor (its *shard*), plus the full
-//! values of the few *persistent* tensors (see `partition.rs`).
+//! Stage 3: parameters are sharded as well. The plan cuts each tensor into `W` slices of
+//! `ceil(n / W)` elements; a rank keeps its slice of every tensor (its *shard*), plus the full
+//! values of the plan's *persistent* tensors.
 //!
-//! * **Fetch** (before a unit's forward or backward): the ranks all-gather their chunks of the
-//!   unit's non-persistent tensors, one collective per tensor straight into the unit's `f32`
-//!   buffer (DeepSpeed coalesces them into one; the bytes moved are the same); **release**
-//!   (after) frees it. The unit is gathered again for
-//!   backward, as DeepSpeed does without prefetching or reuse.
+//! * **Fetch** (before a unit's forward or backward): the ranks gather their slices of the
+//!   unit's fetch list (the non-persistent tensors of the plan's fetch units inside it), one
+//!   collective per tensor straight into the unit's `f32` buffer (DeepSpeed coalesces them into
+//!   one; the bytes moved are the same): an all-gather, or with
+//!   `stage3_use_all_reduce_for_fetch_params` an all-reduce of zeros around each rank's slice.
+//!   **Release** (after) frees it. The unit is gathered again for backward, as DeepSpeed does
+//!   without prefetching or reuse (the plan's prefetch and reuse decisions are not followed).
 //! * **Gradients**: a complete bucket, laid out per destination rank (each tensor's gradient cut
-//!   into the same chunks, zero-padded), is divided by `W` and reduce-scattered; each rank adds
-//!   what it receives to its gradient shard. Every micro-step.
+//!   into the same slices, zero-padded), is divided by `W` and reduce-scattered (or, when the
+//!   plan says all-reduce, all-reduced and this rank's part kept); each rank adds what it
+//!   receives to its gradient shard. Every micro-step.
 //! * **After the step** the shard holds the new parameters; the persistent tensors are
 //!   re-gathered on every rank.
 
+use dsplan_planner::plan::Collective;
+use dsplan_planner::plan::stage3::FetchCollective;
+
 use super::ZeroError;
 use super::average::{scale_after_sum, scale_before_sum};
-use super::partition::ShardPlan;
+use super::partition::EnginePlan;
 use super::precision::{Dtype, DtypeVec};
 use super::rank::ZeroRank;
 use crate::comm::ReduceOp;
 use crate::metrics::{Category, Tracked};
 
 /// Rank `rank`'s shard of the full flat parameters `initial`, in `dtype`.
-pub(super) fn cut_shard(plan: &ShardPlan, rank: usize, dtype: Dtype, initial: &[f32]) -> DtypeVec {
+pub(super) fn cut_shard(plan: &EnginePlan, rank: usize, dtype: Dtype, initial: &[f32]) -> DtypeVec {
     let shards = plan.shards();
     let mut shard = DtypeVec::zeros(dtype, shards.len());
     for (t, span) in plan.tensors().iter().enumerate() {
@@ -35,7 +41,7 @@ pub(super) fn cut_shard(plan: &ShardPlan, rank: usize, dtype: Dtype, initial: &[
 
 /// The persistent tensors' full values, back to back, and where each starts.
 pub(super) fn persistent_store(
-    plan: &ShardPlan,
+    plan: &EnginePlan,
     dtype: Dtype,
     initial: &[f32],
 ) -> (DtypeVec, Vec<Option<usize>>) {
@@ -52,10 +58,11 @@ pub(super) fn persistent_store(
 }
 
 impl ZeroRank {
-    /// All-gathers unit `i` into a new `f32` buffer, tensor by tensor: the ranks' chunks of a
-    /// tensor, concatenated in rank order, are the tensor itself followed by its padding, so
-    /// each all-gather writes straight into the unit (the padding spills into the next
-    /// tensor's place, which is gathered after it, or into `world` spare elements at the end).
+    /// Gathers unit `i` into a new `f32` buffer, tensor by tensor of its fetch list: the ranks'
+    /// slices of a tensor, concatenated in rank order, are the tensor itself followed by its
+    /// padding, so each collective writes straight into the unit (the padding spills into the
+    /// next tensor's place, which is gathered after it, or into `world` spare elements at the
+    /// end).
     /// `f32` shards are sent as they are; 16-bit shards are widened into a one-chunk staging
     /// buffer first. Persistent tensors are copied from the persistent store.
     pub(super) fn gather_unit(&mut self, i: usize) -> Result<Tracked<Box<[f32]>>, ZeroError> {
@@ -63,10 +70,9 @@ impl ZeroRank {
         let world = self.world;
         let mut unit = Tracked::zeros(&self.ledger, Category::Gathered, entry.span.len + world);
         let largest_chunk = entry
-            .tensors
-            .clone()
-            .filter(|&t| !self.plan.is_persistent(t))
-            .map(|t| self.plan.shards().chunk(t))
+            .fetch
+            .iter()
+            .map(|&t| self.plan.shards().chunk(t))
             .max()
             .unwrap_or(0);
         let mut staging = (self.params.dtype() != Dtype::F32 && largest_chunk > 0)
@@ -80,10 +86,9 @@ impl ZeroRank {
             ..
         } = self;
         let shards = plan.shards();
-        for t in entry.tensors.clone() {
-            if persistent_offset[t].is_some() {
-                continue;
-            }
+        let collective = plan.fetch_collective();
+        let rank = comm.rank();
+        for &t in &entry.fetch {
             let base = plan.tensors()[t].offset - entry.span.offset;
             let chunk = shards.chunk(t);
             let output = &mut unit[base..base + world * chunk];
@@ -95,7 +100,14 @@ impl ZeroRank {
                 }
                 (None, None) => continue,
             };
-            comm.all_gather(input, output)?;
+            match collective {
+                FetchCollective::AllGather => comm.all_gather(input, output)?,
+                FetchCollective::AllReduce => {
+                    output.fill(0.0);
+                    output[rank * chunk..(rank + 1) * chunk].copy_from_slice(input);
+                    comm.all_reduce(output, ReduceOp::Sum)?;
+                }
+            }
         }
         // After the gathers: a gathered tensor's padding may spill over the start of a
         // persistent tensor that follows it.
@@ -130,7 +142,13 @@ impl ZeroRank {
         let values = &mut buffer[..*world * entry.shard_numel];
         let received = &mut out[..entry.shard_numel];
         scale_before_sum(options, *world, values);
-        comm.reduce_scatter(values, received, ReduceOp::Sum)?;
+        if entry.collective == Collective::ReduceScatter {
+            comm.reduce_scatter(values, received, ReduceOp::Sum)?;
+        } else {
+            comm.all_reduce(values, ReduceOp::Sum)?;
+            let own = comm.rank() * entry.shard_numel;
+            received.copy_from_slice(&values[own..own + entry.shard_numel]);
+        }
         scale_after_sum(options, *world, received);
         let shards = plan.shards();
         for (&t, &offset) in entry.tensors.iter().zip(&entry.shard_offsets) {
@@ -144,30 +162,38 @@ impl ZeroRank {
 
     /// Re-gathers the persistent tensors from the updated shards.
     pub(super) fn regather_persistent(&mut self) -> Result<(), ZeroError> {
-        let persistent: Vec<usize> = self.plan.persistent_tensors().collect();
-        let shards = self.plan.shards().clone();
-        let contributed: usize = persistent.iter().map(|&t| shards.chunk(t)).sum();
+        let Self {
+            plan,
+            params,
+            persistent,
+            persistent_offset,
+            comm,
+            ledger,
+            world,
+            ..
+        } = self;
+        let shards = plan.shards();
+        let tensors: Vec<usize> = plan.persistent_tensors().collect();
+        let contributed: usize = tensors.iter().map(|&t| shards.chunk(t)).sum();
         if contributed == 0 {
             return Ok(());
         }
-        let mut input = Tracked::zeros(&self.ledger, Category::Buckets, contributed);
+        let mut input = Tracked::zeros(ledger, Category::Buckets, contributed);
         let mut at = 0;
-        for &t in &persistent {
+        for &t in &tensors {
             let chunk = shards.chunk(t);
-            self.params
-                .read(shards.offset(t), &mut input[at..at + chunk]);
+            params.read(shards.offset(t), &mut input[at..at + chunk]);
             at += chunk;
         }
-        let mut gathered =
-            Tracked::zeros(&self.ledger, Category::Buckets, self.world * contributed);
-        self.comm.all_gather(&input, &mut gathered)?;
-        let Some(store) = self.persistent.as_mut() else {
+        let mut gathered = Tracked::zeros(ledger, Category::Buckets, *world * contributed);
+        comm.all_gather(&input, &mut gathered)?;
+        let Some(store) = persistent.as_mut() else {
             return Ok(());
         };
         let mut at = 0;
-        for &t in &persistent {
-            if let Some(offset) = self.persistent_offset[t] {
-                for q in 0..self.world {
+        for &t in &tensors {
+            if let Some(offset) = persistent_offset[t] {
+                for q in 0..*world {
                     let piece = shards.piece(t, q);
                     let from = q * contributed + at;
                     store.write(offset + piece.start, &gathered[from..from + piece.len()]);

@@ -1,25 +1,27 @@
-//! [`TrainSettings`]: what a `ds_config.json` asks of a training run, read from the typed
-//! config ([`dsplan_planner::config::from_value`]).
+//! [`TrainSettings`]: what a resolved `ds_config.json` ([`dsplan_planner::resolve::resolve`])
+//! asks of a training run.
 //!
-//! Until `planner::resolve` is wired in, this reads the values directly: `"auto"` anywhere is
-//! an error ("run `dsplan resolve` first"), defaults are DeepSpeed's, and the batch triangle
-//! (`train_batch_size = micro_batch × gradient_accumulation_steps × world`) is completed and
-//! checked here. What the executor cannot do is an error that says so; what it does
-//! differently from DeepSpeed without changing the result is a notice.
+//! Resolution has already filled every `"auto"` as the Hugging Face Trainer would, solved the
+//! batch triangle, materialised DeepSpeed's defaults and built the learning-rate schedule; this
+//! reads the values the engines need beyond the plan (precision and loss scaling, optimizer,
+//! schedule, clipping, gradient scaling, printing). What the executor cannot do is an error
+//! that says so; what it does differently from DeepSpeed without changing the result is a
+//! notice. Sizes, partitions and buckets come from the plan (`planner::plan::compile` of
+//! [`TrainSettings::config`]), not from here.
 
 use std::fmt;
 
 mod sections;
 
-use dsplan_planner::config::{CommDataType, ZeroStage, from_value};
+use dsplan_planner::config::{DsConfig, ZeroStage};
+use dsplan_planner::resolve::{Environment, Resolved, resolve};
 use dsplan_planner::schedule::LrSchedule;
 use serde_json::Value;
 
 use crate::optim::AdamConfig;
-use crate::zero::{Dtype, GradScaling, MixedPrecision};
+use crate::zero::{GradScaling, MixedPrecision};
 use sections::{
-    batch_sizes, check_offload, first_auto, grad_accum_dtype, optimizer, precision, schedule,
-    to_usize,
+    batch_sizes, check_grad_accum_dtype, check_offload, optimizer, precision, schedule,
 };
 
 /// Where a config cannot be run, and why.
@@ -89,6 +91,8 @@ pub struct OptimizerSettings {
 /// Everything a run takes from the config. See the [module documentation](self).
 #[derive(Debug, Clone)]
 pub struct TrainSettings {
+    /// The resolved config, which the plan is compiled from.
+    pub config: DsConfig,
     /// `zero_optimization.stage`.
     pub stage: ZeroStage,
     /// `fp16` / `bf16`.
@@ -101,20 +105,8 @@ pub struct TrainSettings {
     pub optimizer: OptimizerSettings,
     /// `scheduler`, if any.
     pub schedule: Option<LrSchedule>,
-    /// `zero_optimization.reduce_bucket_size`.
-    pub reduce_bucket_size: usize,
-    /// `zero_optimization.allgather_bucket_size`.
-    pub allgather_bucket_size: usize,
     /// Where the gradient average divides by the world size.
     pub scaling: GradScaling,
-    /// `communication_data_type`, when set.
-    pub communication_dtype: Option<Dtype>,
-    /// `data_types.grad_accum_dtype`, when set.
-    pub grad_accum_dtype: Option<Dtype>,
-    /// `stage3_param_persistence_threshold`.
-    pub param_persistence_threshold: u64,
-    /// `stage3_model_persistence_threshold` (unlimited when absent).
-    pub model_persistence_threshold: u64,
     /// `steps_per_print` (DeepSpeed's default 10).
     pub steps_per_print: u64,
     /// `wall_clock_breakdown`.
@@ -124,23 +116,17 @@ pub struct TrainSettings {
 }
 
 impl TrainSettings {
-    /// Reads a parsed `ds_config.json` for a run on `world` ranks.
-    pub fn from_config(raw: &Value, world: usize) -> Result<Self, SettingsError> {
-        if let Some(pointer) = first_auto(raw, String::new()) {
-            return Err(SettingsError::new(
-                pointer,
-                "is \"auto\", which the Hugging Face Trainer fills in",
-            )
-            .with_help("run `dsplan resolve` first and train with the resolved config"));
-        }
-        let config = from_value(raw).map_err(|message| SettingsError::new("", message))?;
+    /// The settings of a resolved config.
+    pub fn from_resolved(resolved: &Resolved) -> Result<Self, SettingsError> {
+        let config = &resolved.typed;
         let mut notices = Vec::new();
         let stage = config.zero_optimization.stage;
-        let precision = precision(raw, &config, stage)?;
-        let batch = batch_sizes(&config, world)?;
-        let optimizer = optimizer(&config, &mut notices)?;
-        let schedule = schedule(raw, &config, optimizer.lr, &mut notices)?;
-        check_offload(&config, &mut notices)?;
+        let precision = precision(resolved, stage)?;
+        let batch = batch_sizes(resolved);
+        let optimizer = optimizer(config, &mut notices)?;
+        let schedule = schedule(resolved)?;
+        check_offload(config, &mut notices)?;
+        check_grad_accum_dtype(config)?;
         let zero = &config.zero_optimization;
         let factor = config.gradient_predivide_factor as f32;
         let post = if config.prescale_gradients {
@@ -154,57 +140,43 @@ impl TrainSettings {
             _ => GradScaling::PreDivide,
         };
         Ok(Self {
+            config: config.clone(),
             stage,
             precision,
             batch,
             gradient_clipping: config.gradient_clipping.value().copied().unwrap_or(0.0),
             optimizer,
             schedule,
-            reduce_bucket_size: zero
-                .reduce_bucket_size
-                .value()
-                .map_or(500_000_000, |v| to_usize(v.get())),
-            allgather_bucket_size: to_usize(zero.allgather_bucket_size.get()).max(1),
             scaling,
-            communication_dtype: config.communication_data_type.map(|c| match c {
-                CommDataType::Fp32 => Dtype::F32,
-                CommDataType::Fp16 => Dtype::F16,
-                CommDataType::Bf16 => Dtype::Bf16,
-            }),
-            grad_accum_dtype: grad_accum_dtype(&config)?,
-            param_persistence_threshold: zero
-                .param_persistence_threshold
-                .value()
-                .map_or(100_000, |v| v.get()),
-            model_persistence_threshold: zero
-                .model_persistence_threshold
-                .map_or(u64::MAX, |v| v.get()),
             steps_per_print: config.steps_per_print.map_or(10, |v| v.get()),
             wall_clock_breakdown: config.wall_clock_breakdown,
             notices,
         })
     }
 
-    /// The dtype gradients accumulate in: `data_types.grad_accum_dtype`, else the model dtype
-    /// under ZeRO and fp32 for bf16 without ZeRO (DeepSpeed's defaults).
-    pub fn accum_dtype(&self) -> Dtype {
-        let model = self.precision.model_dtype();
-        self.grad_accum_dtype.unwrap_or(
-            if self.stage == ZeroStage::Disabled && model == Dtype::Bf16 {
-                Dtype::F32
-            } else {
-                model
-            },
-        )
-    }
-
-    /// The dtype reductions run in: `communication_data_type`, else the dtype of what is
-    /// reduced (the accumulated gradients at stages 0/1, the model's gradients at 2/3).
-    pub fn comm_dtype(&self) -> Dtype {
-        self.communication_dtype.unwrap_or(match self.stage {
-            ZeroStage::Disabled | ZeroStage::OptimizerStates => self.accum_dtype(),
-            ZeroStage::Gradients | ZeroStage::Weights => self.precision.model_dtype(),
-        })
+    /// Resolves `raw` for `world` ranks without training arguments or a hidden size (what a
+    /// DeepSpeed script without the Hugging Face Trainer gets: explicit values as written,
+    /// DeepSpeed's defaults, the Trainer's `"auto"` rules from `TrainingArguments`' defaults)
+    /// and reads the settings. The first error of resolution is the error.
+    pub fn from_config(raw: &Value, world: usize) -> Result<Self, SettingsError> {
+        let env = Environment {
+            world_size: Some(world.max(1) as u64),
+            ..Environment::default()
+        };
+        let resolved = resolve(raw, &env).map_err(|diagnostics| {
+            let first = diagnostics.iter().find(|d| d.is_error());
+            match first {
+                Some(d) => {
+                    let error = SettingsError::new(d.pointer.clone(), d.message.clone());
+                    match &d.help {
+                        Some(help) => error.with_help(help.clone()),
+                        None => error,
+                    }
+                }
+                None => SettingsError::new("", "the config could not be resolved"),
+            }
+        })?;
+        Self::from_resolved(&resolved)
     }
 }
 
@@ -223,12 +195,19 @@ mod tests {
     }
 
     #[test]
-    fn auto_anywhere_asks_for_resolve() {
+    fn autos_are_filled_as_the_trainer_fills_them() {
         let mut config = base();
         config["gradient_clipping"] = json!("auto");
-        let error = TrainSettings::from_config(&config, 2).expect_err("auto");
-        assert_eq!(error.pointer, "/gradient_clipping");
-        assert!(error.to_string().contains("dsplan resolve"));
+        config["train_micro_batch_size_per_gpu"] = json!("auto");
+        let settings = TrainSettings::from_config(&config, 2).expect("resolved");
+        // TrainingArguments' defaults: max_grad_norm 1.0, per_device_train_batch_size 8.
+        assert_eq!(settings.gradient_clipping, 1.0);
+        assert_eq!(settings.batch.micro_batch, 8);
+        assert_eq!(settings.batch.train_batch, 16);
+        // A bucket size "auto" needs the model's hidden size, which is not given here.
+        config["zero_optimization"] = json!({"stage": 2, "reduce_bucket_size": "auto"});
+        let error = TrainSettings::from_config(&config, 2).expect_err("no hidden size");
+        assert_eq!(error.pointer, "/zero_optimization/reduce_bucket_size");
     }
 
     #[test]

@@ -1,31 +1,16 @@
-//! The sections of a `ds_config.json` a run reads, one function each: `"auto"` detection,
-//! precision (with DeepSpeed's loss-scaler default trap), the batch triangle, the optimizer,
-//! the scheduler, offload and the gradient accumulation dtype.
+//! The sections of a resolved `ds_config.json` a run reads, one function each: precision (with
+//! DeepSpeed's loss-scaler default trap), the batch sizes, the optimizer, the scheduler and
+//! offload.
 
-use dsplan_planner::config::{AutoOr, DsConfig, DtypeName, OffloadDevice, ZeroStage};
+use dsplan_planner::config::{AutoOr, DsConfig, OffloadDevice, ZeroStage};
+use dsplan_planner::resolve::{Provenance, Resolved};
 use dsplan_planner::schedule::LrSchedule;
 use dsplan_planner::schedule::loss_scale::{Fp16ScaleSettings, LossScaleErrorKind, OverflowCheck};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::{BatchSizes, OptimizerSettings, SettingsError};
 use crate::optim::{AdamConfig, BiasCorrection, WeightDecay};
-use crate::zero::{Dtype, MixedPrecision};
-
-/// The pointer of the first `"auto"` string in `value`.
-pub(super) fn first_auto(value: &Value, at: String) -> Option<String> {
-    match value {
-        Value::String(s) if s == "auto" => Some(at),
-        Value::Object(map) => map.iter().find_map(|(key, v)| {
-            let escaped = key.replace('~', "~0").replace('/', "~1");
-            first_auto(v, format!("{at}/{escaped}"))
-        }),
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .find_map(|(i, v)| first_auto(v, format!("{at}/{i}"))),
-        _ => None,
-    }
-}
+use crate::zero::MixedPrecision;
 
 pub(super) fn to_usize(value: u64) -> usize {
     usize::try_from(value).unwrap_or(usize::MAX)
@@ -35,20 +20,23 @@ pub(super) fn enabled(flag: &AutoOr<bool>) -> bool {
     flag.value().copied().unwrap_or(false)
 }
 
+/// Whether the config file itself wrote the value at `pointer` (rather than a default or the
+/// Trainer).
+fn written(resolved: &Resolved, pointer: &str) -> bool {
+    matches!(
+        resolved.provenance.get(pointer),
+        Some(Provenance::File { .. })
+    )
+}
+
 /// fp16 / bf16 / fp32, with DeepSpeed's loss-scaler default trap.
 pub(super) fn precision(
-    raw: &Value,
-    config: &DsConfig,
+    resolved: &Resolved,
     stage: ZeroStage,
 ) -> Result<MixedPrecision, SettingsError> {
-    let bf16 = if raw.get("bf16").is_some() {
-        enabled(&config.bf16.enabled)
-    } else {
-        config
-            .bfloat16
-            .as_ref()
-            .is_some_and(|legacy| enabled(&legacy.0.enabled))
-    };
+    let config = &resolved.typed;
+    // Resolution has already moved a legacy `bfloat16` section into `bf16`.
+    let bf16 = enabled(&config.bf16.enabled);
     let fp16 = enabled(&config.fp16.enabled);
     if config.torch_autocast.enabled {
         return Err(SettingsError::new(
@@ -63,23 +51,15 @@ pub(super) fn precision(
             "fp16 and bf16 are both enabled; DeepSpeed refuses this",
         )),
         (false, false) => Ok(MixedPrecision::Fp32),
-        (false, true) => {
-            let section = if raw.get("bf16").is_some() {
-                &config.bf16
+        (false, true) => Ok(MixedPrecision::Bf16 {
+            overflow: if config.bf16.check_grad_overflow {
+                OverflowCheck::SkipStep
             } else {
-                config.bfloat16.as_ref().map_or(&config.bf16, |l| &l.0)
-            };
-            Ok(MixedPrecision::Bf16 {
-                overflow: if section.check_grad_overflow {
-                    OverflowCheck::SkipStep
-                } else {
-                    OverflowCheck::Ignore
-                },
-            })
-        }
+                OverflowCheck::Ignore
+            },
+        }),
         (true, false) => {
             let fp16 = &config.fp16;
-            let written = raw.get("fp16").and_then(Value::as_object);
             let scaler_keys = [
                 "initial_scale_power",
                 "loss_scale_window",
@@ -87,8 +67,9 @@ pub(super) fn precision(
                 "hysteresis",
                 "consecutive_hysteresis",
             ];
-            let any_written =
-                written.is_some_and(|w| scaler_keys.iter().any(|k| w.contains_key(*k)));
+            let any_written = scaler_keys
+                .iter()
+                .any(|k| written(resolved, &format!("/fp16/{k}")));
             let mut scale = Fp16ScaleSettings {
                 loss_scale: fp16.loss_scale,
                 initial_scale_power: fp16.initial_scale_power.get(),
@@ -114,59 +95,14 @@ pub(super) fn precision(
     }
 }
 
-/// The batch triangle for `world` ranks.
-pub(super) fn batch_sizes(config: &DsConfig, world: usize) -> Result<BatchSizes, SettingsError> {
-    let get = |v: &Option<AutoOr<dsplan_planner::config::primitives::PositiveInt>>| {
-        v.as_ref()
-            .and_then(|a| a.value())
-            .map(|p| to_usize(p.get()))
-    };
-    let (train, micro, accum) = (
-        get(&config.train_batch_size),
-        get(&config.train_micro_batch_size_per_gpu),
-        get(&config.gradient_accumulation_steps),
-    );
-    let world = world.max(1);
-    let divide = |total: usize, by: usize, what: &str| -> Result<usize, SettingsError> {
-        if by > 0 && total.is_multiple_of(by) && total / by > 0 {
-            Ok(total / by)
-        } else {
-            Err(SettingsError::new(
-                "/train_batch_size",
-                format!("train_batch_size {total} is not a multiple of {what} ({by})"),
-            ))
-        }
-    };
-    let (micro, accum) = match (train, micro, accum) {
-        (Some(t), Some(m), Some(g)) => {
-            if t != m * g * world {
-                return Err(SettingsError::new(
-                    "/train_batch_size",
-                    format!(
-                        "train_batch_size {t} != micro batch {m} * gradient accumulation {g} * world size {world}"
-                    ),
-                )
-                .with_help("DeepSpeed asserts train_batch_size == micro * accumulation * world"));
-            }
-            (m, g)
-        }
-        (Some(t), Some(m), None) => (m, divide(t, m * world, "micro batch × world size")?),
-        (Some(t), None, Some(g)) => (divide(t, g * world, "accumulation × world size")?, g),
-        (Some(t), None, None) => (divide(t, world, "the world size")?, 1),
-        (None, Some(m), g) => (m, g.unwrap_or(1)),
-        (None, None, _) => {
-            return Err(SettingsError::new(
-                "/train_micro_batch_size_per_gpu",
-                "the config sets neither train_batch_size nor train_micro_batch_size_per_gpu",
-            )
-            .with_help("DeepSpeed needs at least one of them"));
-        }
-    };
-    Ok(BatchSizes {
-        micro_batch: micro,
-        grad_accum: accum,
-        train_batch: micro * accum * world,
-    })
+/// The batch sizes resolution solved.
+pub(super) fn batch_sizes(resolved: &Resolved) -> BatchSizes {
+    let batch = resolved.batch;
+    BatchSizes {
+        micro_batch: to_usize(batch.train_micro_batch_size_per_gpu),
+        grad_accum: to_usize(batch.gradient_accumulation_steps),
+        train_batch: to_usize(batch.train_batch_size),
+    }
 }
 
 /// Adam / AdamW as DeepSpeed builds them; anything else is refused.
@@ -243,34 +179,19 @@ pub(super) fn optimizer(
     })
 }
 
-/// The scheduler, built by `planner::schedule` from the raw parameters.
-pub(super) fn schedule(
-    raw: &Value,
-    config: &DsConfig,
-    lr: f64,
-    notices: &mut Vec<String>,
-) -> Result<Option<LrSchedule>, SettingsError> {
-    let Some(kind) = config.scheduler.as_ref().and_then(|s| s.kind.clone()) else {
-        return Ok(None);
-    };
-    let empty = Map::new();
-    let params = raw
-        .pointer("/scheduler/params")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
-    let (schedule, warnings) = LrSchedule::from_params(&kind, params, lr).map_err(|error| {
-        let pointer = match &error.param {
-            Some(param) => format!("/scheduler/params/{param}"),
-            None => "/scheduler/type".to_string(),
-        };
-        let e = SettingsError::new(pointer, error.message.clone());
-        match &error.suggestion {
-            Some(best) => e.with_help(format!("did you mean `{best}`?")),
-            None => e,
-        }
-    })?;
-    notices.extend(warnings.iter().map(|w| format!("scheduler: {}", w.message)));
-    Ok(Some(schedule))
+/// The scheduler resolution built (one of DeepSpeed's five); another is refused.
+pub(super) fn schedule(resolved: &Resolved) -> Result<Option<LrSchedule>, SettingsError> {
+    if let Some(built) = &resolved.schedule {
+        return Ok(Some(built.schedule.clone()));
+    }
+    match resolved.typed.scheduler.as_ref().and_then(|s| s.kind.clone()) {
+        None => Ok(None),
+        Some(kind) => Err(SettingsError::new(
+            "/scheduler/type",
+            format!("scheduler `{kind}` is not implemented by dsplan's executor"),
+        )
+        .with_help("the executor steps DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle and LRRangeTest")),
+    }
 }
 
 /// Offload to CPU changes nothing on the CPU backend; to NVMe is not implemented.
@@ -310,18 +231,13 @@ pub(super) fn check_offload(
     Ok(())
 }
 
-/// `data_types.grad_accum_dtype`.
-pub(super) fn grad_accum_dtype(config: &DsConfig) -> Result<Option<Dtype>, SettingsError> {
-    Ok(match config.data_types.grad_accum_dtype {
-        None => None,
-        Some(DtypeName::Fp32) => Some(Dtype::F32),
-        Some(DtypeName::Fp16) => Some(Dtype::F16),
-        Some(DtypeName::Bf16) => Some(Dtype::Bf16),
-        Some(DtypeName::Int8) => {
-            return Err(SettingsError::new(
-                "/data_types/grad_accum_dtype",
-                "int8 gradient accumulation is not implemented",
-            ));
-        }
-    })
+/// int8 gradient accumulation is refused (the plan cannot size it either).
+pub(super) fn check_grad_accum_dtype(config: &DsConfig) -> Result<(), SettingsError> {
+    match config.data_types.grad_accum_dtype {
+        Some(dsplan_planner::config::DtypeName::Int8) => Err(SettingsError::new(
+            "/data_types/grad_accum_dtype",
+            "int8 gradient accumulation is not implemented",
+        )),
+        _ => Ok(()),
+    }
 }

@@ -1,0 +1,79 @@
+//! The plan's memory prediction ([`Plan::buffers`] over [`Plan::ticks`]) in the executor's
+//! categories, so that a run can print its measured peaks next to it.
+//!
+//! | plan buffer kind | executor category |
+//! |---|---|
+//! | parameters, persistent parameters | params |
+//! | gathered parameters | gathered |
+//! | master weights | master |
+//! | gradients | grads |
+//! | optimizer states | optimizer |
+//! | gradient buckets | buckets |
+//! | step scratch | step scratch |
+//! | activations | activations |
+//! | offload staging | none: the CPU backend copies nothing between devices |
+//!
+//! The CPU backend holds everything in host memory, so the plan's GPU and host buffers are
+//! added up; NVMe-resident bytes are not memory and are left out (the executor refuses NVMe
+//! offload anyway). Each category's peak is its own highest point over the step's ticks, as
+//! the executor's ledger records it.
+
+use serde::Serialize;
+
+use dsplan_planner::plan::{BufferKind, Device, Plan};
+
+use super::{ByCategory, Category};
+
+/// The executor category of a plan buffer kind (`None`: nothing on the CPU corresponds).
+pub fn category_of(kind: BufferKind) -> Option<Category> {
+    match kind {
+        BufferKind::Parameters | BufferKind::PersistentParameters => Some(Category::Params),
+        BufferKind::GatheredParameters => Some(Category::Gathered),
+        BufferKind::MasterWeights => Some(Category::Master),
+        BufferKind::Gradients => Some(Category::Grads),
+        BufferKind::OptimizerStates => Some(Category::Optimizer),
+        BufferKind::GradientBuckets => Some(Category::Buckets),
+        BufferKind::StepScratch => Some(Category::StepScratch),
+        BufferKind::Activations => Some(Category::Activations),
+        BufferKind::OffloadStaging => None,
+    }
+}
+
+/// The plan's memory of one rank, in the executor's categories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct PlanMemory {
+    /// The highest total over the step (host and device together, offload staging included).
+    pub peak_total: u64,
+    /// The highest each category reaches.
+    pub peak: ByCategory,
+    /// The highest the plan's offload staging reaches (no executor counterpart).
+    pub offload_staging: u64,
+}
+
+impl PlanMemory {
+    /// The memory `plan` predicts for one rank.
+    pub fn of(plan: &Plan) -> Self {
+        let mut memory = PlanMemory::default();
+        for tick in 0..plan.ticks.len() {
+            let mut live = ByCategory::default();
+            let mut staging = 0;
+            for buffer in plan
+                .buffers
+                .iter()
+                .filter(|b| b.device != Device::Nvme && b.lifetime.live_at(tick))
+            {
+                match category_of(buffer.kind) {
+                    Some(category) => live.set(category, live.get(category) + buffer.bytes),
+                    None => staging += buffer.bytes,
+                }
+            }
+            for category in Category::ALL {
+                let peak = memory.peak.get(category).max(live.get(category));
+                memory.peak.set(category, peak);
+            }
+            memory.offload_staging = memory.offload_staging.max(staging);
+            memory.peak_total = memory.peak_total.max(live.total() + staging);
+        }
+        memory
+    }
+}

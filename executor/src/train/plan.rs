@@ -1,0 +1,89 @@
+//! The execution plan of a run: [`compile_plan`] hands the resolved config, the model and the
+//! run's shape to `planner::plan::compile`, as the executor's CPU backend presents them.
+//!
+//! What is passed for the in-process CPU "cluster":
+//!
+//! * **model**: the [`ModelGraph`] of the GPT-2 being trained ([`model_graph`]): the same
+//!   tensors, in the same order, under the same Hugging Face names as [`ParamLayout`];
+//! * **cluster**: `world` ranks on one node (`Cluster::new(world, world)`), all threads of this
+//!   process. The cluster's rates (an H100 node by default) only feed the plan's step-time
+//!   estimate, which a CPU run does not use; memory and layout do not depend on them;
+//! * **workload**: the run's sequence length, no activation recomputation (the CPU model keeps
+//!   every activation), and `all_gather_into_tensor` *unavailable*: the in-process collectives
+//!   work on `f32` copies, so the stage 1/2 parameter all-gather runs in
+//!   `allgather_bucket_size` pieces, as DeepSpeed does on backends without it, instead of
+//!   staging the whole flat buffer.
+//!
+//! [`ParamLayout`]: crate::model::ParamLayout
+
+use dsplan_planner::diagnostics::Diagnostic;
+use dsplan_planner::model::{Architecture, Embeddings, Family};
+use dsplan_planner::plan::{
+    self, AllGatherIntoTensor, Cluster, ModelGraph, Plan, Recompute, Workload,
+};
+
+use super::TrainSettings;
+use crate::model::Gpt2Config;
+
+/// The architecture the planner knows a [`Gpt2Config`] by.
+pub fn architecture(config: &Gpt2Config) -> Architecture {
+    let as_u64 = |n: usize| n as u64;
+    Architecture {
+        family: Family::Gpt2,
+        layers: as_u64(config.n_layer),
+        hidden: as_u64(config.n_embd),
+        heads: as_u64(config.n_head),
+        kv_heads: as_u64(config.n_head),
+        head_dim: as_u64(config.head_dim()),
+        intermediate: 4 * as_u64(config.n_embd),
+        vocab: as_u64(config.vocab_size),
+        positions: Some(as_u64(config.n_positions)),
+        embeddings: Embeddings::Tied,
+    }
+}
+
+/// The planner's graph of the GPT-2 `config` describes.
+pub fn model_graph(config: &Gpt2Config) -> Result<ModelGraph, Vec<Diagnostic>> {
+    ModelGraph::from_architecture("gpt2", &architecture(config)).map_err(|error| {
+        vec![Diagnostic::error(
+            dsplan_planner::diagnostics::Code::WrongType,
+            "",
+            format!("the model cannot be planned: {error}"),
+        )]
+    })
+}
+
+/// The workload of a CPU run with rows of `seq_len` tokens.
+#[allow(
+    clippy::needless_update,
+    reason = "fields the planner adds to its workload keep their defaults"
+)]
+pub fn cpu_workload(seq_len: usize) -> Workload {
+    Workload {
+        sequence_length: Some(seq_len as u64),
+        recompute: Recompute::None,
+        all_gather_into_tensor: AllGatherIntoTensor::Unavailable,
+        ..Workload::default()
+    }
+}
+
+/// The plan of a run of `settings` training `model` on `world` in-process ranks, with rows of
+/// `seq_len` tokens, and the graph it was compiled for. `Err`: the planner's diagnostics.
+pub fn compile_plan(
+    settings: &TrainSettings,
+    model: &Gpt2Config,
+    seq_len: usize,
+    world: usize,
+) -> Result<(Plan, ModelGraph), Vec<Diagnostic>> {
+    let graph = model_graph(model)?;
+    let world = world.max(1) as u64;
+    let cluster = Cluster::new(world, world).map_err(|message| {
+        vec![Diagnostic::error(
+            dsplan_planner::diagnostics::Code::OutOfRange,
+            "",
+            message,
+        )]
+    })?;
+    let plan = plan::compile(&settings.config, &graph, &cluster, &cpu_workload(seq_len))?;
+    Ok((plan, graph))
+}

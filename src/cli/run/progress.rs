@@ -1,0 +1,198 @@
+//! Progress of `dsplan run` on stderr as rank 0 reports steps: a progress bar (step, loss, lr,
+//! tokens/s) when stderr is a terminal, DeepSpeed's `steps_per_print` lines otherwise; and the
+//! `--metrics` file, one JSON object per step, written to a temporary file and renamed into
+//! place at the end.
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use dsplan_executor::metrics::StepMetrics;
+use dsplan_executor::train::TrainSettings;
+use dsplan_executor::zero::PhaseTimes;
+use dsplan_planner::schedule::LrSchedule;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::{Failure, thousands};
+
+/// The `--metrics` file: lines go to a temporary file, renamed into place at the end.
+pub(super) struct MetricsFile {
+    path: PathBuf,
+    temp: PathBuf,
+    writer: BufWriter<File>,
+}
+
+impl MetricsFile {
+    pub(super) fn create(path: &Path) -> Result<Self, Failure> {
+        let dir = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        let file = File::create(&temp)
+            .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            temp,
+            writer: BufWriter::new(file),
+        })
+    }
+
+    fn write(&mut self, metrics: &StepMetrics) {
+        if let Ok(line) = serde_json::to_string(metrics) {
+            let _ = writeln!(self.writer, "{line}");
+        }
+    }
+
+    pub(super) fn commit(mut self) -> Result<(), Failure> {
+        let fail = |e: std::io::Error| {
+            Failure::usage(format!("cannot write {}: {e}", self.path.display()))
+        };
+        self.writer.flush().map_err(fail)?;
+        self.writer.get_ref().sync_all().map_err(fail)?;
+        std::fs::rename(&self.temp, &self.path).map_err(fail)
+    }
+}
+
+/// How progress is shown.
+enum Display {
+    /// An indicatif bar (stderr is a terminal).
+    Bar(ProgressBar),
+    /// DeepSpeed's periodic lines.
+    Lines,
+}
+
+/// What the observer keeps between steps.
+struct ProgressState {
+    metrics: Option<MetricsFile>,
+    interval: PhaseTimes,
+    interval_steps: u64,
+    skipped: u64,
+    applied: u64,
+}
+
+/// Shows progress on stderr as rank 0 reports steps.
+pub(super) struct Progress {
+    base_lr: f64,
+    betas: (f64, f64),
+    schedule: Option<LrSchedule>,
+    steps_per_print: u64,
+    wall_clock_breakdown: bool,
+    display: Display,
+    state: Mutex<ProgressState>,
+}
+
+impl Progress {
+    pub(super) fn new(total: u64, settings: &TrainSettings, metrics: Option<MetricsFile>) -> Self {
+        let display = if std::io::stderr().is_terminal() {
+            let style =
+                ProgressStyle::with_template("[{elapsed_precise}] [{bar:24}] {pos}/{len} {msg}")
+                    .map(|s| s.progress_chars("#> "))
+                    .unwrap_or_else(|_| ProgressStyle::default_bar());
+            Display::Bar(ProgressBar::new(total).with_style(style))
+        } else {
+            Display::Lines
+        };
+        Self {
+            base_lr: settings.optimizer.lr,
+            betas: (settings.optimizer.adam.beta1, settings.optimizer.adam.beta2),
+            schedule: settings.schedule.clone(),
+            steps_per_print: settings.steps_per_print,
+            wall_clock_breakdown: settings.wall_clock_breakdown,
+            display,
+            state: Mutex::new(ProgressState {
+                metrics,
+                interval: PhaseTimes::default(),
+                interval_steps: 0,
+                skipped: 0,
+                applied: 0,
+            }),
+        }
+    }
+
+    pub(super) fn observe(&self, m: &StepMetrics) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(metrics) = state.metrics.as_mut() {
+            metrics.write(m);
+        }
+        state.interval.forward += m.times.forward;
+        state.interval.backward += m.times.backward;
+        state.interval.reduce += m.times.reduce;
+        state.interval.step += m.times.step;
+        state.interval_steps += 1;
+        state.skipped += u64::from(m.skipped);
+        state.applied += u64::from(!m.skipped);
+        let done = m.step + 1;
+        match &self.display {
+            Display::Bar(bar) => {
+                bar.set_message(format!(
+                    "loss {:.4} lr {:.3e} {} tok/s{}",
+                    m.loss,
+                    m.lr,
+                    thousands(m.tokens_per_s.round() as u64),
+                    if state.skipped > 0 {
+                        format!(" ({} skipped)", state.skipped)
+                    } else {
+                        String::new()
+                    }
+                ));
+                bar.set_position(done);
+            }
+            Display::Lines => {
+                if self.steps_per_print > 0 && done.is_multiple_of(self.steps_per_print) {
+                    self.print_lines(&mut state, m, done);
+                }
+            }
+        }
+    }
+
+    /// DeepSpeed's line every `steps_per_print` steps (with the phase times of the interval
+    /// when `wall_clock_breakdown`).
+    fn print_lines(&self, state: &mut ProgressState, m: &StepMetrics, done: u64) {
+        let mut err = std::io::stderr().lock();
+        // As DeepSpeed's engine: the lr and momentum after the step (the next step's).
+        let (lr, (beta1, beta2)) = match &self.schedule {
+            Some(s) => (
+                s.lr_at(state.applied),
+                s.momentum_at(state.applied).unwrap_or(self.betas),
+            ),
+            None => (self.base_lr, self.betas),
+        };
+        let _ = writeln!(
+            err,
+            "[Rank 0] step={done}, skipped={}, lr=[{lr}], mom=[({beta1}, {beta2})], loss={:.4}, loss_scale={}, tokens/s={}",
+            state.skipped,
+            m.loss,
+            m.loss_scale,
+            thousands(m.tokens_per_s.round() as u64)
+        );
+        if self.wall_clock_breakdown {
+            let n = state.interval_steps.max(1) as f64 / 1000.0;
+            let t = state.interval;
+            let _ = writeln!(
+                err,
+                "[Rank 0] time (ms) | fwd: {:.2} | bwd: {:.2} | reduce: {:.2} | step: {:.2}",
+                t.forward / n,
+                t.backward / n,
+                t.reduce / n,
+                t.step / n
+            );
+        }
+        state.interval = PhaseTimes::default();
+        state.interval_steps = 0;
+    }
+
+    /// Ends the display; returns the metrics file to commit.
+    pub(super) fn finish(self) -> Option<MetricsFile> {
+        if let Display::Bar(bar) = &self.display {
+            bar.finish();
+        }
+        let state = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
+        state.metrics
+    }
+}

@@ -1,0 +1,198 @@
+//! The summary of `dsplan run`: throughput and loss, then each rank's measured peak memory per
+//! category next to the plan's prediction, with a note for every category where the CPU
+//! executor allocates something other than the plan's GPU buffers (and for the plan's buffers
+//! it has no counterpart for). `--format json` prints the same as one object.
+
+use dsplan_executor::metrics::Category;
+use dsplan_executor::train::{TrainReport, TrainSpec};
+use serde_json::{Value, json};
+
+use super::{bytes, thousands};
+
+/// What the summary describes besides the report.
+pub(super) struct RunFacts<'a> {
+    /// The config's path, as given.
+    pub config: &'a str,
+    /// The model, in words.
+    pub model: &'a str,
+    /// Its parameter count.
+    pub num_params: usize,
+}
+
+/// The run's summary, as `--format json` prints it.
+pub(super) fn summary(facts: &RunFacts<'_>, spec: &TrainSpec, report: &TrainReport) -> Value {
+    let skipped = report.steps.iter().filter(|s| s.skipped).count();
+    let ranks: Vec<Value> = report
+        .memory
+        .iter()
+        .enumerate()
+        .map(|(rank, m)| {
+            json!({"rank": rank, "peak_total": m.peak_total, "peak": m.peak, "at_peak": m.at_peak})
+        })
+        .collect();
+    let categories: Vec<Value> = report
+        .correspondence
+        .iter()
+        .map(|&(category, relation)| {
+            json!({
+                "category": category.name(),
+                "plan": report.plan_memory.peak.get(category),
+                "predicted": report.predicted.get(category),
+                "same_as_plan": relation.is_same(),
+                "note": (!relation.is_same()).then_some(relation.reason()),
+            })
+        })
+        .collect();
+    json!({
+        "config": facts.config,
+        "model": facts.model,
+        "params": facts.num_params,
+        "world_size": spec.world,
+        "stage": spec.settings.stage as u8,
+        "precision": spec.settings.precision.model_dtype().name(),
+        "steps": report.steps.len(),
+        "applied_steps": report.applied_steps,
+        "skipped_steps": skipped,
+        "first_loss": report.steps.first().map(|s| s.loss),
+        "final_loss": report.steps.last().map(|s| s.loss),
+        "tokens": report.tokens,
+        "seconds": report.seconds,
+        "tokens_per_s": report.tokens as f64 / report.seconds.max(1e-9),
+        "memory": {
+            "predicted": report.predicted,
+            "predicted_total": report.predicted.total(),
+            "plan": report.plan_memory,
+            "categories": categories,
+            "ranks": ranks,
+        },
+        "notices": spec.settings.notices,
+    })
+}
+
+/// The human summary: throughput, then the memory table.
+pub(super) fn human(report: &TrainReport, summary: &Value) -> String {
+    let mut out = String::new();
+    let skipped = summary["skipped_steps"].as_u64().unwrap_or(0);
+    out.push_str(&format!(
+        "done: {} steps ({skipped} skipped) in {:.2} s, {} tokens/s; loss {:.4} -> {:.4}\n",
+        report.steps.len(),
+        report.seconds,
+        thousands((report.tokens as f64 / report.seconds.max(1e-9)).round() as u64),
+        summary["first_loss"].as_f64().unwrap_or(f64::NAN),
+        summary["final_loss"].as_f64().unwrap_or(f64::NAN),
+    ));
+    out.push_str(&memory_table(report));
+    out
+}
+
+/// Measured peaks (one column for all ranks when they agree, else one per rank) next to the
+/// plan's, per category, with numbered notes for the categories that differ by design.
+fn memory_table(report: &TrainReport) -> String {
+    let identical = report.memory.windows(2).all(|w| w[0] == w[1]);
+    let columns: Vec<(String, Vec<u64>)> = if identical {
+        let title = if report.memory.len() == 1 {
+            "measured".to_string()
+        } else {
+            format!("each of {} ranks", report.memory.len())
+        };
+        let first = report.memory.first().copied().unwrap_or_default();
+        vec![(title, column(&first))]
+    } else {
+        report
+            .memory
+            .iter()
+            .enumerate()
+            .map(|(rank, m)| (format!("rank {rank}"), column(m)))
+            .collect()
+    };
+    let plan = &report.plan_memory;
+    let mut rows: Vec<(String, Vec<String>, String, String)> = Vec::new();
+    let mut notes: Vec<&'static str> = Vec::new();
+    for (i, &(category, relation)) in report.correspondence.iter().enumerate() {
+        let measured: Vec<String> = columns.iter().map(|(_, c)| bytes(c[i])).collect();
+        let planned = plan.peak.get(category);
+        let verdict = if relation.is_same() {
+            "same buffers".to_string()
+        } else {
+            notes.push(relation.reason());
+            format!("differs [{}]", notes.len())
+        };
+        rows.push((
+            name(category).to_string(),
+            measured,
+            bytes(planned),
+            verdict,
+        ));
+    }
+    let totals: Vec<String> = columns
+        .iter()
+        .map(|(_, c)| bytes(c[Category::ALL.len()]))
+        .collect();
+    rows.push((
+        "total (at peak)".to_string(),
+        totals,
+        bytes(plan.peak_total),
+        String::new(),
+    ));
+    if plan.offload_staging > 0 {
+        notes.push(
+            "offload staging: the plan's pinned host and device copies of offloaded state; the CPU backend holds everything in host memory and copies nothing",
+        );
+        rows.push((
+            "offload staging".to_string(),
+            vec!["-".to_string(); columns.len()],
+            bytes(plan.offload_staging),
+            format!("plan only [{}]", notes.len()),
+        ));
+    }
+    let mut out = String::from(
+        "peak memory per rank, measured by the executor vs predicted by the plan (`dsplan plan`, one GPU rank):\n",
+    );
+    let name_width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(8);
+    let widths: Vec<usize> = (0..columns.len())
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.1[c].len())
+                .chain(std::iter::once(columns[c].0.len()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let plan_width = rows.iter().map(|r| r.2.len()).max().unwrap_or(0).max(4);
+    let mut header = format!("  {:<name_width$}", "category");
+    for ((title, _), width) in columns.iter().zip(&widths) {
+        header.push_str(&format!("  {title:>width$}"));
+    }
+    header.push_str(&format!("  {:>plan_width$}", "plan"));
+    out.push_str(header.trim_end());
+    out.push('\n');
+    for (label, measured, planned, verdict) in &rows {
+        let mut line = format!("  {label:<name_width$}");
+        for (value, width) in measured.iter().zip(&widths) {
+            line.push_str(&format!("  {value:>width$}"));
+        }
+        line.push_str(&format!("  {planned:>plan_width$}  {verdict}"));
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    for (i, note) in notes.iter().enumerate() {
+        out.push_str(&format!("  [{}] {note}\n", i + 1));
+    }
+    out
+}
+
+/// A rank's peak per category, in [`Category::ALL`] order, then its peak total.
+fn column(memory: &dsplan_executor::metrics::MemoryReport) -> Vec<u64> {
+    Category::ALL
+        .iter()
+        .map(|&c| memory.peak.get(c))
+        .chain(std::iter::once(memory.peak_total))
+        .collect()
+}
+
+fn name(category: Category) -> &'static str {
+    match category {
+        Category::StepScratch => "step scratch",
+        other => other.name(),
+    }
+}
