@@ -49,9 +49,12 @@ fn run(stage: u8, world: u64, precision: &Value) -> TrainReport {
 }
 
 /// The categories that must equal the plan at `stage`.
-fn must_agree(stage: ZeroStage) -> Vec<Category> {
+fn must_agree(stage: ZeroStage, sixteen_bit: bool) -> Vec<Category> {
     let mut same = vec![Category::Params, Category::Master, Category::Optimizer];
-    if stage != ZeroStage::Weights {
+    // Stage 3 and BF16_Optimizer (16-bit without ZeRO) count their step buffers differently;
+    // `correspondence` gives the reason.
+    let bf16_optimizer = stage == ZeroStage::Disabled && sixteen_bit;
+    if stage != ZeroStage::Weights && !bf16_optimizer {
         same.push(Category::StepScratch);
     }
     same
@@ -99,7 +102,7 @@ fn measured_memory_is_the_plans_where_the_buffers_are_the_plans() {
                     } else {
                         assert!(!relation.reason().is_empty(), "{what}");
                     }
-                    if must_agree(zero_stage).contains(&category) {
+                    if must_agree(zero_stage, name != "fp32").contains(&category) {
                         assert!(relation.is_same(), "{what}: {}", category.name());
                     }
                     let mark = if relation.is_same() { "" } else { "*" };

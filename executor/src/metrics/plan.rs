@@ -30,12 +30,19 @@ pub fn category_of(kind: BufferKind) -> Option<Category> {
         BufferKind::Parameters | BufferKind::PersistentParameters => Some(Category::Params),
         BufferKind::GatheredParameters => Some(Category::Gathered),
         BufferKind::MasterWeights => Some(Category::Master),
-        BufferKind::Gradients => Some(Category::Grads),
+        BufferKind::Gradients | BufferKind::ModuleGradients => Some(Category::Grads),
         BufferKind::OptimizerStates => Some(Category::Optimizer),
-        BufferKind::GradientBuckets => Some(Category::Buckets),
-        BufferKind::StepScratch => Some(Category::StepScratch),
-        BufferKind::Activations => Some(Category::Activations),
-        BufferKind::OffloadStaging => None,
+        BufferKind::GradientBuckets | BufferKind::ReduceScatterStaging => Some(Category::Buckets),
+        // The gradients the optimizer reads (built at the step) are the executor's step scratch.
+        BufferKind::Fp32Gradients | BufferKind::StepScratch => Some(Category::StepScratch),
+        BufferKind::InputActivations
+        | BufferKind::LayerActivations
+        | BufferKind::WorkingActivations
+        | BufferKind::Logits
+        | BufferKind::LossBuffers => Some(Category::Activations),
+        BufferKind::OffloadStaging
+        | BufferKind::ParamSwapBuffers
+        | BufferKind::OptimizerSwapBuffers => None,
     }
 }
 

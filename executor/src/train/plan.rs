@@ -18,9 +18,7 @@
 
 use dsplan_planner::diagnostics::Diagnostic;
 use dsplan_planner::model::{Architecture, Embeddings, Family};
-use dsplan_planner::plan::{
-    self, AllGatherIntoTensor, Cluster, ModelGraph, Plan, Recompute, Workload,
-};
+use dsplan_planner::plan::{self, AllGatherIntoTensor, Cluster, ModelGraph, Plan, Workload};
 
 use super::TrainSettings;
 use crate::model::Gpt2Config;
@@ -54,14 +52,11 @@ pub fn model_graph(config: &Gpt2Config) -> Result<ModelGraph, Vec<Diagnostic>> {
 }
 
 /// The workload of a CPU run with rows of `seq_len` tokens.
-#[allow(
-    clippy::needless_update,
-    reason = "fields the planner adds to its workload keep their defaults"
-)]
+/// The executor stores every activation (no checkpointing) and runs eager attention, which
+/// are the planner's defaults; the in-process collectives have no `all_gather_into_tensor`.
 pub fn cpu_workload(seq_len: usize) -> Workload {
     Workload {
         sequence_length: Some(seq_len as u64),
-        recompute: Recompute::None,
         all_gather_into_tensor: AllGatherIntoTensor::Unavailable,
         ..Workload::default()
     }

@@ -189,11 +189,17 @@ pub struct PlanDtypes {
     pub comm: Dtype,
 }
 
-fn dtype(d: dsplan_planner::plan::Dtype) -> Dtype {
+/// The executor's floating dtype for a plan dtype; the plan's integer dtypes (token ids, flags)
+/// never describe parameters, gradients or reductions, so meeting one is a mismatch.
+fn dtype(d: dsplan_planner::plan::Dtype) -> Result<Dtype, PlanMismatch> {
+    use dsplan_planner::plan::Dtype as PlanDtype;
     match d {
-        dsplan_planner::plan::Dtype::Fp32 => Dtype::F32,
-        dsplan_planner::plan::Dtype::Bf16 => Dtype::Bf16,
-        dsplan_planner::plan::Dtype::Fp16 => Dtype::F16,
+        PlanDtype::Fp32 => Ok(Dtype::F32),
+        PlanDtype::Bf16 => Ok(Dtype::Bf16),
+        PlanDtype::Fp16 => Ok(Dtype::F16),
+        PlanDtype::Int64 | PlanDtype::Uint8 => Err(PlanMismatch::new(format!(
+            "the plan gives the integer dtype {d:?} to parameters, gradients or reductions"
+        ))),
     }
 }
 
@@ -209,8 +215,14 @@ impl EnginePlan {
         graph: &ModelGraph,
         layout: &ParamLayout,
     ) -> Result<Self, PlanMismatch> {
-        let stage = plan.settings.stage;
         let world = to_usize(plan.settings.world_size).max(1);
+        // Without ZeRO, bf16 runs DeepSpeed's BF16_Optimizer, which the plan partitions: whole
+        // gradients all-reduced at the boundary, master and optimizer states sharded, the 16-bit
+        // parameters all-gathered after the step. That is stage 1's engine, so run it.
+        let stage = match (plan.settings.stage, plan.shards.optimizer_states) {
+            (ZeroStage::Disabled, ShardRule::FlatEqual { .. }) => ZeroStage::OptimizerStates,
+            (stage, _) => stage,
+        };
         let tensors = check_tensors(plan, layout)?;
         let flat = FlatPartition {
             numel: to_usize(plan.layout.numel),
@@ -241,7 +253,13 @@ impl EnginePlan {
                     .map(|r| to_usize(r.start)..to_usize(r.end))
                     .collect()
             })
-            .unwrap_or_default();
+            .filter(|pieces: &Vec<Range<usize>>| !pieces.is_empty())
+            .unwrap_or_else(|| match (stage, world) {
+                (ZeroStage::OptimizerStates | ZeroStage::Gradients, 2..) => {
+                    std::iter::once(0..flat.partition).collect()
+                }
+                _ => Vec::new(),
+            });
         let fetch_collective = plan
             .stage3
             .as_ref()
@@ -251,9 +269,9 @@ impl EnginePlan {
             stage,
             world,
             dtypes: PlanDtypes {
-                model: dtype(d.params),
-                accum: dtype(d.grad_accum),
-                comm: dtype(d.communication),
+                model: dtype(d.params)?,
+                accum: dtype(d.grad_accum)?,
+                comm: dtype(d.communication)?,
             },
             tensors,
             units,

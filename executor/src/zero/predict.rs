@@ -205,6 +205,9 @@ pub fn correspondence(category: Category, plan: &Plan) -> Correspondence {
             ZeroStage::Weights => Differs(
                 "the plan counts DeepSpeed's per-sub-group fp32 flatten next to its largest-sub-group fp32 buffer; the executor makes one fp32 copy of its shard for the step",
             ),
+            ZeroStage::Disabled if sixteen_bit => Differs(
+                "without ZeRO, 16-bit runs use DeepSpeed's BF16_Optimizer, which steps on a view of its whole fp32 gradient accumulation buffer (the plan's buffer here); the executor runs stage 1's engine and copies its partition for the step",
+            ),
             _ if s.offload_optimizer != OffloadTarget::None => Differs(
                 "with optimizer offload the plan keeps the fp32 gradient partition on the host for the whole run (as gradients); the executor makes the copy for the step only",
             ),
