@@ -5,6 +5,7 @@
 use rayon::prelude::*;
 
 use super::gemm::{Accumulate, MatMut, MatRef, Threads, matmul};
+use super::sum::{exp, max, vectorised};
 
 /// `logits = lnf @ wte^T` (the tied `lm_head`, no bias).
 ///
@@ -78,18 +79,43 @@ pub fn crossentropy_forward_backward(
                 return;
             };
             let target_logit = row[target];
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let max = max(row);
             // One exp per element, kept in place; the row sum in f64 (V can be 50k terms).
-            let mut total = 0.0f64;
-            for x in row.iter_mut() {
-                *x = (*x - max).exp();
-                total += f64::from(*x);
-            }
+            let total = exp_shifted_sum_f64(row, max);
             *loss = (f64::from(max) + total.ln() - f64::from(target_logit)) as f32;
-            let scale = (1.0 / total) as f32 * dloss;
-            for x in row.iter_mut() {
-                *x *= scale;
-            }
+            scale(row, (1.0 / total) as f32 * dloss);
             row[target] -= dloss;
         });
+}
+
+/// f64 lanes of [`exp_shifted_sum_f64`].
+const F64_LANES: usize = 8;
+
+vectorised! {
+    /// `a[i] = exp(a[i] - shift)`; returns the sum of the new values, accumulated in f64.
+    fn exp_shifted_sum_f64(a: &mut [f32], shift: f32) -> f64 {
+        let mut acc = [0.0f64; F64_LANES];
+        let mut chunks = a.chunks_exact_mut(F64_LANES);
+        for x in &mut chunks {
+            for lane in 0..F64_LANES {
+                x[lane] = exp(x[lane] - shift);
+                acc[lane] += f64::from(x[lane]);
+            }
+        }
+        let mut total = 0.0f64;
+        for x in chunks.into_remainder() {
+            *x = exp(*x - shift);
+            total += f64::from(*x);
+        }
+        acc.iter().sum::<f64>() + total
+    }
+}
+
+vectorised! {
+    /// `a[i] *= factor`.
+    fn scale(a: &mut [f32], factor: f32) {
+        for x in a {
+            *x *= factor;
+        }
+    }
 }
