@@ -19,7 +19,6 @@ use dsplan_executor::model::classifier::{
 };
 use dsplan_executor::model::encoder::{encoder_backward, encoder_forward};
 use dsplan_executor::model::gelu::{gelu_backward_inplace, gelu_forward};
-use dsplan_executor::model::gemm::{Accumulate, MatMut, MatRef, Threads, matmul};
 use dsplan_executor::model::layernorm::{layernorm_backward, layernorm_forward};
 use dsplan_executor::model::matmul::{matmul_backward, matmul_forward};
 use dsplan_executor::model::residual::residual_forward;
@@ -546,55 +545,6 @@ fn layers(args: &Args) -> Result<(), String> {
     profile.time("logits bwd", 1, 2.0 * gemm_flops(n, c, v), || {
         logits_backward(&mut dx[..n * c], &mut dwte, &logits, &x[..n * c], &wte, c)
     });
-    profile.time("  of which dlnf", 0, gemm_flops(n, c, v), || {
-        matmul(
-            MatMut::new(&mut dx[..n * c], n, c),
-            MatRef::new(&logits, n, v),
-            MatRef::new(&wte, v, c),
-            Accumulate::Overwrite,
-            Threads::Pool,
-        )
-    });
-    profile.time("  of which dwte", 0, gemm_flops(n, c, v), || {
-        matmul(
-            MatMut::new(&mut dwte, v, c),
-            MatRef::new(&logits, n, v).t(),
-            MatRef::new(&x[..n * c], n, c),
-            Accumulate::Add,
-            Threads::Pool,
-        )
-    });
-
-    for block in [1024usize, 2048, 4096, 8192] {
-        profile.time("  dwte blocked", 0, gemm_flops(n, c, v), || {
-            for (i, dwte_rows) in dwte.chunks_mut(block * c).enumerate() {
-                let rows = dwte_rows.len() / c;
-                matmul(
-                    MatMut::new(dwte_rows, rows, c),
-                    MatRef::strided(&logits[i * block..], n, rows, v).t(),
-                    MatRef::new(&x[..n * c], n, c),
-                    Accumulate::Add,
-                    Threads::Pool,
-                )
-            }
-        });
-        profile.time("  dlnf blocked", 0, gemm_flops(n, c, v), || {
-            for (i, wte_rows) in wte.chunks(block * c).enumerate() {
-                let rows = wte_rows.len() / c;
-                matmul(
-                    MatMut::new(&mut dx[..n * c], n, c),
-                    MatRef::strided(&logits[i * block..], n, rows, v),
-                    MatRef::new(wte_rows, rows, c),
-                    if i == 0 {
-                        Accumulate::Overwrite
-                    } else {
-                        Accumulate::Add
-                    },
-                    Threads::Pool,
-                )
-            }
-        });
-    }
     let layout = ParamLayout::new(&config);
     let np = layout.num_params();
     let mut params = noise(np, 11);

@@ -45,14 +45,23 @@ pub fn logits_backward(
         Accumulate::Overwrite,
         Threads::Pool,
     );
-    matmul(
-        MatMut::new(dwte, v, c),
-        MatRef::new(dlogits, n, v).t(),
-        MatRef::new(lnf, n, c),
-        Accumulate::Add,
-        Threads::Pool,
-    );
+    // In blocks of vocabulary rows: each block's `dwte` rows (3 MiB for GPT-2) stay in cache
+    // while the whole depth `N` accumulates into them; one product over all `V` rows streams
+    // the 150 MiB `dwte` through memory once per depth block instead (about 10 % slower).
+    for (block, dwte_rows) in dwte.chunks_mut(VOCAB_BLOCK * c).enumerate() {
+        let rows = dwte_rows.len() / c;
+        matmul(
+            MatMut::new(dwte_rows, rows, c),
+            MatRef::strided(&dlogits[block * VOCAB_BLOCK..], n, rows, v).t(),
+            MatRef::new(lnf, n, c),
+            Accumulate::Add,
+            Threads::Pool,
+        );
+    }
 }
+
+/// Vocabulary rows of `dwte` per product in [`logits_backward`].
+const VOCAB_BLOCK: usize = 1024;
 
 /// Fused softmax + cross-entropy + gradient, one row at a time.
 ///
