@@ -115,10 +115,12 @@ vectorised! {
     }
 }
 
-/// `a[i] *= factor` for every element.
-pub fn scale(a: &mut [f32], factor: f32) {
-    for x in a {
-        *x *= factor;
+vectorised! {
+    /// `a[i] *= factor` for every element.
+    pub fn scale(a: &mut [f32], factor: f32) {
+        for x in a {
+            *x *= factor;
+        }
     }
 }
 
