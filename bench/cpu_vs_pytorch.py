@@ -125,6 +125,7 @@ def main():
     parser.add_argument("--steps", type=int, default=None, help="timed steps per process")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps per process")
     parser.add_argument("--torch-model", choices=["hf", "nn"], default="hf")
+    parser.add_argument("--torch-attn", choices=["eager", "sdpa"], default="eager")
     parser.add_argument("--json-out", default=None, help="write every measurement here")
     parser.add_argument(
         "--quiet-cpus",
@@ -158,13 +159,14 @@ def main():
     runs = {
         "dsplan": [args.dsplan_bin] + shape,
         "torch": [args.python, os.path.join(HERE, "torch_step.py"), "--model", args.torch_model]
+        + ["--attn", args.torch_attn]
         + shape,
     }
 
     print(
         f"paired benchmark: {args.preset} B={args.batch} T={args.seq}, {args.threads} threads, "
         f"{args.rounds} rounds, {warmup} warm-up + {steps} timed steps per process, "
-        f"PyTorch model: {'transformers GPT2LMHeadModel (eager)' if args.torch_model == 'hf' else 'torch.nn in torch_step.py'}",
+        f"PyTorch model: {'transformers GPT2LMHeadModel' if args.torch_model == 'hf' else 'torch.nn in torch_step.py'} ({args.torch_attn} attention)",
         flush=True,
     )
     rounds = []

@@ -3,7 +3,8 @@
 A step is what dsplan's `train_bench` example times: zero_grad(set_to_none=True), forward with
 labels (Hugging Face's shifted mean cross-entropy), backward, and fused AdamW over all
 parameters (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01). Dropout is 0 and the
-attention is `eager` (the full T x T square, masked), as in research/cpu-anchors.md section 4.
+attention is `eager` (the full T x T square, masked), as in research/cpu-anchors.md section 4,
+unless --attn sdpa asks for torch's fused causal attention.
 
 The caller sets OMP_NUM_THREADS / MKL_NUM_THREADS before this process starts; the script also
 calls torch.set_num_threads. It prints one line per step and, last, one JSON line with the same
@@ -31,9 +32,10 @@ PRESET_NAMES = {"gpt2": "gpt2", "tiny": "gpt2-tiny"}
 class Block(nn.Module):
     """A GPT-2 block with Hugging Face's eager arithmetic (gelu_new, pre-LayerNorm)."""
 
-    def __init__(self, n_embd, n_head, eps):
+    def __init__(self, n_embd, n_head, eps, attn):
         super().__init__()
         self.n_head = n_head
+        self.attn = attn
         self.ln_1 = nn.LayerNorm(n_embd, eps=eps)
         self.c_attn = nn.Linear(n_embd, 3 * n_embd)
         self.attn_proj = nn.Linear(n_embd, n_embd)
@@ -46,9 +48,12 @@ class Block(nn.Module):
         hs = c // self.n_head
         q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, hs).transpose(1, 2) for z in (q, k, v))
-        scores = torch.matmul(q, k.transpose(-1, -2)) * (hs**-0.5)
-        scores = torch.where(causal, scores, torch.finfo(scores.dtype).min)
-        y = torch.matmul(F.softmax(scores, dim=-1), v)
+        if self.attn == "sdpa":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = torch.matmul(q, k.transpose(-1, -2)) * (hs**-0.5)
+            scores = torch.where(causal, scores, torch.finfo(scores.dtype).min)
+            y = torch.matmul(F.softmax(scores, dim=-1), v)
         x = x + self.attn_proj(y.transpose(1, 2).reshape(b, t, c))
         h = self.c_fc(self.ln_2(x))
         h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
@@ -58,11 +63,11 @@ class Block(nn.Module):
 class Gpt2(nn.Module):
     """GPT-2 LM head model in plain torch.nn (tied embeddings), used with --model nn."""
 
-    def __init__(self, vocab, positions, n_embd, n_layer, n_head, eps=1e-5):
+    def __init__(self, vocab, positions, n_embd, n_layer, n_head, attn, eps=1e-5):
         super().__init__()
         self.wte = nn.Embedding(vocab, n_embd)
         self.wpe = nn.Embedding(positions, n_embd)
-        self.blocks = nn.ModuleList(Block(n_embd, n_head, eps) for _ in range(n_layer))
+        self.blocks = nn.ModuleList(Block(n_embd, n_head, eps, attn) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(n_embd, eps=eps)
         for p in self.parameters():
             if p.dim() == 2:
@@ -80,10 +85,10 @@ class Gpt2(nn.Module):
         return F.cross_entropy(logits[:, :-1].reshape(-1, vocab), tokens[:, 1:].reshape(-1))
 
 
-def build_model(kind, preset):
+def build_model(kind, preset, attn):
     vocab, positions, n_embd, n_layer, n_head = PRESETS[preset]
     if kind == "nn":
-        model = Gpt2(vocab, positions, n_embd, n_layer, n_head)
+        model = Gpt2(vocab, positions, n_embd, n_layer, n_head, attn)
         return model, lambda tokens: model(tokens), positions * n_embd
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -97,8 +102,10 @@ def build_model(kind, preset):
         embd_pdrop=0.0,
         attn_pdrop=0.0,
         activation_function="gelu_new",
+        bos_token_id=vocab - 1,
+        eos_token_id=vocab - 1,
     )
-    config._attn_implementation = "eager"
+    config._attn_implementation = attn
     model = GPT2LMHeadModel(config)
     return model, lambda tokens: model(input_ids=tokens, labels=tokens).loss, positions * n_embd
 
@@ -106,6 +113,12 @@ def build_model(kind, preset):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=["hf", "nn"], default="hf")
+    parser.add_argument(
+        "--attn",
+        choices=["eager", "sdpa"],
+        default="eager",
+        help="eager: the full masked T x T square (cpu-anchors.md); sdpa: torch's fused causal attention",
+    )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="gpt2")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=256)
@@ -116,7 +129,7 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model, loss_of, wpe_numel = build_model(args.model, args.preset)
+    model, loss_of, wpe_numel = build_model(args.model, args.preset, args.attn)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(
@@ -166,7 +179,7 @@ def main():
     print(
         json.dumps(
             {
-                "impl": f"torch-{args.model}",
+                "impl": f"torch-{args.model}-{args.attn}",
                 "torch": torch.__version__,
                 "model": name,
                 "batch": args.batch,
