@@ -4,11 +4,21 @@
 //! `qkv` rows are `[q | k | v]`, each `C` wide; head `h` is the column block
 //! `h*hs .. (h+1)*hs` inside each. The probabilities are kept `(B, NH, T, T)` for backward
 //! (zero above the diagonal). Work is split over the `B * NH` (batch, head) pairs; each pair
-//! writes only its own column block of the outputs.
+//! writes only its own column block of the outputs, on one thread, so results do not depend on
+//! the number of threads.
+//!
+//! The causal mask is used to skip work, not only to zero it: rows are taken in blocks of
+//! [`BLOCK`], and a block of query rows multiplies only the keys it can see (columns up to the
+//! block's last row). The products that remain are the same dot products as the full square,
+//! so only the masked half (less a sliver on the diagonal blocks) is saved.
 
 use rayon::prelude::*;
 
 use super::gemm::{Accumulate, MatMut, MatRef, SharedMut, Threads, matmul};
+use super::sum::{dot, exp_shifted_sum, max, scale as scale_slice, vectorised};
+
+/// Query rows (and key columns) per block of the causal products.
+const BLOCK: usize = 64;
 
 /// The sizes attention works on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +44,45 @@ impl AttentionDims {
     }
 }
 
+/// The row blocks `(start, end)` of a sequence of `t` rows.
+fn blocks(t: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..t)
+        .step_by(BLOCK)
+        .map(move |start| (start, (start + BLOCK).min(t)))
+}
+
+/// Where one (batch, head) pair's `q`, `k`, `v` live in `qkv`, and its output in `(B, T, C)`.
+#[derive(Debug, Clone, Copy)]
+struct HeadIndex {
+    t: usize,
+    c: usize,
+    hs: usize,
+    b: usize,
+    h: usize,
+}
+
+impl HeadIndex {
+    /// Offset of row `row` of part `part` (0 q, 1 k, 2 v) in `qkv` / `dqkv`.
+    fn qkv_offset(&self, part: usize, row: usize) -> usize {
+        (self.b * self.t + row) * 3 * self.c + part * self.c + self.h * self.hs
+    }
+
+    /// Rows `start..end` of part `part`, a strided `(end - start, hs)` view.
+    fn part<'a>(&self, qkv: &'a [f32], part: usize, start: usize, end: usize) -> MatRef<'a> {
+        MatRef::strided(
+            &qkv[self.qkv_offset(part, start)..],
+            end - start,
+            self.hs,
+            3 * self.c,
+        )
+    }
+
+    /// Offset of row `row` of this head in a `(B, T, C)` buffer.
+    fn btc_offset(&self, row: usize) -> usize {
+        (self.b * self.t + row) * self.c + self.h * self.hs
+    }
+}
+
 /// Attention forward.
 ///
 /// * `out` `(B, T, C)`, written: heads side by side
@@ -52,62 +101,58 @@ pub fn attention_forward(out: &mut [f32], att: &mut [f32], qkv: &[f32], dims: At
     att.par_chunks_mut(t * t)
         .enumerate()
         .for_each(|(bh, att_bh)| {
-            let (b, h) = (bh / nh, bh % nh);
-            let head = |part: usize| {
-                MatRef::strided(&qkv[b * t * 3 * c + part * c + h * hs..], t, hs, 3 * c)
+            let head = HeadIndex {
+                t,
+                c,
+                hs,
+                b: bh / nh,
+                h: bh % nh,
             };
-            let (q, k, v) = (head(0), head(1), head(2));
-            // scores (T, T) = q @ k^T
-            matmul(
-                MatMut::new(att_bh, t, t),
-                q,
-                k.t(),
-                Accumulate::Overwrite,
-                Threads::Single,
-            );
-            for (row_index, row) in att_bh.chunks_exact_mut(t).enumerate() {
-                causal_softmax_row(row, row_index + 1, scale);
+            for (start, end) in blocks(t) {
+                let rows = &mut att_bh[start * t..end * t];
+                // scores[start..end, 0..end] = q[start..end] @ k[0..end]^T
+                matmul(
+                    MatMut::strided(rows, end - start, end, t),
+                    head.part(qkv, 0, start, end),
+                    head.part(qkv, 1, 0, end).t(),
+                    Accumulate::Overwrite,
+                    Threads::Single,
+                );
+                for (i, row) in rows.chunks_exact_mut(t).enumerate() {
+                    causal_softmax_row(row, start + i + 1, scale);
+                }
+                // SAFETY: (b, h) pairs write disjoint column blocks `h*hs..(h+1)*hs` of
+                // disjoint rows `b*T..(b+1)*T`; the row blocks of one pair are disjoint.
+                let y = unsafe { out.view(head.btc_offset(start), end - start, hs, c) };
+                // y[start..end] = att[start..end, 0..end] @ v[0..end]
+                matmul(
+                    y,
+                    MatRef::strided(rows, end - start, end, t),
+                    head.part(qkv, 2, 0, end),
+                    Accumulate::Overwrite,
+                    Threads::Single,
+                );
             }
-            // SAFETY: (b, h) pairs write disjoint column blocks `h*hs..(h+1)*hs` of disjoint rows `b*T..(b+1)*T`.
-            let y = unsafe { out.view(b * t * c + h * hs, t, hs, c) };
-            matmul(
-                y,
-                MatRef::new(att_bh, t, t),
-                v,
-                Accumulate::Overwrite,
-                Threads::Single,
-            );
         });
 }
 
 /// Scales the first `visible` scores, turns them into probabilities, zeroes the rest.
 fn causal_softmax_row(row: &mut [f32], visible: usize, scale: f32) {
     let (seen, masked) = row.split_at_mut(visible);
-    let mut max = f32::NEG_INFINITY;
-    for x in seen.iter_mut() {
-        *x *= scale;
-        max = max.max(*x);
-    }
-    let mut total = 0.0f32;
-    for x in seen.iter_mut() {
-        *x = (*x - max).exp();
-        total += *x;
-    }
-    let inv = 1.0 / total;
-    for x in seen.iter_mut() {
-        *x *= inv;
-    }
+    scale_slice(seen, scale);
+    let total = exp_shifted_sum(seen, max(seen));
+    scale_slice(seen, 1.0 / total);
     masked.fill(0.0);
 }
 
 /// Attention backward.
 ///
 /// * `dqkv` `(B, T, 3C)`, written
-/// * `datt` `(B, NH, T, T)`: scratch
+/// * `datt` `(B, NH, T, T)`: scratch (only its lower triangle is used)
 /// * `dout` `(B, T, C)`; `qkv` `(B, T, 3C)`; `att` `(B, NH, T, T)` from the forward pass
 ///
 /// Per head: `dP = dy @ v^T`, `dv = P^T @ dy`, `dS = P * (dP - rowsum(P * dP)) * scale`,
-/// `dq = dS @ k`, `dk = dS^T @ q`.
+/// `dq = dS @ k`, `dk = dS^T @ q`; each over the causal blocks only.
 pub fn attention_backward(
     dqkv: &mut [f32],
     datt: &mut [f32],
@@ -129,53 +174,186 @@ pub fn attention_backward(
         .zip(att.par_chunks(t * t))
         .enumerate()
         .for_each(|(bh, (datt_bh, att_bh))| {
-            let (b, h) = (bh / nh, bh % nh);
-            let head_offset = |part: usize| b * t * 3 * c + part * c + h * hs;
-            let head = |part: usize| MatRef::strided(&qkv[head_offset(part)..], t, hs, 3 * c);
-            let (q, k, v) = (head(0), head(1), head(2));
-            let dy = MatRef::strided(&dout[b * t * c + h * hs..], t, hs, c);
-            let probs = MatRef::new(att_bh, t, t);
+            let head = HeadIndex {
+                t,
+                c,
+                hs,
+                b: bh / nh,
+                h: bh % nh,
+            };
+            let dy = |start: usize, end: usize| {
+                MatRef::strided(&dout[head.btc_offset(start)..], end - start, hs, c)
+            };
+            // SAFETY (every view below): (b, h) pairs write disjoint column blocks of disjoint
+            // rows, the q, k, v parts of one pair are disjoint column ranges, and the row
+            // blocks of one part are disjoint; views are dropped before the next is made.
+            let grad = |part: usize, start: usize, end: usize| unsafe {
+                dqkv.view(head.qkv_offset(part, start), end - start, hs, 3 * c)
+            };
 
-            matmul(
-                MatMut::new(datt_bh, t, t),
-                dy,
-                v.t(),
-                Accumulate::Overwrite,
-                Threads::Single,
-            );
-            // SAFETY (all three views): (b, h) pairs write disjoint column blocks of disjoint
-            // rows, and q, k, v parts of one pair are disjoint column ranges.
-            let dv = unsafe { dqkv.view(head_offset(2), t, hs, 3 * c) };
-            matmul(dv, probs.t(), dy, Accumulate::Overwrite, Threads::Single);
-
-            for (row_index, (d_row, p_row)) in datt_bh
-                .chunks_exact_mut(t)
-                .zip(att_bh.chunks_exact(t))
-                .enumerate()
-            {
-                causal_softmax_backward_row(d_row, p_row, row_index + 1, scale);
+            for (start, end) in blocks(t) {
+                let rows = &mut datt_bh[start * t..end * t];
+                // dP[start..end, 0..end] = dy[start..end] @ v[0..end]^T
+                matmul(
+                    MatMut::strided(rows, end - start, end, t),
+                    dy(start, end),
+                    head.part(qkv, 2, 0, end).t(),
+                    Accumulate::Overwrite,
+                    Threads::Single,
+                );
+                // dv[start..end] = P[start..T, start..end]^T @ dy[start..T] (rows above
+                // `start` cannot see these keys).
+                matmul(
+                    grad(2, start, end),
+                    MatRef::strided(&att_bh[start * t + start..], t - start, end - start, t).t(),
+                    dy(start, t),
+                    Accumulate::Overwrite,
+                    Threads::Single,
+                );
+                let p_rows = &att_bh[start * t..end * t];
+                for (i, (d_row, p_row)) in rows
+                    .chunks_exact_mut(t)
+                    .zip(p_rows.chunks_exact(t))
+                    .enumerate()
+                {
+                    causal_softmax_backward_row(&mut d_row[..end], p_row, start + i + 1, scale);
+                }
             }
-            let scores_grad = MatRef::new(datt_bh, t, t);
-            let dq = unsafe { dqkv.view(head_offset(0), t, hs, 3 * c) };
-            matmul(dq, scores_grad, k, Accumulate::Overwrite, Threads::Single);
-            let dk = unsafe { dqkv.view(head_offset(1), t, hs, 3 * c) };
-            matmul(
-                dk,
-                scores_grad.t(),
-                q,
-                Accumulate::Overwrite,
-                Threads::Single,
-            );
+            let scores_grad: &[f32] = datt_bh;
+            for (start, end) in blocks(t) {
+                // dq[start..end] = dS[start..end, 0..end] @ k[0..end]
+                matmul(
+                    grad(0, start, end),
+                    MatRef::strided(&scores_grad[start * t..], end - start, end, t),
+                    head.part(qkv, 1, 0, end),
+                    Accumulate::Overwrite,
+                    Threads::Single,
+                );
+                // dk[start..end] = dS[start..T, start..end]^T @ q[start..T]
+                matmul(
+                    grad(1, start, end),
+                    MatRef::strided(&scores_grad[start * t + start..], t - start, end - start, t)
+                        .t(),
+                    head.part(qkv, 0, start, t),
+                    Accumulate::Overwrite,
+                    Threads::Single,
+                );
+            }
         });
 }
 
-/// Turns `d` (gradient w.r.t. the probabilities `p`) into the gradient w.r.t. the unscaled scores.
+/// Turns `d` (gradient w.r.t. the probabilities `p`) into the gradient w.r.t. the unscaled
+/// scores over the first `visible` entries, and zeroes the rest of `d`.
 fn causal_softmax_backward_row(d: &mut [f32], p: &[f32], visible: usize, scale: f32) {
     let (seen, masked) = d.split_at_mut(visible);
     let p = &p[..visible];
-    let weighted: f32 = super::sum::dot(seen, p);
-    for (g, &pj) in seen.iter_mut().zip(p) {
-        *g = pj * (*g - weighted) * scale;
-    }
+    let weighted: f32 = dot(seen, p);
+    softmax_backward_in_place(seen, p, weighted, scale);
     masked.fill(0.0);
+}
+
+vectorised! {
+    /// `g = p * (g - weighted) * scale`, element-wise.
+    fn softmax_backward_in_place(g: &mut [f32], p: &[f32], weighted: f32, scale: f32) {
+        for (g, &pj) in g.iter_mut().zip(p) {
+            *g = pj * (*g - weighted) * scale;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The full-square computation, written naively, in f64.
+    fn reference(qkv: &[f32], dout: &[f32], dims: AttentionDims) -> (Vec<f64>, Vec<f64>) {
+        let AttentionDims {
+            batch,
+            seq_len: t,
+            n_head: nh,
+            head_dim: hs,
+        } = dims;
+        let c = nh * hs;
+        let scale = f64::from(dims.scale());
+        let at = |b: usize, i: usize, part: usize, h: usize, d: usize| {
+            f64::from(qkv[(b * t + i) * 3 * c + part * c + h * hs + d])
+        };
+        let mut out = vec![0.0f64; batch * t * c];
+        let mut dqkv = vec![0.0f64; batch * t * 3 * c];
+        for b in 0..batch {
+            for h in 0..nh {
+                for i in 0..t {
+                    let scores: Vec<f64> = (0..=i)
+                        .map(|j| {
+                            (0..hs)
+                                .map(|d| at(b, i, 0, h, d) * at(b, j, 1, h, d))
+                                .sum::<f64>()
+                        })
+                        .map(|s| s * scale)
+                        .collect();
+                    let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    let p: Vec<f64> = e.iter().map(|x| x / z).collect();
+                    let dy = |d: usize| f64::from(dout[(b * t + i) * c + h * hs + d]);
+                    for d in 0..hs {
+                        out[(b * t + i) * c + h * hs + d] =
+                            (0..=i).map(|j| p[j] * at(b, j, 2, h, d)).sum();
+                    }
+                    let dp: Vec<f64> = (0..=i)
+                        .map(|j| (0..hs).map(|d| dy(d) * at(b, j, 2, h, d)).sum())
+                        .collect();
+                    let weighted: f64 = (0..=i).map(|j| p[j] * dp[j]).sum();
+                    for j in 0..=i {
+                        let ds = p[j] * (dp[j] - weighted) * scale;
+                        for d in 0..hs {
+                            dqkv[(b * t + i) * 3 * c + h * hs + d] += ds * at(b, j, 1, h, d);
+                            dqkv[(b * t + j) * 3 * c + c + h * hs + d] += ds * at(b, i, 0, h, d);
+                            dqkv[(b * t + j) * 3 * c + 2 * c + h * hs + d] += p[j] * dy(d);
+                        }
+                    }
+                }
+            }
+        }
+        (out, dqkv)
+    }
+
+    #[test]
+    fn blocked_causal_attention_matches_the_naive_square() {
+        // T not a multiple of the block, so the last block is short.
+        let dims = AttentionDims {
+            batch: 2,
+            seq_len: BLOCK + 37,
+            n_head: 3,
+            head_dim: 8,
+        };
+        let (b, t, c) = (dims.batch, dims.seq_len, dims.channels());
+        let qkv: Vec<f32> = (0..b * t * 3 * c)
+            .map(|i| (i as f32 * 0.731).sin())
+            .collect();
+        let dout: Vec<f32> = (0..b * t * c).map(|i| (i as f32 * 0.377).cos()).collect();
+        let (out_ref, dqkv_ref) = reference(&qkv, &dout, dims);
+
+        let mut out = vec![f32::NAN; b * t * c];
+        let mut att = vec![f32::NAN; b * dims.n_head * t * t];
+        attention_forward(&mut out, &mut att, &qkv, dims);
+        let mut dqkv = vec![f32::NAN; qkv.len()];
+        let mut datt = vec![f32::NAN; att.len()];
+        attention_backward(&mut dqkv, &mut datt, &dout, &qkv, &att, dims);
+
+        for (name, ours, reference) in [("out", &out, &out_ref), ("dqkv", &dqkv, &dqkv_ref)] {
+            for (i, (&x, &y)) in ours.iter().zip(reference.iter()).enumerate() {
+                assert!(
+                    (f64::from(x) - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                    "{name}[{i}]: {x} vs {y}"
+                );
+            }
+        }
+        for (row_index, row) in att.chunks_exact(t).enumerate() {
+            let i = row_index % t;
+            assert!(row[i + 1..].iter().all(|&p| p == 0.0), "row {i} not masked");
+            let total: f32 = row[..=i].iter().sum();
+            assert!((total - 1.0).abs() < 1e-5);
+        }
+    }
 }

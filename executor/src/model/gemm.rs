@@ -103,16 +103,25 @@ impl<'a> MatMut<'a> {
     /// # Panics
     /// When `data` is too short (a layout bug).
     pub fn new(data: &'a mut [f32], rows: usize, cols: usize) -> Self {
+        Self::strided(data, rows, cols, cols)
+    }
+
+    /// A row-major `rows x cols` matrix at the start of `data` whose rows start `row_stride`
+    /// elements apart (a block of the first `cols` columns of a wider matrix).
+    ///
+    /// # Panics
+    /// When `data` is too short (a layout bug).
+    pub fn strided(data: &'a mut [f32], rows: usize, cols: usize, row_stride: usize) -> Self {
         assert!(
-            rows * cols <= data.len(),
-            "{rows}x{cols} matrix exceeds {} elements",
+            extent(rows, cols, row_stride, 1) <= data.len(),
+            "{rows}x{cols} view (row stride {row_stride}) exceeds {} elements",
             data.len()
         );
         Self {
             ptr: data.as_mut_ptr(),
             rows,
             cols,
-            row_stride: cols,
+            row_stride,
             _borrow: PhantomData,
         }
     }

@@ -221,14 +221,50 @@ pub fn adam_step(
                 .par_chunks_mut(CHUNK)
                 .zip(exp_avg_sq.par_chunks_mut(CHUNK)),
         )
-        .for_each(|((p, g), (m, v))| {
-            if small_weight {
-                update_chunk::<true>(p, g, m, v, &s);
-            } else {
-                update_chunk::<false>(p, g, m, v, &s);
-            }
-        });
+        .for_each(|((p, g), (m, v))| update_chunk_dispatch(p, g, m, v, &s, small_weight));
     Ok(())
+}
+
+/// Runs [`update_chunk`] compiled for AVX2 where the CPU has it (checked at run time), else
+/// for the baseline target. Both are the same IEEE operations in the same order (no FMA
+/// contraction), so the result does not depend on which one runs.
+fn update_chunk_dispatch(
+    p: &mut [f32],
+    g: &[f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    s: &StepScalars,
+    small_weight: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked just above).
+        unsafe { update_chunk_avx2(p, g, m, v, s, small_weight) };
+        return;
+    }
+    if small_weight {
+        update_chunk::<true>(p, g, m, v, s);
+    } else {
+        update_chunk::<false>(p, g, m, v, s);
+    }
+}
+
+/// [`update_chunk`] with 256-bit vectors.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn update_chunk_avx2(
+    p: &mut [f32],
+    g: &[f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    s: &StepScalars,
+    small_weight: bool,
+) {
+    if small_weight {
+        update_chunk::<true>(p, g, m, v, s);
+    } else {
+        update_chunk::<false>(p, g, m, v, s);
+    }
 }
 
 /// The element loop; `SMALL_WEIGHT` picks torch's `lerp` formula (branch hoisted out).
