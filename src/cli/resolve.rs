@@ -42,14 +42,9 @@ pub struct ResolveArgs {
 /// Run `dsplan resolve`.
 pub fn run(args: ResolveArgs) -> Outcome {
     let display = args.file.display().to_string();
-    let bytes = match std::fs::read(&args.file) {
+    let bytes = match super::read_input(&args.file) {
         Ok(bytes) => bytes,
-        Err(error) => {
-            let diagnostic = Diagnostic::error(
-                Code::UnreadableFile,
-                "",
-                format!("cannot read {display}: {error}"),
-            );
+        Err(diagnostic) => {
             return fail(&args, None, &display, &[diagnostic], Outcome::UsageError);
         }
     };

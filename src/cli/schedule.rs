@@ -8,7 +8,6 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use dsplan_planner::diagnostics::{Code, Diagnostic};
 use dsplan_planner::resolve::ResolvedSchedule;
 use dsplan_planner::resolve::phases::{default_steps, phases};
 use dsplan_planner::resolve::schedule::schedule;
@@ -59,14 +58,9 @@ pub struct ScheduleArgs {
 /// Run `dsplan schedule`.
 pub fn run(args: ScheduleArgs) -> Outcome {
     let display = args.file.display().to_string();
-    let bytes = match std::fs::read(&args.file) {
+    let bytes = match super::read_input(&args.file) {
         Ok(bytes) => bytes,
-        Err(error) => {
-            let diagnostic = Diagnostic::error(
-                Code::UnreadableFile,
-                "",
-                format!("cannot read {display}: {error}"),
-            );
+        Err(diagnostic) => {
             eprint!("{}", render::human_unlocated(&display, &[diagnostic]));
             return Outcome::UsageError;
         }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
+use dsplan_planner::diagnostics::{Diagnostic, Severity};
 use dsplan_planner::source::SourceFile;
 use dsplan_planner::validate::{self, ValidateOptions};
 use serde::Serialize;
@@ -46,15 +46,9 @@ pub fn run(args: ValidateArgs) -> Outcome {
     let mut unreadable = false;
     for path in &args.files {
         let display = path.display().to_string();
-        let (mut diagnostics, shown) = match std::fs::read(path) {
-            Err(error) => {
+        let (mut diagnostics, shown) = match super::read_input(path) {
+            Err(diagnostic) => {
                 unreadable = true;
-                let diagnostic = Diagnostic::error(
-                    Code::UnreadableFile,
-                    "",
-                    format!("cannot read {display}: {error}"),
-                )
-                .with_help("check the path and the file's permissions");
                 (vec![diagnostic], Shown::Nothing)
             }
             Ok(bytes) => match validate::validate_source(&display, &bytes, options) {
