@@ -218,27 +218,10 @@ impl Parser<'_> {
             }
             map.insert(key.clone(), value);
             members.insert(key.clone(), node);
-            self.cursor.skip_trivia()?;
-            match self.cursor.peek() {
-                Some(b',') => {
-                    let comma = self.cursor.pos();
-                    self.cursor.advance(1);
-                    self.path.pop();
-                    self.cursor.skip_trivia()?;
-                    if self.cursor.peek() == Some(b'}') {
-                        self.cursor
-                            .non_strict
-                            .record(Leniency::TrailingComma, comma);
-                        self.cursor.advance(1);
-                        break;
-                    }
-                }
-                Some(b'}') => {
-                    self.path.pop();
-                    self.cursor.advance(1);
-                    break;
-                }
-                _ => {
+            match self.separator(b'}')? {
+                Some(Next::Another) => {}
+                Some(Next::End) => break,
+                None => {
                     let after = format!("after the value of `{key}`");
                     return Err(self.expected_separator(
                         Container::Object,
@@ -250,6 +233,35 @@ impl Parser<'_> {
             }
         }
         Ok((Value::Object(map), Children::Object(members)))
+    }
+
+    /// After a member or item: a comma (and another member, or a trailing comma before
+    /// `close`, which is recorded as non-strict JSON), or `close` itself. `None`: neither, the
+    /// caller reports the missing separator. Either way the member's path step is popped.
+    fn separator(&mut self, close: u8) -> Result<Option<Next>, ParseError> {
+        self.cursor.skip_trivia()?;
+        match self.cursor.peek() {
+            Some(b',') => {
+                let comma = self.cursor.pos();
+                self.cursor.advance(1);
+                self.path.pop();
+                self.cursor.skip_trivia()?;
+                if self.cursor.peek() == Some(close) {
+                    self.cursor
+                        .non_strict
+                        .record(Leniency::TrailingComma, comma);
+                    self.cursor.advance(1);
+                    return Ok(Some(Next::End));
+                }
+                Ok(Some(Next::Another))
+            }
+            Some(byte) if byte == close => {
+                self.path.pop();
+                self.cursor.advance(1);
+                Ok(Some(Next::End))
+            }
+            _ => Ok(None),
+        }
     }
 
     fn parse_array(&mut self, depth: usize) -> Result<(Value, Children), ParseError> {
@@ -269,27 +281,10 @@ impl Parser<'_> {
             let value_end = node.located.value.end;
             values.push(value);
             items.push(node);
-            self.cursor.skip_trivia()?;
-            match self.cursor.peek() {
-                Some(b',') => {
-                    let comma = self.cursor.pos();
-                    self.cursor.advance(1);
-                    self.path.pop();
-                    self.cursor.skip_trivia()?;
-                    if self.cursor.peek() == Some(b']') {
-                        self.cursor
-                            .non_strict
-                            .record(Leniency::TrailingComma, comma);
-                        self.cursor.advance(1);
-                        break;
-                    }
-                }
-                Some(b']') => {
-                    self.path.pop();
-                    self.cursor.advance(1);
-                    break;
-                }
-                _ => {
+            match self.separator(b']')? {
+                Some(Next::Another) => {}
+                Some(Next::End) => break,
+                None => {
                     let after = format!("after item {index}");
                     return Err(self.expected_separator(Container::Array, &after, value_end, open));
                 }
@@ -591,4 +586,12 @@ fn typographic_quote_help(text: &str, at: usize) -> Option<String> {
         '\u{201C}' | '\u{201D}' | '\u{2018}' | '\u{2019}' | '\u{201E}' | '\u{00AB}'
     )
     .then(|| format!("`{quote}` is a typographic quote: JSON needs a plain `\"`"))
+}
+
+/// What follows a member or item once its separator is read.
+enum Next {
+    /// Another member or item.
+    Another,
+    /// The container closed.
+    End,
 }
