@@ -443,3 +443,37 @@ fn a_pretrained_model_on_stored_batches_reproduces_deepspeed_stage2() {
         "{params:e} {key_bias:e}"
     );
 }
+
+/// Every config in `configs/` runs as it is for a few steps of its own schedule: `--steps`
+/// shorter than the config's `total_num_steps` runs the first steps of that schedule (only an
+/// `"auto"` schedule length is taken from `--steps`).
+#[test]
+fn every_shipped_config_runs_the_first_steps_of_its_schedule() {
+    let dir =
+        std::fs::read_dir(format!("{}/configs", env!("CARGO_MANIFEST_DIR"))).expect("configs/");
+    let mut names: Vec<String> = dir
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".json"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 6, "{names:?}");
+    for name in names {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let metrics = temp.path().join("metrics.jsonl");
+        let config = config_path(&name);
+        let (code, _, stderr) = run(&[
+            "run",
+            &config,
+            "--steps",
+            "2",
+            "--seq-len",
+            "16",
+            "--metrics",
+            metrics.to_str().expect("utf-8"),
+        ]);
+        assert_eq!(code, 0, "{name}: {stderr}");
+        let lines = std::fs::read_to_string(&metrics).expect("metrics written");
+        assert_eq!(lines.lines().count(), 2, "{name}: {lines}");
+    }
+}

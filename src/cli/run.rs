@@ -3,7 +3,8 @@
 //!
 //! The config is resolved first ([`resolve`], the same as `dsplan resolve`): with the run's
 //! world size, the training-argument flags `dsplan resolve` takes (`--steps` standing for
-//! `--num-training-steps` when that is not given), and the hidden size of the model trained,
+//! `--num-training-steps` when that is not given and the scheduler's length is `"auto"`; a
+//! config that names its schedule's length keeps it), and the hidden size of the model trained,
 //! so `"auto"` values are filled as the Hugging Face Trainer fills them; mismatches and
 //! unresolvable `"auto"`s are errors, rendered with the file's lines (exit 1). The resolved
 //! config is then compiled into the execution plan ([`compile_plan`]), which the engines
@@ -317,6 +318,7 @@ fn resolve_config(
     let mut env =
         environment(Some(args.world_size), &args.training, None).map_err(Failure::usage)?;
     if env.training_args.num_training_steps.is_none()
+        && schedule_length_is_auto(file.value())
         && let Some(steps) = known_steps
     {
         env.training_args.num_training_steps = Some(Arg::given(steps, ArgOrigin::Flag));
@@ -360,6 +362,18 @@ fn resolve_config(
         );
     }
     Ok(resolved)
+}
+
+/// Whether the scheduler's length is left to the Trainer (`"auto"` total or warmup steps).
+/// Only then does the number of steps run stand for `num_training_steps`: a config that names
+/// its schedule's length keeps it, and `--steps` runs that many steps of it.
+fn schedule_length_is_auto(config: &Value) -> bool {
+    [
+        "/scheduler/params/total_num_steps",
+        "/scheduler/params/warmup_num_steps",
+    ]
+    .iter()
+    .any(|pointer| config.pointer(pointer).and_then(Value::as_str) == Some("auto"))
 }
 
 /// One line saying what the plan decided and the engines follow.
