@@ -105,7 +105,10 @@ fn nvme_offload_gives_bit_identical_parameters_and_losses() {
         for world in [1, 2] {
             let dir = tempfile::tempdir().expect("temp dir");
             let in_memory = run(&config(world, precision, json!({})), world);
-            let swapped = run(&config(world, precision, nvme_everything(dir.path())), world);
+            let swapped = run(
+                &config(world, precision, nvme_everything(dir.path())),
+                world,
+            );
             let what = format!("{precision}, {world} rank(s)");
             assert_eq!(
                 bits(&swapped.final_params),
@@ -129,8 +132,7 @@ fn nvme_offload_gives_bit_identical_parameters_and_losses() {
 fn bytes_on_nvme_and_per_step_are_what_the_sub_groups_imply() {
     let dir = tempfile::tempdir().expect("temp dir");
     let world = 2;
-    let optimizer_only =
-        json!({"offload_optimizer": {"device": "nvme", "nvme_path": dir.path()}});
+    let optimizer_only = json!({"offload_optimizer": {"device": "nvme", "nvme_path": dir.path()}});
     let config = config(world, "bf16", optimizer_only);
     let spec = spec(&config, world).expect("config");
     let (plan, _) =
@@ -167,7 +169,10 @@ fn parameter_slices_on_nvme_are_counted_like_the_plan() {
     let nvme = report.nvme.as_ref().expect("NVMe report");
     for usage in &nvme.ranks {
         assert!(usage.param_bytes > 0);
-        assert_eq!(usage.resident_bytes, nvme.plan_bytes - nvme.plan_gradient_bytes);
+        assert_eq!(
+            usage.resident_bytes,
+            nvme.plan_bytes - nvme.plan_gradient_bytes
+        );
         // Written back once per step (the refreshed slices), read at every gather.
         assert_eq!(
             usage.steps.written_bytes,
@@ -197,7 +202,12 @@ fn the_swap_directory_exists_during_the_run_and_is_gone_after() {
     assert!(before.iter().all(|&files| files == 2 * 4), "{seen:?}");
     assert!((4..=8).contains(last), "{seen:?}");
     for usage in &report.nvme.expect("NVMe report").ranks {
-        assert!(usage.directories.iter().all(|d| d.starts_with(&process_dir)));
+        assert!(
+            usage
+                .directories
+                .iter()
+                .all(|d| d.starts_with(&process_dir))
+        );
         assert!(usage.directories.iter().all(|d| !d.exists()));
     }
     assert!(!process_dir.exists());
@@ -222,10 +232,12 @@ fn walk(dir: &Path) -> usize {
 fn a_bad_nvme_path_is_an_error_naming_it_and_leaves_nothing() {
     let dir = tempfile::tempdir().expect("temp dir");
     let missing = dir.path().join("no-such-drive");
-    let error = spec(&config(1, "fp32", nvme_everything(&missing)), 1)
-        .err()
-        .expect("missing nvme_path");
-    assert_eq!(error.pointer, "/zero_optimization/offload_optimizer/nvme_path");
+    let error =
+        spec(&config(1, "fp32", nvme_everything(&missing)), 1).expect_err("missing nvme_path");
+    assert_eq!(
+        error.pointer,
+        "/zero_optimization/offload_optimizer/nvme_path"
+    );
     assert!(error.message.contains("no-such-drive"), "{error}");
 
     // A path that disappears after the settings were read: the rank fails to set up, cleanly.

@@ -29,11 +29,11 @@ use clap::{Args, ValueEnum};
 use dsplan_executor::checkpoint::save_model;
 use dsplan_executor::data::WindowOrder;
 use dsplan_executor::model::ParamLayout;
+use dsplan_executor::train::settings::override_nvme_path;
 use dsplan_executor::train::{
     DEFAULT_PRESET, DataChoice, ModelChoiceError, TrainError, TrainSettings, TrainSpec,
     choose_model, compile_plan, stored_shape, train_planned,
 };
-use dsplan_executor::train::settings::override_nvme_path;
 use dsplan_executor::zero::{MixedPrecision, ZeroError};
 use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
 use dsplan_planner::plan::Plan;

@@ -49,10 +49,7 @@ impl fmt::Display for ZeroError {
                 what,
                 found,
                 expected,
-            } => write!(
-                f,
-                "{what} has {found} elements, the rank owns {expected}"
-            ),
+            } => write!(f, "{what} has {found} elements, the rank owns {expected}"),
         }
     }
 }

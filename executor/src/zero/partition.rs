@@ -46,9 +46,9 @@ use std::ops::Range;
 use dsplan_planner::config::ZeroStage;
 use dsplan_planner::plan::buckets::ParamAllGather;
 use dsplan_planner::plan::layout::LayoutScheme;
+use dsplan_planner::plan::settings::OffloadTarget;
 use dsplan_planner::plan::shards::{ShardRule, Shards};
 use dsplan_planner::plan::stage3::FetchCollective;
-use dsplan_planner::plan::settings::OffloadTarget;
 use dsplan_planner::plan::{Collective, Device, ModelGraph, Plan};
 
 use super::precision::Dtype;

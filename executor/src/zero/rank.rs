@@ -201,7 +201,13 @@ impl ZeroRank {
         };
         let shards = plan.shards();
         let mut param_offset: Vec<usize> = (0..plan.tensors().len())
-            .map(|t| if shards.is_empty() { 0 } else { shards.offset(t) })
+            .map(|t| {
+                if shards.is_empty() {
+                    0
+                } else {
+                    shards.offset(t)
+                }
+            })
             .collect();
         let (params, param_swap) = match &nvme.params {
             Some(layout) if options.stage == ZeroStage::Weights => {
@@ -228,7 +234,11 @@ impl ZeroRank {
             _ => (params, None),
         };
         let params = tracked(Category::Params, params);
-        let adam_len = if optimizer_swap.is_some() { 0 } else { owned_len };
+        let adam_len = if optimizer_swap.is_some() {
+            0
+        } else {
+            owned_len
+        };
         let norm_pieces = norm_pieces(&plan, options.stage, rank);
         let (bucket, bucket_out) = match options.stage {
             ZeroStage::Gradients => (

@@ -79,9 +79,10 @@ impl ZeroRank {
             .map(|&t| self.plan.shards().chunk(t))
             .max()
             .unwrap_or(0);
-        let swapped = self.param_swap.as_ref().is_some_and(|swap| {
-            entry.fetch.iter().any(|&t| swap.is_resident(t))
-        });
+        let swapped = self
+            .param_swap
+            .as_ref()
+            .is_some_and(|swap| entry.fetch.iter().any(|&t| swap.is_resident(t)));
         let mut staging = ((self.params.dtype() != Dtype::F32 || swapped) && largest_chunk > 0)
             .then(|| Tracked::zeros(&self.ledger, Category::Buckets, largest_chunk));
         let Self {

@@ -246,7 +246,12 @@ mod tests {
         config["zero_optimization"] = json!({"stage": 2,
             "offload_optimizer": {"device": "nvme", "nvme_path": missing}});
         TrainSettings::from_config(&config, 1).expect("stage 2 treats nvme as cpu");
-        assert!(std::fs::read_dir(dir.path()).expect("listed").next().is_none());
+        assert!(
+            std::fs::read_dir(dir.path())
+                .expect("listed")
+                .next()
+                .is_none()
+        );
     }
 
     #[test]

@@ -285,11 +285,8 @@ fn check_nvme_path(path: &Path, pointer: &str) -> Result<(), SettingsError> {
     });
     let _ = std::fs::remove_dir(&probe);
     made.map_err(|e| {
-        SettingsError::new(
-            pointer,
-            format!("nvme_path `{shown}` is not writable: {e}"),
-        )
-        .with_help("the swap files of NVMe offload are written there")
+        SettingsError::new(pointer, format!("nvme_path `{shown}` is not writable: {e}"))
+            .with_help("the swap files of NVMe offload are written there")
     })
 }
 

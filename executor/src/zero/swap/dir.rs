@@ -41,7 +41,8 @@ impl SwapDir {
         // (it removes it when it was the last one there): try again.
         let mut attempts = 0;
         loop {
-            let made = std::fs::create_dir_all(&process_dir).and_then(|()| std::fs::create_dir(&path));
+            let made =
+                std::fs::create_dir_all(&process_dir).and_then(|()| std::fs::create_dir(&path));
             match made {
                 Ok(()) => break,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {

@@ -183,7 +183,10 @@ mod tests {
             let bytes = (values.len() * dtype.bytes()) as u64;
             assert_eq!(file.traffic().written_bytes, bytes);
             assert_eq!(file.traffic().read_bytes, bytes);
-            assert_eq!(file.size().expect("size"), bytes + 10 * dtype.bytes() as u64);
+            assert_eq!(
+                file.size().expect("size"),
+                bytes + 10 * dtype.bytes() as u64
+            );
         }
     }
 }

@@ -66,7 +66,8 @@ impl OptimizerSwap {
             .map(|_| Tracked::zeros(ledger, Category::Optimizer, largest))
             .collect();
         let dir = SwapDir::create(base, rank, OPTIMIZER_PATH_POINTER)?;
-        let file = |name: &str| SwapFile::create(&dir.file(name), Dtype::F32, OPTIMIZER_PATH_POINTER);
+        let file =
+            |name: &str| SwapFile::create(&dir.file(name), Dtype::F32, OPTIMIZER_PATH_POINTER);
         let master = file("fp32_master.swp")?;
         let exp_avg = file("exp_avg.swp")?;
         let exp_avg_sq = file("exp_avg_sq.swp")?;
@@ -80,7 +81,8 @@ impl OptimizerSwap {
             dir,
         };
         for group in swap.groups.clone() {
-            swap.master.write(group.start, &initial_master[group.clone()])?;
+            swap.master
+                .write(group.start, &initial_master[group.clone()])?;
             let zeros = &swap.buffers[0][..group.len()];
             swap.exp_avg.write(group.start, zeros)?;
             swap.exp_avg_sq.write(group.start, zeros)?;
