@@ -353,10 +353,17 @@ fn refusals_say_why_with_the_contract_exit_codes() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("GPT-2"), "{stderr}");
 
-    let nvme = config_path("zero3_offload_nvme.json");
-    let (code, _, stderr) = run(&["run", &nvme, "--steps", "1"]);
-    assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains("NVMe is not implemented"), "{stderr}");
+    // The NVMe config's `/local_nvme`, where it does not exist: an error on its nvme_path.
+    if !std::path::Path::new("/local_nvme").exists() {
+        let nvme = config_path("zero3_offload_nvme.json");
+        let (code, _, stderr) = run(&["run", &nvme, "--steps", "1"]);
+        assert_eq!(code, 1, "{stderr}");
+        assert!(
+            stderr.contains("/zero_optimization/offload_optimizer/nvme_path")
+                && stderr.contains("--nvme-path"),
+            "{stderr}"
+        );
+    }
 }
 
 /// `../shared` next to the workspace (or `$DSPLAN_SHARED_DIR`), if it exists.
@@ -462,6 +469,10 @@ fn every_shipped_config_runs_the_first_steps_of_its_schedule() {
         let temp = tempfile::tempdir().expect("temp dir");
         let metrics = temp.path().join("metrics.jsonl");
         let config = config_path(&name);
+        // The NVMe config names DeepSpeed's example `/local_nvme`; its swap files go to a
+        // temporary directory instead (the flag changes nothing for the other configs).
+        let swap = temp.path().join("nvme");
+        std::fs::create_dir(&swap).expect("swap dir");
         let (code, _, stderr) = run(&[
             "run",
             &config,
@@ -471,9 +482,70 @@ fn every_shipped_config_runs_the_first_steps_of_its_schedule() {
             "16",
             "--metrics",
             metrics.to_str().expect("utf-8"),
+            "--nvme-path",
+            swap.to_str().expect("utf-8"),
         ]);
         assert_eq!(code, 0, "{name}: {stderr}");
         let lines = std::fs::read_to_string(&metrics).expect("metrics written");
         assert_eq!(lines.lines().count(), 2, "{name}: {lines}");
+        let left: Vec<_> = std::fs::read_dir(&swap).expect("listed").collect();
+        assert!(left.is_empty(), "{name}: swap files left behind: {left:?}");
     }
+}
+
+#[test]
+fn nvme_offload_reports_its_files_and_refuses_a_missing_path() {
+    let temp = tempfile::tempdir().expect("temp dir");
+    let config = config_path("zero3_offload_nvme.json");
+    let swap = temp.path().join("nvme");
+    std::fs::create_dir(&swap).expect("swap dir");
+    let (code, stdout, stderr) = run(&[
+        "run",
+        &config,
+        "--steps",
+        "1",
+        "--seq-len",
+        "16",
+        "--nvme-path",
+        swap.to_str().expect("utf-8"),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    let nvme = &summary["nvme"];
+    let rank = &nvme["ranks"][0];
+    let resident = rank["resident_bytes"].as_u64().expect("resident bytes");
+    assert!(resident > 0, "{nvme}");
+    let plan = nvme["plan_bytes"].as_u64().expect("plan bytes");
+    let gradients = nvme["plan_gradient_bytes"]
+        .as_u64()
+        .expect("gradient bytes");
+    assert_eq!(resident, plan - gradients, "{nvme}");
+    assert_eq!(
+        rank["steps_written_bytes"].as_u64(),
+        Some(resident),
+        "{nvme}"
+    );
+    assert!(std::fs::read_dir(&swap).expect("listed").next().is_none());
+
+    // Without the flag the config's /local_nvme is used; when it does not exist that is an
+    // error naming the file and the JSON path, exit 1.
+    let missing = temp.path().join("absent");
+    let (code, _, stderr) = run(&[
+        "run",
+        &config,
+        "--steps",
+        "1",
+        "--nvme-path",
+        missing.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("zero3_offload_nvme.json"), "{stderr}");
+    assert!(
+        stderr.contains("/zero_optimization/offload_optimizer/nvme_path"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!missing.exists());
 }

@@ -29,11 +29,12 @@ use clap::{Args, ValueEnum};
 use dsplan_executor::checkpoint::save_model;
 use dsplan_executor::data::WindowOrder;
 use dsplan_executor::model::ParamLayout;
+use dsplan_executor::train::settings::override_nvme_path;
 use dsplan_executor::train::{
     DEFAULT_PRESET, DataChoice, ModelChoiceError, TrainError, TrainSettings, TrainSpec,
     choose_model, compile_plan, stored_shape, train_planned,
 };
-use dsplan_executor::zero::MixedPrecision;
+use dsplan_executor::zero::{MixedPrecision, ZeroError};
 use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
 use dsplan_planner::plan::Plan;
 use dsplan_planner::resolve::{Arg, ArgOrigin, Resolved, hidden_size, resolve};
@@ -90,6 +91,10 @@ pub struct RunArgs {
     /// Write the trained fp32 parameters here (safetensors, Hugging Face names).
     #[arg(long, value_name = "FILE")]
     save_model: Option<PathBuf>,
+    /// Put the NVMe offload swap files here instead of the config's nvme_path (an existing,
+    /// writable directory; used only when the config offloads to nvme).
+    #[arg(long, value_name = "DIR")]
+    nvme_path: Option<PathBuf>,
     #[command(flatten)]
     training: TrainingArgsFlags,
     /// Output format of the final summary.
@@ -187,7 +192,15 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
     };
     let known_steps = args.steps.or(stored.map(|s| s.steps));
 
-    let resolved = resolve_config(args, &file, parsed, model_name, known_steps)?;
+    let mut resolved = resolve_config(args, &file, parsed, model_name, known_steps)?;
+    if let Some(path) = &args.nvme_path
+        && override_nvme_path(&mut resolved.typed, &path.to_string_lossy())
+    {
+        eprintln!(
+            "note: --nvme-path {} replaces the config's nvme_path",
+            path.display()
+        );
+    }
     let settings = TrainSettings::from_resolved(&resolved)
         .map_err(|e| Failure::input(format!("{display}: {e}")))?;
     let steps = known_steps.unwrap_or_else(|| {
@@ -271,6 +284,11 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
     let metrics = progress.finish();
     let report = result.map_err(|e| match e {
         TrainError::Data(_) => Failure::usage(e.to_string()),
+        // Names the config value (the `nvme_path`) the failure concerns.
+        TrainError::Rank {
+            error: ZeroError::Swap(_),
+            ..
+        } => Failure::input(format!("{display}: {e}")),
         _ => Failure::input(e.to_string()),
     });
     if let Some(metrics) = metrics {

@@ -13,6 +13,7 @@ use crate::data::{BatchLayout, DataError, MicroBatchIndex, TokenBatch, TokenSour
 use crate::metrics::{ByCategory, Category, MemoryLedger, MemoryReport, PlanMemory, StepMetrics};
 use crate::model::{ActivationLayout, BatchShape, Gpt2Core, ModelError, ParamLayout};
 use crate::zero::predict::{correspondence, predict_peaks};
+use crate::zero::swap::{NvmeReport, NvmeUsage};
 use crate::zero::{
     ClipRule, Correspondence, EngineOptions, EnginePlan, RankEngine, RankOptions, ZeroError,
     ZeroRank,
@@ -43,6 +44,9 @@ pub struct TrainReport {
     pub seconds: f64,
     /// Tokens trained on (predicted positions over all steps).
     pub tokens: u64,
+    /// Stage 3 offload to NVMe: the plan's bytes there and each rank's measured use (`None`
+    /// without NVMe offload).
+    pub nvme: Option<NvmeReport>,
 }
 
 /// What one rank hands back.
@@ -52,6 +56,7 @@ struct RankOutcome {
     traffic: CommTraffic,
     applied_steps: u64,
     steps: Vec<StepMetrics>,
+    nvme: Option<NvmeUsage>,
 }
 
 /// Compiles the plan of `spec` ([`compile_plan`]) and runs it, calling `observer` with every
@@ -171,7 +176,7 @@ pub fn train_planned(
             rank_options,
             &spec.initial_params,
             &ledger,
-        );
+        )?;
         let is_reporter = rank.rank() == 0;
         let mut engine = RankEngine::new(core, rank, engine_options.clone(), &ledger);
         let mut steps = Vec::new();
@@ -196,7 +201,8 @@ pub fn train_planned(
             }
         }
         Ok(RankOutcome {
-            master: engine.rank().master().to_vec(),
+            nvme: engine.rank().nvme_usage()?,
+            master: engine.rank().owned_master()?,
             memory: ledger.report(),
             traffic: engine.rank().traffic(),
             applied_steps: engine.applied_steps(),
@@ -228,6 +234,11 @@ pub fn train_planned(
         .map(|r| std::mem::take(&mut r.master))
         .collect();
     let final_params = consolidate(&engine_plan, settings.stage, &masters);
+    let nvme_ranks: Vec<NvmeUsage> = ranks.iter_mut().filter_map(|r| r.nvme.take()).collect();
+    let nvme = (!nvme_ranks.is_empty()).then(|| NvmeReport {
+        ranks: nvme_ranks,
+        ..NvmeReport::of_plan(plan)
+    });
     Ok(TrainReport {
         steps: ranks
             .first_mut()
@@ -242,5 +253,6 @@ pub fn train_planned(
         applied_steps: ranks.first().map_or(0, |r| r.applied_steps),
         seconds,
         tokens: tokens_per_step * spec.steps,
+        nvme,
     })
 }

@@ -8,6 +8,7 @@ use crate::comm::CommError;
 use crate::data::DataError;
 use crate::model::ModelError;
 use crate::optim::AdamError;
+use crate::zero::swap::SwapError;
 
 /// What stopped a rank.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +23,17 @@ pub enum ZeroError {
     Adam(AdamError),
     /// The fp16 loss scale hit its minimum (DeepSpeed ends the run).
     LossScale(LossScaleError),
+    /// NVMe offload: a swap file or directory could not be made, read or written.
+    Swap(SwapError),
+    /// Owned state handed to the rank has the wrong length.
+    StateLength {
+        /// Which state (`master`, `exp_avg`, `exp_avg_sq`).
+        what: &'static str,
+        /// Elements given.
+        found: usize,
+        /// Elements of the owned region.
+        expected: usize,
+    },
 }
 
 impl fmt::Display for ZeroError {
@@ -32,6 +44,12 @@ impl fmt::Display for ZeroError {
             ZeroError::Data(e) => write!(f, "{e}"),
             ZeroError::Adam(e) => write!(f, "optimizer step failed: {e}"),
             ZeroError::LossScale(e) => write!(f, "fp16 loss scaling: {e}"),
+            ZeroError::Swap(e) => write!(f, "NVMe offload: {e}"),
+            ZeroError::StateLength {
+                what,
+                found,
+                expected,
+            } => write!(f, "{what} has {found} elements, the rank owns {expected}"),
         }
     }
 }
@@ -65,5 +83,11 @@ impl From<AdamError> for ZeroError {
 impl From<LossScaleError> for ZeroError {
     fn from(e: LossScaleError) -> Self {
         ZeroError::LossScale(e)
+    }
+}
+
+impl From<SwapError> for ZeroError {
+    fn from(e: SwapError) -> Self {
+        ZeroError::Swap(e)
     }
 }

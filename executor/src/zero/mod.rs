@@ -14,6 +14,8 @@
 //!   step; stage 2: gradients averaged in buckets during backward and kept as a partition;
 //!   stage 3: parameters sharded per tensor, gathered per unit before use and released after,
 //!   gradients reduce-scattered);
+//! * [`swap`]: stage 3 offload to NVMe (ZeRO-Infinity): master weights, Adam states and
+//!   parameter slices in files under `nvme_path`, swapped through fixed buffers;
 //! * [`clip`]: each stage's norm and clip arithmetic;
 //! * [`engine`]: the order of a step (micro-steps, boundary, loss scale, clip, Adam, schedule).
 //!
@@ -34,11 +36,12 @@ mod stage0;
 mod stage1;
 mod stage2;
 mod stage3;
+pub mod swap;
 
 pub use clip::{ClipRule, Scales};
 pub use engine::{EngineOptions, PhaseTimes, RankEngine, StepRecord};
 pub use error::ZeroError;
-pub use partition::{EnginePlan, PlanMismatch};
+pub use partition::{EnginePlan, NvmeLayout, PlanMismatch};
 pub use precision::{Dtype, DtypeVec, MixedPrecision};
 pub use predict::Correspondence;
 pub use rank::{GradScaling, RankOptions, ZeroRank};

@@ -26,10 +26,17 @@
 //!   tensors of all the block's modules (the plan's units, in the plan's order);
 //! * `FlushPoint` and `Overlap`: a bucket is reduced as soon as its last gradient arrives, on
 //!   the rank's own thread;
-//! * `shards.sub_groups`: the optimizer steps the whole owned partition at once (Adam is
-//!   element-wise, so the values are the same as group by group);
-//! * offload (`settings.offload_*`, `offload`): the CPU backend holds everything in host memory
-//!   already, so nothing moves;
+//! * `shards.sub_groups`: without NVMe offload the optimizer steps the whole owned partition
+//!   at once (Adam is element-wise, so the values are the same as group by group); with
+//!   optimizer offload to NVMe it steps them one by one, as the plan cuts them ([`NvmeLayout`]);
+//! * offload to the CPU (`settings.offload_*` = `cpu`): the CPU backend holds everything in
+//!   host memory already, so nothing moves. Offload to NVMe (stage 3) is followed: the master
+//!   weights and Adam states live in files, swapped through `buffer_count` buffers sub-group by
+//!   sub-group, and the parameter slices the plan puts on NVMe (`offload.nvme_resident`, past
+//!   `max_in_cpu`) are read from a file through the `buffer_count × buffer_size` parameter swap
+//!   buffers before each gather (see `swap/`). The copies between GPU and host, the pinning,
+//!   `pipeline_read`/`pipeline_write`, partial offload (`ratio` < 1, refused) and the swapping of
+//!   fp32 gradients to NVMe are not;
 //! * `Collective::Reduce` (DeepSpeed's reduce to each destination rank) runs as an all-reduce
 //!   of which each rank keeps its own slice: the same values, more traffic.
 
@@ -39,9 +46,10 @@ use std::ops::Range;
 use dsplan_planner::config::ZeroStage;
 use dsplan_planner::plan::buckets::ParamAllGather;
 use dsplan_planner::plan::layout::LayoutScheme;
+use dsplan_planner::plan::settings::OffloadTarget;
 use dsplan_planner::plan::shards::{ShardRule, Shards};
 use dsplan_planner::plan::stage3::FetchCollective;
-use dsplan_planner::plan::{Collective, ModelGraph, Plan};
+use dsplan_planner::plan::{Collective, Device, ModelGraph, Plan};
 
 use super::precision::Dtype;
 use crate::model::{ParamLayout, ParamUnit};
@@ -160,6 +168,43 @@ pub struct Bucket {
     pub flat_range: Option<Range<usize>>,
 }
 
+/// Stage 3 offload to NVMe as the plan decides it (nothing below stage 3: the planner treats
+/// `nvme` as `cpu` there).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NvmeLayout {
+    /// Optimizer offload to NVMe (`offload_optimizer.device: "nvme"`).
+    pub optimizer: Option<OptimizerNvme>,
+    /// Parameter offload to NVMe (`offload_param.device: "nvme"`).
+    pub params: Option<ParamNvme>,
+}
+
+/// Where the fp32 master weights and Adam states are swapped, and in which pieces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptimizerNvme {
+    /// `offload_optimizer.nvme_path`.
+    pub path: String,
+    /// `offload_optimizer.buffer_count`: swap buffers, each of the largest sub-group.
+    pub buffer_count: usize,
+    /// The plan's sub-groups (`shards.sub_groups`), as ranges of a rank's shard, in order.
+    pub sub_groups: Vec<Range<usize>>,
+    /// Whether each sub-group lives on NVMe (`false`: partial offload keeps it elsewhere).
+    pub on_nvme: Vec<bool>,
+}
+
+/// Which parameter slices live in a file, and the swap buffers that read them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamNvme {
+    /// `offload_param.nvme_path`.
+    pub path: String,
+    /// `offload_param.buffer_count`.
+    pub buffer_count: usize,
+    /// `offload_param.buffer_size` (elements per swap buffer).
+    pub buffer_size: usize,
+    /// Per tensor: whether its slice lives on NVMe (`offload.nvme_resident`: the partitions
+    /// past `max_in_cpu`, persistent tensors never).
+    pub resident: Vec<bool>,
+}
+
 /// The plan as the engines read it; see the [module documentation](self).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnginePlan {
@@ -176,6 +221,7 @@ pub struct EnginePlan {
     persistent: Vec<bool>,
     param_gather: Vec<Range<usize>>,
     fetch_collective: FetchCollective,
+    nvme: NvmeLayout,
 }
 
 /// The element types the plan decided.
@@ -264,6 +310,7 @@ impl EnginePlan {
             .stage3
             .as_ref()
             .map_or(FetchCollective::AllGather, |s| s.collective);
+        let nvme = nvme_layout(plan, &shards, tensors.len());
         let d = plan.settings.dtypes;
         Ok(Self {
             stage,
@@ -283,7 +330,13 @@ impl EnginePlan {
             persistent,
             param_gather,
             fetch_collective,
+            nvme,
         })
+    }
+
+    /// Stage 3 offload to NVMe (empty when nothing is offloaded there).
+    pub fn nvme(&self) -> &NvmeLayout {
+        &self.nvme
     }
 
     /// The ZeRO stage.
@@ -547,6 +600,59 @@ fn param_shards(plan: &Plan, tensors: &[Span], world: usize) -> ParamShards {
         len: to_usize(plan.layout.partition_numel),
         pieces,
     }
+}
+
+/// The plan's NVMe offload, in shard coordinates (stage 3 only; the planner has already turned
+/// `nvme` below stage 3 into `cpu`).
+fn nvme_layout(plan: &Plan, shards: &ParamShards, tensors: usize) -> NvmeLayout {
+    if shards.is_empty() {
+        return NvmeLayout::default();
+    }
+    let start_of = |entry: usize| {
+        if entry < tensors {
+            shards.offset(entry)
+        } else {
+            shards.len()
+        }
+    };
+    let optimizer = match &plan.settings.offload_optimizer {
+        OffloadTarget::Nvme {
+            path, buffer_count, ..
+        } => Some(OptimizerNvme {
+            path: path.clone(),
+            buffer_count: to_usize(*buffer_count),
+            sub_groups: plan
+                .shards
+                .sub_groups
+                .iter()
+                .map(|g| start_of(g.first_entry)..start_of(g.end_entry))
+                .collect(),
+            on_nvme: plan
+                .shards
+                .sub_groups
+                .iter()
+                .map(|g| g.device == Device::Nvme)
+                .collect(),
+        }),
+        _ => None,
+    };
+    let params = match &plan.settings.offload_param {
+        OffloadTarget::Nvme {
+            path,
+            buffer_count,
+            buffer_size,
+            ..
+        } => Some(ParamNvme {
+            path: path.clone(),
+            buffer_count: to_usize(*buffer_count),
+            buffer_size: to_usize(*buffer_size),
+            resident: (0..tensors)
+                .map(|t| plan.offload.nvme_resident.get(t).copied().unwrap_or(false))
+                .collect(),
+        }),
+        _ => None,
+    };
+    NvmeLayout { optimizer, params }
 }
 
 type BucketTable = (Vec<Bucket>, Vec<usize>);

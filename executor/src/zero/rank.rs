@@ -19,6 +19,13 @@
 //! partition). The stage-specific operations live in `stage0.rs` .. `stage3.rs`; this file
 //! holds the state, and the optimizer step they share.
 //!
+//! With stage 3 offload to NVMe (see [`super::swap`]) the fp32 master and Adam's moments live in
+//! files instead ([`OptimizerSwap`]: only its swap buffers are memory, counted as optimizer
+//! state), and so do the parameter slices the plan puts on NVMe ([`ParamSwap`]; `params` then
+//! holds the other slices back to back, at [`ZeroRank::param_offset`]). Whatever the storage,
+//! [`ZeroRank::owned_master`], [`ZeroRank::owned_moments`], [`ZeroRank::write_owned_master`] and
+//! [`ZeroRank::write_owned_moments`] read and write the owned state as whole `f32` slices.
+//!
 //! [`ParamSource`]: crate::model::ParamSource
 
 use std::ops::Range;
@@ -30,6 +37,7 @@ use dsplan_planner::config::ZeroStage;
 use super::ZeroError;
 use super::partition::EnginePlan;
 use super::precision::{Dtype, DtypeVec};
+use super::swap::{NvmeUsage, OptimizerSwap, ParamSwap, SwapTraffic};
 use crate::comm::{Comm, ReduceOp};
 use crate::metrics::{Category, MemoryLedger, Reservation, Tracked};
 
@@ -86,8 +94,16 @@ pub struct ZeroRank {
     pub(super) world: usize,
     pub(super) comm: Box<dyn Comm>,
     pub(super) ledger: Rc<MemoryLedger>,
-    /// Stage 0: `Ψ`; stage 1/2: `Ψ_padded`; stage 3: the shard.
+    /// Stage 0: `Ψ`; stage 1/2: `Ψ_padded`; stage 3: the shard (without the slices on NVMe).
     pub(super) params: Tracked<DtypeVec>,
+    /// Stage 3: where each tensor's slice sits in `params` (its shard offset unless parameters
+    /// are offloaded to NVMe; unused for the slices that live there).
+    pub(super) param_offset: Vec<usize>,
+    /// Stage 3 parameter offload to NVMe.
+    pub(super) param_swap: Option<ParamSwap>,
+    /// Stage 3 optimizer offload to NVMe: the master and Adam's moments (then `master` is
+    /// `None` and `adam` empty).
+    pub(super) optimizer_swap: Option<OptimizerSwap>,
     /// Stage 3: the persistent tensors' full values, back to back.
     pub(super) persistent: Option<Tracked<DtypeVec>>,
     /// Stage 3: where each persistent tensor starts in `persistent`.
@@ -127,14 +143,16 @@ impl std::fmt::Debug for ZeroRank {
 impl ZeroRank {
     /// The state of rank `comm.rank()`, following `plan` (shared by the ranks), for a model
     /// whose initial parameters are `initial` (the full flat buffer every rank can read, like
-    /// a checkpoint on disk; each rank copies only what the plan gives it).
+    /// a checkpoint on disk; each rank copies only what the plan gives it). With NVMe offload
+    /// it creates the rank's swap files and writes the initial state into them: `Err` when that
+    /// fails (a missing or read-only `nvme_path`, a full drive, buffers too small).
     pub fn new(
         comm: Box<dyn Comm>,
         plan: Arc<EnginePlan>,
         options: RankOptions,
         initial: &[f32],
         ledger: &Rc<MemoryLedger>,
-    ) -> Self {
+    ) -> Result<Self, ZeroError> {
         let (rank, world) = (comm.rank(), comm.world_size());
         let flat = *plan.flat();
         let owned = plan.owned(rank);
@@ -163,15 +181,64 @@ impl ZeroRank {
         } else {
             (None, vec![None; plan.tensors().len()])
         };
-        let params = tracked(Category::Params, params);
         let master_needed =
             !(options.stage == ZeroStage::Disabled && options.model_dtype == Dtype::F32);
-        let master = master_needed.then(|| {
-            let mut master = vec![0.0f32; owned.len()].into_boxed_slice();
-            params.read(owned.start, &mut master);
-            Tracked::new(ledger, Category::Master, master)
-        });
         let owned_len = owned.len();
+        let nvme = plan.nvme();
+        let (master, optimizer_swap) = match (&nvme.optimizer, master_needed) {
+            (Some(layout), _) => {
+                let mut values = vec![0.0f32; owned_len];
+                params.read(owned.start, &mut values);
+                let swap = OptimizerSwap::create(layout, rank, &values, ledger)?;
+                (None, Some(swap))
+            }
+            (None, true) => {
+                let mut master = vec![0.0f32; owned_len].into_boxed_slice();
+                params.read(owned.start, &mut master);
+                (Some(Tracked::new(ledger, Category::Master, master)), None)
+            }
+            (None, false) => (None, None),
+        };
+        let shards = plan.shards();
+        let mut param_offset: Vec<usize> = (0..plan.tensors().len())
+            .map(|t| {
+                if shards.is_empty() {
+                    0
+                } else {
+                    shards.offset(t)
+                }
+            })
+            .collect();
+        let (params, param_swap) = match &nvme.params {
+            Some(layout) if options.stage == ZeroStage::Weights => {
+                let swap = ParamSwap::create(layout, rank, shards, &params, ledger)?;
+                let kept: usize = (0..param_offset.len())
+                    .filter(|&t| !swap.is_resident(t))
+                    .map(|t| shards.chunk(t))
+                    .sum();
+                let mut compact = DtypeVec::zeros(options.model_dtype, kept);
+                let mut at = 0;
+                let mut values = Vec::new();
+                for (t, offset) in param_offset.iter_mut().enumerate() {
+                    if swap.is_resident(t) {
+                        continue;
+                    }
+                    values.resize(shards.chunk(t), 0.0);
+                    params.read(shards.offset(t), &mut values);
+                    compact.write(at, &values);
+                    *offset = at;
+                    at += values.len();
+                }
+                (compact, Some(swap))
+            }
+            _ => (params, None),
+        };
+        let params = tracked(Category::Params, params);
+        let adam_len = if optimizer_swap.is_some() {
+            0
+        } else {
+            owned_len
+        };
         let norm_pieces = norm_pieces(&plan, options.stage, rank);
         let (bucket, bucket_out) = match options.stage {
             ZeroStage::Gradients => (
@@ -197,7 +264,7 @@ impl ZeroRank {
             _ => (None, None),
         };
         let units = plan.units().len();
-        Self {
+        Ok(Self {
             grads: tracked(
                 Category::Grads,
                 DtypeVec::zeros(options.accum_dtype, grads_len),
@@ -208,6 +275,9 @@ impl ZeroRank {
             comm,
             ledger: Rc::clone(ledger),
             params,
+            param_offset,
+            param_swap,
+            optimizer_swap,
             persistent,
             persistent_offset,
             live: (0..units).map(|_| None).collect(),
@@ -217,15 +287,15 @@ impl ZeroRank {
             bucket_out,
             staged: None,
             master,
-            adam: AdamState::new(owned_len),
+            adam: AdamState::new(adam_len),
             _adam_bytes: Reservation::new(
                 ledger,
                 Category::Optimizer,
-                (2 * owned_len * std::mem::size_of::<f32>()) as u64,
+                (2 * adam_len * std::mem::size_of::<f32>()) as u64,
             ),
             norm_pieces,
             plan,
-        }
+        })
     }
 
     /// This rank.
@@ -263,12 +333,134 @@ impl ZeroRank {
         self.adam.step
     }
 
-    /// The owned fp32 master weights (stage 0 fp32: all parameters).
+    /// The owned fp32 master weights held in memory (stage 0 fp32: all parameters); empty when
+    /// they live on NVMe ([`ZeroRank::owned_master`] reads them wherever they are).
     pub fn master(&self) -> &[f32] {
-        match &self.master {
-            Some(master) => master,
-            None => self.params.as_f32().unwrap_or(&[]),
+        match (&self.master, &self.optimizer_swap) {
+            (Some(master), _) => master,
+            (None, Some(_)) => &[],
+            (None, None) => self.params.as_f32().unwrap_or(&[]),
         }
+    }
+
+    /// Elements of the owned region (the master's and each Adam moment's length).
+    pub fn owned_len(&self) -> usize {
+        self.plan.owned(self.rank).len()
+    }
+
+    /// The owned fp32 master weights, wherever they live (memory or NVMe), as one slice.
+    pub fn owned_master(&self) -> Result<Vec<f32>, ZeroError> {
+        match &self.optimizer_swap {
+            Some(swap) => Ok(swap.read_master(self.owned_len())?),
+            None => Ok(self.master().to_vec()),
+        }
+    }
+
+    /// Adam's moments of the owned region (`exp_avg`, `exp_avg_sq`), wherever they live.
+    pub fn owned_moments(&self) -> Result<(Vec<f32>, Vec<f32>), ZeroError> {
+        match &self.optimizer_swap {
+            Some(swap) => Ok(swap.read_moments(self.owned_len())?),
+            None => Ok((self.adam.exp_avg.clone(), self.adam.exp_avg_sq.clone())),
+        }
+    }
+
+    /// Replaces the owned fp32 master weights (the model-dtype parameters are not refreshed).
+    /// `values` must hold [`ZeroRank::owned_len`] elements.
+    pub fn write_owned_master(&mut self, values: &[f32]) -> Result<(), ZeroError> {
+        check_len("master", values.len(), self.owned_len())?;
+        if let Some(swap) = &self.optimizer_swap {
+            return Ok(swap.write_master(values)?);
+        }
+        match &mut self.master {
+            Some(master) => master.copy_from_slice(values),
+            None => {
+                if let Some(params) = self.params.as_f32_mut() {
+                    params[..values.len()].copy_from_slice(values);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces Adam's moments of the owned region and its step counter.
+    pub fn write_owned_moments(
+        &mut self,
+        exp_avg: &[f32],
+        exp_avg_sq: &[f32],
+        step: u64,
+    ) -> Result<(), ZeroError> {
+        check_len("exp_avg", exp_avg.len(), self.owned_len())?;
+        check_len("exp_avg_sq", exp_avg_sq.len(), self.owned_len())?;
+        match &self.optimizer_swap {
+            Some(swap) => swap.write_moments(exp_avg, exp_avg_sq)?,
+            None => {
+                self.adam.exp_avg.copy_from_slice(exp_avg);
+                self.adam.exp_avg_sq.copy_from_slice(exp_avg_sq);
+            }
+        }
+        self.adam.step = step;
+        Ok(())
+    }
+
+    /// Bytes moved to and from the NVMe swap files so far (zero without NVMe offload).
+    pub fn swap_traffic(&self) -> SwapTraffic {
+        let optimizer = self
+            .optimizer_swap
+            .as_ref()
+            .map_or(SwapTraffic::default(), OptimizerSwap::traffic);
+        let params = self
+            .param_swap
+            .as_ref()
+            .map_or(SwapTraffic::default(), ParamSwap::traffic);
+        optimizer.plus(params)
+    }
+
+    /// This rank's use of NVMe, measured now (`None` without NVMe offload): the swap files'
+    /// sizes on disk and the bytes moved.
+    pub fn nvme_usage(&self) -> Result<Option<NvmeUsage>, ZeroError> {
+        if self.optimizer_swap.is_none() && self.param_swap.is_none() {
+            return Ok(None);
+        }
+        let mut usage = NvmeUsage::default();
+        let mut init = SwapTraffic::default();
+        if let Some(swap) = &self.optimizer_swap {
+            usage.directories.push(swap.dir().to_path_buf());
+            usage.optimizer_bytes = swap.resident_bytes()?;
+            init = init.plus(swap.init_traffic());
+        }
+        if let Some(swap) = &self.param_swap {
+            usage.directories.push(swap.dir().to_path_buf());
+            usage.param_bytes = swap.resident_bytes()?;
+            init = init.plus(swap.init_traffic());
+        }
+        usage.resident_bytes = usage.optimizer_bytes + usage.param_bytes;
+        usage.init = init;
+        usage.steps = self.swap_traffic().since(init);
+        Ok(Some(usage))
+    }
+
+    /// Whether the optimizer steps a separate fp32 master (in memory or on NVMe).
+    fn has_master(&self) -> bool {
+        self.master.is_some() || self.optimizer_swap.is_some()
+    }
+
+    /// Stage 3: writes new values of the shard's elements `start..start + values.len()` (whole
+    /// tensor slices) to where each slice lives: `params`, or the NVMe file.
+    pub(super) fn refresh_shard(&mut self, start: usize, values: &[f32]) -> Result<(), ZeroError> {
+        let end = start + values.len();
+        let shards = self.plan.shards();
+        for t in 0..self.plan.tensors().len() {
+            let (offset, chunk) = (shards.offset(t), shards.chunk(t));
+            if offset < start || offset + chunk > end || chunk == 0 {
+                continue;
+            }
+            let slice = &values[offset - start..offset - start + chunk];
+            match &mut self.param_swap {
+                Some(swap) if swap.is_resident(t) => swap.write(t, slice)?,
+                _ => self.params.write(self.param_offset[t], slice),
+            }
+        }
+        Ok(())
     }
 
     /// Starts an optimizer step: the accumulated gradients go back to zero.
@@ -298,7 +490,7 @@ impl ZeroRank {
     /// separate master, as DeepSpeed builds it (and the plan lists it) before its step; in
     /// place for fp32 stage 0, whose parameters are the master.
     pub fn stage_owned_grads(&mut self) {
-        if self.master.is_some() {
+        if self.has_master() {
             let range = self.owned_grad_range();
             let mut staged = Tracked::zeros(&self.ledger, Category::StepScratch, range.len());
             self.grads.read(range.start, &mut staged);
@@ -353,6 +545,9 @@ impl ZeroRank {
     /// the master into its parameters, stages 1 and 2 write their partition and all-gather the
     /// others', stage 3 writes its shard and re-gathers the persistent tensors.
     pub fn optimizer_step(&mut self, adam: &AdamConfig, lr: f64) -> Result<(), ZeroError> {
+        if self.optimizer_swap.is_some() {
+            return self.swapped_optimizer_step(adam, lr);
+        }
         let grad_range = self.owned_grad_range();
         let Self {
             params,
@@ -397,12 +592,53 @@ impl ZeroRank {
                 self.gather_flat_partitions()
             }
             ZeroStage::Weights => {
-                if let Some(master) = &self.master {
-                    self.params.write(0, master);
+                if let Some(master) = self.master.take() {
+                    let refreshed = self.refresh_shard(0, &master);
+                    self.master = Some(master);
+                    refreshed?;
                 }
                 self.regather_persistent()
             }
         }
+    }
+
+    /// Stage 3 with the optimizer on NVMe: sub-group by sub-group, swap in, step, swap out,
+    /// refresh the group's parameters; then re-gather the persistent tensors.
+    fn swapped_optimizer_step(&mut self, adam: &AdamConfig, lr: f64) -> Result<(), ZeroError> {
+        let staged = match self.staged.take() {
+            Some(staged) => staged,
+            None => {
+                let range = self.owned_grad_range();
+                let mut staged = Tracked::zeros(&self.ledger, Category::StepScratch, range.len());
+                self.grads.read(range.start, &mut staged);
+                staged
+            }
+        };
+        let grads: &[f32] = &staged;
+        let step = self.adam.step + 1;
+        let Some(mut swap) = self.optimizer_swap.take() else {
+            return Ok(());
+        };
+        let stepped = swap.step(grads, step, lr, adam, |start, values| {
+            self.refresh_shard(start, values)
+        });
+        self.optimizer_swap = Some(swap);
+        drop(staged);
+        stepped?;
+        self.adam.step = step;
+        self.regather_persistent()
+    }
+}
+
+fn check_len(what: &'static str, found: usize, expected: usize) -> Result<(), ZeroError> {
+    if found == expected {
+        Ok(())
+    } else {
+        Err(ZeroError::StateLength {
+            what,
+            found,
+            expected,
+        })
     }
 }
 

@@ -15,6 +15,9 @@
 //!   receives to its gradient shard. Every micro-step.
 //! * **After the step** the shard holds the new parameters; the persistent tensors are
 //!   re-gathered on every rank.
+//! * **Parameter offload to NVMe**: a slice the plan puts on NVMe is read from the rank's swap
+//!   file into a parameter swap buffer, and widened, just before its collective; the step
+//!   writes the updated slices back (`rank.rs`, `refresh_shard`).
 
 use dsplan_planner::plan::Collective;
 use dsplan_planner::plan::stage3::FetchCollective;
@@ -63,8 +66,9 @@ impl ZeroRank {
     /// padding, so each collective writes straight into the unit (the padding spills into the
     /// next tensor's place, which is gathered after it, or into `world` spare elements at the
     /// end).
-    /// `f32` shards are sent as they are; 16-bit shards are widened into a one-chunk staging
-    /// buffer first. Persistent tensors are copied from the persistent store.
+    /// `f32` shards are sent as they are; 16-bit shards, and slices read from NVMe, are widened
+    /// into a one-chunk staging buffer first. Persistent tensors are copied from the persistent
+    /// store.
     pub(super) fn gather_unit(&mut self, i: usize) -> Result<Tracked<Box<[f32]>>, ZeroError> {
         let entry = self.plan.units()[i].clone();
         let world = self.world;
@@ -75,11 +79,17 @@ impl ZeroRank {
             .map(|&t| self.plan.shards().chunk(t))
             .max()
             .unwrap_or(0);
-        let mut staging = (self.params.dtype() != Dtype::F32 && largest_chunk > 0)
+        let swapped = self
+            .param_swap
+            .as_ref()
+            .is_some_and(|swap| entry.fetch.iter().any(|&t| swap.is_resident(t)));
+        let mut staging = ((self.params.dtype() != Dtype::F32 || swapped) && largest_chunk > 0)
             .then(|| Tracked::zeros(&self.ledger, Category::Buckets, largest_chunk));
         let Self {
             plan,
             params,
+            param_offset,
+            param_swap,
             comm,
             persistent,
             persistent_offset,
@@ -92,13 +102,19 @@ impl ZeroRank {
             let base = plan.tensors()[t].offset - entry.span.offset;
             let chunk = shards.chunk(t);
             let output = &mut unit[base..base + world * chunk];
-            let input: &[f32] = match (params.as_f32(), staging.as_mut()) {
-                (Some(shard), _) => &shard[shards.offset(t)..shards.offset(t) + chunk],
-                (None, Some(staging)) => {
-                    params.read(shards.offset(t), &mut staging[..chunk]);
+            let offset = param_offset[t];
+            let on_nvme = param_swap.as_ref().is_some_and(|swap| swap.is_resident(t));
+            let input: &[f32] = match (params.as_f32(), staging.as_mut(), param_swap.as_mut()) {
+                (_, Some(staging), Some(swap)) if on_nvme => {
+                    swap.read(t, &mut staging[..chunk])?;
                     &staging[..chunk]
                 }
-                (None, None) => continue,
+                (Some(shard), _, _) => &shard[offset..offset + chunk],
+                (None, Some(staging), _) => {
+                    params.read(offset, &mut staging[..chunk]);
+                    &staging[..chunk]
+                }
+                (None, None, _) => continue,
             };
             match collective {
                 FetchCollective::AllGather => comm.all_gather(input, output)?,
@@ -165,6 +181,7 @@ impl ZeroRank {
         let Self {
             plan,
             params,
+            param_offset,
             persistent,
             persistent_offset,
             comm,
@@ -182,7 +199,8 @@ impl ZeroRank {
         let mut at = 0;
         for &t in &tensors {
             let chunk = shards.chunk(t);
-            params.read(shards.offset(t), &mut input[at..at + chunk]);
+            // Persistent tensors never live on NVMe.
+            params.read(param_offset[t], &mut input[at..at + chunk]);
             at += chunk;
         }
         let mut gathered = Tracked::zeros(ledger, Category::Buckets, *world * contributed);

@@ -1,7 +1,9 @@
 //! The summary of `dsplan run`: throughput and loss, then each rank's measured peak memory per
 //! category next to the plan's prediction, with a note for every category where the CPU
 //! executor allocates something other than the plan's GPU buffers (and for the plan's buffers
-//! it has no counterpart for). `--format json` prints the same as one object.
+//! it has no counterpart for), and under NVMe offload the bytes each rank kept in its swap
+//! files (their sizes) and moved per step next to the plan's NVMe bytes. `--format json`
+//! prints the same as one object.
 
 use dsplan_executor::metrics::Category;
 use dsplan_executor::train::{TrainReport, TrainSpec};
@@ -65,7 +67,35 @@ pub(super) fn summary(facts: &RunFacts<'_>, spec: &TrainSpec, report: &TrainRepo
             "categories": categories,
             "ranks": ranks,
         },
+        "nvme": report.nvme.as_ref().map(nvme_summary),
         "notices": spec.settings.notices,
+    })
+}
+
+/// NVMe use: the plan's bytes and each rank's measured files and traffic (per step: the
+/// steps' traffic divided by the steps run).
+fn nvme_summary(nvme: &dsplan_executor::zero::swap::NvmeReport) -> Value {
+    let ranks: Vec<Value> = nvme
+        .ranks
+        .iter()
+        .enumerate()
+        .map(|(rank, usage)| {
+            json!({
+                "rank": rank,
+                "resident_bytes": usage.resident_bytes,
+                "optimizer_bytes": usage.optimizer_bytes,
+                "param_bytes": usage.param_bytes,
+                "init_written_bytes": usage.init.written_bytes,
+                "steps_read_bytes": usage.steps.read_bytes,
+                "steps_written_bytes": usage.steps.written_bytes,
+                "directories": usage.directories,
+            })
+        })
+        .collect();
+    json!({
+        "plan_bytes": nvme.plan_bytes,
+        "plan_gradient_bytes": nvme.plan_gradient_bytes,
+        "ranks": ranks,
     })
 }
 
@@ -82,6 +112,31 @@ pub(super) fn human(report: &TrainReport, summary: &Value) -> String {
         summary["final_loss"].as_f64().unwrap_or(f64::NAN),
     ));
     out.push_str(&memory_table(report));
+    if let Some(nvme) = &report.nvme {
+        out.push_str(&nvme_lines(nvme, report.steps.len()));
+    }
+    out
+}
+
+/// One line per rank: bytes in its swap files next to the plan's, and the traffic per step.
+fn nvme_lines(nvme: &dsplan_executor::zero::swap::NvmeReport, steps: usize) -> String {
+    let mut out = format!(
+        "NVMe per rank: plan {} ({} of them fp32 gradients, which the executor keeps in memory)
+",
+        bytes(nvme.plan_bytes),
+        bytes(nvme.plan_gradient_bytes),
+    );
+    let steps = steps.max(1) as u64;
+    for (rank, usage) in nvme.ranks.iter().enumerate() {
+        out.push_str(&format!(
+            "  rank {rank}: {} in swap files (optimizer {}, parameters {}); per step read {}, written {}\n",
+            bytes(usage.resident_bytes),
+            bytes(usage.optimizer_bytes),
+            bytes(usage.param_bytes),
+            bytes(usage.steps.read_bytes / steps),
+            bytes(usage.steps.written_bytes / steps),
+        ));
+    }
     out
 }
 

@@ -13,6 +13,8 @@ use std::fmt;
 
 mod sections;
 
+pub use sections::override_nvme_path;
+
 use dsplan_planner::config::{DsConfig, ZeroStage};
 use dsplan_planner::resolve::{Environment, Resolved, resolve};
 use dsplan_planner::schedule::LrSchedule;
@@ -228,9 +230,28 @@ mod tests {
         let error = TrainSettings::from_config(&config, 1).expect_err("lamb");
         assert!(error.message.contains("not implemented"), "{error}");
         let mut config = base();
-        config["zero_optimization"] =
-            json!({"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"}});
-        assert!(TrainSettings::from_config(&config, 1).is_err());
+        let dir = tempfile::tempdir().expect("temp dir");
+        let missing = dir.path().join("absent");
+        config["zero_optimization"] = json!({"stage": 3,
+            "offload_param": {"device": "nvme", "nvme_path": missing}});
+        let error = TrainSettings::from_config(&config, 1).expect_err("missing nvme_path");
+        assert_eq!(error.pointer, "/zero_optimization/offload_param/nvme_path");
+        config["zero_optimization"]["offload_param"]["nvme_path"] = json!(dir.path());
+        TrainSettings::from_config(&config, 1).expect("an existing directory");
+        config["zero_optimization"]["offload_optimizer"] =
+            json!({"device": "nvme", "nvme_path": dir.path(), "ratio": 0.5});
+        let error = TrainSettings::from_config(&config, 1).expect_err("partial");
+        assert_eq!(error.pointer, "/zero_optimization/offload_optimizer/ratio");
+        // Below stage 3 NVMe optimizer offload is CPU offload, path or not.
+        config["zero_optimization"] = json!({"stage": 2,
+            "offload_optimizer": {"device": "nvme", "nvme_path": missing}});
+        TrainSettings::from_config(&config, 1).expect("stage 2 treats nvme as cpu");
+        assert!(
+            std::fs::read_dir(dir.path())
+                .expect("listed")
+                .next()
+                .is_none()
+        );
     }
 
     #[test]

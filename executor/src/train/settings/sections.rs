@@ -1,11 +1,13 @@
 //! The sections of a resolved `ds_config.json` a run reads, one function each: precision (with
 //! DeepSpeed's loss-scaler default trap), the batch sizes, the optimizer, the scheduler and
-//! offload.
+//! offload (NVMe paths checked; `--nvme-path` overrides them).
 
 use dsplan_planner::config::{AutoOr, DsConfig, OffloadDevice, ZeroStage};
 use dsplan_planner::resolve::{Provenance, Resolved};
 use dsplan_planner::schedule::LrSchedule;
 use dsplan_planner::schedule::loss_scale::{Fp16ScaleSettings, LossScaleErrorKind, OverflowCheck};
+use std::path::Path;
+
 use serde_json::Value;
 
 use super::{BatchSizes, OptimizerSettings, SettingsError};
@@ -194,41 +196,118 @@ pub(super) fn schedule(resolved: &Resolved) -> Result<Option<LrSchedule>, Settin
     }
 }
 
-/// Offload to CPU changes nothing on the CPU backend; to NVMe is not implemented.
+/// Offload to CPU changes nothing on the CPU backend. Offload to NVMe (stage 3; the planner
+/// treats it as `cpu` below) puts the optimizer state and parameter slices in files under
+/// `nvme_path`, which must be an existing, writable directory (checked here, so that a wrong
+/// path is an error before anything runs); partial offload (`ratio` < 1) to NVMe is refused.
 pub(super) fn check_offload(
     config: &DsConfig,
     notices: &mut Vec<String>,
 ) -> Result<(), SettingsError> {
     let zero = &config.zero_optimization;
-    let optimizer = zero.offload_optimizer.as_ref().map(|o| o.device);
-    let param = zero.offload_param.as_ref().map(|o| o.device);
-    for (device, pointer, what) in [
+    let stage3 = config.zero_optimization.stage == ZeroStage::Weights;
+    let optimizer = zero.offload_optimizer.as_ref();
+    let param = zero.offload_param.as_ref();
+    for (device, path, what, section) in [
         (
-            optimizer,
-            "/zero_optimization/offload_optimizer/device",
+            optimizer.map(|o| o.device),
+            optimizer.and_then(|o| o.nvme_path.as_deref()),
             "optimizer",
+            "offload_optimizer",
         ),
         (
-            param,
-            "/zero_optimization/offload_param/device",
+            param.map(|o| o.device),
+            param.and_then(|o| o.nvme_path.as_deref()),
             "parameter",
+            "offload_param",
         ),
     ] {
         match device {
-            Some(OffloadDevice::Nvme) => {
-                return Err(SettingsError::new(
-                    pointer,
-                    format!("{what} offload to NVMe is not implemented by dsplan's executor yet"),
-                )
-                .with_help("use \"device\": \"cpu\" or \"none\""));
+            Some(OffloadDevice::Nvme) if stage3 => {
+                let pointer = format!("/zero_optimization/{section}/nvme_path");
+                match path {
+                    Some(path) => check_nvme_path(Path::new(path), &pointer)?,
+                    None => {
+                        return Err(SettingsError::new(
+                            pointer,
+                            format!("{what} offload to nvme needs nvme_path"),
+                        ));
+                    }
+                }
             }
+            Some(OffloadDevice::Nvme) if what == "optimizer" => notices.push(
+                "optimizer offload to nvme below stage 3 is offload to cpu (as in DeepSpeed); the CPU backend keeps everything in host memory already".to_string(),
+            ),
             Some(OffloadDevice::Cpu) => notices.push(format!(
                 "{what} offload to cpu: the CPU backend keeps everything in host memory already; the step is the same"
             )),
             _ => {}
         }
     }
+    if let Some(offload) = optimizer
+        && stage3
+        && offload.device == OffloadDevice::Nvme
+        && offload.ratio < 1.0
+    {
+        return Err(SettingsError::new(
+            "/zero_optimization/offload_optimizer/ratio",
+            "partial optimizer offload (ratio < 1) to NVMe is not implemented by dsplan's executor",
+        )
+        .with_help("use ratio 1.0, or \"device\": \"cpu\""));
+    }
     Ok(())
+}
+
+/// `path` must be a directory this process can create files in (probed by making and removing
+/// a directory in it).
+fn check_nvme_path(path: &Path, pointer: &str) -> Result<(), SettingsError> {
+    let shown = path.display();
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            return Err(SettingsError::new(
+                pointer,
+                format!("nvme_path `{shown}` is not a directory"),
+            ));
+        }
+        Err(e) => {
+            return Err(SettingsError::new(
+                pointer,
+                format!("nvme_path `{shown}` cannot be used: {e}"),
+            )
+            .with_help("point nvme_path at an existing directory on a fast local drive (dsplan run --nvme-path DIR overrides it)"));
+        }
+    }
+    let probe = path.join(format!(".dsplan-probe-{}", std::process::id()));
+    let made = std::fs::create_dir(&probe).or_else(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => Ok(()),
+        _ => Err(e),
+    });
+    let _ = std::fs::remove_dir(&probe);
+    made.map_err(|e| {
+        SettingsError::new(pointer, format!("nvme_path `{shown}` is not writable: {e}"))
+            .with_help("the swap files of NVMe offload are written there")
+    })
+}
+
+/// Points every `nvme_path` of the offload sections that offload to NVMe at `path` (a run's
+/// `--nvme-path`); returns whether any did.
+pub fn override_nvme_path(config: &mut DsConfig, path: &str) -> bool {
+    let zero = &mut config.zero_optimization;
+    let mut changed = false;
+    if let Some(offload) = zero.offload_optimizer.as_mut()
+        && offload.device == OffloadDevice::Nvme
+    {
+        offload.nvme_path = Some(path.to_string());
+        changed = true;
+    }
+    if let Some(offload) = zero.offload_param.as_mut()
+        && offload.device == OffloadDevice::Nvme
+    {
+        offload.nvme_path = Some(path.to_string());
+        changed = true;
+    }
+    changed
 }
 
 /// int8 gradient accumulation is refused (the plan cannot size it either).

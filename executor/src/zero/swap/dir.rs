@@ -1,0 +1,116 @@
+//! [`SwapDir`]: a rank's swap directory under `nvme_path`, removed when dropped.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::SwapError;
+
+/// Distinguishes the swap directories made by one process (several runs, several ranks).
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// `<nvme_path>/dsplan-<pid>/rank<R>.<n>/`, created empty and removed (with its files) on drop;
+/// the `dsplan-<pid>` directory goes with the last of them.
+#[derive(Debug)]
+pub struct SwapDir {
+    path: PathBuf,
+    process_dir: PathBuf,
+}
+
+impl SwapDir {
+    /// Creates rank `rank`'s directory under `nvme_path`, which must exist and be writable (it
+    /// is not created: a missing drive is a mistake worth reporting, not a directory to make on
+    /// the root file system). `pointer` names the config value in errors.
+    pub fn create(nvme_path: &Path, rank: usize, pointer: &'static str) -> Result<Self, SwapError> {
+        match std::fs::metadata(nvme_path) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(SwapError::invalid(
+                    pointer,
+                    nvme_path,
+                    "nvme_path is not a directory",
+                ));
+            }
+            Err(e) => {
+                return Err(SwapError::io(pointer, nvme_path, "use nvme_path", &e));
+            }
+        }
+        let process_dir = nvme_path.join(format!("dsplan-{}", std::process::id()));
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = process_dir.join(format!("rank{rank}.{n}"));
+        // Another rank of this process may remove `dsplan-<pid>` between our two creations
+        // (it removes it when it was the last one there): try again.
+        let mut attempts = 0;
+        loop {
+            let made =
+                std::fs::create_dir_all(&process_dir).and_then(|()| std::fs::create_dir(&path));
+            match made {
+                Ok(()) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {
+                    attempts += 1;
+                }
+                Err(e) => {
+                    let _ = std::fs::remove_dir(&process_dir);
+                    return Err(SwapError::io(
+                        pointer,
+                        &path,
+                        "create the swap directory",
+                        &e,
+                    ));
+                }
+            }
+        }
+        Ok(Self { path, process_dir })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A file name inside it.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for SwapDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+        // Fails while other ranks' directories are still there; the last one removes it.
+        let _ = std::fs::remove_dir(&self.process_dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_directory_lives_as_long_as_the_guard() {
+        let base = tempfile::tempdir().expect("temp dir");
+        let a = SwapDir::create(base.path(), 0, "/x").expect("created");
+        let b = SwapDir::create(base.path(), 1, "/x").expect("created");
+        std::fs::write(a.file("f"), b"data").expect("written");
+        assert!(a.path().is_dir() && b.path().is_dir());
+        assert_ne!(a.path(), b.path());
+        drop(a);
+        assert!(b.path().is_dir());
+        drop(b);
+        let left: Vec<_> = std::fs::read_dir(base.path()).expect("listed").collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_missing_or_non_directory_path_is_an_error() {
+        let base = tempfile::tempdir().expect("temp dir");
+        let missing = base.path().join("absent");
+        let error = SwapDir::create(&missing, 0, "/p").expect_err("missing");
+        assert_eq!(error.kind, Some(std::io::ErrorKind::NotFound));
+        assert!(error.to_string().starts_with("/p: "), "{error}");
+        let file = base.path().join("file");
+        std::fs::write(&file, b"").expect("written");
+        let error = SwapDir::create(&file, 0, "/p").expect_err("a file");
+        assert!(error.message.contains("not a directory"), "{error}");
+        assert!(!missing.exists());
+    }
+}
