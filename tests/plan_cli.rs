@@ -256,3 +256,123 @@ fn a_count_only_model_cannot_be_planned() {
     ])
     .failure();
 }
+
+fn json_plan(file: &std::path::Path, extra: &[&str]) -> Value {
+    let mut args = vec![
+        file.to_str().expect("utf-8"),
+        "--model",
+        "tiny-gpt2",
+        "--world-size",
+        "2",
+        "--format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let out = plan(&args).success().get_output().stdout.clone();
+    serde_json::from_slice(&out).expect("json")
+}
+
+#[test]
+fn the_cpu_backend_lists_the_cpu_executors_buffers_in_host_memory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let offloaded = json!({
+        "train_micro_batch_size_per_gpu": 2,
+        "bf16": {"enabled": true},
+        "optimizer": {"type": "AdamW"},
+        "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}
+    });
+    for (name, config) in [("z2.json", offloaded), ("z3.json", stage3())] {
+        let file = config_file(&dir, name, &config);
+        let gpu = json_plan(&file, &[]);
+        // The default is DeepSpeed on GPUs, printed as before: no backend key.
+        assert!(gpu["settings"].get("backend").is_none(), "{name}");
+        assert_eq!(
+            gpu,
+            json_plan(&file, &["--backend", "deepspeed-gpu"]),
+            "{name}"
+        );
+        let cpu = json_plan(&file, &["--backend", "dsplan-cpu"]);
+        assert_eq!(cpu["settings"]["backend"], "dsplan-cpu", "{name}");
+        let buffers = cpu["buffers"].as_array().expect("buffers");
+        let kinds: Vec<&str> = buffers.iter().filter_map(|b| b["kind"].as_str()).collect();
+        for buffer in buffers {
+            assert_eq!(buffer["device"], "cpu", "{name}: {buffer}");
+        }
+        // Nothing is copied between devices on a CPU: no offload staging.
+        assert!(!kinds.contains(&"offload-staging"), "{name}: {kinds:?}");
+        for kind in [
+            "activation-arena",
+            "gathered-parameters",
+            "module-gradients",
+        ] {
+            assert!(kinds.contains(&kind), "{name}: no {kind} in {kinds:?}");
+        }
+        let devices = cpu["timeline"]["devices"].as_array().expect("devices");
+        assert_eq!(devices.len(), 1, "{name}");
+        assert_eq!(devices[0]["device"], "cpu", "{name}");
+        // The same layout, shards and reduction buckets as the GPU plan (the parameter
+        // all-gather is cut in pieces: the in-process collectives have no
+        // all_gather_into_tensor).
+        for part in ["layout", "shards"] {
+            assert_eq!(cpu[part], gpu[part], "{name}: {part}");
+        }
+        assert_eq!(cpu["buckets"]["reduce"], gpu["buckets"]["reduce"], "{name}");
+    }
+}
+
+#[test]
+fn the_cpu_backend_is_named_in_the_summary_and_refuses_what_it_cannot_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = config_file(&dir, "z3.json", &stage3());
+    let path = file.to_str().expect("utf-8");
+    let out = plan(&[
+        path,
+        "--model",
+        "tiny-gpt2",
+        "--world-size",
+        "2",
+        "--backend",
+        "dsplan-cpu",
+    ])
+    .success()
+    .get_output()
+    .stdout
+    .clone();
+    let text = String::from_utf8(out).expect("utf-8");
+    assert!(text.contains("backend: dsplan-cpu"), "{text}");
+    assert!(text.contains("cpu peak"), "{text}");
+    assert!(!text.contains("gpu peak"), "{text}");
+    assert!(text.contains("activation arena"), "{text}");
+
+    // Only GPT-2 runs on the CPU executor.
+    let assert = plan(&[
+        path,
+        "--model",
+        "llama-2-7b",
+        "--world-size",
+        "2",
+        "--seq-len",
+        "16",
+        "--backend",
+        "dsplan-cpu",
+    ])
+    .code(1);
+    let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
+    assert!(stderr.contains("runs GPT-2 only"), "{stderr}");
+
+    // A GPU memory limit means nothing for host buffers.
+    let assert = plan(&[
+        path,
+        "--model",
+        "tiny-gpt2",
+        "--world-size",
+        "2",
+        "--backend",
+        "dsplan-cpu",
+        "--gpu-memory",
+        "1GiB",
+    ])
+    .code(2);
+    let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
+    assert!(stderr.contains("--gpu-memory applies"), "{stderr}");
+}

@@ -1,5 +1,9 @@
 //! `dsplan plan FILE --model M --world-size N`: the explicit execution plan.
 //!
+//! `--backend` picks whose buffers the plan lists: DeepSpeed's on GPUs (the default), or
+//! dsplan's CPU executor's (`dsplan-cpu`: the plan `dsplan run` compiles and measures against,
+//! with the in-process collectives' lack of `all_gather_into_tensor`).
+//!
 //! `human` prints a compact summary (settings, layout, shards, buckets, stage-3 schedule,
 //! offload copies, peak memory per phase, step time, diagnostics); `json` the whole plan;
 //! `trace` Chrome trace-event JSON of one step (Perfetto, chrome://tracing). Diagnostics of the
@@ -20,7 +24,7 @@ use dsplan_planner::plan::shards::ShardRule;
 use dsplan_planner::plan::stage3::Pass;
 use dsplan_planner::plan::{
     self, AllGatherIntoTensor, AttentionKernel, CheckpointPlacement, Checkpointing, Cluster,
-    Device, ModelGraph, Plan, Workload,
+    Device, ModelGraph, Plan, PlanBackend, Workload,
 };
 use dsplan_planner::validate::{self, ValidateOptions};
 
@@ -61,9 +65,14 @@ pub struct PlanArgs {
     /// ZeRO-3: whether the model is built under zero.Init (default enabled).
     #[arg(long, value_enum)]
     zero_init: Option<ZeroInitArg>,
-    /// GPU memory per rank (e.g. 80GiB): exit 1 when the planned peak exceeds it.
+    /// GPU memory per rank (e.g. 80GiB): exit 1 when the planned peak exceeds it
+    /// (deepspeed-gpu backend only).
     #[arg(long, value_name = "BYTES", value_parser = memory_arg)]
     gpu_memory: Option<u64>,
+    /// Whose buffers the plan lists: DeepSpeed's on GPUs, or dsplan's CPU executor's (what
+    /// `dsplan run` measures).
+    #[arg(long, value_enum, default_value_t)]
+    backend: BackendArg,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     format: PlanFormat,
@@ -79,6 +88,25 @@ pub enum PlanFormat {
     Json,
     /// Chrome trace-event JSON of one step.
     Trace,
+}
+
+/// `--backend` of `dsplan plan`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum BackendArg {
+    /// DeepSpeed's buffers on GPUs (and the host, under offload).
+    #[default]
+    DeepspeedGpu,
+    /// dsplan's CPU executor: f32 compute, every buffer in host memory.
+    DsplanCpu,
+}
+
+impl From<BackendArg> for PlanBackend {
+    fn from(arg: BackendArg) -> Self {
+        match arg {
+            BackendArg::DeepspeedGpu => PlanBackend::DeepspeedGpu,
+            BackendArg::DsplanCpu => PlanBackend::DsplanCpu,
+        }
+    }
 }
 
 fn memory_arg(input: &str) -> Result<u64, String> {
@@ -106,6 +134,13 @@ pub fn run(args: PlanArgs) -> Outcome {
 }
 
 fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
+    let backend = PlanBackend::from(args.backend);
+    if backend == PlanBackend::DsplanCpu && args.gpu_memory.is_some() {
+        return Err((
+            Outcome::UsageError,
+            "--gpu-memory applies to the deepspeed-gpu backend; a dsplan-cpu plan holds everything in host memory".into(),
+        ));
+    }
     let display = args.file.display().to_string();
     let bytes = std::fs::read(&args.file).map_err(|error| {
         (
@@ -162,7 +197,12 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
             AttentionKernel::Eager
         },
         zero_init: args.zero_init.map_or(ZeroInit::Enabled, ZeroInit::from),
-        all_gather_into_tensor: AllGatherIntoTensor::Available,
+        // The CPU executor's in-process collectives have no all_gather_into_tensor.
+        all_gather_into_tensor: match backend {
+            PlanBackend::DeepspeedGpu => AllGatherIntoTensor::Available,
+            PlanBackend::DsplanCpu => AllGatherIntoTensor::Unavailable,
+        },
+        backend,
     };
     let mut plan = plan::compile(&config, &graph, &cluster, &workload).map_err(|mut refused| {
         file.locate_all(&mut refused);
@@ -277,7 +317,13 @@ fn header(plan: &Plan, out: &mut String) {
         AttentionKernel::Eager => "eager attention",
         AttentionKernel::Flash => "flash attention",
     };
-    out.push_str(&format!("  activations: {checkpointing}, {attention}\n\n"));
+    out.push_str(&format!("  activations: {checkpointing}, {attention}\n"));
+    if s.backend == PlanBackend::DsplanCpu {
+        out.push_str(
+            "  backend: dsplan-cpu (dsplan's CPU executor: f32 compute, every buffer in host memory)\n",
+        );
+    }
+    out.push('\n');
 }
 
 fn layout(plan: &Plan, out: &mut String) {

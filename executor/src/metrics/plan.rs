@@ -10,13 +10,15 @@
 //! | optimizer states | optimizer |
 //! | gradient buckets | buckets |
 //! | step scratch | step scratch |
-//! | activations | activations |
-//! | offload staging | none: the CPU backend copies nothing between devices |
+//! | collective staging | buckets |
+//! | activations, activation arena | activations |
+//! | offload staging, swap buffers | none: the CPU executor copies nothing between devices |
 //!
-//! The CPU backend holds everything in host memory, so the plan's GPU and host buffers are
-//! added up; NVMe-resident bytes are not memory and are left out (the executor refuses NVMe
-//! offload anyway). Each category's peak is its own highest point over the step's ticks, as
-//! the executor's ledger records it.
+//! The run's plan is compiled with the `dsplan-cpu` backend, whose buffers are the executor's
+//! own, all in host memory: every category and the total are the measured ones. A DeepSpeed
+//! GPU plan can be read too (its GPU and host buffers added up, NVMe-resident bytes left out,
+//! offload staging reported apart). Each category's peak is its own highest point over the
+//! step's ticks, as the executor's ledger records it.
 
 use serde::Serialize;
 
@@ -32,14 +34,17 @@ pub fn category_of(kind: BufferKind) -> Option<Category> {
         BufferKind::MasterWeights => Some(Category::Master),
         BufferKind::Gradients | BufferKind::ModuleGradients => Some(Category::Grads),
         BufferKind::OptimizerStates => Some(Category::Optimizer),
-        BufferKind::GradientBuckets | BufferKind::ReduceScatterStaging => Some(Category::Buckets),
+        BufferKind::GradientBuckets
+        | BufferKind::ReduceScatterStaging
+        | BufferKind::CollectiveStaging => Some(Category::Buckets),
         // The gradients the optimizer reads (built at the step) are the executor's step scratch.
         BufferKind::Fp32Gradients | BufferKind::StepScratch => Some(Category::StepScratch),
         BufferKind::InputActivations
         | BufferKind::LayerActivations
         | BufferKind::WorkingActivations
         | BufferKind::Logits
-        | BufferKind::LossBuffers => Some(Category::Activations),
+        | BufferKind::LossBuffers
+        | BufferKind::ActivationArena => Some(Category::Activations),
         BufferKind::OffloadStaging
         | BufferKind::ParamSwapBuffers
         | BufferKind::OptimizerSwapBuffers => None,

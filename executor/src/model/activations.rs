@@ -1,14 +1,34 @@
 //! [`ActivationLayout`]: every activation of one forward/backward pass, in one arena.
 //!
-//! Sized from the config and the batch shape `(B, T)`; nothing is allocated during a pass.
+//! Sized from the config and the batch shape `(B, T)`; nothing is allocated during a pass. The
+//! arena's size is the planner's ([`planned_arena_len`], `planner::memory::cpu_arena`), so the
+//! `dsplan-cpu` plan lists exactly what the model allocates; the layout must fill it.
 //! Forward keeps what backward needs (llm.c's list, no recomputation yet); backward needs only
 //! four scratch buffers, shared by all layers, because the gradient of the residual stream is
 //! carried in one `(B, T, C)` buffer from the top of the model to the bottom.
 //!
 //! Vocabulary: `B` batch, `T` sequence, `C` channels, `NH` heads, `V` vocab, `L` layers.
 
+use dsplan_planner::memory::{CpuArenaShape, arena_elements};
+
 use super::Gpt2Config;
 use crate::tensor::{Span, TensorTable};
+
+/// Elements of the activation arena for `config` and `shape`, as the planner sizes it
+/// (`planner::memory::cpu_arena`; GPT-2's MLP is `4C` wide).
+pub fn planned_arena_len(config: &Gpt2Config, shape: BatchShape) -> usize {
+    let n = |x: usize| x as u64;
+    let elements = arena_elements(&CpuArenaShape {
+        layers: n(config.n_layer),
+        hidden: n(config.n_embd),
+        heads: n(config.n_head),
+        intermediate: 4 * n(config.n_embd),
+        vocab: n(config.vocab_size),
+        batch: n(shape.batch),
+        seq_len: n(shape.seq_len),
+    });
+    usize::try_from(elements).unwrap_or(usize::MAX)
+}
 
 /// The batch a model instance is sized for: `batch` rows of `seq_len` tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,5 +172,37 @@ impl ActivationLayout {
     /// Elements of the arena.
     pub fn total_len(&self) -> usize {
         self.table.total_len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_fills_the_planned_arena_exactly() {
+        for (n_layer, n_embd, n_head, vocab_size) in [
+            (1, 8, 2, 11),
+            (2, 16, 4, 50),
+            (3, 24, 3, 97),
+            (12, 768, 12, 50257),
+        ] {
+            let config = Gpt2Config {
+                vocab_size,
+                n_positions: 64,
+                n_embd,
+                n_layer,
+                n_head,
+                layer_norm_epsilon: 1e-5,
+            };
+            for (batch, seq_len) in [(1, 1), (2, 16), (3, 64)] {
+                let shape = BatchShape { batch, seq_len };
+                assert_eq!(
+                    ActivationLayout::new(&config, shape).total_len(),
+                    planned_arena_len(&config, shape),
+                    "L={n_layer} C={n_embd} NH={n_head} V={vocab_size} B={batch} T={seq_len}"
+                );
+            }
+        }
     }
 }

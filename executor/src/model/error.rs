@@ -49,6 +49,14 @@ pub enum ModelError {
     NoTargets,
     /// `backward` was called without a preceding training `forward`.
     BackwardWithoutForward,
+    /// The activation layout does not fill the arena the planner sizes
+    /// (`planner::memory::cpu_arena`): the two formulas drifted apart.
+    ArenaSize {
+        /// Elements the planner gives the arena.
+        planned: usize,
+        /// Elements the layout needs.
+        laid_out: usize,
+    },
 }
 
 impl fmt::Display for ModelError {
@@ -88,6 +96,10 @@ impl fmt::Display for ModelError {
             ModelError::BackwardWithoutForward => {
                 write!(f, "backward needs a forward pass with targets first")
             }
+            ModelError::ArenaSize { planned, laid_out } => write!(
+                f,
+                "the activation layout needs {laid_out} elements, the planner sizes the arena at {planned}"
+            ),
         }
     }
 }

@@ -33,7 +33,7 @@ pub mod residual;
 mod sum;
 pub mod units;
 
-pub use activations::{ActivationLayout, BatchShape, BlockActivations};
+pub use activations::{ActivationLayout, BatchShape, BlockActivations, planned_arena_len};
 pub use config::{ConfigError, Gpt2Config};
 pub use error::ModelError;
 pub use gpt2::{Gpt2, Gpt2Core, next_token_targets};

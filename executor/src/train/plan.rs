@@ -9,16 +9,20 @@
 //!   process. The cluster's rates (an H100 node by default) only feed the plan's step-time
 //!   estimate, which a CPU run does not use; memory and layout do not depend on them;
 //! * **workload**: the run's sequence length, no activation recomputation (the CPU model keeps
-//!   every activation), and `all_gather_into_tensor` *unavailable*: the in-process collectives
+//!   every activation), `all_gather_into_tensor` *unavailable*: the in-process collectives
 //!   work on `f32` copies, so the stage 1/2 parameter all-gather runs in
 //!   `allgather_bucket_size` pieces, as DeepSpeed does on backends without it, instead of
-//!   staging the whole flat buffer.
+//!   staging the whole flat buffer; and the **`dsplan-cpu` backend**
+//!   (`PlanBackend::DsplanCpu`): the plan's buffer list is this executor's own
+//!   (`planner::plan::cpu_buffers`), so the memory it predicts is what the ranks measure.
 //!
 //! [`ParamLayout`]: crate::model::ParamLayout
 
 use dsplan_planner::diagnostics::Diagnostic;
 use dsplan_planner::model::{Architecture, Embeddings, Family};
-use dsplan_planner::plan::{self, AllGatherIntoTensor, Cluster, ModelGraph, Plan, Workload};
+use dsplan_planner::plan::{
+    self, AllGatherIntoTensor, Cluster, ModelGraph, Plan, PlanBackend, Workload,
+};
 
 use super::TrainSettings;
 use crate::model::Gpt2Config;
@@ -53,11 +57,13 @@ pub fn model_graph(config: &Gpt2Config) -> Result<ModelGraph, Vec<Diagnostic>> {
 
 /// The workload of a CPU run with rows of `seq_len` tokens.
 /// The executor stores every activation (no checkpointing) and runs eager attention, which
-/// are the planner's defaults; the in-process collectives have no `all_gather_into_tensor`.
+/// are the planner's defaults; the in-process collectives have no `all_gather_into_tensor`;
+/// the buffers are the CPU executor's.
 pub fn cpu_workload(seq_len: usize) -> Workload {
     Workload {
         sequence_length: Some(seq_len as u64),
         all_gather_into_tensor: AllGatherIntoTensor::Unavailable,
+        backend: PlanBackend::DsplanCpu,
         ..Workload::default()
     }
 }

@@ -11,8 +11,8 @@ use crate::checkpoint::consolidate;
 use crate::comm::{CommError, CommTraffic, run_ranks};
 use crate::data::{BatchLayout, DataError, MicroBatchIndex, TokenBatch, TokenSource};
 use crate::metrics::{ByCategory, Category, MemoryLedger, MemoryReport, PlanMemory, StepMetrics};
-use crate::model::{ActivationLayout, BatchShape, Gpt2Core, ModelError, ParamLayout};
-use crate::zero::predict::{correspondence, predict_peaks};
+use crate::model::{BatchShape, Gpt2Core, ModelError, ParamLayout};
+use crate::zero::predict::correspondence;
 use crate::zero::swap::{NvmeReport, NvmeUsage};
 use crate::zero::{
     ClipRule, Correspondence, EngineOptions, EnginePlan, RankEngine, RankOptions, ZeroError,
@@ -28,8 +28,8 @@ pub struct TrainReport {
     pub final_params: Vec<f32>,
     /// Each rank's measured memory.
     pub memory: Vec<MemoryReport>,
-    /// The executor's own prediction of its peak per category, from the plan's layout,
-    /// partitions and buckets (the same on every rank; the measured peaks equal it).
+    /// The plan's peak per category (the same on every rank; with a `dsplan-cpu` plan the
+    /// measured peaks equal it): `plan_memory.peak`.
     pub predicted: ByCategory,
     /// The plan's predicted memory per rank, in the same categories.
     pub plan_memory: PlanMemory,
@@ -116,7 +116,6 @@ pub fn train_planned(
         batch: batch.micro_batch,
         seq_len: spec.seq_len,
     };
-    let activation_bytes = ActivationLayout::new(&spec.model, shape).total_len() * 4;
     let param_layout = ParamLayout::new(&spec.model);
     if spec.initial_params.len() != param_layout.num_params() {
         return Err(TrainError::Model(ModelError::ParamCount {
@@ -134,11 +133,11 @@ pub fn train_planned(
         }));
     }
     let rank_options = RankOptions::from_plan(&engine_plan, settings.scaling);
-    let predicted = predict_peaks(&engine_plan, activation_bytes as u64);
     let plan_memory = PlanMemory::of(plan);
+    let predicted = plan_memory.peak;
     let correspondence = Category::ALL
         .iter()
-        .map(|&c| (c, correspondence(c, plan)))
+        .map(|&c| (c, correspondence(plan)))
         .collect();
     let scaler = settings
         .precision

@@ -20,8 +20,8 @@
 //! * [`engine`]: the order of a step (micro-steps, boundary, loss scale, clip, Adam, schedule).
 //!
 //! Every buffer is counted in the rank's [`crate::metrics::MemoryLedger`] by category, so the
-//! measured peak per rank can be checked against the executor's own figure and compared with
-//! the plan's ([`predict`]).
+//! measured peak per rank can be checked against the plan's, which lists exactly these buffers
+//! when compiled with the `dsplan-cpu` backend ([`predict`]).
 
 mod average;
 pub mod clip;

@@ -7,11 +7,13 @@
 //! | [`layer_dims`](mod@layer_dims) | the per-layer dimensions of an architecture the activation formulas read |
 //! | [`activations`] | what a transformer layer stores for backward, its working set, the input ends, logits and loss |
 //! | [`optimizer`] | state tensors per parameter of the optimizers DeepSpeed builds |
+//! | [`cpu_arena`] | the activation arena of dsplan's CPU executor (the `dsplan-cpu` plan backend) |
 //!
 //! The plan places these bytes in time (its buffer list and timeline); the estimate reads its
 //! rows from the plan.
 
 pub mod activations;
+pub mod cpu_arena;
 pub mod layer_dims;
 pub mod optimizer;
 pub mod shape;
@@ -20,6 +22,7 @@ pub use activations::{
     InputEnds, LayerBytes, LossBytes, TypedBytes, checkpoint_bytes, cross_attention_bytes,
     input_ends, largest_intermediate, layer_bytes, loss_bytes,
 };
+pub use cpu_arena::{CpuArenaShape, arena_bytes, arena_elements};
 pub use layer_dims::{Dropout, LayerDims, Mlp, NormKind, layer_dims};
 pub use optimizer::states_per_param;
 pub use shape::{

@@ -80,6 +80,9 @@ pub enum BufferKind {
     ParamSwapBuffers,
     /// Pinned swap buffers of NVMe optimizer offload.
     OptimizerSwapBuffers,
+    /// `dsplan-cpu`: `f32` copies the in-process collectives read or write (16-bit fetch
+    /// slices, the parameter all-gather's pieces, stage 3's persistent re-gather).
+    CollectiveStaging,
     /// Token ids and labels, the embedding dropout mask, the final norm's and the head's
     /// inputs.
     InputActivations,
@@ -91,6 +94,9 @@ pub enum BufferKind {
     Logits,
     /// The loss's fp32 buffers (upcast logits, log-softmax and its gradient).
     LossBuffers,
+    /// `dsplan-cpu`: the CPU model's one `f32` arena holding every activation of a pass
+    /// ([`crate::memory::cpu_arena`]).
+    ActivationArena,
 }
 
 /// The three families the memory report splits a peak into.
@@ -123,12 +129,14 @@ impl BufferKind {
             | BufferKind::StepScratch
             | BufferKind::OffloadStaging
             | BufferKind::ParamSwapBuffers
-            | BufferKind::OptimizerSwapBuffers => BufferClass::Buffers,
+            | BufferKind::OptimizerSwapBuffers
+            | BufferKind::CollectiveStaging => BufferClass::Buffers,
             BufferKind::InputActivations
             | BufferKind::LayerActivations
             | BufferKind::WorkingActivations
             | BufferKind::Logits
-            | BufferKind::LossBuffers => BufferClass::Activations,
+            | BufferKind::LossBuffers
+            | BufferKind::ActivationArena => BufferClass::Activations,
         }
     }
 
@@ -164,6 +172,8 @@ impl BufferKind {
             BufferKind::WorkingActivations => "working activations",
             BufferKind::Logits => "logits",
             BufferKind::LossBuffers => "loss buffers",
+            BufferKind::CollectiveStaging => "collective staging",
+            BufferKind::ActivationArena => "activation arena",
         }
     }
 }
@@ -240,6 +250,7 @@ pub struct BufferInputs<'a> {
 }
 
 /// The list being built.
+#[derive(Default)]
 pub struct BufferList {
     buffers: Vec<Buffer>,
     /// Whether the last [`Self::add`] added a buffer (it skips empty ones).
@@ -247,6 +258,19 @@ pub struct BufferList {
 }
 
 impl BufferList {
+    /// An empty list.
+    pub fn new() -> Self {
+        Self {
+            buffers: Vec::new(),
+            just_added: false,
+        }
+    }
+
+    /// The buffers added, in order.
+    pub fn into_buffers(self) -> Vec<Buffer> {
+        self.buffers
+    }
+
     /// Adds `numel` elements of `dtype` (nothing when `numel` is 0). Host buffers start
     /// pageable; [`Self::pinned`] changes that.
     pub fn add(
@@ -286,10 +310,7 @@ impl BufferList {
 
 /// Every buffer of one step.
 pub fn buffers(inputs: &BufferInputs<'_>) -> Vec<Buffer> {
-    let mut list = BufferList {
-        buffers: Vec::new(),
-        just_added: false,
-    };
+    let mut list = BufferList::new();
     match inputs.settings.stage {
         ZeroStage::Disabled => stage0(inputs, &mut list),
         ZeroStage::OptimizerStates | ZeroStage::Gradients => stage12(inputs, &mut list),

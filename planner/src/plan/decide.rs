@@ -13,6 +13,7 @@
 
 use serde_json::Value;
 
+use super::backend::PlanBackend;
 use super::cluster::Cluster;
 use super::dtype::Dtype;
 use super::model_graph::ModelGraph;
@@ -49,10 +50,13 @@ pub struct Workload {
     pub zero_init: ZeroInit,
     /// Whether the collective backend has `all_gather_into_tensor` (NCCL does).
     pub all_gather_into_tensor: AllGatherIntoTensor,
+    /// The runtime whose buffers the plan lists.
+    pub backend: PlanBackend,
 }
 
 impl Default for Workload {
-    /// The model's context length, no checkpointing, eager attention, `zero.Init`, NCCL.
+    /// The model's context length, no checkpointing, eager attention, `zero.Init`, NCCL,
+    /// DeepSpeed's GPU buffers.
     fn default() -> Workload {
         Workload {
             sequence_length: None,
@@ -61,6 +65,7 @@ impl Default for Workload {
             attention: AttentionKernel::Eager,
             zero_init: ZeroInit::Enabled,
             all_gather_into_tensor: AllGatherIntoTensor::Available,
+            backend: PlanBackend::DeepspeedGpu,
         }
     }
 }
@@ -154,6 +159,7 @@ pub fn decide(
         offload_optimizer,
         offload_param,
         stage3,
+        backend: workload.backend,
     };
     (Some(settings), found)
 }

@@ -15,6 +15,7 @@
 //! | offload copies | [`offload`] |
 //! | the moments of a step | [`ticks`] |
 //! | every allocation, and the memory timeline | [`buffers`], [`activations`] (sizes from [`crate::memory`]), [`timeline`] |
+//! | the same for dsplan's CPU executor ([`PlanBackend::DsplanCpu`]) | [`backend`], [`cpu_buffers`], [`cpu_units`] |
 //! | op graph, cost model, critical path, step time | [`graph`], [`cost`], [`cluster`] |
 //! | Chrome trace of a step | [`trace`] |
 //!
@@ -24,10 +25,13 @@
 
 pub mod activations;
 pub mod assumed;
+pub mod backend;
 pub mod buckets;
 pub mod buffers;
 pub mod cluster;
 pub mod cost;
+pub mod cpu_buffers;
+pub mod cpu_units;
 pub mod decide;
 pub mod dtype;
 pub mod graph;
@@ -43,6 +47,7 @@ pub mod trace;
 
 use serde::Serialize;
 
+pub use backend::PlanBackend;
 pub use buckets::{Buckets, Collective};
 pub use buffers::{Buffer, BufferClass, BufferKind, Lifetime};
 pub use cluster::{Cluster, Hardware};
@@ -197,6 +202,9 @@ fn compile_parts(
     let Some(settings) = settings else {
         return Err(diagnostics);
     };
+    if settings.backend == PlanBackend::DsplanCpu {
+        check_cpu_backend(model, &settings, &mut diagnostics);
+    }
     if model.unit_order == UnitOrder::ParameterOrder {
         diagnostics.push(Diagnostic::info(
             Code::IneffectiveAtStage,
@@ -236,16 +244,26 @@ fn compile_parts(
         &ticks,
         nvme,
     );
-    let buffers = buffers::buffers(&buffers::BufferInputs {
-        model,
-        settings: &settings,
-        layout: &layout,
-        shards: &shards,
-        buckets: &buckets,
-        stage3: stage3.as_ref(),
-        offload: &offload,
-        ticks: &ticks,
-    });
+    let buffers = match settings.backend {
+        PlanBackend::DeepspeedGpu => buffers::buffers(&buffers::BufferInputs {
+            model,
+            settings: &settings,
+            layout: &layout,
+            shards: &shards,
+            buckets: &buckets,
+            stage3: stage3.as_ref(),
+            offload: &offload,
+            ticks: &ticks,
+        }),
+        PlanBackend::DsplanCpu => cpu_buffers::cpu_buffers(&cpu_buffers::CpuBufferInputs {
+            model,
+            settings: &settings,
+            layout: &layout,
+            shards: &shards,
+            buckets: &buckets,
+            ticks: &ticks,
+        }),
+    };
     let timeline = Timeline::new(&buffers, &ticks);
     let graph = (parts == Parts::All).then(|| {
         graph::op_graph(&graph::GraphInputs {
@@ -279,6 +297,30 @@ fn compile_parts(
         graph,
         diagnostics,
     })
+}
+
+/// The `dsplan-cpu` backend runs GPT-2 only (its activation arena and units are GPT-2's); it
+/// does not model NVMe offload (swapped state is counted in host memory).
+fn check_cpu_backend(model: &ModelGraph, settings: &Settings, found: &mut Vec<Diagnostic>) {
+    if model.architecture.family != crate::model::Family::Gpt2 {
+        found.push(Diagnostic::error(
+            Code::IncompatibleSettings,
+            "",
+            format!(
+                "the dsplan-cpu backend runs GPT-2 only, not `{}`",
+                model.architecture.family.model_type()
+            ),
+        ));
+    }
+    let nvme =
+        |target: &settings::OffloadTarget| matches!(target, settings::OffloadTarget::Nvme { .. });
+    if nvme(&settings.offload_optimizer) || nvme(&settings.offload_param) {
+        found.push(Diagnostic::info(
+            Code::IneffectiveAtStage,
+            "",
+            "the dsplan-cpu backend's buffer list does not model NVMe offload: swapped state is counted in host memory",
+        ));
+    }
 }
 
 /// NVMe parameter offload: every swapped partition must be smaller than `buffer_size`

@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::backend::PlanBackend;
 use super::dtype::Dtype;
 use crate::config::ZeroStage;
 use crate::estimate::ZeroInit;
@@ -234,6 +235,10 @@ pub struct Settings {
     pub offload_param: OffloadTarget,
     /// Stage-3 knobs (`None` below stage 3).
     pub stage3: Option<Stage3Settings>,
+    /// The runtime the plan's buffers are listed for (left out of the JSON when it is the
+    /// default, DeepSpeed on GPUs).
+    #[serde(skip_serializing_if = "PlanBackend::is_deepspeed_gpu")]
+    pub backend: PlanBackend,
 }
 
 impl Settings {

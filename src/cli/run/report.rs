@@ -1,9 +1,10 @@
 //! The summary of `dsplan run`: throughput and loss, then each rank's measured peak memory per
-//! category next to the plan's prediction, with a note for every category where the CPU
-//! executor allocates something other than the plan's GPU buffers (and for the plan's buffers
-//! it has no counterpart for), and under NVMe offload the bytes each rank kept in its swap
-//! files (their sizes) and moved per step next to the plan's NVMe bytes. `--format json`
-//! prints the same as one object.
+//! category next to the plan's prediction. The run's plan is compiled with the `dsplan-cpu`
+//! backend, whose buffers are the executor's own, so every category reads "same buffers" and
+//! the totals agree; a note appears only for a category whose plan lists other buffers (a
+//! DeepSpeed GPU plan), and for plan buffers with no CPU counterpart (offload staging). Under
+//! NVMe offload it adds the bytes each rank kept in its swap files (their sizes) and moved per
+//! step next to the plan's NVMe bytes. `--format json` prints the same as one object.
 
 use dsplan_executor::metrics::Category;
 use dsplan_executor::train::{TrainReport, TrainSpec};
@@ -141,7 +142,7 @@ fn nvme_lines(nvme: &dsplan_executor::zero::swap::NvmeReport, steps: usize) -> S
 }
 
 /// Measured peaks (one column for all ranks when they agree, else one per rank) next to the
-/// plan's, per category, with numbered notes for the categories that differ by design.
+/// plan's, per category, with numbered notes for any category whose plan lists other buffers.
 fn memory_table(report: &TrainReport) -> String {
     let identical = report.memory.windows(2).all(|w| w[0] == w[1]);
     let columns: Vec<(String, Vec<u64>)> = if identical {
@@ -201,7 +202,7 @@ fn memory_table(report: &TrainReport) -> String {
         ));
     }
     let mut out = String::from(
-        "peak memory per rank, measured by the executor vs predicted by the plan (`dsplan plan`, one GPU rank):\n",
+        "peak memory per rank, measured by the executor vs predicted by the plan (`dsplan plan --backend dsplan-cpu`, one rank):\n",
     );
     let name_width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(8);
     let widths: Vec<usize> = (0..columns.len())

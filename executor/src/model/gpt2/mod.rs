@@ -13,7 +13,7 @@ mod backward;
 mod forward;
 mod owned;
 
-use super::activations::{ActivationLayout, BatchShape};
+use super::activations::{ActivationLayout, BatchShape, planned_arena_len};
 use super::attention::AttentionDims;
 use super::classifier::crossentropy_forward_backward;
 use super::units::{ParamSource, UnitSpans};
@@ -64,11 +64,19 @@ impl Gpt2Core {
         }
         let param_layout = ParamLayout::new(&config);
         let act_layout = ActivationLayout::new(&config, shape);
+        // The arena is the size the planner lists; the layout must fill it exactly.
+        let planned = planned_arena_len(&config, shape);
+        if planned != act_layout.total_len() {
+            return Err(ModelError::ArenaSize {
+                planned,
+                laid_out: act_layout.total_len(),
+            });
+        }
         Ok(Self {
             config,
             shape,
             unit_spans: UnitSpans::new(&param_layout),
-            acts: vec![0.0; act_layout.total_len()],
+            acts: vec![0.0; planned],
             param_layout,
             act_layout,
             tokens: Vec::with_capacity(shape.tokens()),

@@ -14,7 +14,7 @@ use super::setup::{TrainingSetup, TrainingShape};
 use crate::config::registry::AUTO_KEYS;
 use crate::config::{OffloadDevice, ZeroStage};
 use crate::memory::{Precision, states_per_param};
-use crate::plan::{AllGatherIntoTensor, Workload};
+use crate::plan::{AllGatherIntoTensor, PlanBackend, Workload};
 
 /// The plan's workload for `setup` and `shape`.
 pub fn workload(setup: &TrainingSetup, shape: &TrainingShape) -> Workload {
@@ -25,6 +25,7 @@ pub fn workload(setup: &TrainingSetup, shape: &TrainingShape) -> Workload {
         attention: shape.attention,
         zero_init: setup.zero_init,
         all_gather_into_tensor: AllGatherIntoTensor::Available,
+        backend: PlanBackend::DeepspeedGpu,
     }
 }
 

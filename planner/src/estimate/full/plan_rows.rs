@@ -94,6 +94,9 @@ fn term(buffer: &Buffer) -> Term {
         BufferKind::WorkingActivations => Term::LayerWorkingSet,
         BufferKind::Logits => Term::Logits,
         BufferKind::LossBuffers => Term::LossBuffers,
+        // Only `dsplan-cpu` plans list these; the estimate compiles DeepSpeed GPU plans.
+        BufferKind::CollectiveStaging => Term::ReduceBucket,
+        BufferKind::ActivationArena => Term::LayerActivations,
     }
 }
 

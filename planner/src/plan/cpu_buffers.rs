@@ -1,0 +1,395 @@
+//! The buffer list of the `dsplan-cpu` backend ([`super::PlanBackend::DsplanCpu`]): exactly the
+//! buffers dsplan's CPU executor allocates on one rank, with their lifetimes over the step's
+//! [`Ticks`], so that the executor's measured peaks (per category and in total) equal the
+//! plan's timeline to the byte.
+//!
+//! Every rank is a thread of one process that computes in `f32` and exchanges `f32` buffers
+//! through in-process collectives; everything lives in host memory ([`Device::Cpu`], pageable),
+//! nothing is offloaded or staged between devices. Every size comes from the plan's layout,
+//! shards, buckets and fetch units. `Ψ'` is the layout's padded flat buffer, `P` its partition,
+//! `H` a rank's stage 3 shard (`Σ⌈numel/W⌉`), `O` what the rank's optimizer owns (the layout's
+//! partition: `Ψ`, `P`, `P`, `H` by stage), `W` the ranks.
+//!
+//! Bf16 without ZeRO runs as stage 1 (DeepSpeed's `BF16_Optimizer` partitions master and
+//! states ZeRO-1 style); below, "stage 1" includes it.
+//!
+//! | buffer | size | lifetime |
+//! |---|---|---|
+//! | parameters | `Ψ'` (stages 0-2), `H` (3), model dtype | run |
+//! | persistent parameters | the persistent tensors whole (stage 3), model dtype | run |
+//! | master weights | `O` in `f32` when the parameters are not the master (all but fp32 stage 0) | run |
+//! | optimizer states | `O` in `f32` per state (Adam: two) | run (allocated at start-up) |
+//! | accumulated gradients | `Ψ'` (stages 0-1), `P` (2), `H` (3), `grad_accum_dtype` | run |
+//! | gradient bucket | stage 2: the largest planned bucket; stage 3: `W ×` its largest per-rank part, and the reduce-scatter output of one part; `f32` | run |
+//! | activation arena | [`crate::memory::cpu_arena`], `f32` | run |
+//! | gathered parameters, fetch staging, unit gradients | per unit, see [`super::cpu_units`] | forward / backward |
+//! | boundary all-reduce bucket | stages 0-1: the largest planned bucket that is not reduced in place (16-bit accumulation, or tensors not contiguous in the flat buffer), `f32` | epilogue |
+//! | step scratch | `O` in `f32`, the owned gradients the optimizer steps with, when there is a master | optimizer step |
+//! | parameter all-gather staging | stages 1-2: the partition (fp32, one whole piece: input only), else the largest planned piece as input and `W ×` it as output, `f32` | parameter all-gather |
+//! | persistent re-gather staging | stage 3: every rank's slices of the persistent tensors, input and `W ×` output, `f32` | parameter all-gather |
+//!
+//! NVMe offload is not modelled: swapped state is counted in host memory.
+
+use super::buckets::Buckets;
+use super::buffers::{Buffer, BufferKind, BufferList, Lifetime, span};
+use super::cpu_units::{PassInputs, cpu_units, pass_buffers};
+use super::dtype::{Device, Dtype};
+use super::layout::Layout;
+use super::model_graph::ModelGraph;
+use super::settings::Settings;
+use super::shards::{ShardRule, Shards};
+use super::ticks::Ticks;
+use crate::config::ZeroStage;
+use crate::memory::{CpuArenaShape, arena_elements};
+
+/// Everything [`cpu_buffers`] needs.
+pub struct CpuBufferInputs<'a> {
+    /// The model.
+    pub model: &'a ModelGraph,
+    /// Settings.
+    pub settings: &'a Settings,
+    /// Layout.
+    pub layout: &'a Layout,
+    /// Shards.
+    pub shards: &'a Shards,
+    /// Buckets.
+    pub buckets: &'a Buckets,
+    /// Ticks.
+    pub ticks: &'a Ticks,
+}
+
+/// The stage the CPU executor runs: bf16 without ZeRO is stage 1 (its optimizer states are
+/// partitioned).
+pub fn executor_stage(settings: &Settings, shards: &Shards) -> ZeroStage {
+    match (settings.stage, shards.optimizer_states) {
+        (ZeroStage::Disabled, ShardRule::FlatEqual { .. }) => ZeroStage::OptimizerStates,
+        (stage, _) => stage,
+    }
+}
+
+/// The arena's dimensions for `model` under `settings`.
+pub fn arena_shape(model: &ModelGraph, settings: &Settings) -> CpuArenaShape {
+    let arch = &model.architecture;
+    CpuArenaShape {
+        layers: arch.layers,
+        hidden: arch.hidden,
+        heads: arch.heads,
+        intermediate: arch.intermediate,
+        vocab: arch.vocab,
+        batch: settings.batch.micro_batch,
+        seq_len: settings.batch.sequence_length,
+    }
+}
+
+/// Every buffer of one rank over one step (see the [module documentation](self)).
+pub fn cpu_buffers(inputs: &CpuBufferInputs<'_>) -> Vec<Buffer> {
+    let mut list = BufferList::new();
+    model_states(inputs, &mut list);
+    let s = inputs.settings;
+    let stage = executor_stage(s, inputs.shards);
+    let sixteen_bit = s.dtypes.params != Dtype::Fp32;
+    let units = cpu_units(inputs.model);
+    pass_buffers(
+        &PassInputs {
+            model: inputs.model,
+            layout: inputs.layout,
+            shards: inputs.shards,
+            ticks: inputs.ticks,
+            units: &units,
+            world: s.world_size,
+            gathers: stage == ZeroStage::Weights || sixteen_bit,
+            stage3: stage == ZeroStage::Weights,
+            stages_fetches: stage == ZeroStage::Weights && sixteen_bit,
+        },
+        &mut list,
+    );
+    boundary(inputs, &mut list);
+    list.into_buffers()
+}
+
+fn host(
+    list: &mut BufferList,
+    name: &str,
+    kind: BufferKind,
+    dtype: Dtype,
+    numel: u64,
+    at: Lifetime,
+) {
+    list.add(name, kind, dtype, numel, Device::Cpu, at);
+}
+
+/// Whether the optimizer steps a separate fp32 master (all but fp32 stage 0).
+fn has_master(inputs: &CpuBufferInputs<'_>) -> bool {
+    inputs.layout.master_dtype.is_some()
+}
+
+/// Elements of tensor `t`'s stage 3 slice.
+fn slice(layout: &Layout, t: usize) -> u64 {
+    layout
+        .entries
+        .iter()
+        .find(|e| e.tensor == t)
+        .map_or(0, |e| e.partition_numel)
+}
+
+/// The persistent tensors (model indices).
+fn persistent_tensors(inputs: &CpuBufferInputs<'_>) -> Vec<usize> {
+    inputs.shards.persistent.as_ref().map_or(Vec::new(), |p| {
+        p.entries
+            .iter()
+            .filter_map(|&e| inputs.layout.entries.get(e).map(|e| e.tensor))
+            .collect()
+    })
+}
+
+/// Parameters, master, optimizer states, accumulated gradients, the run-long buckets and the
+/// activation arena: allocated at start-up, kept for the run.
+fn model_states(inputs: &CpuBufferInputs<'_>, list: &mut BufferList) {
+    let s = inputs.settings;
+    let layout = inputs.layout;
+    let stage = executor_stage(s, inputs.shards);
+    let run = Lifetime::Persistent;
+    let (params_numel, grads_numel) = match stage {
+        ZeroStage::Disabled | ZeroStage::OptimizerStates => {
+            (layout.padded_numel, layout.padded_numel)
+        }
+        ZeroStage::Gradients => (layout.padded_numel, layout.partition_numel),
+        ZeroStage::Weights => (layout.partition_numel, layout.partition_numel),
+    };
+    host(
+        list,
+        "parameters",
+        BufferKind::Parameters,
+        s.dtypes.params,
+        params_numel,
+        run,
+    );
+    if stage == ZeroStage::Weights {
+        let numel = persistent_tensors(inputs)
+            .iter()
+            .map(|&t| inputs.model.tensors[t].numel)
+            .sum();
+        host(
+            list,
+            "persistent parameters (whole)",
+            BufferKind::PersistentParameters,
+            s.dtypes.params,
+            numel,
+            run,
+        );
+    }
+    let owned = layout.partition_numel;
+    if has_master(inputs) {
+        host(
+            list,
+            "fp32 master weights",
+            BufferKind::MasterWeights,
+            Dtype::Fp32,
+            owned,
+            run,
+        );
+    }
+    for state in 0..s.optimizer.states {
+        host(
+            list,
+            &format!("optimizer state {state}"),
+            BufferKind::OptimizerStates,
+            Dtype::Fp32,
+            owned,
+            run,
+        );
+    }
+    host(
+        list,
+        "accumulated gradients",
+        BufferKind::Gradients,
+        s.dtypes.grad_accum,
+        grads_numel,
+        run,
+    );
+    match stage {
+        ZeroStage::Gradients => {
+            let largest = bucket_numels(inputs).max().unwrap_or(0);
+            host(
+                list,
+                "gradient bucket (f32)",
+                BufferKind::GradientBuckets,
+                Dtype::Fp32,
+                largest,
+                run,
+            );
+        }
+        ZeroStage::Weights => {
+            let largest = inputs
+                .buckets
+                .reduce
+                .iter()
+                .map(|b| b.tensors.iter().map(|&t| slice(layout, t)).sum::<u64>())
+                .max()
+                .unwrap_or(0);
+            host(
+                list,
+                "gradient bucket, per-rank layout (f32)",
+                BufferKind::GradientBuckets,
+                Dtype::Fp32,
+                s.world_size * largest,
+                run,
+            );
+            host(
+                list,
+                "reduce-scatter output (f32)",
+                BufferKind::ReduceScatterStaging,
+                Dtype::Fp32,
+                largest,
+                run,
+            );
+        }
+        ZeroStage::Disabled | ZeroStage::OptimizerStates => {}
+    }
+    host(
+        list,
+        "activation arena (f32)",
+        BufferKind::ActivationArena,
+        Dtype::Fp32,
+        arena_elements(&arena_shape(inputs.model, s)),
+        run,
+    );
+}
+
+/// Elements of every planned bucket.
+fn bucket_numels<'a>(inputs: &'a CpuBufferInputs<'_>) -> impl Iterator<Item = u64> + 'a {
+    inputs.buckets.reduce.iter().map(|b| {
+        b.tensors
+            .iter()
+            .map(|&t| inputs.model.tensors[t].numel)
+            .sum()
+    })
+}
+
+/// The boundary's all-reduce bucket, the step scratch, and the gathers after the step.
+fn boundary(inputs: &CpuBufferInputs<'_>, list: &mut BufferList) {
+    let s = inputs.settings;
+    let ticks = inputs.ticks;
+    let layout = inputs.layout;
+    let world = s.world_size;
+    let stage = executor_stage(s, inputs.shards);
+    if matches!(stage, ZeroStage::Disabled | ZeroStage::OptimizerStates) {
+        let in_place = |tensors: &[usize]| {
+            let entry = |t: usize| layout.entries.iter().find(|e| e.tensor == t);
+            let start = tensors
+                .iter()
+                .filter_map(|&t| entry(t))
+                .map(|e| e.offset)
+                .min();
+            let end = tensors
+                .iter()
+                .filter_map(|&t| entry(t))
+                .map(|e| e.offset + e.numel)
+                .max();
+            let numel: u64 = tensors.iter().map(|&t| inputs.model.tensors[t].numel).sum();
+            s.dtypes.grad_accum == Dtype::Fp32
+                && matches!((start, end), (Some(a), Some(b)) if b - a == numel)
+        };
+        let staged = inputs
+            .buckets
+            .reduce
+            .iter()
+            .filter(|b| !in_place(&b.tensors))
+            .map(|b| {
+                b.tensors
+                    .iter()
+                    .map(|&t| inputs.model.tensors[t].numel)
+                    .sum()
+            })
+            .max()
+            .unwrap_or(0);
+        let tick = ticks.epilogue();
+        host(
+            list,
+            "boundary all-reduce bucket (f32)",
+            BufferKind::GradientBuckets,
+            Dtype::Fp32,
+            staged,
+            span(tick, tick),
+        );
+    }
+    if has_master(inputs) {
+        host(
+            list,
+            "fp32 owned gradients for the step",
+            BufferKind::StepScratch,
+            Dtype::Fp32,
+            layout.partition_numel,
+            span(ticks.first_optimizer(), ticks.last_optimizer()),
+        );
+    }
+    let gather = span(ticks.param_gather(), ticks.param_gather());
+    match stage {
+        ZeroStage::OptimizerStates | ZeroStage::Gradients => {
+            let partition = layout.partition_numel;
+            // The planned pieces; without any (no plan for it), one piece of the whole
+            // partition when there is someone to gather from.
+            let mut pieces: Vec<(u64, u64)> = inputs
+                .buckets
+                .param_gather
+                .as_ref()
+                .map(|g| g.shards.iter().map(|r| (r.start, r.end)).collect())
+                .unwrap_or_default();
+            if pieces.is_empty() && world >= 2 {
+                pieces.push((0, partition));
+            }
+            let whole = pieces == [(0, partition)];
+            if whole && s.dtypes.params == Dtype::Fp32 {
+                host(
+                    list,
+                    "parameter all-gather input (f32)",
+                    BufferKind::CollectiveStaging,
+                    Dtype::Fp32,
+                    partition,
+                    gather,
+                );
+            } else {
+                let largest = pieces.iter().map(|(a, b)| b - a).max().unwrap_or(0);
+                host(
+                    list,
+                    "parameter all-gather input (f32)",
+                    BufferKind::CollectiveStaging,
+                    Dtype::Fp32,
+                    largest,
+                    gather,
+                );
+                host(
+                    list,
+                    "parameter all-gather output (f32)",
+                    BufferKind::CollectiveStaging,
+                    Dtype::Fp32,
+                    world * largest,
+                    gather,
+                );
+            }
+        }
+        ZeroStage::Weights => {
+            let contributed: u64 = persistent_tensors(inputs)
+                .iter()
+                .map(|&t| slice(layout, t))
+                .sum();
+            host(
+                list,
+                "persistent re-gather input (f32)",
+                BufferKind::CollectiveStaging,
+                Dtype::Fp32,
+                contributed,
+                gather,
+            );
+            host(
+                list,
+                "persistent re-gather output (f32)",
+                BufferKind::CollectiveStaging,
+                Dtype::Fp32,
+                world * contributed,
+                gather,
+            );
+        }
+        ZeroStage::Disabled => {}
+    }
+}
