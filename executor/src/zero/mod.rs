@@ -15,6 +15,7 @@
 //!   stage 3: parameters sharded per tensor, gathered per unit before use and released after,
 //!   gradients reduce-scattered);
 //! * [`clip`]: each stage's norm and clip arithmetic;
+//! * `snapshot.rs`: a rank's owned state out and back in, for checkpoints ([`OwnedState`]);
 //! * [`engine`]: the order of a step (micro-steps, boundary, loss scale, clip, Adam, schedule).
 //!
 //! Every buffer is counted in the rank's [`crate::metrics::MemoryLedger`] by category, so the
@@ -29,6 +30,7 @@ pub mod partition;
 pub mod precision;
 pub mod predict;
 mod rank;
+mod snapshot;
 mod source;
 mod stage0;
 mod stage1;
@@ -42,3 +44,4 @@ pub use partition::{EnginePlan, PlanMismatch};
 pub use precision::{Dtype, DtypeVec, MixedPrecision};
 pub use predict::Correspondence;
 pub use rank::{GradScaling, RankOptions, ZeroRank};
+pub use snapshot::{OwnedState, SnapshotMismatch};
