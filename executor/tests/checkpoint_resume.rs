@@ -73,7 +73,7 @@ fn run(
         compile_plan(&spec.settings, &spec.model, spec.seq_len, spec.world).expect("plan");
     let resume = match resume {
         Some(path) => {
-            let loaded = load_checkpoint(path).map_err(TrainError::Checkpoint)?;
+            let loaded = load_checkpoint(path)?;
             Some(resume_point(spec, &plan, &graph, &loaded)?)
         }
         None => None,
@@ -279,8 +279,8 @@ fn a_save_stopped_anywhere_leaves_the_previous_checkpoint() {
             .expect_err("the save stops");
             assert!(
                 matches!(
-                    error,
-                    TrainError::Checkpoint(CheckpointError::Injected { .. })
+                    &error,
+                    TrainError::Checkpoint(e) if matches!(**e, CheckpointError::Injected { .. })
                 ),
                 "{error}"
             );
@@ -309,7 +309,7 @@ fn a_save_stopped_anywhere_leaves_the_previous_checkpoint() {
         )
         .expect_err("cannot save");
         assert!(
-            matches!(error, TrainError::Checkpoint(CheckpointError::Io { .. })),
+            matches!(&error, TrainError::Checkpoint(e) if matches!(**e, CheckpointError::Io { .. })),
             "{error}"
         );
     }
@@ -317,7 +317,7 @@ fn a_save_stopped_anywhere_leaves_the_previous_checkpoint() {
 
 fn resume_error(spec: &TrainSpec, path: &Path) -> CheckpointError {
     match run(spec, None, Some(path)) {
-        Err(TrainError::Checkpoint(error)) => error,
+        Err(TrainError::Checkpoint(error)) => *error,
         other => panic!(
             "expected a checkpoint error, got {:?}",
             other.map(|r| r.steps)

@@ -353,7 +353,7 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
             report.checkpoints.len(),
             last.location.dir.display(),
             last.location.tag,
-            bytes(last.bytes),
+            self::bytes(last.bytes),
             last.seconds
         );
     }
@@ -365,7 +365,7 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
 fn train_failure(e: TrainError) -> Failure {
     match e {
         TrainError::Data(_) => Failure::usage(e.to_string()),
-        TrainError::Checkpoint(e) => checkpoint_failure(e),
+        TrainError::Checkpoint(e) => checkpoint_failure(*e),
         _ => Failure::input(e.to_string()),
     }
 }

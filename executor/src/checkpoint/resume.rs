@@ -7,7 +7,7 @@
 //! Refused (a [`CheckpointError::Mismatch`] saying what differs and how to fix it): another
 //! model, another parameter dtype or loss scaler, another sequence length, other data (kind,
 //! size or order), a checkpoint already at or past the steps asked for. Noted only: a changed
-//! config (digest), another data path with the same size, other accumulation or
+//! config (digest), another global batch, another data path with the same size, other accumulation or
 //! communication dtypes, a resharded layout.
 
 use std::path::PathBuf;
@@ -125,6 +125,13 @@ pub fn prepare_resume(
         notes.push(format!(
             "the checkpoint was trained on `{}`, this run reads `{}` (same size and order)",
             a.name, b.name
+        ));
+    }
+    if saved.train_batch != run.train_batch {
+        notes.push(format!(
+            "the global batch was {} rows, now {}: from here on the steps read other rows than \
+             the uninterrupted run would",
+            saved.train_batch, run.train_batch
         ));
     }
     if saved.config_digest != run.config_digest {

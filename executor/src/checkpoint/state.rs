@@ -45,6 +45,8 @@ pub struct EngineState {
     pub layout: SavedLayout,
     /// Predicted positions per row.
     pub seq_len: usize,
+    /// Rows per step (`train_batch_size`).
+    pub train_batch: usize,
     /// Where the batches came from.
     pub data: DataDescription,
 }
@@ -79,25 +81,19 @@ impl EngineState {
             model: spec.model.into(),
             layout: SavedLayout::of(plan, params),
             seq_len: spec.seq_len,
+            train_batch: spec.settings.batch.train_batch,
             data: DataDescription::of(&spec.data),
         }
     }
 
-    /// This state after `global_step` steps, `applied` of them applied, with `scaler`, for a
-    /// global batch of `train_batch` rows.
-    pub fn at_step(
-        &self,
-        global_step: u64,
-        applied: u64,
-        scaler: &LossScaler,
-        train_batch: usize,
-    ) -> Self {
+    /// This state after `global_step` steps, `applied` of them applied, with `scaler`.
+    pub fn at_step(&self, global_step: u64, applied: u64, scaler: &LossScaler) -> Self {
         Self {
             tag: super::layout::tag_of_step(global_step),
             global_step,
             skipped_steps: global_step.saturating_sub(applied),
             lr_scheduler_step: applied,
-            global_samples: global_step * train_batch as u64,
+            global_samples: global_step * self.train_batch as u64,
             loss_scaler: ScalerState::of(scaler),
             ..self.clone()
         }

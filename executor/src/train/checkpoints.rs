@@ -66,7 +66,7 @@ pub fn resume_point(
     let engine_plan = EnginePlan::from_plan(plan, graph, &params)?;
     let scaler = fresh_scaler(spec)?;
     let run = EngineState::for_run(spec, &engine_plan, &params, &scaler);
-    prepare_resume(loaded, &run, scaler, spec.steps).map_err(TrainError::Checkpoint)
+    prepare_resume(loaded, &run, scaler, spec.steps).map_err(TrainError::from)
 }
 
 /// The loss scaler the config builds.
@@ -141,16 +141,10 @@ pub(super) fn save_from_rank(
     template: &EngineState,
     policy: &SavePolicy,
     global_step: u64,
-    train_batch: usize,
 ) -> Result<Option<SavedCheckpoint>, RankFailure> {
     let started = Instant::now();
     let rank = engine.rank().rank();
-    let state = template.at_step(
-        global_step,
-        engine.applied_steps(),
-        engine.scaler(),
-        train_batch,
-    );
+    let state = template.at_step(global_step, engine.applied_steps(), engine.scaler());
     let staging = policy.dir.join(layout::staging_name(&state.tag));
     let begun = if rank == 0 {
         begin_save(&policy.dir, &state.tag).map(|_| ())

@@ -48,7 +48,7 @@ pub enum TrainError {
     /// The ranks could not be started or one panicked.
     Comm(CommError),
     /// A checkpoint could not be written, read or resumed from.
-    Checkpoint(CheckpointError),
+    Checkpoint(Box<CheckpointError>),
 }
 
 impl fmt::Display for TrainError {
@@ -111,6 +111,12 @@ impl From<PlanMismatch> for TrainError {
 impl From<DataError> for TrainError {
     fn from(e: DataError) -> Self {
         TrainError::Data(e)
+    }
+}
+
+impl From<CheckpointError> for TrainError {
+    fn from(e: CheckpointError) -> Self {
+        TrainError::Checkpoint(Box::new(e))
     }
 }
 

@@ -161,7 +161,7 @@ pub fn train_planned_with(
     if let Some(resume) = resume
         && (resume.ranks.len() != world || resume.params.len() != param_layout.num_params())
     {
-        return Err(TrainError::Checkpoint(CheckpointError::Corrupt {
+        return Err(TrainError::from(CheckpointError::Corrupt {
             path: resume.location.path(),
             field: "ranks".into(),
             message: format!(
@@ -243,8 +243,7 @@ pub fn train_planned_with(
             if let Some(policy) = &checkpoints.save
                 && policy.saves_after(step + 1, spec.steps)
             {
-                let written =
-                    save_from_rank(&mut engine, &template, policy, step + 1, batch.train_batch)?;
+                let written = save_from_rank(&mut engine, &template, policy, step + 1)?;
                 saved.extend(written);
             }
         }
@@ -277,7 +276,7 @@ pub fn train_planned_with(
         let (rank, error) = failures.swap_remove(own);
         return Err(match error {
             RankFailure::Zero(error) => TrainError::Rank { rank, error },
-            RankFailure::Checkpoint(error) => TrainError::Checkpoint(error),
+            RankFailure::Checkpoint(error) => TrainError::from(error),
         });
     }
     let masters: Vec<Vec<f32>> = ranks
