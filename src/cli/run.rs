@@ -187,10 +187,12 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
             )));
         }
     };
+    let load_started = std::time::Instant::now();
     let loaded = match &args.resume {
         Some(path) => Some(load_checkpoint(path).map_err(checkpoint_failure)?),
         None => None,
     };
+    let load_seconds = load_started.elapsed().as_secs_f64();
     let model_name = args.model.as_deref().unwrap_or(DEFAULT_PRESET);
     let model = choose_model(args.model.as_deref(), args.seed)
         .map_err(|e: ModelChoiceError| Failure::usage(e.to_string()))?;
@@ -293,7 +295,7 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
                 eprintln!("note: {note}");
             }
             eprintln!(
-                "resuming from {} at step {} ({} applied, loss scale {})",
+                "resuming from {} at step {} ({} applied, loss scale {}; read in {load_seconds:.2} s)",
                 point.location.path().display(),
                 point.global_step,
                 point.applied_steps,

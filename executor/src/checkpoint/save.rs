@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use super::layout::{self, CheckpointLocation, ENGINE_STATE, LATEST, MODEL_STATES};
 use super::state::{EngineState, FORMAT, dtype_named};
-use super::tensors::{Tensor, encode};
+use super::tensors::{Tensor, write};
 use super::{Checkpoint, CheckpointError, write_atomically};
 use crate::zero::{Dtype, OwnedState};
 
@@ -78,14 +78,6 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<u64, CheckpointError> {
     Ok(bytes.len() as u64)
 }
 
-fn encode_or_fail(
-    path: &Path,
-    tensors: &[Tensor<'_>],
-    metadata: HashMap<String, String>,
-) -> Result<Vec<u8>, CheckpointError> {
-    encode(tensors, metadata).map_err(|message| CheckpointError::corrupt(path, "tensors", message))
-}
-
 fn model_dtype(state: &EngineState) -> Dtype {
     dtype_named(&state.dtypes.model).unwrap_or(Dtype::F32)
 }
@@ -130,8 +122,7 @@ pub fn write_rank_files(
             ),
             ("step".to_string(), owned.adam_step.to_string()),
         ]);
-        let encoded = encode_or_fail(&path, &tensors, metadata)?;
-        bytes += write_file(&path, &encoded)?;
+        bytes += write(&path, &tensors, metadata)?;
     }
     if let Some(shard) = shard {
         let path = staging.join(layout::zero_model_states(rank));
@@ -145,8 +136,7 @@ pub fn write_rank_files(
             ("format".to_string(), FORMAT.to_string()),
             ("rank".to_string(), rank.to_string()),
         ]);
-        let encoded = encode_or_fail(&path, &tensors, metadata)?;
-        bytes += write_file(&path, &encoded)?;
+        bytes += write(&path, &tensors, metadata)?;
     }
     Ok(bytes)
 }
@@ -183,8 +173,7 @@ pub fn finish_save(
             })
             .collect::<Result<Vec<_>, CheckpointError>>()?;
         let metadata = HashMap::from([("format".to_string(), FORMAT.to_string())]);
-        let encoded = encode_or_fail(&path, &tensors, metadata)?;
-        bytes += write_file(&path, &encoded)?;
+        bytes += write(&path, &tensors, metadata)?;
     }
     let path = staging.join(ENGINE_STATE);
     let json = serde_json::to_vec_pretty(state)

@@ -24,17 +24,19 @@ pub(super) struct Tensor<'a> {
 }
 
 fn encode_values(dtype: Dtype, values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * dtype.bytes());
     match dtype {
-        Dtype::F32 => values.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Dtype::F32 => values
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         Dtype::Bf16 => values
             .iter()
-            .flat_map(|&x| bf16::from_f32(x).to_le_bytes())
-            .collect(),
+            .for_each(|&x| out.extend_from_slice(&bf16::from_f32(x).to_le_bytes())),
         Dtype::F16 => values
             .iter()
-            .flat_map(|&x| f16::from_f32(x).to_le_bytes())
-            .collect(),
+            .for_each(|&x| out.extend_from_slice(&f16::from_f32(x).to_le_bytes())),
     }
+    out
 }
 
 fn st_dtype(dtype: Dtype) -> StDtype {
@@ -45,11 +47,13 @@ fn st_dtype(dtype: Dtype) -> StDtype {
     }
 }
 
-/// The bytes of a safetensors file holding `tensors` and `metadata`.
-pub(super) fn encode(
+/// Writes a safetensors file holding `tensors` and `metadata` to `path` (straight to the
+/// file, then synced); returns its size.
+pub(super) fn write(
+    path: &Path,
     tensors: &[Tensor<'_>],
     metadata: HashMap<String, String>,
-) -> Result<Vec<u8>, String> {
+) -> Result<u64, CheckpointError> {
     let data: Vec<Vec<u8>> = tensors
         .iter()
         .map(|t| encode_values(t.dtype, t.values))
@@ -60,10 +64,16 @@ pub(super) fn encode(
         .map(|(t, bytes)| {
             TensorView::new(st_dtype(t.dtype), t.shape.clone(), bytes)
                 .map(|view| (t.name.clone(), view))
-                .map_err(|e| format!("tensor `{}`: {e}", t.name))
+                .map_err(|e| CheckpointError::corrupt(path, &t.name, e.to_string()))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    safetensors::serialize(views, Some(metadata)).map_err(|e| e.to_string())
+    safetensors::serialize_to_file(views, Some(metadata), path)
+        .map_err(|e| CheckpointError::corrupt(path, "tensors", e.to_string()))?;
+    let file = std::fs::File::open(path).map_err(|e| CheckpointError::io(path, &e))?;
+    file.sync_all().map_err(|e| CheckpointError::io(path, &e))?;
+    file.metadata()
+        .map(|m| m.len())
+        .map_err(|e| CheckpointError::io(path, &e))
 }
 
 /// A safetensors file read whole.
