@@ -538,3 +538,85 @@ fn nvme_offload_reports_its_files_and_refuses_a_missing_path() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(!missing.exists());
 }
+
+#[test]
+fn a_checkpoint_resumed_ends_where_the_uninterrupted_run_ends() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config_path("zero2_fp16.json");
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let common = ["run", &config, "--world-size", "2", "--seq-len", "16"];
+    let with = |extra: &[&str]| -> Vec<String> {
+        common.iter().chain(extra).map(|s| s.to_string()).collect()
+    };
+    let args = with(&["--steps", "6", "--save-model", &path("whole.safetensors")]);
+    let (code, _, stderr) = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 0, "{stderr}");
+
+    let args = with(&["--steps", "3", "--save-checkpoint", &path("ckpt")]);
+    let (code, _, stderr) = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("global_step3"), "{stderr}");
+    assert!(
+        dir.path()
+            .join("ckpt/global_step3/engine_state.json")
+            .is_file()
+    );
+    assert!(
+        dir.path()
+            .join("ckpt/global_step3/zero_pp_rank_1_mp_rank_00_optim_states.safetensors")
+            .is_file()
+    );
+
+    let args = with(&[
+        "--steps",
+        "6",
+        "--resume",
+        &path("ckpt"),
+        "--metrics",
+        &path("metrics.jsonl"),
+        "--save-model",
+        &path("resumed.safetensors"),
+    ]);
+    let (code, _, stderr) = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("resuming from"), "{stderr}");
+    assert!(stderr.contains("at step 3"), "{stderr}");
+    let whole = std::fs::read(path("whole.safetensors")).expect("whole");
+    let resumed = std::fs::read(path("resumed.safetensors")).expect("resumed");
+    assert!(
+        whole == resumed,
+        "the resumed model differs from the uninterrupted one"
+    );
+    let metrics = std::fs::read_to_string(path("metrics.jsonl")).expect("metrics");
+    let steps: Vec<u64> = metrics
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).expect("json")["step"]
+                .as_u64()
+                .expect("step")
+        })
+        .collect();
+    assert_eq!(steps, [3, 4, 5]);
+
+    // A checkpoint that is not there is an I/O error (2); one of another precision does
+    // not fit the run (1).
+    let args = with(&["--steps", "6", "--resume", &path("nowhere")]);
+    let (code, _, stderr) = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("nowhere"), "{stderr}");
+    let fp32 = config_path("zero0_fp32.json");
+    let (code, _, stderr) = run(&[
+        "run",
+        &fp32,
+        "--world-size",
+        "2",
+        "--seq-len",
+        "16",
+        "--steps",
+        "6",
+        "--resume",
+        &path("ckpt"),
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("dtypes.model"), "{stderr}");
+}

@@ -19,6 +19,12 @@
 //! the plan's prediction. `--format json` prints that summary as JSON on stdout. `--metrics`
 //! writes one JSON object per step; `--save-model` the trained fp32 parameters under Hugging
 //! Face names. Both files are written atomically (temporary file, then rename).
+//!
+//! `--save-checkpoint DIR` writes DeepSpeed-style checkpoints (`DIR/global_step{N}/`,
+//! `DIR/latest`) every `--checkpoint-every` steps and at the end; `--resume` continues from
+//! one, at the same or another world size and stage (see `dsplan_executor::checkpoint`). A
+//! checkpoint that cannot be read is an I/O error (exit 2); one that does not fit the run
+//! (model, precision, data, sequence length) is refused with exit 1.
 
 mod progress;
 mod report;
@@ -26,13 +32,14 @@ mod report;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use dsplan_executor::checkpoint::save_model;
+use dsplan_executor::checkpoint::{CheckpointError, load_checkpoint, save_model};
 use dsplan_executor::data::WindowOrder;
 use dsplan_executor::model::ParamLayout;
 use dsplan_executor::train::settings::override_nvme_path;
 use dsplan_executor::train::{
-    DEFAULT_PRESET, DataChoice, ModelChoiceError, TrainError, TrainSettings, TrainSpec,
-    choose_model, compile_plan, stored_shape, train_planned,
+    CheckpointOptions, DEFAULT_PRESET, DataChoice, ModelChoiceError, SavePolicy, TrainError,
+    TrainSettings, TrainSpec, choose_model, compile_plan, resume_point, stored_shape,
+    train_planned_with,
 };
 use dsplan_executor::zero::{MixedPrecision, ZeroError};
 use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
@@ -95,6 +102,20 @@ pub struct RunArgs {
     /// writable directory; used only when the config offloads to nvme).
     #[arg(long, value_name = "DIR")]
     nvme_path: Option<PathBuf>,
+    /// Save checkpoints into this directory (DeepSpeed's layout: DIR/global_step{N}/ and
+    /// DIR/latest; safetensors and JSON), atomically, at the end of the run and every
+    /// --checkpoint-every steps.
+    #[arg(long, value_name = "DIR")]
+    save_checkpoint: Option<PathBuf>,
+    /// With --save-checkpoint: also save after every N optimizer steps.
+    #[arg(long, value_name = "N", requires = "save_checkpoint",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    checkpoint_every: Option<u64>,
+    /// Continue from a checkpoint: a checkpoint directory (its `latest` tag) or a tag
+    /// directory (DIR/global_stepN). --steps counts all steps, those before the checkpoint
+    /// included. Another world size or ZeRO stage is resharded.
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
     #[command(flatten)]
     training: TrainingArgsFlags,
     /// Output format of the final summary.
@@ -171,6 +192,12 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
             )));
         }
     };
+    let load_started = std::time::Instant::now();
+    let loaded = match &args.resume {
+        Some(path) => Some(load_checkpoint(path).map_err(checkpoint_failure)?),
+        None => None,
+    };
+    let load_seconds = load_started.elapsed().as_secs_f64();
     let model_name = args.model.as_deref().unwrap_or(DEFAULT_PRESET);
     let model = choose_model(args.model.as_deref(), args.seed)
         .map_err(|e: ModelChoiceError| Failure::usage(e.to_string()))?;
@@ -274,23 +301,43 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
     for notice in &settings.notices {
         eprintln!("note: {notice}");
     }
+    let resume = match &loaded {
+        Some(loaded) => {
+            let point = resume_point(&spec, &plan, &graph, loaded)
+                .map_err(|e| train_failure(e, &display))?;
+            for note in &point.notes {
+                eprintln!("note: {note}");
+            }
+            eprintln!(
+                "resuming from {} at step {} ({} applied, loss scale {}; read in {load_seconds:.2} s)",
+                point.location.path().display(),
+                point.global_step,
+                point.applied_steps,
+                point.scaler.scale()
+            );
+            Some(point)
+        }
+        None => None,
+    };
+    let checkpoints = CheckpointOptions {
+        save: args
+            .save_checkpoint
+            .as_ref()
+            .map(|dir| SavePolicy::new(dir, args.checkpoint_every)),
+        resume,
+    };
 
     let metrics = match &args.metrics {
         Some(path) => Some(MetricsFile::create(path)?),
         None => None,
     };
-    let progress = Progress::new(steps, &settings, metrics);
-    let result = train_planned(&spec, &plan, &graph, &|m| progress.observe(m));
+    let mut progress = Progress::new(steps, &settings, metrics);
+    if let Some(point) = &checkpoints.resume {
+        progress.resume_at(point.global_step, point.applied_steps);
+    }
+    let result = train_planned_with(&spec, &plan, &graph, &checkpoints, &|m| progress.observe(m));
     let metrics = progress.finish();
-    let report = result.map_err(|e| match e {
-        TrainError::Data(_) => Failure::usage(e.to_string()),
-        // Names the config value (the `nvme_path`) the failure concerns.
-        TrainError::Rank {
-            error: ZeroError::Swap(_),
-            ..
-        } => Failure::input(format!("{display}: {e}")),
-        _ => Failure::input(e.to_string()),
-    });
+    let report = result.map_err(|e| train_failure(e, &display));
     if let Some(metrics) = metrics {
         metrics.commit()?;
     }
@@ -316,7 +363,41 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
     if let Some(path) = &args.save_model {
         eprintln!("saved the trained fp32 model to {}", path.display());
     }
+    if let Some(last) = report.checkpoints.last() {
+        eprintln!(
+            "saved {} checkpoint(s) to {}; the last, {} ({}, {:.2} s), is `latest`",
+            report.checkpoints.len(),
+            last.location.dir.display(),
+            last.location.tag,
+            self::bytes(last.bytes),
+            last.seconds
+        );
+    }
     Ok(())
+}
+
+/// A training error with its exit code: unreadable data or checkpoint files are I/O errors
+/// (2), everything else is input that does not fit (1).
+/// The failure a training error is reported as (`display`: the config file's name).
+fn train_failure(e: TrainError, display: &str) -> Failure {
+    match e {
+        TrainError::Data(_) => Failure::usage(e.to_string()),
+        TrainError::Checkpoint(e) => checkpoint_failure(*e),
+        // Names the config value (the `nvme_path`) the failure concerns.
+        TrainError::Rank {
+            error: ZeroError::Swap(_),
+            ..
+        } => Failure::input(format!("{display}: {e}")),
+        _ => Failure::input(e.to_string()),
+    }
+}
+
+fn checkpoint_failure(e: CheckpointError) -> Failure {
+    if e.is_io() {
+        Failure::usage(e.to_string())
+    } else {
+        Failure::input(e.to_string())
+    }
 }
 
 /// Resolves the config as the Hugging Face Trainer and DeepSpeed would for this run: its world

@@ -5,6 +5,7 @@ use std::fmt;
 use dsplan_planner::diagnostics::Diagnostic;
 
 use super::SettingsError;
+use crate::checkpoint::CheckpointError;
 use crate::comm::CommError;
 use crate::data::DataError;
 use crate::model::ModelError;
@@ -46,6 +47,8 @@ pub enum TrainError {
     },
     /// The ranks could not be started or one panicked.
     Comm(CommError),
+    /// A checkpoint could not be written, read or resumed from.
+    Checkpoint(Box<CheckpointError>),
 }
 
 impl fmt::Display for TrainError {
@@ -86,6 +89,7 @@ impl fmt::Display for TrainError {
             ),
             TrainError::Rank { rank, error } => write!(f, "rank {rank}: {error}"),
             TrainError::Comm(e) => write!(f, "{e}"),
+            TrainError::Checkpoint(e) => write!(f, "{e}"),
         }
     }
 }
@@ -107,6 +111,12 @@ impl From<PlanMismatch> for TrainError {
 impl From<DataError> for TrainError {
     fn from(e: DataError) -> Self {
         TrainError::Data(e)
+    }
+}
+
+impl From<CheckpointError> for TrainError {
+    fn from(e: CheckpointError) -> Self {
+        TrainError::Checkpoint(Box::new(e))
     }
 }
 

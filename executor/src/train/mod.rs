@@ -9,8 +9,11 @@
 //! * [`train`]: compiles the plan and runs it ([`train_planned`]): one thread per rank
 //!   ([`crate::comm::run_ranks`]), each with its own [`crate::zero::RankEngine`] driven by the
 //!   plan, reports every step of rank 0 to an observer, and consolidates the fp32 master
-//!   weights at the end.
+//!   weights at the end;
+//! * [`train_planned_with`]: the same, saving checkpoints ([`SavePolicy`]) and resuming from
+//!   one ([`resume_point`]), see [`crate::checkpoint`].
 
+mod checkpoints;
 mod error;
 pub mod model;
 pub mod plan;
@@ -18,9 +21,10 @@ mod run;
 pub mod settings;
 mod spec;
 
+pub use checkpoints::{CheckpointOptions, SavePolicy, resume_point};
 pub use error::TrainError;
 pub use model::{DEFAULT_PRESET, ModelChoiceError, ModelSource, choose_model};
 pub use plan::compile_plan;
-pub use run::{TrainReport, train, train_planned};
+pub use run::{TrainReport, train, train_planned, train_planned_with};
 pub use settings::{BatchSizes, OptimizerSettings, SettingsError, TrainSettings};
 pub use spec::{DataChoice, StoredShape, TrainSpec, stored_shape};

@@ -1,14 +1,17 @@
-//! [`train`]: one run, one thread per rank, following the run's execution plan.
+//! [`train`]: one run, one thread per rank, following the run's execution plan; with
+//! [`train_planned_with`], saving checkpoints as it goes and starting from one
+//! ([`super::checkpoints`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use dsplan_planner::plan::{ModelGraph, Plan};
 
+use super::checkpoints::{CheckpointOptions, RankFailure, fresh_scaler, save_from_rank};
 use super::plan::compile_plan;
 use super::{TrainError, TrainSpec};
-use crate::checkpoint::consolidate;
-use crate::comm::{CommError, CommTraffic, run_ranks};
+use crate::checkpoint::{CheckpointError, EngineState, SavedCheckpoint, consolidate};
+use crate::comm::{CommTraffic, run_ranks};
 use crate::data::{BatchLayout, DataError, MicroBatchIndex, TokenBatch, TokenSource};
 use crate::metrics::{ByCategory, Category, MemoryLedger, MemoryReport, PlanMemory, StepMetrics};
 use crate::model::{BatchShape, Gpt2Core, ModelError, ParamLayout};
@@ -42,11 +45,15 @@ pub struct TrainReport {
     pub applied_steps: u64,
     /// Wall-clock seconds of the training loop.
     pub seconds: f64,
-    /// Tokens trained on (predicted positions over all steps).
+    /// Tokens trained on (predicted positions over the steps run).
     pub tokens: u64,
     /// Stage 3 offload to NVMe: the plan's bytes there and each rank's measured use (`None`
     /// without NVMe offload).
     pub nvme: Option<NvmeReport>,
+    /// The index of the first step run (non-zero when resumed).
+    pub first_step: u64,
+    /// The checkpoints written, in order.
+    pub checkpoints: Vec<SavedCheckpoint>,
 }
 
 /// What one rank hands back.
@@ -57,6 +64,7 @@ struct RankOutcome {
     applied_steps: u64,
     steps: Vec<StepMetrics>,
     nvme: Option<NvmeUsage>,
+    checkpoints: Vec<SavedCheckpoint>,
 }
 
 /// Compiles the plan of `spec` ([`compile_plan`]) and runs it, calling `observer` with every
@@ -90,6 +98,19 @@ pub fn train_planned(
     spec: &TrainSpec,
     plan: &Plan,
     graph: &ModelGraph,
+    observer: &(dyn Fn(&StepMetrics) + Sync),
+) -> Result<TrainReport, TrainError> {
+    train_planned_with(spec, plan, graph, &CheckpointOptions::default(), observer)
+}
+
+/// [`train_planned`] with checkpoints: resumed from `checkpoints.resume` (steps
+/// `global_step..spec.steps` are run, numbered as in the uninterrupted run) and saved as
+/// `checkpoints.save` says.
+pub fn train_planned_with(
+    spec: &TrainSpec,
+    plan: &Plan,
+    graph: &ModelGraph,
+    checkpoints: &CheckpointOptions,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, TrainError> {
     check_model(spec)?;
@@ -139,13 +160,25 @@ pub fn train_planned(
         .iter()
         .map(|&c| (c, correspondence(plan)))
         .collect();
-    let scaler = settings
-        .precision
-        .loss_scaler(settings.stage)
-        .map_err(|e| TrainError::Rank {
-            rank: 0,
-            error: ZeroError::LossScale(e),
-        })?;
+    let scaler = fresh_scaler(spec)?;
+    let resume = checkpoints.resume.as_ref();
+    if let Some(resume) = resume
+        && (resume.ranks.len() != world || resume.params.len() != param_layout.num_params())
+    {
+        return Err(TrainError::from(CheckpointError::Corrupt {
+            path: resume.location.path(),
+            field: "ranks".into(),
+            message: format!(
+                "the resume point holds {} rank(s) and {} parameters, the run has {world} and {}",
+                resume.ranks.len(),
+                resume.params.len(),
+                param_layout.num_params()
+            ),
+        }));
+    }
+    let first_step = resume.map_or(0, |r| r.global_step);
+    let initial_params = resume.map_or(&spec.initial_params, |r| &r.params);
+    let template = EngineState::for_run(spec, &engine_plan, &param_layout, &scaler);
     let engine_options = EngineOptions {
         grad_accum: batch.grad_accum,
         clip: settings.gradient_clipping,
@@ -166,20 +199,34 @@ pub fn train_planned(
     };
 
     let started = Instant::now();
-    let outcomes = run_ranks(world, |comm| -> Result<RankOutcome, ZeroError> {
+    let outcomes = run_ranks(world, |comm| -> Result<RankOutcome, RankFailure> {
         let ledger = MemoryLedger::new();
-        let core = Gpt2Core::new(spec.model, shape)?;
+        let core = Gpt2Core::new(spec.model, shape).map_err(ZeroError::from)?;
         let rank = ZeroRank::new(
             Box::new(comm),
             Arc::clone(&engine_plan),
             rank_options,
-            &spec.initial_params,
+            initial_params,
             &ledger,
         )?;
         let is_reporter = rank.rank() == 0;
         let mut engine = RankEngine::new(core, rank, engine_options.clone(), &ledger);
+        if let Some(resume) = resume {
+            let id = engine.rank().rank();
+            engine
+                .rank()
+                .check_owned(&resume.ranks[id])
+                .map_err(|e| CheckpointError::Corrupt {
+                    path: resume.location.path(),
+                    field: e.field.to_string(),
+                    message: e.to_string(),
+                })?;
+            engine.rank_mut().import_owned(&resume.ranks[id])?;
+            engine.resume(resume.applied_steps, resume.scaler.clone());
+        }
         let mut steps = Vec::new();
-        for step in 0..spec.steps {
+        let mut saved = Vec::new();
+        for step in first_step..spec.steps {
             let step_started = Instant::now();
             let record = engine.step(step, &batches)?;
             let seconds = step_started.elapsed().as_secs_f64();
@@ -198,6 +245,12 @@ pub fn train_planned(
                 observer(&metrics);
                 steps.push(metrics);
             }
+            if let Some(policy) = &checkpoints.save
+                && policy.saves_after(step + 1, spec.steps)
+            {
+                let written = save_from_rank(&mut engine, &template, policy, step + 1)?;
+                saved.extend(written);
+            }
         }
         Ok(RankOutcome {
             nvme: engine.rank().nvme_usage()?,
@@ -206,13 +259,14 @@ pub fn train_planned(
             traffic: engine.rank().traffic(),
             applied_steps: engine.applied_steps(),
             steps,
+            checkpoints: saved,
         })
     })
     .map_err(TrainError::Comm)?;
     let seconds = started.elapsed().as_secs_f64();
 
     let mut ranks = Vec::with_capacity(world);
-    let mut failures: Vec<(usize, ZeroError)> = Vec::new();
+    let mut failures: Vec<(usize, RankFailure)> = Vec::new();
     for (rank, outcome) in outcomes.into_iter().enumerate() {
         match outcome {
             Ok(outcome) => ranks.push(outcome),
@@ -223,16 +277,19 @@ pub fn train_planned(
         // A rank's own failure, rather than the others noticing that it left.
         let own = failures
             .iter()
-            .position(|(_, e)| !matches!(e, ZeroError::Comm(CommError::PeerLeft { .. })))
+            .position(|(_, e)| !e.is_secondary())
             .unwrap_or(0);
         let (rank, error) = failures.swap_remove(own);
-        return Err(TrainError::Rank { rank, error });
+        return Err(match error {
+            RankFailure::Zero(error) => TrainError::Rank { rank, error },
+            RankFailure::Checkpoint(error) => TrainError::from(error),
+        });
     }
     let masters: Vec<Vec<f32>> = ranks
         .iter_mut()
         .map(|r| std::mem::take(&mut r.master))
         .collect();
-    let final_params = consolidate(&engine_plan, settings.stage, &masters);
+    let final_params = consolidate(&engine_plan, engine_plan.stage(), &masters);
     let nvme_ranks: Vec<NvmeUsage> = ranks.iter_mut().filter_map(|r| r.nvme.take()).collect();
     let nvme = (!nvme_ranks.is_empty()).then(|| NvmeReport {
         ranks: nvme_ranks,
@@ -251,7 +308,12 @@ pub fn train_planned(
         traffic: ranks.iter().map(|r| r.traffic.clone()).collect(),
         applied_steps: ranks.first().map_or(0, |r| r.applied_steps),
         seconds,
-        tokens: tokens_per_step * spec.steps,
+        tokens: tokens_per_step * spec.steps.saturating_sub(first_step),
+        first_step,
+        checkpoints: ranks
+            .first_mut()
+            .map(|r| std::mem::take(&mut r.checkpoints))
+            .unwrap_or_default(),
         nvme,
     })
 }

@@ -129,6 +129,23 @@ impl RankEngine {
         self.applied_steps
     }
 
+    /// The rank's state, mutably (to restore it from a checkpoint).
+    pub fn rank_mut(&mut self) -> &mut ZeroRank {
+        &mut self.rank
+    }
+
+    /// The loss scaler as it stands (after the steps run so far).
+    pub fn scaler(&self) -> &LossScaler {
+        &self.scaler
+    }
+
+    /// Continues a run from a checkpoint: `applied_steps` optimizer steps already applied (the
+    /// scheduler's position) and the loss scaler as it was saved.
+    pub fn resume(&mut self, applied_steps: u64, scaler: LossScaler) {
+        self.applied_steps = applied_steps;
+        self.scaler = scaler;
+    }
+
     /// Runs optimizer step `step`, reading micro-batch `(step, rank, k)` from `batches`.
     pub fn step(
         &mut self,

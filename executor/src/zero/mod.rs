@@ -17,6 +17,7 @@
 //! * [`swap`]: stage 3 offload to NVMe (ZeRO-Infinity): master weights, Adam states and
 //!   parameter slices in files under `nvme_path`, swapped through fixed buffers;
 //! * [`clip`]: each stage's norm and clip arithmetic;
+//! * `snapshot.rs`: a rank's owned state out and back in, for checkpoints ([`OwnedState`]);
 //! * [`engine`]: the order of a step (micro-steps, boundary, loss scale, clip, Adam, schedule).
 //!
 //! Every buffer is counted in the rank's [`crate::metrics::MemoryLedger`] by category, so the
@@ -31,6 +32,7 @@ pub mod partition;
 pub mod precision;
 pub mod predict;
 mod rank;
+mod snapshot;
 mod source;
 mod stage0;
 mod stage1;
@@ -45,3 +47,4 @@ pub use partition::{EnginePlan, NvmeLayout, PlanMismatch};
 pub use precision::{Dtype, DtypeVec, MixedPrecision};
 pub use predict::Correspondence;
 pub use rank::{GradScaling, RankOptions, ZeroRank};
+pub use snapshot::{OwnedState, SnapshotMismatch};

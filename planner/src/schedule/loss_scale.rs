@@ -130,6 +130,19 @@ pub enum OverflowCheck {
     Ignore,
 }
 
+/// The running state of a [`DynamicLossScaler`] (DeepSpeed's names), saved in checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DynamicScaleState {
+    /// The current scale.
+    pub scale: f64,
+    /// Overflows left before the scale halves.
+    pub cur_hysteresis: i64,
+    /// Updates so far.
+    pub cur_iter: i64,
+    /// The update of the last overflow (-1: none).
+    pub last_overflow_iter: i64,
+}
+
 /// The state of DeepSpeed's dynamic loss scaler.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DynamicLossScaler {
@@ -187,6 +200,26 @@ impl DynamicLossScaler {
     /// Overflows left before the scale halves (DeepSpeed's `cur_hysteresis`).
     pub fn hysteresis(&self) -> i64 {
         self.hysteresis
+    }
+
+    /// What changes as the scaler runs (its settings come from the config), for checkpoints.
+    pub fn state(&self) -> DynamicScaleState {
+        DynamicScaleState {
+            scale: self.scale,
+            cur_hysteresis: self.hysteresis,
+            cur_iter: self.cur_iter,
+            last_overflow_iter: self.last_overflow_iter,
+        }
+    }
+
+    /// Continues from `state` (taken by [`DynamicLossScaler::state`] of a scaler with the same
+    /// settings), as DeepSpeed's checkpoints restore `cur_scale`, `cur_hysteresis`, `cur_iter`
+    /// and `last_overflow_iter`.
+    pub fn restore(&mut self, state: DynamicScaleState) {
+        self.scale = state.scale;
+        self.hysteresis = state.cur_hysteresis;
+        self.cur_iter = state.cur_iter;
+        self.last_overflow_iter = state.last_overflow_iter;
     }
 
     /// `update_scale(overflow)`.

@@ -115,6 +115,16 @@ impl Progress {
         }
     }
 
+    /// Continues a resumed run: `global_step` steps already run, `applied` of them applied.
+    pub(super) fn resume_at(&mut self, global_step: u64, applied: u64) {
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        state.applied = applied;
+        state.skipped = global_step.saturating_sub(applied);
+        if let Display::Bar(bar) = &self.display {
+            bar.set_position(global_step);
+        }
+    }
+
     pub(super) fn observe(&self, m: &StepMetrics) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(metrics) = state.metrics.as_mut() {

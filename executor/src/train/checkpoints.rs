@@ -1,0 +1,196 @@
+//! Checkpoints of a run, at the engine level: when to save ([`SavePolicy`]), how the ranks
+//! write their parts together ([`save_from_rank`]: rank 0 opens the staging directory, every
+//! rank writes its own files, rank 0 completes the tag and `latest`, all of them agreeing on
+//! success after each phase), and where a resumed run starts ([`resume_point`]).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use dsplan_planner::plan::{ModelGraph, Plan};
+
+use super::{TrainError, TrainSpec};
+use crate::checkpoint::{
+    CheckpointError, CheckpointLocation, EngineState, LoadedCheckpoint, ResumePoint, SaveFault,
+    SavedCheckpoint, abandon_on_error, begin_save, finish_save, layout, prepare_resume,
+    write_rank_files,
+};
+use crate::comm::{Comm, ReduceOp};
+use crate::model::ParamLayout;
+use crate::zero::{EnginePlan, RankEngine, ZeroError};
+
+/// Where and how often a run saves checkpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavePolicy {
+    /// The checkpoint directory (`latest` and the `global_step{N}` tags).
+    pub dir: PathBuf,
+    /// Save after every this many steps (and always after the last); `None`: at the end only.
+    pub every: Option<u64>,
+    /// Stop saves on purpose (tests); [`SaveFault::Never`] otherwise.
+    pub fault: SaveFault,
+}
+
+impl SavePolicy {
+    /// Saves into `dir` every `every` steps and at the end.
+    pub fn new(dir: impl Into<PathBuf>, every: Option<u64>) -> Self {
+        Self {
+            dir: dir.into(),
+            every: every.filter(|&n| n > 0),
+            fault: SaveFault::Never,
+        }
+    }
+
+    /// Whether to save after `done` steps of a run of `total`.
+    pub fn saves_after(&self, done: u64, total: u64) -> bool {
+        done == total || self.every.is_some_and(|n| done.is_multiple_of(n))
+    }
+}
+
+/// Checkpointing of one run: where to save, and where to start from.
+#[derive(Debug, Clone, Default)]
+pub struct CheckpointOptions {
+    /// Save checkpoints.
+    pub save: Option<SavePolicy>,
+    /// Continue from a checkpoint ([`resume_point`] prepares it).
+    pub resume: Option<ResumePoint>,
+}
+
+/// Checks `loaded` against the run of `spec` by `plan` and prepares where it resumes (the
+/// same layout bit for bit; another world size or stage resharded).
+pub fn resume_point(
+    spec: &TrainSpec,
+    plan: &Plan,
+    graph: &ModelGraph,
+    loaded: &LoadedCheckpoint,
+) -> Result<ResumePoint, TrainError> {
+    let params = ParamLayout::new(&spec.model);
+    let engine_plan = EnginePlan::from_plan(plan, graph, &params)?;
+    let scaler = fresh_scaler(spec)?;
+    let run = EngineState::for_run(spec, &engine_plan, &params, &scaler);
+    prepare_resume(loaded, &run, scaler, spec.steps).map_err(TrainError::from)
+}
+
+/// The loss scaler the config builds.
+pub(super) fn fresh_scaler(
+    spec: &TrainSpec,
+) -> Result<dsplan_planner::schedule::loss_scale::LossScaler, TrainError> {
+    let settings = &spec.settings;
+    settings
+        .precision
+        .loss_scaler(settings.stage)
+        .map_err(|e| TrainError::Rank {
+            rank: 0,
+            error: ZeroError::LossScale(e),
+        })
+}
+
+/// Why a rank stopped.
+#[derive(Debug)]
+pub(super) enum RankFailure {
+    /// Training failed.
+    Zero(ZeroError),
+    /// A checkpoint could not be written or taken back.
+    Checkpoint(CheckpointError),
+}
+
+impl RankFailure {
+    /// Whether this is a reaction to another rank's failure rather than its own.
+    pub(super) fn is_secondary(&self) -> bool {
+        matches!(
+            self,
+            RankFailure::Zero(ZeroError::Comm(crate::comm::CommError::PeerLeft { .. }))
+                | RankFailure::Checkpoint(CheckpointError::PeerFailed)
+        )
+    }
+}
+
+impl From<ZeroError> for RankFailure {
+    fn from(e: ZeroError) -> Self {
+        RankFailure::Zero(e)
+    }
+}
+
+impl From<crate::comm::CommError> for RankFailure {
+    fn from(e: crate::comm::CommError) -> Self {
+        RankFailure::Zero(ZeroError::Comm(e))
+    }
+}
+
+impl From<CheckpointError> for RankFailure {
+    fn from(e: CheckpointError) -> Self {
+        RankFailure::Checkpoint(e)
+    }
+}
+
+/// Every rank learns whether all of them succeeded: a rank's own error, or
+/// [`CheckpointError::PeerFailed`] when only another failed.
+fn agree<T>(
+    comm: &mut dyn Comm,
+    own: Result<T, CheckpointError>,
+) -> Result<Result<T, CheckpointError>, RankFailure> {
+    let failed = comm.all_reduce_scalar(if own.is_err() { 1.0 } else { 0.0 }, ReduceOp::Max)?;
+    Ok(match own {
+        Ok(_) if failed != 0.0 => Err(CheckpointError::PeerFailed),
+        other => other,
+    })
+}
+
+/// Saves the checkpoint after `global_step` steps, together with the other ranks; rank 0
+/// returns what was written. `template` is the run's state before its first step.
+pub(super) fn save_from_rank(
+    engine: &mut RankEngine,
+    template: &EngineState,
+    policy: &SavePolicy,
+    global_step: u64,
+) -> Result<Option<SavedCheckpoint>, RankFailure> {
+    let started = Instant::now();
+    let rank = engine.rank().rank();
+    let state = template.at_step(global_step, engine.applied_steps(), engine.scaler());
+    let staging = policy.dir.join(layout::staging_name(&state.tag));
+    let begun = if rank == 0 {
+        begin_save(&policy.dir, &state.tag).map(|_| ())
+    } else {
+        Ok(())
+    };
+    agree(engine.rank_mut().comm(), begun)??;
+
+    let written = {
+        let owned = engine.rank().export_owned()?;
+        let shard = state
+            .layout
+            .is_sharded()
+            .then(|| engine.rank_mut().held_params())
+            .transpose()?
+            .map(|(_, values)| values);
+        write_rank_files(&staging, &state, rank, &owned, shard.as_deref())
+    };
+    let written = agree(engine.rank_mut().comm(), written)?;
+    let finished = match written {
+        Ok(bytes) if rank == 0 => {
+            let flat = (!state.layout.is_sharded())
+                .then(|| engine.rank_mut().held_params())
+                .transpose()?
+                .map(|(_, values)| values);
+            finish_save(&policy.dir, &staging, &state, flat.as_deref(), policy.fault)
+                .map(|more| bytes + more)
+        }
+        other => other,
+    };
+    let finished = if rank == 0 {
+        abandon_on_error(&staging, finished)
+    } else {
+        finished
+    };
+    let bytes = agree(engine.rank_mut().comm(), finished)??;
+    let total = engine
+        .rank_mut()
+        .comm()
+        .all_reduce_scalar(bytes as f64, ReduceOp::Sum)?;
+    Ok((rank == 0).then(|| SavedCheckpoint {
+        location: CheckpointLocation {
+            dir: policy.dir.clone(),
+            tag: state.tag.clone(),
+        },
+        bytes: total as u64,
+        seconds: started.elapsed().as_secs_f64(),
+    }))
+}
