@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+use dsplan_executor::comm::Comm;
 use dsplan_executor::cuda::adamw::{AdamScalars, AdamSegment, Decay};
 use dsplan_executor::cuda::encoder_buckets::TokenBuckets;
 use dsplan_executor::cuda::gemm::Gemm;
 use dsplan_executor::cuda::launch::{Launcher, Storage};
 use dsplan_executor::cuda::modules::KernelModules;
-use dsplan_executor::comm::Comm;
 use dsplan_executor::cuda::nccl::NcclComm;
 use dsplan_executor::cuda::{DeviceChoice, LaunchEnv, choose_backend};
 use dsplan_executor::model::attention::{AttentionDims, attention_backward, attention_forward};

@@ -96,9 +96,11 @@ impl Region {
     pub fn element(self) -> Element {
         match self {
             Region::Params | Region::Grads | Region::Activations => Element::Model,
-            Region::Master | Region::ExpAvg | Region::ExpAvgSq | Region::Stats | Region::Scratch => {
-                Element::F32
-            }
+            Region::Master
+            | Region::ExpAvg
+            | Region::ExpAvgSq
+            | Region::Stats
+            | Region::Scratch => Element::F32,
             Region::Tokens | Region::BucketTokens => Element::U32,
             Region::Targets | Region::BucketStarts | Region::BucketRows | Region::FoundInf => {
                 Element::I32

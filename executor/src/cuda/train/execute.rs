@@ -449,12 +449,7 @@ impl Executor<'_> {
                 let [logits_v, lnf_v] = a else {
                     return Err(shape_error(op));
                 };
-                g.logits_forward(
-                    logits_v,
-                    &lnf_v.as_view(),
-                    &params.slice(range(wte)),
-                    *dims,
-                )
+                g.logits_forward(logits_v, &lnf_v.as_view(), &params.slice(range(wte)), *dims)
             }),
             Op::GeluForward { out, inp } => carve(activations, &[out.span, inp.span], |a| {
                 let [out_v, inp_v] = a else {
@@ -543,9 +538,9 @@ impl Executor<'_> {
                 exp_avg_sq: eas,
                 segments: seg,
             } => {
-                let adam = scalars.adam.ok_or_else(|| {
-                    CudaError::Shape("AdamW ran without its scalars".to_string())
-                })?;
+                let adam = scalars
+                    .adam
+                    .ok_or_else(|| CudaError::Shape("AdamW ran without its scalars".to_string()))?;
                 let grads_v = grads.slice(range(gr));
                 let mut ea_v = exp_avg.slice_mut(range(ea));
                 let mut eas_v = exp_avg_sq.slice_mut(range(eas));
@@ -591,7 +586,7 @@ impl Executor<'_> {
 
 /// Columns of `(rows, C)` `tensor` with `rows = index.len()`.
 fn self_channels(tensor: &TensorRef, index: &TensorRef) -> Result<usize, CudaError> {
-    if index.is_empty() || tensor.len() % index.len() != 0 {
+    if index.is_empty() || !tensor.len().is_multiple_of(index.len()) {
         return Err(CudaError::Shape(format!(
             "{} elements are not {} rows",
             tensor.len(),

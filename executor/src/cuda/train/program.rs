@@ -281,7 +281,7 @@ fn expect(what: &str, tensor: &TensorRef, len: usize) -> Result<(), ShapeError> 
 }
 
 fn divides(what: &str, whole: usize, part: usize) -> Result<usize, ShapeError> {
-    if part == 0 || whole % part != 0 {
+    if part == 0 || !whole.is_multiple_of(part) {
         return Err(ShapeError(format!(
             "{what}: {whole} elements are not rows of {part}"
         )));
@@ -971,7 +971,14 @@ impl Op {
             Op::AttentionForward { shape, .. } => vec![launch(
                 "attention_forward",
                 attention_entry("attention_forward", dtype, shape.head_dim),
-                vec![Pointer(Model), Pointer(F32), Pointer(Model), Int, Int, Float],
+                vec![
+                    Pointer(Model),
+                    Pointer(F32),
+                    Pointer(Model),
+                    Int,
+                    Int,
+                    Float,
+                ],
                 attention_work(shape),
             )?],
             Op::AttentionBackward { shape, .. } => {
@@ -989,7 +996,15 @@ impl Op {
                     launch(
                         "attention_backward_preprocess",
                         entry("attention_backward_preprocess", dtype),
-                        vec![Pointer(F32), Pointer(Model), Pointer(Model), Int, Int, Int, Int],
+                        vec![
+                            Pointer(F32),
+                            Pointer(Model),
+                            Pointer(Model),
+                            Int,
+                            Int,
+                            Int,
+                            Int,
+                        ],
                         rows(shape.batch * shape.n_head * shape.seq_len, shape.head_dim),
                     )?,
                     launch(

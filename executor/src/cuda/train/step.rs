@@ -166,7 +166,11 @@ impl StepControl {
 
     /// Decides the step from the norm pass's sum of squares (of the gradients already
     /// divided by `S`) and inf/NaN flag.
-    pub fn boundary(&mut self, sum_of_squares: f64, found_inf: bool) -> Result<Boundary, LossScaleError> {
+    pub fn boundary(
+        &mut self,
+        sum_of_squares: f64,
+        found_inf: bool,
+    ) -> Result<Boundary, LossScaleError> {
         let lr = self.lr();
         let mut adam = self.adam;
         if let Some((beta1, beta2)) = self

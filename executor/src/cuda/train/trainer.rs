@@ -180,8 +180,14 @@ where
                     .map_err(setup)?,
             );
         }
-        let (loss, boundary) =
-            run_step(&executor, &stream, &program, &mut bufs, &mut control, &batches)?;
+        let (loss, boundary) = run_step(
+            &executor,
+            &stream,
+            &program,
+            &mut bufs,
+            &mut control,
+            &batches,
+        )?;
         stream.synchronize().map_err(CudaError::from)?;
         let (lr, grad_norm) = match boundary {
             Boundary::Applied { lr, grad_norm, .. } => (lr, Some(grad_norm)),
@@ -250,7 +256,10 @@ where
             .ok_or_else(|| CudaError::Shape("batch too large for i32 rows".to_string()))?;
         stream.memcpy_htod(&inputs, &mut bufs.tokens)?;
         stream.memcpy_htod(&targets, &mut bufs.targets)?;
-        stream.memcpy_htod(&buckets.tokens, &mut bufs.bucket_tokens.slice_mut(..buckets.len()))?;
+        stream.memcpy_htod(
+            &buckets.tokens,
+            &mut bufs.bucket_tokens.slice_mut(..buckets.len()),
+        )?;
         stream.memcpy_htod(
             &buckets.starts,
             &mut bufs.bucket_starts.slice_mut(..buckets.len() + 1),
