@@ -59,12 +59,22 @@ fn device_buffers_match_the_plan_where_they_are_the_same_buffers() {
     }
 }
 
+/// tiny-gpt2 widened to head size 64 (n_embd 128, 2 heads): the smallest model the
+/// attention kernels take.
+fn small_head_64() -> Gpt2Config {
+    Gpt2Config {
+        n_embd: 128,
+        n_head: 2,
+        ..choose_model(None, 1).expect("tiny").config
+    }
+}
+
 #[test]
 fn every_op_of_the_step_passes_the_launchers_shape_rules() {
     for (config, dtype) in [
         (Gpt2Config::gpt2(), Dtype::Bf16),
         (Gpt2Config::gpt2(), Dtype::F32),
-        (choose_model(None, 1).expect("tiny").config, Dtype::F16),
+        (small_head_64(), Dtype::F16),
     ] {
         let layout = layout(config, 2, 64, dtype);
         let program = StepProgram::new(&layout);
@@ -129,12 +139,7 @@ fn device_activations_have_the_cpu_models_shapes() {
 /// Each kernel launch's argument list equals its entry point's `.cu` signature.
 #[test]
 fn launches_match_the_kernel_signatures() {
-    // The attention kernels exist for head sizes 64 and 128 (tiny-gpt2's is 16).
-    let config = Gpt2Config {
-        n_embd: 128,
-        n_head: 2,
-        ..choose_model(None, 1).expect("tiny").config
-    };
+    let config = small_head_64();
     for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F16] {
         let layout = layout(config, 2, 32, dtype);
         let program = StepProgram::new(&layout);
@@ -261,4 +266,70 @@ fn a_wrong_shape_is_an_error_before_any_launch() {
         bias,
     };
     assert!(aliased.check(&layout).is_err());
+}
+
+/// A head size without attention kernels (tiny-gpt2's 16) is refused by the step's check and
+/// by `train_cuda` before any CUDA call (so this runs without a GPU), naming the sizes that
+/// exist; head sizes 64 and 128 pass.
+#[test]
+fn a_head_size_without_attention_kernels_is_refused_before_allocating() {
+    use dsplan_executor::cuda::train::program::attention_head_sizes;
+    use dsplan_executor::cuda::train::{CudaTrainError, check_spec, train_cuda};
+    use dsplan_executor::data::WindowOrder;
+    use dsplan_executor::train::{DataChoice, TrainSpec};
+
+    for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F16] {
+        assert_eq!(attention_head_sizes(dtype), vec![64, 128]);
+    }
+    let tiny = choose_model(None, 1).expect("tiny");
+    assert_eq!(tiny.config.head_dim(), 16);
+    let narrow = layout(tiny.config, 2, 16, Dtype::Bf16);
+    let error = StepProgram::new(&narrow)
+        .check(&narrow)
+        .expect_err("head size 16");
+    assert!(
+        error.0.contains("head size (n_embd / n_head) is 16"),
+        "{error}"
+    );
+    assert!(error.0.contains("64 and 128"), "{error}");
+    for (n_embd, n_head) in [(128, 2), (256, 2)] {
+        let config = Gpt2Config {
+            n_embd,
+            n_head,
+            ..tiny.config
+        };
+        let wide = layout(config, 2, 16, Dtype::Bf16);
+        StepProgram::new(&wide)
+            .check(&wide)
+            .expect("head sizes 64 and 128 have kernels");
+    }
+
+    let config = json!({
+        "train_micro_batch_size_per_gpu": 2,
+        "bf16": {"enabled": true},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+    });
+    let spec = TrainSpec {
+        settings: TrainSettings::from_config(&config, 1).expect("settings"),
+        model: tiny.config,
+        initial_params: tiny.params,
+        data: DataChoice::Bundled {
+            order: WindowOrder::Shuffled { seed: 1 },
+        },
+        seq_len: 16,
+        steps: 1,
+        world: 1,
+    };
+    for error in [
+        check_spec(&spec).expect_err("refused"),
+        train_cuda(&spec, 0, &|_, _| {}).expect_err("refused before any CUDA call"),
+    ] {
+        let CudaTrainError::Setup(message) = &error else {
+            panic!("a setup error, not a CUDA one: {error}");
+        };
+        assert!(message.contains("head size"), "{message}");
+    }
+    let two = TrainSpec { world: 2, ..spec };
+    let error = check_spec(&two).expect_err("one GPU only");
+    assert!(error.to_string().contains("a world of 2"), "{error}");
 }

@@ -34,4 +34,4 @@ pub mod trainer;
 pub use buffers::{DeviceLayout, Region, TensorRef};
 pub use program::{Launch, Op, ShapeError};
 pub use step::{Boundary, StepControl, StepProgram};
-pub use trainer::{CudaStepRecord, CudaTrainError, CudaTrainReport, train_cuda};
+pub use trainer::{CudaStepRecord, CudaTrainError, CudaTrainReport, check_spec, train_cuda};

@@ -324,6 +324,11 @@ fn launch(
     work: Work,
 ) -> Result<Launch, ShapeError> {
     let spec = kernel(name).ok_or_else(|| ShapeError(format!("no kernel `{name}`")))?;
+    if !spec.entry_points.contains(&entry_point.as_str()) {
+        return Err(ShapeError(format!(
+            "{name}: no entry point `{entry_point}` is compiled"
+        )));
+    }
     let dims = spec
         .launch
         .dims(work)
@@ -351,6 +356,52 @@ fn entry(name: &str, dtype: Dtype) -> String {
 
 fn attention_entry(name: &str, dtype: Dtype, head_dim: usize) -> String {
     format!("{name}_hs{head_dim}_{}", dtype.suffix())
+}
+
+/// The attention kernels a step launches (each instantiated per head size).
+const ATTENTION_KERNELS: [&str; 3] = [
+    "attention_forward",
+    "attention_backward_dkdv",
+    "attention_backward_dq",
+];
+
+/// The head sizes (`n_embd / n_head`) every attention kernel of the step has an entry point
+/// for in `dtype`, read from the kernel registry.
+pub fn attention_head_sizes(dtype: Dtype) -> Vec<usize> {
+    let has = |name: &str, hs: usize| {
+        kernel(name).is_some_and(|spec| {
+            spec.entry_points
+                .contains(&attention_entry(name, dtype, hs).as_str())
+        })
+    };
+    let suffix = format!("_{}", dtype.suffix());
+    kernel(ATTENTION_KERNELS[0])
+        .map(|spec| spec.entry_points)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|entry| {
+            entry
+                .strip_prefix("attention_forward_hs")?
+                .strip_suffix(suffix.as_str())?
+                .parse()
+                .ok()
+        })
+        .filter(|&hs| ATTENTION_KERNELS.iter().all(|name| has(name, hs)))
+        .collect()
+}
+
+/// Whether a model with head size `head_dim` has attention kernels in `dtype`.
+pub fn check_head_size(head_dim: usize, dtype: Dtype) -> Result<(), ShapeError> {
+    let sizes = attention_head_sizes(dtype);
+    if sizes.contains(&head_dim) {
+        return Ok(());
+    }
+    let list: Vec<String> = sizes.iter().map(usize::to_string).collect();
+    Err(ShapeError(format!(
+        "the model's head size (n_embd / n_head) is {head_dim}, and the CUDA attention \
+         kernels exist for head sizes {} only; train this model with --device cpu",
+        list.join(" and ")
+    )))
 }
 
 impl Op {

@@ -26,7 +26,7 @@ use dsplan_planner::schedule::loss_scale::{LossScaleError, LossScaler, StepOutco
 use super::backward::backward_ops;
 use super::buffers::{DeviceLayout, Region};
 use super::forward::forward_ops;
-use super::program::{Op, ShapeError};
+use super::program::{Op, ShapeError, check_head_size};
 use crate::cuda::adamw::AdamScalars;
 use crate::optim::AdamConfig;
 
@@ -91,10 +91,16 @@ impl StepProgram {
             .chain(self.update.iter())
     }
 
-    /// Checks every op against `layout` (bounds, aliasing, the launcher's shape rules).
+    /// Checks the step before anything is allocated: the model's head size has attention
+    /// kernels, every op fits `layout` (bounds, aliasing, the launcher's shape rules), and
+    /// every launch names a compiled entry point with a valid grid.
     pub fn check(&self, layout: &DeviceLayout) -> Result<(), ShapeError> {
+        check_head_size(layout.config.head_dim(), layout.dtype)?;
         self.ops(1).try_for_each(|op| {
             op.check(layout)
+                .map_err(|e| ShapeError(format!("{op:?}: {e}")))?;
+            op.launches(layout.dtype)
+                .map(|_| ())
                 .map_err(|e| ShapeError(format!("{op:?}: {e}")))
         })
     }

@@ -20,7 +20,7 @@ use crate::cuda::launch::{Launcher, Storage};
 use crate::cuda::modules::KernelModules;
 use crate::data::{BatchLayout, MicroBatchIndex, TokenBatch};
 use crate::metrics::ByCategory;
-use crate::model::BatchShape;
+use crate::model::{BatchShape, ParamLayout};
 use crate::train::TrainSpec;
 use crate::zero::Dtype as ModelDtype;
 
@@ -93,12 +93,11 @@ pub fn kernel_dtype(dtype: ModelDtype) -> dsplan_kernels::Dtype {
     }
 }
 
-/// Trains `spec` on GPU `ordinal` (world size 1 only), calling `observer` after each step.
-pub fn train_cuda(
-    spec: &TrainSpec,
-    ordinal: usize,
-    observer: &dyn Fn(u64, &CudaStepRecord),
-) -> Result<CudaTrainReport, CudaTrainError> {
+/// Checks on the host, before any CUDA call, that the GPU backend can run `spec`: one rank,
+/// a valid model and sequence length, the parameter count, and a step whose every op and
+/// launch fits (the model's head size has attention kernels). [`train_cuda`] calls it first;
+/// the run command calls it to decide before probing the device.
+pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
     if spec.world > 1 {
         return Err(CudaTrainError::Setup(format!(
             "the CUDA backend trains on one GPU; a world of {} needs the multi-GPU gradient \
@@ -106,6 +105,38 @@ pub fn train_cuda(
             spec.world
         )));
     }
+    spec.model.validate().map_err(setup)?;
+    if spec.seq_len > spec.model.n_positions {
+        return Err(CudaTrainError::Setup(format!(
+            "rows of {} tokens are longer than the model's {} positions",
+            spec.seq_len, spec.model.n_positions
+        )));
+    }
+    let expected = ParamLayout::new(&spec.model).num_params();
+    if spec.initial_params.len() != expected {
+        return Err(CudaTrainError::Setup(format!(
+            "{} initial parameters for a model of {expected}",
+            spec.initial_params.len()
+        )));
+    }
+    let shape = BatchShape {
+        batch: spec.settings.batch.micro_batch,
+        seq_len: spec.seq_len,
+    };
+    let dtype = kernel_dtype(spec.settings.precision.model_dtype());
+    let layout = DeviceLayout::new(spec.model, shape, dtype);
+    StepProgram::new(&layout).check(&layout).map_err(setup)
+}
+
+/// Trains `spec` on GPU `ordinal` (world size 1 only), calling `observer` after each step.
+/// [`check_spec`] runs first: a spec the kernels cannot run is an error before anything is
+/// allocated.
+pub fn train_cuda(
+    spec: &TrainSpec,
+    ordinal: usize,
+    observer: &dyn Fn(u64, &CudaStepRecord),
+) -> Result<CudaTrainReport, CudaTrainError> {
+    check_spec(spec)?;
     match spec.settings.precision.model_dtype() {
         ModelDtype::F32 => train_typed::<f32>(spec, ordinal, observer),
         ModelDtype::Bf16 => train_typed::<half::bf16>(spec, ordinal, observer),
@@ -133,10 +164,24 @@ where
     };
     let layout = DeviceLayout::new(spec.model, shape, T::DTYPE);
     let program = StepProgram::new(&layout);
-    program.check(&layout).map_err(setup)?;
     let data_layout =
         BatchLayout::new(batch.micro_batch, spec.seq_len, batch.grad_accum, 1).map_err(setup)?;
     let mut source = spec.data.open(data_layout).map_err(setup)?;
+    if source.token_bound() as usize > spec.model.vocab_size {
+        return Err(CudaTrainError::Setup(format!(
+            "the data holds token ids up to {}, beyond the model's vocabulary of {}",
+            source.token_bound().saturating_sub(1),
+            spec.model.vocab_size
+        )));
+    }
+    if let Some(available) = source.steps()
+        && available < spec.steps
+    {
+        return Err(CudaTrainError::Setup(format!(
+            "the data holds {available} step(s); {} were asked for",
+            spec.steps
+        )));
+    }
 
     let ctx = CudaContext::new(ordinal).map_err(CudaError::from)?;
     let device = ctx.name().map_err(CudaError::from)?;
