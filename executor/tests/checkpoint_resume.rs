@@ -436,7 +436,11 @@ fn nvme_offloaded_state_is_checkpointed_and_resumed_bit_for_bit() {
             "buffer_count": 2, "buffer_size": 10000}}});
     let whole = run(&spec(3, 2, &offloaded, 6), None, None).expect("whole run");
     let nvme = whole.nvme.as_ref().expect("the run offloaded to NVMe");
-    assert!(nvme.ranks.iter().all(|r| r.param_bytes > 0 && r.optimizer_bytes > 0));
+    assert!(
+        nvme.ranks
+            .iter()
+            .all(|r| r.param_bytes > 0 && r.optimizer_bytes > 0)
+    );
     let dir = tempfile::tempdir().expect("checkpoint dir");
     run(
         &spec(3, 2, &offloaded, 3),
@@ -450,5 +454,10 @@ fn nvme_offloaded_state_is_checkpointed_and_resumed_bit_for_bit() {
     let in_memory = json!({"bf16": {"enabled": true}});
     let plain = run(&spec(3, 2, &in_memory, 6), None, None).expect("in-memory run");
     assert_eq!(bits(&plain.final_params), bits(&whole.final_params));
-    assert!(std::fs::read_dir(swap.path()).expect("listed").next().is_none());
+    assert!(
+        std::fs::read_dir(swap.path())
+            .expect("listed")
+            .next()
+            .is_none()
+    );
 }

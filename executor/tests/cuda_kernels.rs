@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+use dsplan_executor::comm::Comm;
 use dsplan_executor::cuda::adamw::{AdamScalars, AdamSegment, Decay};
 use dsplan_executor::cuda::encoder_buckets::TokenBuckets;
 use dsplan_executor::cuda::gemm::Gemm;

@@ -1,5 +1,6 @@
 //! `dsplan run FILE`: train according to a DeepSpeed config, ZeRO stages 0-3 over in-process
-//! ranks on the CPU, as `planner::resolve` and `planner::plan` decide.
+//! ranks on the CPU or on one GPU (`--device`, [`cuda`]), as `planner::resolve` and
+//! `planner::plan` decide.
 //!
 //! The config is resolved first ([`resolve`], the same as `dsplan resolve`): with the run's
 //! world size, the training-argument flags `dsplan resolve` takes (`--steps` standing for
@@ -26,6 +27,7 @@
 //! checkpoint that cannot be read is an I/O error (exit 2); one that does not fit the run
 //! (model, precision, data, sequence length) is refused with exit 1.
 
+mod cuda;
 mod progress;
 mod report;
 
@@ -33,6 +35,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use dsplan_executor::checkpoint::{CheckpointError, load_checkpoint, save_model};
+use dsplan_executor::cuda::Backend;
 use dsplan_executor::data::WindowOrder;
 use dsplan_executor::model::ParamLayout;
 use dsplan_executor::train::settings::override_nvme_path;
@@ -82,7 +85,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u64).range(1..=1024))]
     world_size: u64,
-    /// Where to compute: cuda is not built yet; auto picks the CPU.
+    /// Where to compute: cuda needs an NVIDIA GPU (sm_80 or newer) and trains on one; auto
+    /// picks the GPU when one is usable and can run this model, else the CPU.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
     /// Seed of fresh model weights and of the data order.
@@ -128,7 +132,7 @@ pub struct RunArgs {
 enum Device {
     /// The CPU backend.
     Cpu,
-    /// The CUDA backend (not built yet).
+    /// The CUDA backend: one GPU, or a clear error.
     Cuda,
     /// CUDA when available, else the CPU.
     Auto,
@@ -170,15 +174,7 @@ pub fn run(args: RunArgs) -> Outcome {
 }
 
 fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
-    match args.device {
-        Device::Cuda => {
-            return Err(Failure::usage(
-                "the CUDA backend is not built yet; use --device cpu (or auto)",
-            ));
-        }
-        Device::Auto => eprintln!("note: no CUDA backend in this build; running on the CPU"),
-        Device::Cpu => {}
-    }
+    let backend = cuda::choose(args.device)?;
     let world = args.world_size as usize;
     let display = args.config.display().to_string();
     let bytes = std::fs::read(&args.config)
@@ -264,6 +260,12 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         steps,
         world,
     };
+    let checkpoint_flag = if args.resume.is_some() {
+        Some("--resume")
+    } else {
+        args.save_checkpoint.as_ref().map(|_| "--save-checkpoint")
+    };
+    let backend = cuda::settle(backend, args.device, &spec, checkpoint_flag)?;
     let (plan, graph) = match compile_plan(&settings, &spec.model, seq_len, world) {
         Ok(compiled) => compiled,
         Err(mut found) => {
@@ -285,9 +287,10 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
 
     let batch = settings.batch;
     eprintln!(
-        "dsplan run {display}: ZeRO stage {}, {}, {world} rank(s) on the CPU",
+        "dsplan run {display}: ZeRO stage {}, {}, {world} rank(s) {}",
         settings.stage as u8,
         precision_name(&settings.precision),
+        cuda::place(&backend),
     );
     eprintln!(
         "model {} ({} parameters); data {data_name}; {} x {seq_len} tokens per rank and micro-step, {} micro-step(s), global batch {}; {steps} steps",
@@ -327,6 +330,19 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         resume,
     };
 
+    if let Backend::Cuda(device) = &backend {
+        let run = cuda::GpuRun {
+            metrics: args.metrics.as_deref(),
+            save_model: args.save_model.as_deref(),
+            format: args.format,
+            facts: RunFacts {
+                config: &display,
+                model: &model.description,
+                num_params,
+            },
+        };
+        return cuda::train(&run, &spec, &plan, device);
+    }
     let metrics = match &args.metrics {
         Some(path) => Some(MetricsFile::create(path)?),
         None => None,

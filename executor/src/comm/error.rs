@@ -143,6 +143,19 @@ pub enum CommError {
         /// Every rank that panicked.
         ranks: Vec<usize>,
     },
+    /// The communication library or the device under it failed (an NCCL or CUDA driver
+    /// error). Unlike the errors above it is decided by one rank alone: the others may see a
+    /// different backend error, or a timeout of the backend's own.
+    Backend {
+        /// The operation.
+        op: OpKind,
+        /// The rank that saw the failure.
+        rank: usize,
+        /// The backend's name (`NCCL`).
+        backend: &'static str,
+        /// The backend's error text.
+        message: String,
+    },
 }
 
 impl fmt::Display for CommError {
@@ -202,6 +215,12 @@ impl fmt::Display for CommError {
                 }
                 Ok(())
             }
+            CommError::Backend {
+                op,
+                rank,
+                backend,
+                message,
+            } => write!(f, "{op} on rank {rank}: {backend} failed: {message}"),
         }
     }
 }

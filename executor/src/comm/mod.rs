@@ -43,15 +43,14 @@
 //! [`LocalComm`] runs `W` ranks as threads of one process and performs real shared-memory
 //! collectives (see [`local`]). It is what the CPU backend and every multi-rank test use.
 //!
-//! A CUDA backend will not implement this trait on host slices: NCCL reduces device buffers on a
-//! stream. The plan is a sibling trait with the same six operations over the backend's buffer
-//! type (e.g. `all_reduce(&mut self, buf: &mut DeviceSlice<f32>, op)`), plus the element type
-//! the reduction runs in (DeepSpeed reduces in `communication_data_type`, bf16/fp16 by default
-//! under mixed precision) and an explicit stream/event for overlap. The contract above (same
-//! calls on every rank, caller-side padding, per-kind traffic counters) carries over unchanged;
-//! only determinism weakens to what NCCL guarantees (fixed algorithm and channel count give
-//! repeatable results). This trait stays host-only and `f32`, because that is what the CPU engines
-//! need now; widening it before a second implementation exists would be guessing.
+//! [`crate::cuda::nccl::NcclComm`] implements it for one process per GPU over NCCL, staging the
+//! host slices through device buffers (a copy each way per call); a GPU engine calls its
+//! `*_device` methods on device buffers instead. Over NCCL the contract weakens in two places:
+//! a failing library call is [`CommError::Backend`] with NCCL's or the driver's text, seen by the
+//! rank that hit it (the others may fail differently, or wait for NCCL's own timeout); and a
+//! reduction is as deterministic as NCCL makes it (the same algorithm and channel count give
+//! repeatable results, not the rank-ordered sum). Lengths are still checked before any call, so
+//! uneven shards and a bad root are the same errors as on [`LocalComm`].
 
 mod error;
 pub mod local;

@@ -17,7 +17,8 @@
 //! | [`modules`] | compile (or fetch from the disk cache) and load kernel files per device | needs a GPU |
 //! | [`launch`] | typed, shape-checked launches of every registered kernel | needs a GPU |
 //! | [`gemm`] | cuBLASLt products with fused bias | needs a GPU |
-//! | [`nccl`] | NCCL collectives (device and host-staged) | needs a GPU |
+//! | [`nccl`] | NCCL collectives (device and host-staged; the `Comm` trait) | needs a GPU |
+//! | [`train`] | the device training step: buffers, op lists, executor, runs | layouts and op lists yes; running needs a GPU |
 
 pub mod adamw;
 pub mod device;
@@ -29,6 +30,7 @@ pub mod launch_env;
 pub mod modules;
 pub mod nccl;
 pub mod rendezvous;
+pub mod train;
 
 pub use device::{
     Backend, BackendChoice, CudaAvailability, CudaDeviceInfo, DeviceChoice, DeviceError,

@@ -10,10 +10,9 @@
 //! * on host `f32` slices: staged through a device buffer, so host-side engines can run over
 //!   NCCL unchanged.
 //!
-//! It does not implement the `Comm` trait itself yet: that trait's error type,
-//! `CommError`, has no variant for a failing backend (an NCCL or driver error), and inventing
-//! one of the existing variants for it would mislead. Adding `CommError::Backend(String)` makes
-//! the host-slice methods here the trait's methods one for one.
+//! The host-slice operations are its [`Comm`] implementation: a failing NCCL or driver call is
+//! [`CommError::Backend`], lengths that break the contract are the same errors as on
+//! `LocalComm` (checked before NCCL is called).
 //!
 //! NCCL's library comes from the `nvidia-nccl-cu13` wheel as `libnccl.so.2`, a name cudarc does
 //! not try: link `libnccl.so -> libnccl.so.2` in a directory on `LD_LIBRARY_PATH`.
@@ -28,7 +27,7 @@ use cudarc::nccl::{Comm as RawComm, Id, ReduceOp as NcclOp};
 use super::error::CudaError;
 use super::launch_env::LaunchEnv;
 use super::rendezvous::share_from_root;
-use crate::comm::{CommTraffic, OpKind, ReduceOp};
+use crate::comm::{Comm, CommError, CommTraffic, OpKind, ReduceOp};
 
 /// Bytes in NCCL's unique id.
 const ID_BYTES: usize = 128;
@@ -219,65 +218,130 @@ impl NcclComm {
         Ok(())
     }
 
-    /// [`crate::comm::Comm::all_reduce`] on host memory (staged through the GPU).
-    pub fn all_reduce(&mut self, data: &mut [f32], op: ReduceOp) -> Result<(), CudaError> {
-        let mut device = self.upload(data)?;
-        self.all_reduce_device(&mut device.as_view_mut(), op)?;
-        self.download(&device, data)
+    /// The error of `op` failing with `error` on this rank.
+    fn backend_error(&self, op: OpKind, error: CudaError) -> CommError {
+        CommError::Backend {
+            op,
+            rank: self.rank(),
+            backend: "NCCL",
+            message: error.to_string(),
+        }
     }
 
-    /// [`crate::comm::Comm::reduce_scatter`] on host memory.
-    pub fn reduce_scatter(
+    /// The contract's shard check, as `LocalComm` reports it.
+    fn shard_error(&self, op: OpKind, input_len: usize, output_len: usize) -> Option<CommError> {
+        let world = self.world_size();
+        let even = match op {
+            OpKind::AllGather => output_len == world * input_len,
+            _ => input_len == world * output_len,
+        };
+        (!even).then_some(CommError::UnevenShards {
+            op,
+            rank: self.rank(),
+            input_len,
+            output_len,
+            world,
+        })
+    }
+}
+
+impl Comm for NcclComm {
+    fn rank(&self) -> usize {
+        NcclComm::rank(self)
+    }
+
+    fn world_size(&self) -> usize {
+        NcclComm::world_size(self)
+    }
+
+    fn all_reduce(&mut self, data: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
+        let mut run = || -> Result<(), CudaError> {
+            let mut device = self.upload(data)?;
+            self.all_reduce_device(&mut device.as_view_mut(), op)?;
+            self.download(&device, data)
+        };
+        run().map_err(|e| self.backend_error(OpKind::AllReduce, e))
+    }
+
+    fn reduce_scatter(
         &mut self,
         input: &[f32],
         output: &mut [f32],
         op: ReduceOp,
-    ) -> Result<(), CudaError> {
-        self.check_shards(OpKind::ReduceScatter, input.len(), output.len())?;
-        let device_in = self.upload(input)?;
-        let mut device_out = self.stream.alloc_zeros::<f32>(output.len())?;
-        self.reduce_scatter_device(&device_in.as_view(), &mut device_out.as_view_mut(), op)?;
-        self.download(&device_out, output)
+    ) -> Result<(), CommError> {
+        if let Some(error) = self.shard_error(OpKind::ReduceScatter, input.len(), output.len()) {
+            return Err(error);
+        }
+        let mut run = || -> Result<(), CudaError> {
+            let device_in = self.upload(input)?;
+            let mut device_out = self.stream.alloc_zeros::<f32>(output.len())?;
+            self.reduce_scatter_device(&device_in.as_view(), &mut device_out.as_view_mut(), op)?;
+            self.download(&device_out, output)
+        };
+        run().map_err(|e| self.backend_error(OpKind::ReduceScatter, e))
     }
 
-    /// [`crate::comm::Comm::all_gather`] on host memory.
-    pub fn all_gather(&mut self, input: &[f32], output: &mut [f32]) -> Result<(), CudaError> {
-        self.check_shards(OpKind::AllGather, output.len(), input.len())?;
-        let device_in = self.upload(input)?;
-        let mut device_out = self.stream.alloc_zeros::<f32>(output.len())?;
-        self.all_gather_device(&device_in.as_view(), &mut device_out.as_view_mut())?;
-        self.download(&device_out, output)
+    fn all_gather(&mut self, input: &[f32], output: &mut [f32]) -> Result<(), CommError> {
+        if let Some(error) = self.shard_error(OpKind::AllGather, input.len(), output.len()) {
+            return Err(error);
+        }
+        let mut run = || -> Result<(), CudaError> {
+            let device_in = self.upload(input)?;
+            let mut device_out = self.stream.alloc_zeros::<f32>(output.len())?;
+            self.all_gather_device(&device_in.as_view(), &mut device_out.as_view_mut())?;
+            self.download(&device_out, output)
+        };
+        run().map_err(|e| self.backend_error(OpKind::AllGather, e))
     }
 
-    /// [`crate::comm::Comm::broadcast`] on host memory.
-    pub fn broadcast(&mut self, data: &mut [f32], root: usize) -> Result<(), CudaError> {
-        let mut device = self.upload(data)?;
-        self.broadcast_device(&mut device.as_view_mut(), root)?;
-        self.download(&device, data)
+    fn broadcast(&mut self, data: &mut [f32], root: usize) -> Result<(), CommError> {
+        let world = self.world_size();
+        if root >= world {
+            return Err(CommError::RootOutOfRange {
+                rank: self.rank(),
+                root,
+                world,
+            });
+        }
+        let mut run = || -> Result<(), CudaError> {
+            let mut device = self.upload(data)?;
+            self.broadcast_device(&mut device.as_view_mut(), root)?;
+            self.download(&device, data)
+        };
+        run().map_err(|e| self.backend_error(OpKind::Broadcast, e))
     }
 
-    /// [`crate::comm::Comm::barrier`]: an all-reduce of one element, waited for.
-    pub fn barrier(&mut self) -> Result<(), CudaError> {
-        let mut device = self.stream.alloc_zeros::<f32>(1)?;
-        self.comm
-            .all_reduce_in_place(&mut device, &NcclOp::Sum)
-            .map_err(nccl_error)?;
-        self.stream.synchronize()?;
-        self.traffic.record(OpKind::Barrier, 0);
-        Ok(())
+    /// An all-reduce of one element, waited for.
+    fn barrier(&mut self) -> Result<(), CommError> {
+        let mut run = || -> Result<(), CudaError> {
+            let mut device = self.stream.alloc_zeros::<f32>(1)?;
+            self.comm
+                .all_reduce_in_place(&mut device, &NcclOp::Sum)
+                .map_err(nccl_error)?;
+            self.stream.synchronize()?;
+            self.traffic.record(OpKind::Barrier, 0);
+            Ok(())
+        };
+        run().map_err(|e| self.backend_error(OpKind::Barrier, e))
     }
 
-    /// [`crate::comm::Comm::all_reduce_scalar`]: one f64 reduced over the ranks.
-    pub fn all_reduce_scalar(&mut self, value: f64, op: ReduceOp) -> Result<f64, CudaError> {
-        let mut device = self.stream.clone_htod(&[value])?;
-        self.comm
-            .all_reduce_in_place(&mut device, &nccl_op(op))
-            .map_err(nccl_error)?;
-        let mut host = [0.0f64];
-        self.stream.memcpy_dtoh(&device, &mut host)?;
-        self.stream.synchronize()?;
-        self.traffic
-            .record(OpKind::AllReduceScalar, (self.world() - 1) * 8);
-        Ok(host[0])
+    fn all_reduce_scalar(&mut self, value: f64, op: ReduceOp) -> Result<f64, CommError> {
+        let mut run = || -> Result<f64, CudaError> {
+            let mut device = self.stream.clone_htod(&[value])?;
+            self.comm
+                .all_reduce_in_place(&mut device, &nccl_op(op))
+                .map_err(nccl_error)?;
+            let mut host = [0.0f64];
+            self.stream.memcpy_dtoh(&device, &mut host)?;
+            self.stream.synchronize()?;
+            self.traffic
+                .record(OpKind::AllReduceScalar, (self.world() - 1) * 8);
+            Ok(host[0])
+        };
+        run().map_err(|e| self.backend_error(OpKind::AllReduceScalar, e))
+    }
+
+    fn traffic(&self) -> &CommTraffic {
+        NcclComm::traffic(self)
     }
 }

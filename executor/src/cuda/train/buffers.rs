@@ -1,0 +1,434 @@
+//! Every device buffer of a training step, laid out on the host before anything is allocated:
+//! [`DeviceLayout`] names each tensor, the region (one allocation) it lives in and its span,
+//! and adds the bytes up per memory category, so a test can hold them against the plan.
+//!
+//! | region | element | holds | category |
+//! |---|---|---|---|
+//! | `Params` | model dtype | the flat parameters, [`ParamLayout`] order | params |
+//! | `Grads` | model dtype | their gradients, accumulated over micro-steps | grads |
+//! | `Master` | f32 | the fp32 master weights (16-bit training only) | master |
+//! | `ExpAvg`, `ExpAvgSq` | f32 | Adam's moments | optimizer |
+//! | `Activations` | model dtype | what forward keeps for backward, the logits, the gradient work buffers | activations |
+//! | `Stats` | f32 | LayerNorm means and rstds, attention log-sum-exps, per-position losses | activations |
+//! | `Scratch` | f32 | backward's partial sums (LayerNorm, bias) and attention's `delta` | activations |
+//! | `Tokens`, `Targets`, `Bucket*` | u32 / i32 | the micro-batch and its token buckets | activations |
+//! | `NormPartials`, `NormTotal`, `FoundInf`, `Segments` | f64 / i32 / struct | the step's norm, overflow flag and Adam segment table | step scratch |
+//!
+//! Activation names follow the CPU model's [`crate::model::ActivationLayout`] where the
+//! tensor is the same one; the device keeps no `(B, NH, T, T)` attention matrix (`lse` and
+//! `delta`, `(B, NH, T)`, replace `att` and `datt`), and the residual additions are fused into
+//! the following LayerNorm.
+//!
+//! At world size 1 ZeRO stages 0-3 compute the same step, and this layout is the same for all
+//! of them: the buffers DeepSpeed adds per stage (stage 1/2's fp32 gradient partition built at
+//! the step, BF16_Optimizer's fp32 accumulation buffer, stage 3's gathered copies and
+//! reduce-scatter staging) have no job on one GPU, since the fused AdamW widens the 16-bit
+//! gradients in registers. The memory test prints those categories against the plan.
+
+use dsplan_kernels::Dtype;
+
+use crate::metrics::{ByCategory, Category};
+use crate::model::{BatchShape, Gpt2Config, ParamLayout};
+use crate::tensor::{Span, TensorTable};
+
+/// One device allocation of the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Region {
+    /// Parameters in the model dtype.
+    Params,
+    /// Gradients in the model dtype.
+    Grads,
+    /// fp32 master weights (16-bit training).
+    Master,
+    /// Adam's first moment.
+    ExpAvg,
+    /// Adam's second moment.
+    ExpAvgSq,
+    /// Activations and gradient work buffers, in the model dtype.
+    Activations,
+    /// f32 statistics forward saves (means, rstds, log-sum-exps) and the losses.
+    Stats,
+    /// f32 partial sums of backward.
+    Scratch,
+    /// Token ids (u32).
+    Tokens,
+    /// Targets (i32, -1: none).
+    Targets,
+    /// The distinct tokens of the batch (u32).
+    BucketTokens,
+    /// Where each token's rows start (i32).
+    BucketStarts,
+    /// Row indices grouped by token (i32).
+    BucketRows,
+    /// f64 partial sums of squares of the gradient norm.
+    NormPartials,
+    /// Their f64 total.
+    NormTotal,
+    /// The inf/NaN flag (i32).
+    FoundInf,
+    /// Adam's segment table.
+    Segments,
+}
+
+impl Region {
+    /// Every region, in allocation order.
+    pub const ALL: [Region; 17] = [
+        Region::Params,
+        Region::Grads,
+        Region::Master,
+        Region::ExpAvg,
+        Region::ExpAvgSq,
+        Region::Activations,
+        Region::Stats,
+        Region::Scratch,
+        Region::Tokens,
+        Region::Targets,
+        Region::BucketTokens,
+        Region::BucketStarts,
+        Region::BucketRows,
+        Region::NormPartials,
+        Region::NormTotal,
+        Region::FoundInf,
+        Region::Segments,
+    ];
+
+    /// What the region's elements are.
+    pub fn element(self) -> Element {
+        match self {
+            Region::Params | Region::Grads | Region::Activations => Element::Model,
+            Region::Master
+            | Region::ExpAvg
+            | Region::ExpAvgSq
+            | Region::Stats
+            | Region::Scratch => Element::F32,
+            Region::Tokens | Region::BucketTokens => Element::U32,
+            Region::Targets | Region::BucketStarts | Region::BucketRows | Region::FoundInf => {
+                Element::I32
+            }
+            Region::NormPartials | Region::NormTotal => Element::F64,
+            Region::Segments => Element::AdamSegment,
+        }
+    }
+
+    /// The memory category its bytes count in.
+    pub fn category(self) -> Category {
+        match self {
+            Region::Params => Category::Params,
+            Region::Grads => Category::Grads,
+            Region::Master => Category::Master,
+            Region::ExpAvg | Region::ExpAvgSq => Category::Optimizer,
+            Region::Activations
+            | Region::Stats
+            | Region::Scratch
+            | Region::Tokens
+            | Region::Targets
+            | Region::BucketTokens
+            | Region::BucketStarts
+            | Region::BucketRows => Category::Activations,
+            Region::NormPartials | Region::NormTotal | Region::FoundInf | Region::Segments => {
+                Category::StepScratch
+            }
+        }
+    }
+}
+
+/// The element type of a region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Element {
+    /// The model dtype (f32, bf16 or f16).
+    Model,
+    /// f32.
+    F32,
+    /// f64.
+    F64,
+    /// u32.
+    U32,
+    /// i32.
+    I32,
+    /// `struct AdamSegment` (24 bytes).
+    AdamSegment,
+}
+
+impl Element {
+    /// Bytes per element when the model is stored in `model`.
+    pub fn size(self, model: Dtype) -> usize {
+        match self {
+            Element::Model => model.size(),
+            Element::F32 | Element::U32 | Element::I32 => 4,
+            Element::F64 => 8,
+            Element::AdamSegment => std::mem::size_of::<super::super::adamw::AdamSegment>(),
+        }
+    }
+}
+
+/// A tensor on the device: a span of one region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorRef {
+    /// The region.
+    pub region: Region,
+    /// Where in it.
+    pub span: Span,
+}
+
+impl TensorRef {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.span.len
+    }
+
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.span.len == 0
+    }
+
+    /// The first `len` elements.
+    pub fn prefix(&self, len: usize) -> TensorRef {
+        TensorRef {
+            region: self.region,
+            span: Span::new(self.span.offset, len.min(self.span.len)),
+        }
+    }
+
+    /// Whether the two share an element.
+    pub fn overlaps(&self, other: &TensorRef) -> bool {
+        self.region == other.region
+            && self.span.offset < other.span.end()
+            && other.span.offset < self.span.end()
+    }
+}
+
+/// The activations one block keeps on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceBlock {
+    /// `ln_1` output `(B, T, C)`.
+    pub ln1: TensorRef,
+    /// Its mean `(B, T)`, f32.
+    pub ln1_mean: TensorRef,
+    /// Its rstd `(B, T)`, f32.
+    pub ln1_rstd: TensorRef,
+    /// `c_attn` output `(B, T, 3C)`.
+    pub qkv: TensorRef,
+    /// Attention's log-sum-exp `(B, NH, T)`, f32 (replaces the CPU's `att`).
+    pub lse: TensorRef,
+    /// Attention output `(B, T, C)`.
+    pub atty: TensorRef,
+    /// `attn.c_proj` output `(B, T, C)`.
+    pub attproj: TensorRef,
+    /// The residual stream after attention `(B, T, C)`.
+    pub residual2: TensorRef,
+    /// `ln_2` output `(B, T, C)`.
+    pub ln2: TensorRef,
+    /// Its mean, f32.
+    pub ln2_mean: TensorRef,
+    /// Its rstd, f32.
+    pub ln2_rstd: TensorRef,
+    /// `c_fc` output `(B, T, 4C)` (bias added).
+    pub fch: TensorRef,
+    /// GELU of it.
+    pub fch_gelu: TensorRef,
+    /// `mlp.c_proj` output `(B, T, C)`.
+    pub fcproj: TensorRef,
+    /// The residual stream after the block `(B, T, C)`.
+    pub residual3: TensorRef,
+}
+
+/// Every device buffer of a step, before allocation.
+#[derive(Debug, Clone)]
+pub struct DeviceLayout {
+    /// The model.
+    pub config: Gpt2Config,
+    /// The micro-batch shape.
+    pub shape: BatchShape,
+    /// The model dtype.
+    pub dtype: Dtype,
+    /// The parameter layout (params, grads, master and moments share it).
+    pub params: ParamLayout,
+    /// The activations' names and spans (region `Activations`).
+    pub activation_table: TensorTable,
+    /// The f32 statistics' names and spans (region `Stats`).
+    pub stats_table: TensorTable,
+    /// `encoded` `(B, T, C)`.
+    pub encoded: TensorRef,
+    /// Per block.
+    pub blocks: Vec<DeviceBlock>,
+    /// `ln_f` output.
+    pub lnf: TensorRef,
+    /// Its mean.
+    pub lnf_mean: TensorRef,
+    /// Its rstd.
+    pub lnf_rstd: TensorRef,
+    /// Logits `(B, T, V)`; dlogits after the classifier.
+    pub logits: TensorRef,
+    /// Per-position losses `(B, T)`, f32.
+    pub losses: TensorRef,
+    /// The residual stream's gradient `(B, T, C)`.
+    pub dresidual: TensorRef,
+    /// A `(B, T, C)` gradient work buffer.
+    pub dbtc: TensorRef,
+    /// A `(B, T, 4C)` gradient work buffer (also `dqkv`, its first `3C` columns).
+    pub dbt4c: TensorRef,
+    /// LayerNorm backward's partials `ceil(N/32) x 2 x C`, f32.
+    pub layernorm_partials: TensorRef,
+    /// Bias backward's partials `ceil(N/64) x 4C`, f32.
+    pub bias_partials: TensorRef,
+    /// Attention backward's `delta` `(B, NH, T)`, f32.
+    pub attention_delta: TensorRef,
+    /// Region lengths in elements, [`Region::ALL`] order.
+    lengths: [usize; Region::ALL.len()],
+}
+
+/// Rows per block of `layernorm_backward` (its `LAYERNORM_BACKWARD_ROWS`).
+const LAYERNORM_BACKWARD_ROWS: usize = 32;
+/// Rows per chunk of `column_partials` (its `COLUMN_PARTIAL_ROWS`).
+const COLUMN_PARTIAL_ROWS: usize = 64;
+/// Blocks of `unscale_norm_partials` (its `NORM_BLOCKS`).
+pub const NORM_BLOCKS: usize = 1024;
+
+fn whole(region: Region, len: usize) -> TensorRef {
+    TensorRef {
+        region,
+        span: Span::new(0, len),
+    }
+}
+
+impl DeviceLayout {
+    /// The buffers of a step of `config` on micro-batches of `shape`, stored in `dtype`.
+    pub fn new(config: Gpt2Config, shape: BatchShape, dtype: Dtype) -> Self {
+        let (b, t, c) = (shape.batch, shape.seq_len, config.n_embd);
+        let (nh, v) = (config.n_head, config.vocab_size);
+        let n = shape.tokens();
+        let params = ParamLayout::new(&config);
+        let mut acts = TensorTable::new();
+        let mut stats = TensorTable::new();
+        let act = |span: Span| TensorRef {
+            region: Region::Activations,
+            span,
+        };
+        let stat = |span: Span| TensorRef {
+            region: Region::Stats,
+            span,
+        };
+        let encoded = act(acts.push("encoded", &[b, t, c]));
+        let blocks = (0..config.n_layer)
+            .map(|l| {
+                let name = |what: &str| format!("h.{l}.{what}");
+                DeviceBlock {
+                    ln1: act(acts.push(name("ln1"), &[b, t, c])),
+                    ln1_mean: stat(stats.push(name("ln1_mean"), &[b, t])),
+                    ln1_rstd: stat(stats.push(name("ln1_rstd"), &[b, t])),
+                    qkv: act(acts.push(name("qkv"), &[b, t, 3 * c])),
+                    lse: stat(stats.push(name("lse"), &[b, nh, t])),
+                    atty: act(acts.push(name("atty"), &[b, t, c])),
+                    attproj: act(acts.push(name("attproj"), &[b, t, c])),
+                    residual2: act(acts.push(name("residual2"), &[b, t, c])),
+                    ln2: act(acts.push(name("ln2"), &[b, t, c])),
+                    ln2_mean: stat(stats.push(name("ln2_mean"), &[b, t])),
+                    ln2_rstd: stat(stats.push(name("ln2_rstd"), &[b, t])),
+                    fch: act(acts.push(name("fch"), &[b, t, 4 * c])),
+                    fch_gelu: act(acts.push(name("fch_gelu"), &[b, t, 4 * c])),
+                    fcproj: act(acts.push(name("fcproj"), &[b, t, c])),
+                    residual3: act(acts.push(name("residual3"), &[b, t, c])),
+                }
+            })
+            .collect();
+        let lnf = act(acts.push("lnf", &[b, t, c]));
+        let lnf_mean = stat(stats.push("lnf_mean", &[b, t]));
+        let lnf_rstd = stat(stats.push("lnf_rstd", &[b, t]));
+        let logits = act(acts.push("logits", &[b, t, v]));
+        let losses = stat(stats.push("losses", &[b, t]));
+        let dresidual = act(acts.push("dresidual", &[b, t, c]));
+        let dbtc = act(acts.push("dbtc", &[b, t, c]));
+        let dbt4c = act(acts.push("dbt4c", &[b, t, 4 * c]));
+
+        let mut scratch = TensorTable::new();
+        let scratch_ref = |span: Span| TensorRef {
+            region: Region::Scratch,
+            span,
+        };
+        let layernorm_partials = scratch_ref(scratch.push(
+            "layernorm_partials",
+            &[n.div_ceil(LAYERNORM_BACKWARD_ROWS), 2, c],
+        ));
+        let bias_partials =
+            scratch_ref(scratch.push("bias_partials", &[n.div_ceil(COLUMN_PARTIAL_ROWS), 4 * c]));
+        let attention_delta = scratch_ref(scratch.push("attention_delta", &[b, nh, t]));
+
+        let p = params.num_params();
+        let master = if dtype == Dtype::F32 { 0 } else { p };
+        let lengths = Region::ALL.map(|region| match region {
+            Region::Params | Region::Grads | Region::ExpAvg | Region::ExpAvgSq => p,
+            Region::Master => master,
+            Region::Activations => acts.total_len(),
+            Region::Stats => stats.total_len(),
+            Region::Scratch => scratch.total_len(),
+            Region::Tokens | Region::Targets | Region::BucketTokens | Region::BucketRows => n,
+            Region::BucketStarts => n + 1,
+            Region::NormPartials => NORM_BLOCKS,
+            Region::NormTotal | Region::FoundInf => 1,
+            Region::Segments => params.table().entries().len(),
+        });
+        Self {
+            config,
+            shape,
+            dtype,
+            params,
+            activation_table: acts,
+            stats_table: stats,
+            encoded,
+            blocks,
+            lnf,
+            lnf_mean,
+            lnf_rstd,
+            logits,
+            losses,
+            dresidual,
+            dbtc,
+            dbt4c,
+            layernorm_partials,
+            bias_partials,
+            attention_delta,
+            lengths,
+        }
+    }
+
+    /// Elements of `region`.
+    pub fn len(&self, region: Region) -> usize {
+        let index = Region::ALL.iter().position(|r| *r == region).unwrap_or(0);
+        self.lengths[index]
+    }
+
+    /// Bytes of `region`.
+    pub fn bytes(&self, region: Region) -> u64 {
+        (self.len(region) * region.element().size(self.dtype)) as u64
+    }
+
+    /// Whether 16-bit parameters are trained through fp32 master weights.
+    pub fn has_master(&self) -> bool {
+        self.len(Region::Master) > 0
+    }
+
+    /// A region whole.
+    pub fn whole(&self, region: Region) -> TensorRef {
+        whole(region, self.len(region))
+    }
+
+    /// A parameter (or its gradient, master copy or moment: pass the region) by span.
+    pub fn param(&self, region: Region, span: Span) -> TensorRef {
+        TensorRef { region, span }
+    }
+
+    /// Bytes per memory category (what allocating every region costs).
+    pub fn bytes_by_category(&self) -> ByCategory {
+        let mut total = ByCategory::default();
+        for region in Region::ALL {
+            let category = region.category();
+            total.set(category, total.get(category) + self.bytes(region));
+        }
+        total
+    }
+
+    /// Every region with its bytes, in allocation order.
+    pub fn regions(&self) -> Vec<(Region, u64)> {
+        Region::ALL.iter().map(|&r| (r, self.bytes(r))).collect()
+    }
+}

@@ -1,0 +1,37 @@
+//! The training step on one GPU, built from the kernels of [`super::launch`] and the products
+//! of [`super::gemm`].
+//!
+//! The step is data first: [`buffers`] lays out every device buffer on the host
+//! ([`DeviceLayout`], bytes per memory category before any allocation); [`forward`],
+//! [`backward`] and [`step`] build the step as lists of [`Op`]s in the CPU model's order;
+//! [`execute`] runs those same lists on the GPU, one op per launcher or cuBLASLt call, and
+//! [`trainer`] drives a run (data, loss scaling, schedule, reporting). Host tests read the
+//! lists (shapes, aliasing, launch counts, kernel signatures) without a GPU.
+//!
+//! | module | job | runs without a GPU |
+//! |---|---|---|
+//! | [`buffers`] | every device buffer, sized from the model and micro-batch | yes |
+//! | [`program`] | [`Op`]: one operation as data, its shape checks and kernel launches | yes |
+//! | [`forward`], [`backward`] | the passes as ops | yes |
+//! | [`step`] | phases of a step; loss scale, LR, clip and Adam scalars on the host | yes |
+//! | [`mfu`] | FLOPs per token and device peaks | yes |
+//! | [`execute`] | allocations and the op interpreter | needs a GPU |
+//! | [`trainer`] | a run on one GPU | needs a GPU |
+//!
+//! World size 1 only: for ZeRO stages 0-3 on one GPU the math is the same step. Several GPUs
+//! (one process each, NCCL bucket all-reduce overlapping backward) are not built; the trainer
+//! refuses a world above 1.
+
+pub mod backward;
+pub mod buffers;
+pub mod execute;
+pub mod forward;
+pub mod mfu;
+pub mod program;
+pub mod step;
+pub mod trainer;
+
+pub use buffers::{DeviceLayout, Region, TensorRef};
+pub use program::{Launch, Op, ShapeError};
+pub use step::{Boundary, StepControl, StepProgram};
+pub use trainer::{CudaStepRecord, CudaTrainError, CudaTrainReport, check_spec, train_cuda};

@@ -1,0 +1,335 @@
+//! The device training step checked on the host (no GPU): its buffers against the planner's
+//! DeepSpeed plan, and its op lists against the launcher's shape rules, the CPU model's
+//! tensors and the `.cu` signatures of every kernel it launches. Prints the memory table and
+//! the launch counts with `--nocapture`.
+
+use dsplan_executor::cuda::train::buffers::Element;
+use dsplan_executor::cuda::train::program::ArgType;
+use dsplan_executor::cuda::train::{DeviceLayout, Op, StepProgram};
+use dsplan_executor::metrics::{Category, PlanMemory};
+use dsplan_executor::model::{ActivationLayout, BatchShape, Gpt2Config};
+use dsplan_executor::train::{TrainSettings, choose_model, compile_plan};
+use dsplan_kernels::{Dtype, KERNELS};
+use serde_json::json;
+
+fn layout(config: Gpt2Config, batch: usize, seq_len: usize, dtype: Dtype) -> DeviceLayout {
+    DeviceLayout::new(config, BatchShape { batch, seq_len }, dtype)
+}
+
+/// gpt2 124M, bf16, micro-batch 4 x 1024, stages 0-3 at W=1: the device buffers per category
+/// against the plan's peaks. Parameters, master weights and optimizer states are the same
+/// buffers and agree within 5%; the others are documented in `cuda::train::buffers`.
+#[test]
+fn device_buffers_match_the_plan_where_they_are_the_same_buffers() {
+    let model = choose_model(Some("gpt2"), 1).expect("gpt2 preset").config;
+    let device = layout(model, 4, 1024, Dtype::Bf16);
+    let ours = device.bytes_by_category();
+    eprintln!("| stage | category | device (MB) | plan (MB) | ratio |\n|---|---|---|---|---|");
+    for stage in 0..=3u8 {
+        let config = json!({
+            "train_micro_batch_size_per_gpu": 4,
+            "gradient_accumulation_steps": 1,
+            "bf16": {"enabled": true},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            "zero_optimization": {"stage": stage},
+        });
+        let settings = TrainSettings::from_config(&config, 1).expect("settings");
+        let (plan, _) = compile_plan(&settings, &model, 1024, 1).expect("plan");
+        let predicted = PlanMemory::of(&plan).peak;
+        for category in Category::ALL {
+            let (a, b) = (ours.get(category), predicted.get(category));
+            let ratio = if b == 0 {
+                f64::NAN
+            } else {
+                a as f64 / b as f64
+            };
+            eprintln!(
+                "| {stage} | {category:?} | {:.1} | {:.1} | {ratio:.3} |",
+                a as f64 / 1e6,
+                b as f64 / 1e6
+            );
+        }
+        for category in [Category::Params, Category::Master, Category::Optimizer] {
+            let (a, b) = (ours.get(category) as f64, predicted.get(category) as f64);
+            assert!(
+                (a / b - 1.0).abs() < 0.05,
+                "stage {stage} {category:?}: device {a} vs plan {b}"
+            );
+        }
+    }
+}
+
+/// tiny-gpt2 widened to head size 64 (n_embd 128, 2 heads): the smallest model the
+/// attention kernels take.
+fn small_head_64() -> Gpt2Config {
+    Gpt2Config {
+        n_embd: 128,
+        n_head: 2,
+        ..choose_model(None, 1).expect("tiny").config
+    }
+}
+
+#[test]
+fn every_op_of_the_step_passes_the_launchers_shape_rules() {
+    for (config, dtype) in [
+        (Gpt2Config::gpt2(), Dtype::Bf16),
+        (Gpt2Config::gpt2(), Dtype::F32),
+        (small_head_64(), Dtype::F16),
+    ] {
+        let layout = layout(config, 2, 64, dtype);
+        let program = StepProgram::new(&layout);
+        program.check(&layout).expect("every op consistent");
+        for grad_accum in [1, 4] {
+            let launches = program.launch_count(grad_accum, dtype).expect("launches");
+            let ops = program.ops(grad_accum).count();
+            eprintln!(
+                "L={} {dtype}: G={grad_accum}: {ops} ops, {launches} kernel launches and library calls per step",
+                config.n_layer
+            );
+        }
+        let l = config.n_layer;
+        // forward: encoder + L * (ln_1 + 7) + ln_f + logits + classifier
+        // backward: zero + 2 (classifier) + ln_f + L * (3 + 1 + 3 + 1 + 3 + 1 + 3 + 1) + encoder
+        let expected_micro = (1 + l * 8 + 3) + (1 + 2 + 1 + l * 16 + 1);
+        assert_eq!(program.micro_step.len(), expected_micro);
+    }
+}
+
+/// The device activations that are the CPU model's tensors have its names and sizes.
+#[test]
+fn device_activations_have_the_cpu_models_shapes() {
+    let config = choose_model(None, 1).expect("tiny").config;
+    let shape = BatchShape {
+        batch: 3,
+        seq_len: 16,
+    };
+    let cpu = ActivationLayout::new(&config, shape);
+    let device = DeviceLayout::new(config, shape, Dtype::Bf16);
+    let mut matched = 0;
+    for table in [&device.activation_table, &device.stats_table] {
+        for entry in table.entries() {
+            match cpu.table().get(&entry.name) {
+                Some(cpu_entry) => {
+                    assert_eq!(entry.shape, cpu_entry.shape, "{}", entry.name);
+                    matched += 1;
+                }
+                None => assert!(
+                    entry.name.ends_with(".lse"),
+                    "{} has no CPU counterpart",
+                    entry.name
+                ),
+            }
+        }
+    }
+    // Every CPU tensor but att / datt (the T x T matrices) exists on the device.
+    let missing: Vec<&str> = cpu
+        .table()
+        .entries()
+        .iter()
+        .map(|e| e.name.as_str())
+        .filter(|n| device.activation_table.get(n).is_none() && device.stats_table.get(n).is_none())
+        .collect();
+    assert!(
+        missing.iter().all(|n| n.ends_with("att") || *n == "datt"),
+        "{missing:?}"
+    );
+    assert_eq!(matched, cpu.table().entries().len() - missing.len());
+}
+
+/// Each kernel launch's argument list equals its entry point's `.cu` signature.
+#[test]
+fn launches_match_the_kernel_signatures() {
+    let config = small_head_64();
+    for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F16] {
+        let layout = layout(config, 2, 32, dtype);
+        let program = StepProgram::new(&layout);
+        let mut checked = 0;
+        for op in program.ops(1) {
+            for launch in op.launches(dtype).expect("launches") {
+                if launch.entry_point.is_empty() {
+                    continue;
+                }
+                let spec = KERNELS
+                    .iter()
+                    .find(|k| k.name == launch.kernel)
+                    .expect("registered");
+                assert!(
+                    spec.entry_points.contains(&launch.entry_point.as_str()),
+                    "{}",
+                    launch.entry_point
+                );
+                let params = signature(spec.source.text, &launch.entry_point);
+                let declared: Vec<ArgType> = params.iter().map(|p| arg_type(p, dtype)).collect();
+                // In f32 training the model dtype is float: compare element types as stored.
+                let stored = |a: &ArgType| match a {
+                    ArgType::Pointer(Element::Model) if dtype == Dtype::F32 => {
+                        ArgType::Pointer(Element::F32)
+                    }
+                    other => *other,
+                };
+                let launched: Vec<ArgType> = launch.args.iter().map(stored).collect();
+                assert_eq!(declared, launched, "{} ({op:?})", launch.entry_point);
+                checked += 1;
+            }
+        }
+        assert!(checked > 20);
+    }
+}
+
+/// The parameter list of `extern "C" __global__ void <entry>(...)` in `text`.
+fn signature(text: &str, entry: &str) -> Vec<String> {
+    let needle = format!(" {entry}(");
+    let line = text
+        .lines()
+        .find(|l| l.contains("__global__") && l.contains(&needle))
+        .unwrap_or_else(|| panic!("{entry} not defined"));
+    let start = line.find(&needle).expect("found") + needle.len();
+    let end = start + line[start..].find(')').expect("closing parenthesis");
+    line[start..end]
+        .split(',')
+        .map(|p| p.trim().to_string())
+        .collect()
+}
+
+fn arg_type(param: &str, model: Dtype) -> ArgType {
+    let words: Vec<&str> = param
+        .split_whitespace()
+        .filter(|w| *w != "const" && *w != "__restrict__")
+        .collect();
+    let ty = words[..words.len() - 1].join(" ");
+    let pointer = ty.ends_with('*') || words[words.len() - 1].starts_with('*');
+    let base = ty.trim_end_matches('*').trim();
+    let model_name = match model {
+        Dtype::F32 => "float",
+        Dtype::Bf16 => "bf16",
+        Dtype::F16 => "f16",
+        Dtype::F64 => "double",
+    };
+    if pointer {
+        let element = match base {
+            b if b == model_name && model != Dtype::F32 => Element::Model,
+            "float" => Element::F32,
+            "double" => Element::F64,
+            "int" => Element::I32,
+            "unsigned int" | "uint32_t" | "unsigned" => Element::U32,
+            "AdamSegment" => Element::AdamSegment,
+            other => panic!("pointer to {other} in `{param}`"),
+        };
+        ArgType::Pointer(element)
+    } else {
+        match base {
+            "int" => ArgType::Int,
+            "long long" | "int64_t" => ArgType::Long,
+            "float" => ArgType::Float,
+            "AdamScalars" => ArgType::Scalars,
+            other => panic!("scalar {other} in `{param}`"),
+        }
+    }
+}
+
+/// A change in shape that breaks an op is caught on the host.
+#[test]
+fn a_wrong_shape_is_an_error_before_any_launch() {
+    let config = choose_model(None, 1).expect("tiny").config;
+    let layout = layout(config, 2, 16, Dtype::Bf16);
+    let program = StepProgram::new(&layout);
+    let Some(Op::LayerNormForward {
+        out,
+        mean,
+        rstd,
+        inp,
+        weight,
+        bias,
+    }) = program
+        .micro_step
+        .iter()
+        .find(|op| matches!(op, Op::LayerNormForward { .. }))
+        .cloned()
+    else {
+        panic!("the first block's ln_1 is a plain LayerNorm");
+    };
+    let short = Op::LayerNormForward {
+        out: out.prefix(out.len() - 1),
+        mean,
+        rstd,
+        inp,
+        weight,
+        bias,
+    };
+    assert!(short.check(&layout).is_err());
+    let aliased = Op::LayerNormForward {
+        out: inp,
+        mean,
+        rstd,
+        inp,
+        weight,
+        bias,
+    };
+    assert!(aliased.check(&layout).is_err());
+}
+
+/// A head size without attention kernels (tiny-gpt2's 16) is refused by the step's check and
+/// by `train_cuda` before any CUDA call (so this runs without a GPU), naming the sizes that
+/// exist; head sizes 64 and 128 pass.
+#[test]
+fn a_head_size_without_attention_kernels_is_refused_before_allocating() {
+    use dsplan_executor::cuda::train::program::attention_head_sizes;
+    use dsplan_executor::cuda::train::{CudaTrainError, check_spec, train_cuda};
+    use dsplan_executor::data::WindowOrder;
+    use dsplan_executor::train::{DataChoice, TrainSpec};
+
+    for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F16] {
+        assert_eq!(attention_head_sizes(dtype), vec![64, 128]);
+    }
+    let tiny = choose_model(None, 1).expect("tiny");
+    assert_eq!(tiny.config.head_dim(), 16);
+    let narrow = layout(tiny.config, 2, 16, Dtype::Bf16);
+    let error = StepProgram::new(&narrow)
+        .check(&narrow)
+        .expect_err("head size 16");
+    assert!(
+        error.0.contains("head size (n_embd / n_head) is 16"),
+        "{error}"
+    );
+    assert!(error.0.contains("64 and 128"), "{error}");
+    for (n_embd, n_head) in [(128, 2), (256, 2)] {
+        let config = Gpt2Config {
+            n_embd,
+            n_head,
+            ..tiny.config
+        };
+        let wide = layout(config, 2, 16, Dtype::Bf16);
+        StepProgram::new(&wide)
+            .check(&wide)
+            .expect("head sizes 64 and 128 have kernels");
+    }
+
+    let config = json!({
+        "train_micro_batch_size_per_gpu": 2,
+        "bf16": {"enabled": true},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+    });
+    let spec = TrainSpec {
+        settings: TrainSettings::from_config(&config, 1).expect("settings"),
+        model: tiny.config,
+        initial_params: tiny.params,
+        data: DataChoice::Bundled {
+            order: WindowOrder::Shuffled { seed: 1 },
+        },
+        seq_len: 16,
+        steps: 1,
+        world: 1,
+    };
+    for error in [
+        check_spec(&spec).expect_err("refused"),
+        train_cuda(&spec, 0, &|_, _| {}).expect_err("refused before any CUDA call"),
+    ] {
+        let CudaTrainError::Setup(message) = &error else {
+            panic!("a setup error, not a CUDA one: {error}");
+        };
+        assert!(message.contains("head size"), "{message}");
+    }
+    let two = TrainSpec { world: 2, ..spec };
+    let error = check_spec(&two).expect_err("one GPU only");
+    assert!(error.to_string().contains("a world of 2"), "{error}");
+}
