@@ -152,7 +152,7 @@ fn bytes_on_nvme_and_per_step_are_what_the_sub_groups_imply() {
         assert_eq!(usage.steps.written_bytes, STEPS * per_step);
         assert_eq!(usage.steps.read_bytes, STEPS * per_step);
     }
-    assert_eq!(nvme.plan_bytes - nvme.plan_gradient_bytes, per_step);
+    assert_eq!(nvme.plan_bytes, per_step);
     // The optimizer's memory is the swap buffers: buffer_count (4) × the largest sub-group.
     let largest = groups.iter().map(|g| g.partition_numel).max().unwrap_or(0);
     for memory in &report.memory {
@@ -169,10 +169,7 @@ fn parameter_slices_on_nvme_are_counted_like_the_plan() {
     let nvme = report.nvme.as_ref().expect("NVMe report");
     for usage in &nvme.ranks {
         assert!(usage.param_bytes > 0);
-        assert_eq!(
-            usage.resident_bytes,
-            nvme.plan_bytes - nvme.plan_gradient_bytes
-        );
+        assert_eq!(usage.resident_bytes, nvme.plan_bytes);
         // Written back once per step (the refreshed slices), read at every gather.
         assert_eq!(
             usage.steps.written_bytes,

@@ -3,7 +3,10 @@
 //! step's ticks is what the executor allocates: every category's peak and the peak total are
 //! equal to the byte, for fp32, bf16 and fp16, ZeRO stages 0-3, world sizes 1, 2 and 4 on the
 //! tiny GPT-2, and with optimizer offload to the CPU (which the CPU backend has nothing to copy
-//! for: the plan lists no offload staging), and with gradient accumulation.
+//! for: the plan lists no offload staging), and with gradient accumulation. Under stage 3
+//! offload to NVMe (optimizer only; optimizer and parameters, some slices past `max_in_cpu`)
+//! the swap buffers are counted in memory like the plan's, and each rank's swap files hold
+//! exactly the plan's bytes on NVMe.
 //!
 //! Prints the table (measured / plan, bytes) with `--nocapture`.
 
@@ -126,4 +129,76 @@ fn measured_memory_is_the_plans_to_the_byte() {
         ));
     }
     eprintln!("measured / plan bytes per rank:\n{table}");
+}
+
+/// Stage 3 offload to NVMe into `dir`: the optimizer, and the parameters too when `params`.
+fn nvme_offload(dir: &std::path::Path, params: Offloaded) -> Value {
+    let mut zero = json!({
+        // Several sub-groups, so that the swap buffers are the largest one's, not the shard's.
+        "sub_group_size": 20000,
+        "offload_optimizer": {"device": "nvme", "nvme_path": dir, "buffer_count": 4},
+    });
+    if params == Offloaded::OptimizerAndParams {
+        // Some slices fit in max_in_cpu, the rest (wte among them) go to NVMe.
+        zero["offload_param"] = json!({"device": "nvme", "nvme_path": dir,
+            "max_in_cpu": 20000, "buffer_count": 3, "buffer_size": 20000});
+    }
+    zero
+}
+
+/// What goes to NVMe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offloaded {
+    Optimizer,
+    OptimizerAndParams,
+}
+
+#[test]
+fn nvme_offload_memory_and_files_are_the_plans_to_the_byte() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut table = String::from(
+        "| run | total | params | gathered | master | grads | optimizer | buckets | step scratch | activations | swap files / plan NVMe |\n",
+    );
+    table.push_str(&format!("|{}\n", "---|".repeat(11)));
+    for (name, precision) in [
+        ("fp32", json!({})),
+        ("bf16", json!({"bf16": {"enabled": true}})),
+    ] {
+        for offloaded in [Offloaded::Optimizer, Offloaded::OptimizerAndParams] {
+            for world in [1u64, 2] {
+                let label = format!("{name} stage 3 W={world} {offloaded:?} on NVMe");
+                let report = run(3, world, &precision, &nvme_offload(dir.path(), offloaded));
+                let mut row = check(&label, &report);
+                let nvme = report.nvme.as_ref().expect("NVMe report");
+                assert_eq!(nvme.ranks.len(), world as usize, "{label}");
+                assert!(nvme.plan_bytes > 0, "{label}");
+                for usage in &nvme.ranks {
+                    assert_eq!(usage.resident_bytes, nvme.plan_bytes, "{label}: NVMe bytes");
+                    let params_swapped = usage.param_bytes > 0;
+                    assert_eq!(
+                        params_swapped,
+                        offloaded == Offloaded::OptimizerAndParams,
+                        "{label}: parameter slices on NVMe"
+                    );
+                }
+                // The master and the states are on NVMe: nothing of them in memory but the
+                // swap buffers.
+                assert_eq!(report.plan_memory.peak.get(Category::Master), 0, "{label}");
+                row.pop();
+                row.push_str(&format!(
+                    " {} / {} |\n",
+                    nvme.ranks[0].resident_bytes, nvme.plan_bytes
+                ));
+                table.push_str(&row);
+            }
+        }
+    }
+    assert!(
+        std::fs::read_dir(dir.path())
+            .expect("listed")
+            .next()
+            .is_none(),
+        "swap files left behind"
+    );
+    eprintln!("measured / plan bytes per rank, NVMe offload:\n{table}");
 }

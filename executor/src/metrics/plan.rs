@@ -3,21 +3,22 @@
 //!
 //! | plan buffer kind | executor category |
 //! |---|---|
-//! | parameters, persistent parameters | params |
+//! | parameters, persistent parameters, parameter swap buffers | params |
 //! | gathered parameters | gathered |
 //! | master weights | master |
 //! | gradients | grads |
-//! | optimizer states | optimizer |
+//! | optimizer states, optimizer swap buffers | optimizer |
 //! | gradient buckets | buckets |
 //! | step scratch | step scratch |
 //! | collective staging | buckets |
 //! | activations, activation arena | activations |
-//! | offload staging, swap buffers | none: the CPU executor copies nothing between devices |
+//! | offload staging | none: the CPU executor copies nothing between host and GPU |
 //!
 //! The run's plan is compiled with the `dsplan-cpu` backend, whose buffers are the executor's
-//! own, all in host memory: every category and the total are the measured ones. A DeepSpeed
-//! GPU plan can be read too (its GPU and host buffers added up, NVMe-resident bytes left out,
-//! offload staging reported apart). Each category's peak is its own highest point over the
+//! own: every category and the total are the measured ones. What lives on NVMe is left out
+//! (its bytes are the swap files, [`crate::zero::swap::NvmeReport`]); the swap buffers are in
+//! memory, where the executor's ledger counts them (optimizer and params). A DeepSpeed GPU plan
+//! can be read too (its GPU and host buffers added up, offload staging reported apart). Each category's peak is its own highest point over the
 //! step's ticks, as the executor's ledger records it.
 
 use serde::Serialize;
@@ -29,11 +30,13 @@ use super::{ByCategory, Category};
 /// The executor category of a plan buffer kind (`None`: nothing on the CPU corresponds).
 pub fn category_of(kind: BufferKind) -> Option<Category> {
     match kind {
-        BufferKind::Parameters | BufferKind::PersistentParameters => Some(Category::Params),
+        BufferKind::Parameters
+        | BufferKind::PersistentParameters
+        | BufferKind::ParamSwapBuffers => Some(Category::Params),
         BufferKind::GatheredParameters => Some(Category::Gathered),
         BufferKind::MasterWeights => Some(Category::Master),
         BufferKind::Gradients | BufferKind::ModuleGradients => Some(Category::Grads),
-        BufferKind::OptimizerStates => Some(Category::Optimizer),
+        BufferKind::OptimizerStates | BufferKind::OptimizerSwapBuffers => Some(Category::Optimizer),
         BufferKind::GradientBuckets
         | BufferKind::ReduceScatterStaging
         | BufferKind::CollectiveStaging => Some(Category::Buckets),
@@ -45,9 +48,7 @@ pub fn category_of(kind: BufferKind) -> Option<Category> {
         | BufferKind::Logits
         | BufferKind::LossBuffers
         | BufferKind::ActivationArena => Some(Category::Activations),
-        BufferKind::OffloadStaging
-        | BufferKind::ParamSwapBuffers
-        | BufferKind::OptimizerSwapBuffers => None,
+        BufferKind::OffloadStaging => None,
     }
 }
 

@@ -4,8 +4,10 @@
 //! plan's timeline to the byte.
 //!
 //! Every rank is a thread of one process that computes in `f32` and exchanges `f32` buffers
-//! through in-process collectives; everything lives in host memory ([`Device::Cpu`], pageable),
-//! nothing is offloaded or staged between devices. Every size comes from the plan's layout,
+//! through in-process collectives; everything lives in host memory ([`Device::Cpu`], pageable)
+//! but what stage 3 swaps to files under `nvme_path` ([`Device::Nvme`]: the fp32 master and
+//! Adam's states sub-group by sub-group, the parameter slices past `max_in_cpu`), read and
+//! written through swap buffers in host memory. Nothing is staged between devices otherwise. Every size comes from the plan's layout,
 //! shards, buckets and fetch units. `Ψ'` is the layout's padded flat buffer, `P` its partition,
 //! `H` a rank's stage 3 shard (`Σ⌈numel/W⌉`), `O` what the rank's optimizer owns (the layout's
 //! partition: `Ψ`, `P`, `P`, `H` by stage), `W` the ranks.
@@ -15,10 +17,13 @@
 //!
 //! | buffer | size | lifetime |
 //! |---|---|---|
-//! | parameters | `Ψ'` (stages 0-2), `H` (3), model dtype | run |
+//! | parameters | `Ψ'` (stages 0-2), `H` (3; less its NVMe slices), model dtype | run |
+//! | parameters on NVMe | stage 3, `offload_param.device: nvme`: the slices past `max_in_cpu` ([`Device::Nvme`]) | run |
+//! | parameter swap buffers | stage 3, `offload_param.device: nvme`: `buffer_count × buffer_size` of the model dtype, whether or not a slice is on NVMe | run |
 //! | persistent parameters | the persistent tensors whole (stage 3), model dtype | run |
-//! | master weights | `O` in `f32` when the parameters are not the master (all but fp32 stage 0) | run |
-//! | optimizer states | `O` in `f32` per state (Adam: two) | run (allocated at start-up) |
+//! | master weights | `O` in `f32` when the parameters are not the master (all but fp32 stage 0); on [`Device::Nvme`] under `offload_optimizer.device: nvme` | run |
+//! | optimizer states | `O` in `f32` per state (Adam: two); on [`Device::Nvme`] under `offload_optimizer.device: nvme` | run (allocated at start-up) |
+//! | optimizer swap buffers | stage 3, `offload_optimizer.device: nvme`: `buffer_count ×` the largest sub-group, `f32` | run |
 //! | accumulated gradients | `Ψ'` (stages 0-1), `P` (2), `H` (3), `grad_accum_dtype` | run |
 //! | gradient bucket | stage 2: the largest planned bucket; stage 3: `W ×` its largest per-rank part, and the reduce-scatter output of one part; `f32` | run |
 //! | activation arena | [`crate::memory::cpu_arena`], `f32` | run |
@@ -28,7 +33,10 @@
 //! | parameter all-gather staging | stages 1-2: the partition (fp32, one whole piece: input only), else the largest planned piece as input and `W ×` it as output, `f32` | parameter all-gather |
 //! | persistent re-gather staging | stage 3: every rank's slices of the persistent tensors, input and `W ×` output, `f32` | parameter all-gather |
 //!
-//! NVMe offload is not modelled: swapped state is counted in host memory.
+//! The fp32 gradients stay in memory under NVMe offload (DeepSpeed swaps them out at the
+//! boundary; the executor steps each sub-group with them in place), so the plan's bytes on
+//! [`Device::Nvme`] are exactly the executor's swap files. Partial optimizer offload
+//! (`ratio < 1`) keeps the sub-groups not on NVMe in host memory (the executor refuses it).
 
 use super::buckets::Buckets;
 use super::buffers::{Buffer, BufferKind, BufferList, Lifetime, span};
@@ -36,7 +44,7 @@ use super::cpu_units::{PassInputs, cpu_units, pass_buffers};
 use super::dtype::{Device, Dtype};
 use super::layout::Layout;
 use super::model_graph::ModelGraph;
-use super::settings::Settings;
+use super::settings::{OffloadTarget, Settings};
 use super::shards::{ShardRule, Shards};
 use super::ticks::Ticks;
 use crate::config::ZeroStage;
@@ -56,6 +64,9 @@ pub struct CpuBufferInputs<'a> {
     pub buckets: &'a Buckets,
     /// Ticks.
     pub ticks: &'a Ticks,
+    /// Per model tensor: whether its stage 3 slice lives on NVMe
+    /// ([`super::offload::Offload::nvme_resident`]).
+    pub nvme_resident: &'a [bool],
 }
 
 /// The stage the CPU executor runs: bf16 without ZeRO is stage 1 (its optimizer states are
@@ -100,6 +111,7 @@ pub fn cpu_buffers(inputs: &CpuBufferInputs<'_>) -> Vec<Buffer> {
             gathers: stage == ZeroStage::Weights || sixteen_bit,
             stage3: stage == ZeroStage::Weights,
             stages_fetches: stage == ZeroStage::Weights && sixteen_bit,
+            nvme_resident: inputs.nvme_resident,
         },
         &mut list,
     );
@@ -156,14 +168,44 @@ fn model_states(inputs: &CpuBufferInputs<'_>, list: &mut BufferList) {
         ZeroStage::Gradients => (layout.padded_numel, layout.partition_numel),
         ZeroStage::Weights => (layout.partition_numel, layout.partition_numel),
     };
+    let params_on_nvme = match stage {
+        ZeroStage::Weights => nvme_slices(inputs),
+        _ => 0,
+    };
     host(
         list,
         "parameters",
         BufferKind::Parameters,
         s.dtypes.params,
-        params_numel,
+        params_numel - params_on_nvme,
         run,
     );
+    if let (
+        ZeroStage::Weights,
+        OffloadTarget::Nvme {
+            buffer_count,
+            buffer_size,
+            ..
+        },
+    ) = (stage, &s.offload_param)
+    {
+        list.add(
+            "parameter slices past max_in_cpu (NVMe)",
+            BufferKind::Parameters,
+            s.dtypes.params,
+            params_on_nvme,
+            Device::Nvme,
+            run,
+        );
+        host(
+            list,
+            "parameter swap buffers",
+            BufferKind::ParamSwapBuffers,
+            s.dtypes.params,
+            buffer_count * buffer_size,
+            run,
+        );
+    }
     if stage == ZeroStage::Weights {
         let numel = persistent_tensors(inputs)
             .iter()
@@ -178,27 +220,7 @@ fn model_states(inputs: &CpuBufferInputs<'_>, list: &mut BufferList) {
             run,
         );
     }
-    let owned = layout.partition_numel;
-    if has_master(inputs) {
-        host(
-            list,
-            "fp32 master weights",
-            BufferKind::MasterWeights,
-            Dtype::Fp32,
-            owned,
-            run,
-        );
-    }
-    for state in 0..s.optimizer.states {
-        host(
-            list,
-            &format!("optimizer state {state}"),
-            BufferKind::OptimizerStates,
-            Dtype::Fp32,
-            owned,
-            run,
-        );
-    }
+    optimizer_states(inputs, list);
     host(
         list,
         "accumulated gradients",
@@ -254,6 +276,73 @@ fn model_states(inputs: &CpuBufferInputs<'_>, list: &mut BufferList) {
         arena_elements(&arena_shape(inputs.model, s)),
         run,
     );
+}
+
+/// Elements of the stage 3 slices on NVMe (`offload_param.device: nvme`, past `max_in_cpu`).
+fn nvme_slices(inputs: &CpuBufferInputs<'_>) -> u64 {
+    inputs
+        .layout
+        .entries
+        .iter()
+        .filter(|e| inputs.nvme_resident.get(e.tensor).copied().unwrap_or(false))
+        .map(|e| e.partition_numel)
+        .sum()
+}
+
+/// The master weights and optimizer states of the owned region, in host memory; under
+/// `offload_optimizer.device: nvme` (stage 3) the sub-groups on NVMe live in the swap files
+/// instead, stepped through `buffer_count` swap buffers of the largest of them.
+fn optimizer_states(inputs: &CpuBufferInputs<'_>, list: &mut BufferList) {
+    let s = inputs.settings;
+    let run = Lifetime::Persistent;
+    let owned = inputs.layout.partition_numel;
+    let swapped = matches!(s.offload_optimizer, OffloadTarget::Nvme { .. })
+        && executor_stage(s, inputs.shards) == ZeroStage::Weights;
+    let nvme_groups = || {
+        inputs
+            .shards
+            .sub_groups
+            .iter()
+            .filter(move |g| swapped && g.device == Device::Nvme)
+            .map(|g| g.partition_numel)
+    };
+    let on_nvme: u64 = nvme_groups().sum();
+    let in_memory = owned - on_nvme;
+    let mut add = |name: &str, kind: BufferKind| {
+        host(list, name, kind, Dtype::Fp32, in_memory, run);
+        if swapped {
+            list.add(
+                format!("{name} (NVMe)"),
+                kind,
+                Dtype::Fp32,
+                on_nvme,
+                Device::Nvme,
+                run,
+            );
+        }
+    };
+    if has_master(inputs) {
+        add("fp32 master weights", BufferKind::MasterWeights);
+    }
+    for state in 0..s.optimizer.states {
+        add(
+            &format!("optimizer state {state}"),
+            BufferKind::OptimizerStates,
+        );
+    }
+    if let OffloadTarget::Nvme { buffer_count, .. } = s.offload_optimizer
+        && swapped
+    {
+        let largest = nvme_groups().max().unwrap_or(0);
+        host(
+            list,
+            "optimizer swap buffers (f32)",
+            BufferKind::OptimizerSwapBuffers,
+            Dtype::Fp32,
+            buffer_count * largest,
+            run,
+        );
+    }
 }
 
 /// Elements of every planned bucket.

@@ -14,7 +14,7 @@
 //! | buffer | size | when |
 //! |---|---|---|
 //! | gathered parameters | `n` (+ `W` spare elements under stage 3, where each tensor's padding spills over the next) | stage 3, or 16-bit storage (widened copy): while the unit computes, released after each use |
-//! | fetch staging | the largest `⌈numel/W⌉` slice among the unit's gathered (non-persistent) tensors | stage 3 with 16-bit storage: the widened slice sent to each all-gather, during the fetch |
+//! | fetch staging | the largest `⌈numel/W⌉` slice among the unit's gathered (non-persistent) tensors | stage 3 with 16-bit storage, or with one of the unit's slices on NVMe: the widened slice sent to each all-gather, during the fetch |
 //! | unit gradients | `n` | backward: from the unit's gradient computation to its hand-over to the accumulation buffer or bucket |
 //!
 //! The order of one micro-step, and the ticks each buffer is placed on (a unit's ticks are its
@@ -136,6 +136,9 @@ pub struct PassInputs<'a> {
     pub stage3: bool,
     /// Whether each gathered slice is widened through staging (stage 3 with 16-bit storage).
     pub stages_fetches: bool,
+    /// Per model tensor: whether its stage 3 slice lives on NVMe (a unit with such a slice is
+    /// gathered through staging whatever the dtype: the slice is read into it first).
+    pub nvme_resident: &'a [bool],
 }
 
 /// The tick range of a pass over fetch units `fetch` (ascending), as `(first, last)`.
@@ -156,9 +159,6 @@ impl PassInputs<'_> {
 
     /// Elements of the unit's fetch staging: its largest gathered slice.
     fn staging_numel(&self, unit: &CpuUnit) -> u64 {
-        if !self.stages_fetches {
-            return 0;
-        }
         let persistent: Vec<usize> = self
             .shards
             .persistent
@@ -177,13 +177,20 @@ impl PassInputs<'_> {
                 .find(|e| e.tensor == t)
                 .map_or(0, |e| e.partition_numel)
         };
-        unit.fetch_units
+        let gathered: Vec<usize> = unit
+            .fetch_units
             .iter()
             .flat_map(|&f| self.model.units[f].tensors.iter().copied())
             .filter(|t| unit.tensors.contains(t) && !persistent.contains(t))
-            .map(slice)
-            .max()
-            .unwrap_or(0)
+            .collect();
+        let swapped = self.stage3
+            && gathered
+                .iter()
+                .any(|&t| self.nvme_resident.get(t).copied().unwrap_or(false));
+        if !self.stages_fetches && !swapped {
+            return 0;
+        }
+        gathered.into_iter().map(slice).max().unwrap_or(0)
     }
 
     fn gathered(&self, list: &mut BufferList, unit: &CpuUnit, what: &str, lifetime: Lifetime) {

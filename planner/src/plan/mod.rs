@@ -203,7 +203,7 @@ fn compile_parts(
         return Err(diagnostics);
     };
     if settings.backend == PlanBackend::DsplanCpu {
-        check_cpu_backend(model, &settings, &mut diagnostics);
+        check_cpu_backend(model, &mut diagnostics);
     }
     if model.unit_order == UnitOrder::ParameterOrder {
         diagnostics.push(Diagnostic::info(
@@ -262,6 +262,7 @@ fn compile_parts(
             shards: &shards,
             buckets: &buckets,
             ticks: &ticks,
+            nvme_resident: &offload.nvme_resident,
         }),
     };
     let timeline = Timeline::new(&buffers, &ticks);
@@ -299,9 +300,8 @@ fn compile_parts(
     })
 }
 
-/// The `dsplan-cpu` backend runs GPT-2 only (its activation arena and units are GPT-2's); it
-/// does not model NVMe offload (swapped state is counted in host memory).
-fn check_cpu_backend(model: &ModelGraph, settings: &Settings, found: &mut Vec<Diagnostic>) {
+/// The `dsplan-cpu` backend runs GPT-2 only (its activation arena and units are GPT-2's).
+fn check_cpu_backend(model: &ModelGraph, found: &mut Vec<Diagnostic>) {
     if model.architecture.family != crate::model::Family::Gpt2 {
         found.push(Diagnostic::error(
             Code::IncompatibleSettings,
@@ -310,15 +310,6 @@ fn check_cpu_backend(model: &ModelGraph, settings: &Settings, found: &mut Vec<Di
                 "the dsplan-cpu backend runs GPT-2 only, not `{}`",
                 model.architecture.family.model_type()
             ),
-        ));
-    }
-    let nvme =
-        |target: &settings::OffloadTarget| matches!(target, settings::OffloadTarget::Nvme { .. });
-    if nvme(&settings.offload_optimizer) || nvme(&settings.offload_param) {
-        found.push(Diagnostic::info(
-            Code::IneffectiveAtStage,
-            "",
-            "the dsplan-cpu backend's buffer list does not model NVMe offload: swapped state is counted in host memory",
         ));
     }
 }

@@ -95,7 +95,6 @@ fn nvme_summary(nvme: &dsplan_executor::zero::swap::NvmeReport) -> Value {
         .collect();
     json!({
         "plan_bytes": nvme.plan_bytes,
-        "plan_gradient_bytes": nvme.plan_gradient_bytes,
         "ranks": ranks,
     })
 }
@@ -121,12 +120,7 @@ pub(super) fn human(report: &TrainReport, summary: &Value) -> String {
 
 /// One line per rank: bytes in its swap files next to the plan's, and the traffic per step.
 fn nvme_lines(nvme: &dsplan_executor::zero::swap::NvmeReport, steps: usize) -> String {
-    let mut out = format!(
-        "NVMe per rank: plan {} ({} of them fp32 gradients, which the executor keeps in memory)
-",
-        bytes(nvme.plan_bytes),
-        bytes(nvme.plan_gradient_bytes),
-    );
+    let mut out = format!("NVMe per rank: plan {}\n", bytes(nvme.plan_bytes));
     let steps = steps.max(1) as u64;
     for (rank, usage) in nvme.ranks.iter().enumerate() {
         out.push_str(&format!(

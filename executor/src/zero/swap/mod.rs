@@ -161,11 +161,9 @@ pub struct NvmeUsage {
 /// NVMe use over a run: the plan's figure next to what each rank measured.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct NvmeReport {
-    /// The plan's bytes on NVMe per rank (its buffers on `Device::Nvme`).
+    /// The plan's bytes on NVMe per rank (its buffers on `Device::Nvme`): the `dsplan-cpu`
+    /// plan lists exactly the executor's swap files, so each rank's `resident_bytes` equal it.
     pub plan_bytes: u64,
-    /// Of which fp32 gradients, which DeepSpeed swaps out at the boundary and the executor
-    /// keeps in memory (so the measured bytes are `plan_bytes − plan_gradient_bytes`).
-    pub plan_gradient_bytes: u64,
     /// Each rank, measured.
     pub ranks: Vec<NvmeUsage>,
 }
@@ -173,12 +171,12 @@ pub struct NvmeReport {
 impl NvmeReport {
     /// The plan's side of the report, with no rank measured yet.
     pub fn of_plan(plan: &dsplan_planner::plan::Plan) -> Self {
-        use dsplan_planner::plan::{BufferKind, Device};
-        let on_nvme = plan.buffers.iter().filter(|b| b.device == Device::Nvme);
+        use dsplan_planner::plan::Device;
         Self {
-            plan_bytes: on_nvme.clone().map(|b| b.bytes).sum(),
-            plan_gradient_bytes: on_nvme
-                .filter(|b| b.kind == BufferKind::Fp32Gradients)
+            plan_bytes: plan
+                .buffers
+                .iter()
+                .filter(|b| b.device == Device::Nvme)
                 .map(|b| b.bytes)
                 .sum(),
             ranks: Vec::new(),
