@@ -26,7 +26,7 @@ use dsplan_planner::plan::Plan;
 use serde_json::{Value, json};
 
 use super::progress::{MetricsFile, Progress};
-use super::report::RunFacts;
+use super::report::{RunFacts, Totals, head, json_map};
 use super::{Device, Failure, bytes, thousands};
 use crate::cli::Format;
 
@@ -184,21 +184,20 @@ fn summary(
         .count();
     let seconds: f64 = report.steps.iter().map(|s| s.seconds).sum();
     let tokens = report.tokens_per_step * report.steps.len() as u64;
-    json!({
-        "config": facts.config,
-        "model": facts.model,
-        "params": facts.num_params,
-        "world_size": spec.world,
-        "stage": spec.settings.stage as u8,
-        "precision": spec.settings.precision.model_dtype().name(),
-        "steps": report.steps.len(),
-        "applied_steps": report.steps.len() - skipped,
-        "skipped_steps": skipped,
-        "first_loss": report.steps.first().map(|s| s.loss),
-        "final_loss": report.steps.last().map(|s| s.loss),
-        "tokens": tokens,
-        "seconds": seconds,
-        "tokens_per_s": tokens as f64 / seconds.max(1e-9),
+    let mut summary = head(
+        facts,
+        spec,
+        &Totals {
+            steps: report.steps.len(),
+            applied: report.steps.len() - skipped,
+            skipped,
+            first_loss: report.steps.first().map(|s| s.loss),
+            final_loss: report.steps.last().map(|s| s.loss),
+            tokens,
+            seconds,
+        },
+    );
+    summary.extend(json_map(json!({
         "device": report.device,
         "mfu": report.mfu,
         "device_memory": {
@@ -209,7 +208,8 @@ fn summary(
             "driver_used": report.device_used_bytes,
         },
         "notices": spec.settings.notices,
-    })
+    })));
+    Value::Object(summary)
 }
 
 /// The human summary: throughput, device and MFU, then the device memory table.

@@ -46,21 +46,20 @@ pub(super) fn summary(facts: &RunFacts<'_>, spec: &TrainSpec, report: &TrainRepo
             })
         })
         .collect();
-    json!({
-        "config": facts.config,
-        "model": facts.model,
-        "params": facts.num_params,
-        "world_size": spec.world,
-        "stage": spec.settings.stage as u8,
-        "precision": spec.settings.precision.model_dtype().name(),
-        "steps": report.steps.len(),
-        "applied_steps": report.applied_steps,
-        "skipped_steps": skipped,
-        "first_loss": report.steps.first().map(|s| s.loss),
-        "final_loss": report.steps.last().map(|s| s.loss),
-        "tokens": report.tokens,
-        "seconds": report.seconds,
-        "tokens_per_s": report.tokens as f64 / report.seconds.max(1e-9),
+    let mut summary = head(
+        facts,
+        spec,
+        &Totals {
+            steps: report.steps.len(),
+            applied: report.applied_steps as usize,
+            skipped,
+            first_loss: report.steps.first().map(|s| s.loss),
+            final_loss: report.steps.last().map(|s| s.loss),
+            tokens: report.tokens,
+            seconds: report.seconds,
+        },
+    );
+    summary.extend(json_map(json!({
         "memory": {
             "predicted": report.predicted,
             "predicted_total": report.predicted.total(),
@@ -70,7 +69,58 @@ pub(super) fn summary(facts: &RunFacts<'_>, spec: &TrainSpec, report: &TrainRepo
         },
         "nvme": report.nvme.as_ref().map(nvme_summary),
         "notices": spec.settings.notices,
-    })
+    })));
+    Value::Object(summary)
+}
+
+/// The step counts, losses and throughput every run's summary starts with.
+pub(super) struct Totals {
+    /// Steps run.
+    pub steps: usize,
+    /// Of them, steps whose optimizer step was applied.
+    pub applied: usize,
+    /// Of them, steps skipped on an fp16 overflow.
+    pub skipped: usize,
+    /// The first step's loss.
+    pub first_loss: Option<f64>,
+    /// The last step's loss.
+    pub final_loss: Option<f64>,
+    /// Tokens trained on.
+    pub tokens: u64,
+    /// Wall-clock seconds of the steps.
+    pub seconds: f64,
+}
+
+/// The keys every run's JSON summary starts with (CPU and GPU alike).
+pub(super) fn head(
+    facts: &RunFacts<'_>,
+    spec: &TrainSpec,
+    totals: &Totals,
+) -> serde_json::Map<String, Value> {
+    json_map(json!({
+        "config": facts.config,
+        "model": facts.model,
+        "params": facts.num_params,
+        "world_size": spec.world,
+        "stage": spec.settings.stage as u8,
+        "precision": spec.settings.precision.model_dtype().name(),
+        "steps": totals.steps,
+        "applied_steps": totals.applied,
+        "skipped_steps": totals.skipped,
+        "first_loss": totals.first_loss,
+        "final_loss": totals.final_loss,
+        "tokens": totals.tokens,
+        "seconds": totals.seconds,
+        "tokens_per_s": totals.tokens as f64 / totals.seconds.max(1e-9),
+    }))
+}
+
+/// The object `value` holds (`json!` of an object literal always is one).
+pub(super) fn json_map(value: Value) -> serde_json::Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    }
 }
 
 /// NVMe use: the plan's bytes and each rank's measured files and traffic (per step: the
