@@ -668,3 +668,24 @@ fn a_checkpoint_resumed_ends_where_the_uninterrupted_run_ends() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("dtypes.model"), "{stderr}");
 }
+
+/// A checkpoint directory that cannot hold checkpoints is refused before the first step, not
+/// after the run has trained up to its first save.
+#[test]
+fn an_unusable_checkpoint_directory_is_refused_before_training() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"").expect("file written");
+    let config = config_path("zero1_bf16.json");
+    let (code, _, stderr) = run(&[
+        "run",
+        &config,
+        "--steps",
+        "2",
+        "--save-checkpoint",
+        file.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("not a directory"), "{stderr}");
+    assert!(!stderr.contains("done:"), "no step may run first: {stderr}");
+}

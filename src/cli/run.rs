@@ -188,6 +188,9 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
             )));
         }
     };
+    if let Some(dir) = &args.save_checkpoint {
+        check_checkpoint_dir(dir)?;
+    }
     let load_started = std::time::Instant::now();
     let loaded = match &args.resume {
         Some(path) => Some(load_checkpoint(path).map_err(checkpoint_failure)?),
@@ -394,6 +397,26 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
 
 /// A training error with its exit code: unreadable data or checkpoint files are I/O errors
 /// (2), everything else is input that does not fit (1).
+/// Fails before training, not at the first save, when `--save-checkpoint DIR` cannot hold
+/// checkpoints: DIR is created if missing, and must be a writable directory.
+fn check_checkpoint_dir(dir: &std::path::Path) -> Result<(), Failure> {
+    let shown = dir.display();
+    if dir.exists() && !dir.is_dir() {
+        return Err(Failure::usage(format!(
+            "--save-checkpoint {shown}: not a directory; name a directory for the checkpoints"
+        )));
+    }
+    let probe = dir.join(format!(".dsplan-write-check-{}", std::process::id()));
+    std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&probe, b""))
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| {
+            Failure::usage(format!(
+                "--save-checkpoint {shown}: cannot write there ({e}); name a writable directory"
+            ))
+        })
+}
+
 /// The failure a training error is reported as (`display`: the config file's name).
 fn train_failure(e: TrainError, display: &str) -> Failure {
     match e {
