@@ -11,6 +11,7 @@
 
 use std::fmt;
 
+mod ignored;
 mod sections;
 
 pub use sections::override_nvme_path;
@@ -129,6 +130,7 @@ impl TrainSettings {
         let schedule = schedule(resolved)?;
         check_offload(config, &mut notices)?;
         check_grad_accum_dtype(config)?;
+        notices.extend(ignored::ignored_section_notices(&resolved.filled));
         let zero = &config.zero_optimization;
         let factor = config.gradient_predivide_factor as f32;
         let post = if config.prescale_gradients {
