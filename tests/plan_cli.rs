@@ -376,3 +376,70 @@ fn the_cpu_backend_is_named_in_the_summary_and_refuses_what_it_cannot_run() {
     let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
     assert!(stderr.contains("--gpu-memory applies"), "{stderr}");
 }
+
+#[test]
+fn the_cuda_backend_lists_the_device_steps_buffers_on_one_gpu_and_refuses_two() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = json!({
+        "train_micro_batch_size_per_gpu": 2,
+        "bf16": {"enabled": true},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+        "zero_optimization": {"stage": 2}
+    });
+    let file = config_file(&dir, "z2.json", &config);
+    let path = file.to_str().expect("utf-8");
+    let args = [
+        path,
+        "--model",
+        "gpt2",
+        "--world-size",
+        "1",
+        "--backend",
+        "dsplan-cuda",
+    ];
+    let out = plan(&args).success().get_output().stdout.clone();
+    let text = String::from_utf8(out).expect("utf-8");
+    assert!(text.contains("backend: dsplan-cuda"), "{text}");
+    assert!(text.contains("gpu peak"), "{text}");
+
+    let mut json_args = args.to_vec();
+    json_args.extend(["--format", "json"]);
+    let out = plan(&json_args).success().get_output().stdout.clone();
+    let plan_json: Value = serde_json::from_slice(&out).expect("json");
+    assert_eq!(plan_json["settings"]["backend"], "dsplan-cuda");
+    let buffers = plan_json["buffers"].as_array().expect("buffers");
+    for buffer in buffers {
+        assert_eq!(buffer["device"], "gpu", "{buffer}");
+    }
+    // bf16 parameters and gradients, fp32 master and two Adam moments of the unpadded
+    // parameter count; no buckets at stage 2 on one GPU.
+    let numel = |name: &str| {
+        buffers
+            .iter()
+            .find(|b| b["name"] == name)
+            .and_then(|b| b["numel"].as_u64())
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    let psi = plan_json["model"]["total_params"].as_u64().expect("params");
+    for name in [
+        "parameters",
+        "gradients",
+        "fp32 master weights",
+        "AdamW exp_avg",
+    ] {
+        assert_eq!(numel(name), psi, "{name}");
+    }
+    assert!(
+        !buffers.iter().any(|b| b["kind"] == "gradient-buckets"),
+        "{buffers:?}"
+    );
+
+    let mut two = args.to_vec();
+    two[4] = "2";
+    let assert = plan(&two).code(1);
+    let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
+    assert!(
+        stderr.contains("does not run a world of 2 GPUs"),
+        "{stderr}"
+    );
+}

@@ -1,5 +1,5 @@
 //! The device training step checked on the host (no GPU): its buffers against the planner's
-//! DeepSpeed plan, and its op lists against the launcher's shape rules, the CPU model's
+//! `dsplan-cuda` plan (equal to the byte) and DeepSpeed's GPU plan (printed), and its op lists against the launcher's shape rules, the CPU model's
 //! tensors and the `.cu` signatures of every kernel it launches. Prints the memory table and
 //! the launch counts with `--nocapture`.
 
@@ -8,33 +8,88 @@ use dsplan_executor::cuda::train::program::ArgType;
 use dsplan_executor::cuda::train::{DeviceLayout, Op, StepProgram};
 use dsplan_executor::metrics::{Category, PlanMemory};
 use dsplan_executor::model::{ActivationLayout, BatchShape, Gpt2Config};
-use dsplan_executor::train::{TrainSettings, choose_model, compile_plan};
+use dsplan_executor::train::plan::model_graph;
+use dsplan_executor::train::{TrainSettings, choose_model, compile_cuda_plan};
 use dsplan_kernels::{Dtype, KERNELS};
+use dsplan_planner::plan::{self, Cluster, PlanBackend, Workload};
 use serde_json::json;
 
 fn layout(config: Gpt2Config, batch: usize, seq_len: usize, dtype: Dtype) -> DeviceLayout {
     DeviceLayout::new(config, BatchShape { batch, seq_len }, dtype)
 }
 
-/// gpt2 124M, bf16, micro-batch 4 x 1024, stages 0-3 at W=1: the device buffers per category
-/// against the plan's peaks. Parameters, master weights and optimizer states are the same
-/// buffers and agree within 5%; the others are documented in `cuda::train::buffers`.
+fn train_config(stage: u8, dtype: Dtype) -> serde_json::Value {
+    let mut config = json!({
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 1,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+        "zero_optimization": {"stage": stage},
+    });
+    match dtype {
+        Dtype::Bf16 => config["bf16"] = json!({"enabled": true}),
+        Dtype::F16 => config["fp16"] = json!({"enabled": true}),
+        Dtype::F32 | Dtype::F64 => {}
+    }
+    config
+}
+
+/// The device buffers per category equal the `dsplan-cuda` plan's peaks to the byte (the
+/// total too): gpt2 124M in bf16, fp32 and fp16 and a small head-size-64 model, micro-batch
+/// 4, stages 0-3 at W=1.
 #[test]
-fn device_buffers_match_the_plan_where_they_are_the_same_buffers() {
+fn device_buffers_equal_the_dsplan_cuda_plan_to_the_byte() {
+    let gpt2 = choose_model(Some("gpt2"), 1).expect("gpt2 preset").config;
+    let cases = [
+        (gpt2, 1024, Dtype::Bf16),
+        (gpt2, 1024, Dtype::F32),
+        (gpt2, 1024, Dtype::F16),
+        (small_head_64(), 64, Dtype::Bf16),
+        (small_head_64(), 48, Dtype::F32),
+    ];
+    for (model, seq_len, dtype) in cases {
+        let device = layout(model, 4, seq_len, dtype);
+        let ours = device.bytes_by_category();
+        for stage in 0..=3u8 {
+            let settings =
+                TrainSettings::from_config(&train_config(stage, dtype), 1).expect("settings");
+            let (plan, _) = compile_cuda_plan(&settings, &model, seq_len, 1).expect("plan");
+            let predicted = PlanMemory::of(&plan);
+            for category in Category::ALL {
+                assert_eq!(
+                    ours.get(category),
+                    predicted.peak.get(category),
+                    "L={} {dtype} stage {stage} {category:?}",
+                    model.n_layer
+                );
+            }
+            assert_eq!(ours.total(), predicted.peak_total, "{dtype} stage {stage}");
+        }
+    }
+}
+
+/// Informative: gpt2 124M bf16, micro-batch 4 x 1024, the device buffers against DeepSpeed's
+/// GPU plan at W=1 (printed with `--nocapture`). Parameters, master weights and optimizer
+/// states are the same buffers (within DeepSpeed's padding); the rest differ by design (see
+/// `cuda::train::buffers`).
+#[test]
+fn device_buffers_against_the_deepspeed_gpu_plan() {
     let model = choose_model(Some("gpt2"), 1).expect("gpt2 preset").config;
     let device = layout(model, 4, 1024, Dtype::Bf16);
     let ours = device.bytes_by_category();
-    eprintln!("| stage | category | device (MB) | plan (MB) | ratio |\n|---|---|---|---|---|");
+    let graph = model_graph(&model).expect("graph");
+    let cluster = Cluster::new(1, 1).expect("cluster");
+    let workload = Workload {
+        sequence_length: Some(1024),
+        ..Workload::default()
+    };
+    eprintln!(
+        "| stage | category | device (MB) | deepspeed-gpu plan (MB) | ratio |\n|---|---|---|---|---|"
+    );
     for stage in 0..=3u8 {
-        let config = json!({
-            "train_micro_batch_size_per_gpu": 4,
-            "gradient_accumulation_steps": 1,
-            "bf16": {"enabled": true},
-            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-            "zero_optimization": {"stage": stage},
-        });
-        let settings = TrainSettings::from_config(&config, 1).expect("settings");
-        let (plan, _) = compile_plan(&settings, &model, 1024, 1).expect("plan");
+        let settings =
+            TrainSettings::from_config(&train_config(stage, Dtype::Bf16), 1).expect("settings");
+        let plan = plan::compile(&settings.config, &graph, &cluster, &workload).expect("plan");
+        assert_eq!(plan.settings.backend, PlanBackend::DeepspeedGpu);
         let predicted = PlanMemory::of(&plan).peak;
         for category in Category::ALL {
             let (a, b) = (ours.get(category), predicted.get(category));
@@ -57,6 +112,30 @@ fn device_buffers_match_the_plan_where_they_are_the_same_buffers() {
             );
         }
     }
+}
+
+/// The plan refuses what the CUDA executor does not run: two GPUs, offload.
+#[test]
+fn the_dsplan_cuda_plan_refuses_two_gpus_and_offload() {
+    let model = small_head_64();
+    let settings = TrainSettings::from_config(&train_config(2, Dtype::Bf16), 2).expect("settings");
+    let errors = compile_cuda_plan(&settings, &model, 64, 2).expect_err("two GPUs");
+    assert!(
+        errors
+            .iter()
+            .any(|d| d.is_error() && d.message.contains("does not run a world of 2 GPUs")),
+        "{errors:?}"
+    );
+    let mut config = train_config(2, Dtype::Bf16);
+    config["zero_optimization"]["offload_optimizer"] = json!({"device": "cpu"});
+    let settings = TrainSettings::from_config(&config, 1).expect("settings");
+    let errors = compile_cuda_plan(&settings, &model, 64, 1).expect_err("offload");
+    assert!(
+        errors
+            .iter()
+            .any(|d| d.message.contains("does not run optimizer offload")),
+        "{errors:?}"
+    );
 }
 
 /// tiny-gpt2 widened to head size 64 (n_embd 128, 2 heads): the smallest model the

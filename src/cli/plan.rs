@@ -2,7 +2,9 @@
 //!
 //! `--backend` picks whose buffers the plan lists: DeepSpeed's on GPUs (the default), or
 //! dsplan's CPU executor's (`dsplan-cpu`: the plan `dsplan run` compiles and measures against,
-//! with the in-process collectives' lack of `all_gather_into_tensor`).
+//! with the in-process collectives' lack of `all_gather_into_tensor`), or dsplan's CUDA
+//! executor's on one GPU (`dsplan-cuda`: what `dsplan run --device cuda` allocates; world size
+//! 1 only, anything else is refused with exit 1).
 //!
 //! `human` prints a compact summary (settings, layout, shards, buckets, stage-3 schedule,
 //! offload copies, peak memory per phase, step time, diagnostics); `json` the whole plan;
@@ -66,11 +68,11 @@ pub struct PlanArgs {
     #[arg(long, value_enum)]
     zero_init: Option<ZeroInitArg>,
     /// GPU memory per rank (e.g. 80GiB): exit 1 when the planned peak exceeds it
-    /// (deepspeed-gpu backend only).
+    /// (deepspeed-gpu and dsplan-cuda backends).
     #[arg(long, value_name = "BYTES", value_parser = memory_arg)]
     gpu_memory: Option<u64>,
-    /// Whose buffers the plan lists: DeepSpeed's on GPUs, or dsplan's CPU executor's (what
-    /// `dsplan run` measures).
+    /// Whose buffers the plan lists: DeepSpeed's on GPUs, or dsplan's CPU or CUDA executor's
+    /// (what `dsplan run --device cpu|cuda` measures).
     #[arg(long, value_enum, default_value_t)]
     backend: BackendArg,
     /// Output format.
@@ -98,6 +100,8 @@ pub enum BackendArg {
     DeepspeedGpu,
     /// dsplan's CPU executor: f32 compute, every buffer in host memory.
     DsplanCpu,
+    /// dsplan's CUDA executor on one GPU (world size 1): the device step's allocations.
+    DsplanCuda,
 }
 
 impl From<BackendArg> for PlanBackend {
@@ -105,6 +109,7 @@ impl From<BackendArg> for PlanBackend {
         match arg {
             BackendArg::DeepspeedGpu => PlanBackend::DeepspeedGpu,
             BackendArg::DsplanCpu => PlanBackend::DsplanCpu,
+            BackendArg::DsplanCuda => PlanBackend::DsplanCuda,
         }
     }
 }
@@ -138,7 +143,7 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
     if backend == PlanBackend::DsplanCpu && args.gpu_memory.is_some() {
         return Err((
             Outcome::UsageError,
-            "--gpu-memory applies to the deepspeed-gpu backend; a dsplan-cpu plan holds everything in host memory".into(),
+            "--gpu-memory applies to the deepspeed-gpu and dsplan-cuda backends; a dsplan-cpu plan holds everything in host memory".into(),
         ));
     }
     let display = args.file.display().to_string();
@@ -199,7 +204,7 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
         zero_init: args.zero_init.map_or(ZeroInit::Enabled, ZeroInit::from),
         // The CPU executor's in-process collectives have no all_gather_into_tensor.
         all_gather_into_tensor: match backend {
-            PlanBackend::DeepspeedGpu => AllGatherIntoTensor::Available,
+            PlanBackend::DeepspeedGpu | PlanBackend::DsplanCuda => AllGatherIntoTensor::Available,
             PlanBackend::DsplanCpu => AllGatherIntoTensor::Unavailable,
         },
         backend,
@@ -318,10 +323,14 @@ fn header(plan: &Plan, out: &mut String) {
         AttentionKernel::Flash => "flash attention",
     };
     out.push_str(&format!("  activations: {checkpointing}, {attention}\n"));
-    if s.backend == PlanBackend::DsplanCpu {
-        out.push_str(
+    match s.backend {
+        PlanBackend::DsplanCpu => out.push_str(
             "  backend: dsplan-cpu (dsplan's CPU executor: f32 compute, every buffer in host memory)\n",
-        );
+        ),
+        PlanBackend::DsplanCuda => out.push_str(
+            "  backend: dsplan-cuda (dsplan's CUDA executor on one GPU: every buffer allocated once, for the run)\n",
+        ),
+        PlanBackend::DeepspeedGpu => {}
     }
     out.push('\n');
 }

@@ -41,8 +41,8 @@ use dsplan_executor::model::ParamLayout;
 use dsplan_executor::train::settings::override_nvme_path;
 use dsplan_executor::train::{
     CheckpointOptions, DEFAULT_PRESET, DataChoice, ModelChoiceError, SavePolicy, TrainError,
-    TrainSettings, TrainSpec, choose_model, compile_plan, resume_point, stored_shape,
-    train_planned_with,
+    TrainSettings, TrainSpec, choose_model, compile_cuda_plan, compile_plan, resume_point,
+    stored_shape, train_planned_with,
 };
 use dsplan_executor::zero::{MixedPrecision, ZeroError};
 use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
@@ -269,7 +269,12 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         args.save_checkpoint.as_ref().map(|_| "--save-checkpoint")
     };
     let backend = cuda::settle(backend, args.device, &spec, checkpoint_flag)?;
-    let (plan, graph) = match compile_plan(&settings, &spec.model, seq_len, world) {
+    // The GPU run measures against the CUDA executor's buffers, the CPU run against its own.
+    let compile = match backend {
+        Backend::Cuda(_) => compile_cuda_plan,
+        Backend::Cpu => compile_plan,
+    };
+    let (plan, graph) = match compile(&settings, &spec.model, seq_len, world) {
         Ok(compiled) => compiled,
         Err(mut found) => {
             file.locate_all(&mut found);

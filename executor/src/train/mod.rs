@@ -24,7 +24,7 @@ mod spec;
 pub use checkpoints::{CheckpointOptions, SavePolicy, resume_point};
 pub use error::TrainError;
 pub use model::{DEFAULT_PRESET, ModelChoiceError, ModelSource, choose_model};
-pub use plan::compile_plan;
+pub use plan::{compile_cuda_plan, compile_plan};
 pub use run::{TrainReport, train, train_planned, train_planned_with};
 pub use settings::{BatchSizes, OptimizerSettings, SettingsError, TrainSettings};
 pub use spec::{DataChoice, StoredShape, TrainSpec, stored_shape};

@@ -16,6 +16,11 @@
 //!   (`PlanBackend::DsplanCpu`): the plan's buffer list is this executor's own
 //!   (`planner::plan::cpu_buffers`), so the memory it predicts is what the ranks measure.
 //!
+//! A run on one GPU compiles its plan with [`compile_cuda_plan`] instead: the
+//! **`dsplan-cuda` backend** (`PlanBackend::DsplanCuda`, `planner::plan::cuda_buffers`), whose
+//! buffers are exactly the device step's ([`crate::cuda::train::DeviceLayout`]), with NCCL's
+//! `all_gather_into_tensor`.
+//!
 //! [`ParamLayout`]: crate::model::ParamLayout
 
 use dsplan_planner::diagnostics::Diagnostic;
@@ -68,6 +73,16 @@ pub fn cpu_workload(seq_len: usize) -> Workload {
     }
 }
 
+/// The workload of a run on one GPU with rows of `seq_len` tokens: the CUDA executor's
+/// buffers (`dsplan-cuda`).
+pub fn cuda_workload(seq_len: usize) -> Workload {
+    Workload {
+        sequence_length: Some(seq_len as u64),
+        backend: PlanBackend::DsplanCuda,
+        ..Workload::default()
+    }
+}
+
 /// The plan of a run of `settings` training `model` on `world` in-process ranks, with rows of
 /// `seq_len` tokens, and the graph it was compiled for. `Err`: the planner's diagnostics.
 pub fn compile_plan(
@@ -75,6 +90,27 @@ pub fn compile_plan(
     model: &Gpt2Config,
     seq_len: usize,
     world: usize,
+) -> Result<(Plan, ModelGraph), Vec<Diagnostic>> {
+    compile_with(settings, model, world, &cpu_workload(seq_len))
+}
+
+/// The plan of a run of `settings` training `model` on one GPU with rows of `seq_len` tokens
+/// (`dsplan-cuda`: the device step's buffers), and the graph it was compiled for. `world`
+/// other than 1 is the planner's error. `Err`: the planner's diagnostics.
+pub fn compile_cuda_plan(
+    settings: &TrainSettings,
+    model: &Gpt2Config,
+    seq_len: usize,
+    world: usize,
+) -> Result<(Plan, ModelGraph), Vec<Diagnostic>> {
+    compile_with(settings, model, world, &cuda_workload(seq_len))
+}
+
+fn compile_with(
+    settings: &TrainSettings,
+    model: &Gpt2Config,
+    world: usize,
+    workload: &Workload,
 ) -> Result<(Plan, ModelGraph), Vec<Diagnostic>> {
     let graph = model_graph(model)?;
     let world = world.max(1) as u64;
@@ -85,6 +121,6 @@ pub fn compile_plan(
             message,
         )]
     })?;
-    let plan = plan::compile(&settings.config, &graph, &cluster, &cpu_workload(seq_len))?;
+    let plan = plan::compile(&settings.config, &graph, &cluster, workload)?;
     Ok((plan, graph))
 }

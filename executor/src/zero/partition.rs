@@ -243,7 +243,11 @@ fn dtype(d: dsplan_planner::plan::Dtype) -> Result<Dtype, PlanMismatch> {
         PlanDtype::Fp32 => Ok(Dtype::F32),
         PlanDtype::Bf16 => Ok(Dtype::Bf16),
         PlanDtype::Fp16 => Ok(Dtype::F16),
-        PlanDtype::Int64 | PlanDtype::Uint8 => Err(PlanMismatch::new(format!(
+        PlanDtype::Int64
+        | PlanDtype::Uint8
+        | PlanDtype::Fp64
+        | PlanDtype::Int32
+        | PlanDtype::Uint32 => Err(PlanMismatch::new(format!(
             "the plan gives the integer dtype {d:?} to parameters, gradients or reductions"
         ))),
     }

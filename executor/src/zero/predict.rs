@@ -41,5 +41,8 @@ pub fn correspondence(plan: &Plan) -> Correspondence {
         PlanBackend::DeepspeedGpu => Correspondence::Differs(
             "the plan lists DeepSpeed's GPU buffers; compile it with `--backend dsplan-cpu` to list the CPU executor's",
         ),
+        PlanBackend::DsplanCuda => Correspondence::Differs(
+            "the plan lists the CUDA executor's device buffers; compile it with `--backend dsplan-cpu` to list the CPU executor's",
+        ),
     }
 }

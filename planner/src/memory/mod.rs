@@ -8,12 +8,14 @@
 //! | [`activations`] | what a transformer layer stores for backward, its working set, the input ends, logits and loss |
 //! | [`optimizer`] | state tensors per parameter of the optimizers DeepSpeed builds |
 //! | [`cpu_arena`] | the activation arena of dsplan's CPU executor (the `dsplan-cpu` plan backend) |
+//! | [`cuda_layout`] | the activation and scratch buffers of dsplan's CUDA step (the `dsplan-cuda` plan backend) |
 //!
 //! The plan places these bytes in time (its buffer list and timeline); the estimate reads its
 //! rows from the plan.
 
 pub mod activations;
 pub mod cpu_arena;
+pub mod cuda_layout;
 pub mod layer_dims;
 pub mod optimizer;
 pub mod shape;
@@ -23,6 +25,9 @@ pub use activations::{
     input_ends, largest_intermediate, layer_bytes, loss_bytes,
 };
 pub use cpu_arena::{CpuArenaShape, arena_bytes, arena_elements};
+pub use cuda_layout::{
+    CudaElement, CudaLayoutShape, CudaRegion, CudaTensor, cuda_tensors, region_elements,
+};
 pub use layer_dims::{Dropout, LayerDims, Mlp, NormKind, layer_dims};
 pub use optimizer::states_per_param;
 pub use shape::{

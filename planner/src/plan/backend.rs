@@ -1,6 +1,6 @@
 //! [`PlanBackend`]: which runtime's buffers a plan lists. The layout, shards, buckets, fetch
-//! units and ticks are the same for both; only the buffer list ([`super::buffers`] or
-//! [`super::cpu_buffers`]) and so the memory timeline differ.
+//! units and ticks are the same for all; only the buffer list ([`super::buffers`],
+//! [`super::cpu_buffers`] or [`super::cuda_buffers`]) and so the memory timeline differ.
 
 use serde::Serialize;
 
@@ -15,6 +15,9 @@ pub enum PlanBackend {
     /// dsplan's own CPU executor: every rank a thread of one process, computing in `f32`, all
     /// buffers in host memory ([`super::cpu_buffers`]).
     DsplanCpu,
+    /// dsplan's own CUDA executor on one GPU: the device step's allocations, in the model
+    /// dtype, all on the GPU ([`super::cuda_buffers`]). World size 1, no offload.
+    DsplanCuda,
 }
 
 impl PlanBackend {
@@ -29,6 +32,7 @@ impl PlanBackend {
         match self {
             PlanBackend::DeepspeedGpu => "deepspeed-gpu",
             PlanBackend::DsplanCpu => "dsplan-cpu",
+            PlanBackend::DsplanCuda => "dsplan-cuda",
         }
     }
 }

@@ -61,7 +61,9 @@ pub fn backward_flops(unit: &FetchUnit, settings: &Settings, attention_width: u6
 pub fn compute(cluster: &Cluster, dtype: Dtype, flops: f64) -> Cost {
     let hw = &cluster.hardware;
     let peak = match dtype {
-        Dtype::Fp32 | Dtype::Int64 => hw.peak_flops_fp32,
+        Dtype::Fp32 | Dtype::Fp64 | Dtype::Int64 | Dtype::Int32 | Dtype::Uint32 => {
+            hw.peak_flops_fp32
+        }
         Dtype::Fp16 | Dtype::Bf16 | Dtype::Uint8 => hw.peak_flops_16bit,
     };
     Cost {

@@ -17,8 +17,14 @@ pub enum Dtype {
     Bf16,
     /// 64-bit integer (token ids and labels).
     Int64,
-    /// One byte (dropout masks).
+    /// One byte (dropout masks, opaque structs).
     Uint8,
+    /// 64-bit float (the `dsplan-cuda` step's gradient norm sums).
+    Fp64,
+    /// 32-bit signed integer (the `dsplan-cuda` step's targets, indices and flags).
+    Int32,
+    /// 32-bit unsigned integer (the `dsplan-cuda` step's token ids).
+    Uint32,
 }
 
 impl Dtype {
@@ -27,8 +33,9 @@ impl Dtype {
         match self {
             Dtype::Fp32 => 4,
             Dtype::Fp16 | Dtype::Bf16 => 2,
-            Dtype::Int64 => 8,
+            Dtype::Int64 | Dtype::Fp64 => 8,
             Dtype::Uint8 => 1,
+            Dtype::Int32 | Dtype::Uint32 => 4,
         }
     }
 
@@ -40,6 +47,9 @@ impl Dtype {
             Dtype::Bf16 => "bf16",
             Dtype::Int64 => "int64",
             Dtype::Uint8 => "uint8",
+            Dtype::Fp64 => "fp64",
+            Dtype::Int32 => "int32",
+            Dtype::Uint32 => "uint32",
         }
     }
 

@@ -16,6 +16,7 @@
 //! | the moments of a step | [`ticks`] |
 //! | every allocation, and the memory timeline | [`buffers`], [`activations`] (sizes from [`crate::memory`]), [`timeline`] |
 //! | the same for dsplan's CPU executor ([`PlanBackend::DsplanCpu`]) | [`backend`], [`cpu_buffers`], [`cpu_units`] |
+//! | the same for dsplan's CUDA executor on one GPU ([`PlanBackend::DsplanCuda`]) | [`cuda_buffers`] |
 //! | op graph, cost model, critical path, step time | [`graph`], [`cost`], [`cluster`] |
 //! | Chrome trace of a step | [`trace`] |
 //!
@@ -32,6 +33,7 @@ pub mod cluster;
 pub mod cost;
 pub mod cpu_buffers;
 pub mod cpu_units;
+pub mod cuda_buffers;
 pub mod decide;
 pub mod dtype;
 pub mod graph;
@@ -202,8 +204,12 @@ fn compile_parts(
     let Some(settings) = settings else {
         return Err(diagnostics);
     };
-    if settings.backend == PlanBackend::DsplanCpu {
-        check_cpu_backend(model, &mut diagnostics);
+    match settings.backend {
+        PlanBackend::DsplanCpu => check_cpu_backend(model, &mut diagnostics),
+        PlanBackend::DsplanCuda => {
+            cuda_buffers::check_cuda_backend(model, &settings, &mut diagnostics);
+        }
+        PlanBackend::DeepspeedGpu => {}
     }
     if model.unit_order == UnitOrder::ParameterOrder {
         diagnostics.push(Diagnostic::info(
@@ -264,6 +270,7 @@ fn compile_parts(
             ticks: &ticks,
             nvme_resident: &offload.nvme_resident,
         }),
+        PlanBackend::DsplanCuda => cuda_buffers::cuda_buffers(model, &settings),
     };
     let timeline = Timeline::new(&buffers, &ticks);
     let graph = (parts == Parts::All).then(|| {

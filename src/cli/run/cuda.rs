@@ -7,7 +7,9 @@
 //! a refusal is a usage error naming the reason, under `auto` the CPU runs it after one
 //! notice line. [`train`] runs [`train_cuda`] with the CPU run's progress, `--metrics` and
 //! `--save-model`, and prints the CPU run's summary plus the device, MFU and device memory:
-//! what dsplan allocated per category next to the plan's prediction, and what the driver
+//! what dsplan allocated per category next to the plan's prediction (the run's plan is
+//! compiled with the `dsplan-cuda` backend, whose buffers are the device step's, so the two
+//! agree to the byte), and what the driver
 //! reports in use. `--format json` adds `device`, `mfu` and `device_memory`
 //! (`peak_total`, `by_category`, `plan`, `plan_peak_total`, `driver_used`).
 //!
@@ -237,7 +239,7 @@ fn human(report: &CudaTrainReport, summary: &Value, plan: &PlanMemory) -> String
         ),
     });
     out.push_str(
-        "device memory, allocated by dsplan vs predicted by the plan (`dsplan plan`, one GPU rank):\n",
+        "device memory, allocated by dsplan vs predicted by the plan (`dsplan plan --backend dsplan-cuda --world-size 1`):\n",
     );
     let rows: Vec<(&str, String, String)> = Category::ALL
         .iter()
@@ -271,7 +273,7 @@ fn human(report: &CudaTrainReport, summary: &Value, plan: &PlanMemory) -> String
         bytes(report.device_used_bytes)
     ));
     out.push_str(
-        "  params, master and optimizer are the plan's buffers; on one GPU the step needs none of the per-stage gradient copies the plan counts, and keeps no T x T attention matrix (see executor cuda::train::buffers)\n",
+        "  the plan lists the device step's own buffers (planner cuda_buffers), allocated once for the run: allocated and plan agree per category\n",
     );
     out
 }

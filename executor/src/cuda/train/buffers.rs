@@ -2,6 +2,10 @@
 //! [`DeviceLayout`] names each tensor, the region (one allocation) it lives in and its span,
 //! and adds the bytes up per memory category, so a test can hold them against the plan.
 //!
+//! The model states are [`ParamLayout`]'s; every other tensor (name, shape, region, element)
+//! comes from the planner's `memory::cuda_layout::cuda_tensors`, the same list the
+//! `dsplan-cuda` plan backend counts, so the plan and the allocation agree by construction.
+//!
 //! | region | element | holds | category |
 //! |---|---|---|---|
 //! | `Params` | model dtype | the flat parameters, [`ParamLayout`] order | params |
@@ -25,7 +29,12 @@
 //! reduce-scatter staging) have no job on one GPU, since the fused AdamW widens the 16-bit
 //! gradients in registers. The memory test prints those categories against the plan.
 
+use std::collections::BTreeMap;
+
 use dsplan_kernels::Dtype;
+use dsplan_planner::memory::cuda_layout::{
+    self, CudaElement, CudaLayoutShape, CudaRegion, CudaTensor,
+};
 
 use crate::metrics::{ByCategory, Category};
 use crate::model::{BatchShape, Gpt2Config, ParamLayout};
@@ -92,21 +101,45 @@ impl Region {
         Region::Segments,
     ];
 
-    /// What the region's elements are.
+    /// What the region's elements are (the planner's, [`cuda_layout::CudaRegion::element`],
+    /// for all but the model states).
     pub fn element(self) -> Element {
         match self {
-            Region::Params | Region::Grads | Region::Activations => Element::Model,
-            Region::Master
-            | Region::ExpAvg
-            | Region::ExpAvgSq
-            | Region::Stats
-            | Region::Scratch => Element::F32,
-            Region::Tokens | Region::BucketTokens => Element::U32,
-            Region::Targets | Region::BucketStarts | Region::BucketRows | Region::FoundInf => {
-                Element::I32
-            }
-            Region::NormPartials | Region::NormTotal => Element::F64,
-            Region::Segments => Element::AdamSegment,
+            Region::Params | Region::Grads => Element::Model,
+            Region::Master | Region::ExpAvg | Region::ExpAvgSq => Element::F32,
+            other => match other.cuda_region().map(CudaRegion::element) {
+                Some(CudaElement::Model) | None => Element::Model,
+                Some(CudaElement::F32) => Element::F32,
+                Some(CudaElement::F64) => Element::F64,
+                Some(CudaElement::U32) => Element::U32,
+                Some(CudaElement::I32) => Element::I32,
+                Some(CudaElement::AdamSegment) => Element::AdamSegment,
+            },
+        }
+    }
+
+    /// The planner's region for this one (`None`: a model state).
+    pub fn cuda_region(self) -> Option<CudaRegion> {
+        CudaRegion::ALL
+            .into_iter()
+            .find(|&cuda| Region::of(cuda) == self)
+    }
+
+    /// The region of the planner's `region`.
+    pub fn of(region: CudaRegion) -> Region {
+        match region {
+            CudaRegion::Activations => Region::Activations,
+            CudaRegion::Stats => Region::Stats,
+            CudaRegion::Scratch => Region::Scratch,
+            CudaRegion::Tokens => Region::Tokens,
+            CudaRegion::Targets => Region::Targets,
+            CudaRegion::BucketTokens => Region::BucketTokens,
+            CudaRegion::BucketStarts => Region::BucketStarts,
+            CudaRegion::BucketRows => Region::BucketRows,
+            CudaRegion::NormPartials => Region::NormPartials,
+            CudaRegion::NormTotal => Region::NormTotal,
+            CudaRegion::FoundInf => Region::FoundInf,
+            CudaRegion::Segments => Region::Segments,
         }
     }
 
@@ -277,12 +310,14 @@ pub struct DeviceLayout {
     lengths: [usize; Region::ALL.len()],
 }
 
-/// Rows per block of `layernorm_backward` (its `LAYERNORM_BACKWARD_ROWS`).
-const LAYERNORM_BACKWARD_ROWS: usize = 32;
-/// Rows per chunk of `column_partials` (its `COLUMN_PARTIAL_ROWS`).
-const COLUMN_PARTIAL_ROWS: usize = 64;
-/// Blocks of `unscale_norm_partials` (its `NORM_BLOCKS`).
-pub const NORM_BLOCKS: usize = 1024;
+/// Blocks of `unscale_norm_partials` (its `NORM_BLOCKS`; defined by the planner).
+pub const NORM_BLOCKS: usize = cuda_layout::NORM_BLOCKS as usize;
+
+// The planner sizes the segment table with the struct's size.
+const _: () = assert!(
+    std::mem::size_of::<super::super::adamw::AdamSegment>() as u64
+        == cuda_layout::ADAM_SEGMENT_BYTES
+);
 
 fn whole(region: Region, len: usize) -> TensorRef {
     TensorRef {
@@ -291,89 +326,119 @@ fn whole(region: Region, len: usize) -> TensorRef {
     }
 }
 
+fn to_usize(value: u64) -> usize {
+    usize::try_from(value).unwrap_or(usize::MAX)
+}
+
+/// The planner's dimensions of the step's buffers.
+pub fn layout_shape(
+    config: &Gpt2Config,
+    shape: BatchShape,
+    params: &ParamLayout,
+) -> CudaLayoutShape {
+    let as_u64 = |n: usize| n as u64;
+    CudaLayoutShape {
+        layers: as_u64(config.n_layer),
+        hidden: as_u64(config.n_embd),
+        heads: as_u64(config.n_head),
+        vocab: as_u64(config.vocab_size),
+        batch: as_u64(shape.batch),
+        seq_len: as_u64(shape.seq_len),
+        param_tensors: as_u64(params.table().entries().len()),
+    }
+}
+
+/// The planner's tensors, one table per region, and the spans of named ones.
+struct Tables(BTreeMap<Region, TensorTable>);
+
+impl Tables {
+    fn new(tensors: &[CudaTensor]) -> Self {
+        let mut tables: BTreeMap<Region, TensorTable> = BTreeMap::new();
+        for tensor in tensors {
+            let dims: Vec<usize> = tensor.shape.iter().map(|&d| to_usize(d)).collect();
+            tables
+                .entry(Region::of(tensor.region))
+                .or_default()
+                .push(tensor.name.clone(), &dims);
+        }
+        Self(tables)
+    }
+
+    /// The tensor `name` of `region` (empty when the planner has none: the step's check
+    /// refuses every op on it).
+    fn get(&self, region: Region, name: &str) -> TensorRef {
+        let span = self
+            .0
+            .get(&region)
+            .and_then(|table| table.get(name))
+            .map_or(Span::new(0, 0), |entry| entry.span);
+        TensorRef { region, span }
+    }
+
+    fn len(&self, region: Region) -> usize {
+        self.0.get(&region).map_or(0, TensorTable::total_len)
+    }
+
+    fn take(&mut self, region: Region) -> TensorTable {
+        self.0.remove(&region).unwrap_or_default()
+    }
+}
+
 impl DeviceLayout {
-    /// The buffers of a step of `config` on micro-batches of `shape`, stored in `dtype`.
+    /// The buffers of a step of `config` on micro-batches of `shape`, stored in `dtype`: the
+    /// model states from [`ParamLayout`], everything else from the planner's
+    /// [`cuda_layout::cuda_tensors`] (the list the `dsplan-cuda` plan counts).
     pub fn new(config: Gpt2Config, shape: BatchShape, dtype: Dtype) -> Self {
-        let (b, t, c) = (shape.batch, shape.seq_len, config.n_embd);
-        let (nh, v) = (config.n_head, config.vocab_size);
-        let n = shape.tokens();
         let params = ParamLayout::new(&config);
-        let mut acts = TensorTable::new();
-        let mut stats = TensorTable::new();
-        let act = |span: Span| TensorRef {
-            region: Region::Activations,
-            span,
-        };
-        let stat = |span: Span| TensorRef {
-            region: Region::Stats,
-            span,
-        };
-        let encoded = act(acts.push("encoded", &[b, t, c]));
+        let mut tables = Tables::new(&cuda_layout::cuda_tensors(&layout_shape(
+            &config, shape, &params,
+        )));
+        let act = |name: &str| tables.get(Region::Activations, name);
+        let stat = |name: &str| tables.get(Region::Stats, name);
+        let scratch = |name: &str| tables.get(Region::Scratch, name);
         let blocks = (0..config.n_layer)
             .map(|l| {
                 let name = |what: &str| format!("h.{l}.{what}");
                 DeviceBlock {
-                    ln1: act(acts.push(name("ln1"), &[b, t, c])),
-                    ln1_mean: stat(stats.push(name("ln1_mean"), &[b, t])),
-                    ln1_rstd: stat(stats.push(name("ln1_rstd"), &[b, t])),
-                    qkv: act(acts.push(name("qkv"), &[b, t, 3 * c])),
-                    lse: stat(stats.push(name("lse"), &[b, nh, t])),
-                    atty: act(acts.push(name("atty"), &[b, t, c])),
-                    attproj: act(acts.push(name("attproj"), &[b, t, c])),
-                    residual2: act(acts.push(name("residual2"), &[b, t, c])),
-                    ln2: act(acts.push(name("ln2"), &[b, t, c])),
-                    ln2_mean: stat(stats.push(name("ln2_mean"), &[b, t])),
-                    ln2_rstd: stat(stats.push(name("ln2_rstd"), &[b, t])),
-                    fch: act(acts.push(name("fch"), &[b, t, 4 * c])),
-                    fch_gelu: act(acts.push(name("fch_gelu"), &[b, t, 4 * c])),
-                    fcproj: act(acts.push(name("fcproj"), &[b, t, c])),
-                    residual3: act(acts.push(name("residual3"), &[b, t, c])),
+                    ln1: act(&name("ln1")),
+                    ln1_mean: stat(&name("ln1_mean")),
+                    ln1_rstd: stat(&name("ln1_rstd")),
+                    qkv: act(&name("qkv")),
+                    lse: stat(&name("lse")),
+                    atty: act(&name("atty")),
+                    attproj: act(&name("attproj")),
+                    residual2: act(&name("residual2")),
+                    ln2: act(&name("ln2")),
+                    ln2_mean: stat(&name("ln2_mean")),
+                    ln2_rstd: stat(&name("ln2_rstd")),
+                    fch: act(&name("fch")),
+                    fch_gelu: act(&name("fch_gelu")),
+                    fcproj: act(&name("fcproj")),
+                    residual3: act(&name("residual3")),
                 }
             })
             .collect();
-        let lnf = act(acts.push("lnf", &[b, t, c]));
-        let lnf_mean = stat(stats.push("lnf_mean", &[b, t]));
-        let lnf_rstd = stat(stats.push("lnf_rstd", &[b, t]));
-        let logits = act(acts.push("logits", &[b, t, v]));
-        let losses = stat(stats.push("losses", &[b, t]));
-        let dresidual = act(acts.push("dresidual", &[b, t, c]));
-        let dbtc = act(acts.push("dbtc", &[b, t, c]));
-        let dbt4c = act(acts.push("dbt4c", &[b, t, 4 * c]));
-
-        let mut scratch = TensorTable::new();
-        let scratch_ref = |span: Span| TensorRef {
-            region: Region::Scratch,
-            span,
-        };
-        let layernorm_partials = scratch_ref(scratch.push(
-            "layernorm_partials",
-            &[n.div_ceil(LAYERNORM_BACKWARD_ROWS), 2, c],
-        ));
-        let bias_partials =
-            scratch_ref(scratch.push("bias_partials", &[n.div_ceil(COLUMN_PARTIAL_ROWS), 4 * c]));
-        let attention_delta = scratch_ref(scratch.push("attention_delta", &[b, nh, t]));
-
         let p = params.num_params();
         let master = if dtype == Dtype::F32 { 0 } else { p };
         let lengths = Region::ALL.map(|region| match region {
             Region::Params | Region::Grads | Region::ExpAvg | Region::ExpAvgSq => p,
             Region::Master => master,
-            Region::Activations => acts.total_len(),
-            Region::Stats => stats.total_len(),
-            Region::Scratch => scratch.total_len(),
-            Region::Tokens | Region::Targets | Region::BucketTokens | Region::BucketRows => n,
-            Region::BucketStarts => n + 1,
-            Region::NormPartials => NORM_BLOCKS,
-            Region::NormTotal | Region::FoundInf => 1,
-            Region::Segments => params.table().entries().len(),
+            other => tables.len(other),
         });
+        let encoded = act("encoded");
+        let (lnf, lnf_mean, lnf_rstd) = (act("lnf"), stat("lnf_mean"), stat("lnf_rstd"));
+        let (logits, losses) = (act("logits"), stat("losses"));
+        let (dresidual, dbtc, dbt4c) = (act("dresidual"), act("dbtc"), act("dbt4c"));
+        let layernorm_partials = scratch("layernorm_partials");
+        let bias_partials = scratch("bias_partials");
+        let attention_delta = scratch("attention_delta");
         Self {
             config,
             shape,
             dtype,
             params,
-            activation_table: acts,
-            stats_table: stats,
+            activation_table: tables.take(Region::Activations),
+            stats_table: tables.take(Region::Stats),
             encoded,
             blocks,
             lnf,

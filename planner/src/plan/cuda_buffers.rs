@@ -1,0 +1,137 @@
+//! The buffer list of the `dsplan-cuda` backend ([`super::PlanBackend::DsplanCuda`]): exactly
+//! the allocations of dsplan's CUDA training step on one GPU, so that the device memory it
+//! reports per category equals the plan's to the byte.
+//!
+//! The device step allocates every buffer once, before the first step, and keeps it for the
+//! run: every buffer here is [`Lifetime::Persistent`] on [`Device::Gpu`], and the plan's peak
+//! is their sum. At world size 1 ZeRO stages 0-3 compute the same step, so the list is the same
+//! for every stage: the buffers DeepSpeed adds per stage (fp32 gradient partitions, buckets,
+//! gathered copies, reduce-scatter staging) have no job on one GPU. `Ψ` is the model's
+//! parameter count, unpadded (the device keeps one flat buffer of the tensors back to back).
+//!
+//! | buffer | size | kind |
+//! |---|---|---|
+//! | parameters | `Ψ`, model dtype | parameters |
+//! | gradients | `Ψ`, model dtype, accumulated over micro-steps | gradients |
+//! | fp32 master weights | `Ψ` in `f32`, 16-bit models only | master weights |
+//! | AdamW `exp_avg`, `exp_avg_sq` | `Ψ` in `f32` each | optimizer states |
+//! | activations | [`crate::memory::cuda_layout`]'s activation region, model dtype | activation arena |
+//! | f32 statistics and losses | its stats region, `f32` | activation arena |
+//! | backward f32 scratch | its scratch region, `f32` | working activations |
+//! | token ids, targets, embedding buckets | its token regions, `u32` / `i32` | input activations |
+//! | gradient norm partials and total, overflow flag, AdamW segment table | its step regions, `f64` / `i32` / 24-byte entries ([`Dtype::Uint8`] bytes) | step scratch |
+//!
+//! The CUDA executor runs one GPU without offload, and trains GPT-2 with AdamW: other world
+//! sizes, offload and other families are plan errors ([`check_cuda_backend`]).
+
+use super::buffers::{Buffer, BufferKind, BufferList, Lifetime};
+use super::dtype::{Device, Dtype};
+use super::model_graph::ModelGraph;
+use super::settings::{OffloadTarget, Settings};
+use crate::diagnostics::{Code, Diagnostic};
+use crate::memory::cuda_layout::{
+    CudaElement, CudaLayoutShape, CudaRegion, cuda_tensors, region_elements,
+};
+
+/// Adam's moments the fused AdamW keeps.
+const ADAM_STATES: [&str; 2] = ["AdamW exp_avg", "AdamW exp_avg_sq"];
+
+/// The device layout's dimensions for `model` under `settings`.
+pub fn cuda_layout_shape(model: &ModelGraph, settings: &Settings) -> CudaLayoutShape {
+    let arch = &model.architecture;
+    CudaLayoutShape {
+        layers: arch.layers,
+        hidden: arch.hidden,
+        heads: arch.heads,
+        vocab: arch.vocab,
+        batch: settings.batch.micro_batch,
+        seq_len: settings.batch.sequence_length,
+        param_tensors: model.tensors.len() as u64,
+    }
+}
+
+/// Every buffer of the device step (see the [module documentation](self)).
+pub fn cuda_buffers(model: &ModelGraph, settings: &Settings) -> Vec<Buffer> {
+    let mut list = BufferList::new();
+    let model_dtype = settings.dtypes.params;
+    let psi = model.total_params();
+    let run = Lifetime::Persistent;
+    let mut gpu = |name: &str, kind: BufferKind, dtype: Dtype, numel: u64| {
+        list.add(name, kind, dtype, numel, Device::Gpu, run);
+    };
+    gpu("parameters", BufferKind::Parameters, model_dtype, psi);
+    gpu("gradients", BufferKind::Gradients, model_dtype, psi);
+    if model_dtype != Dtype::Fp32 {
+        gpu(
+            "fp32 master weights",
+            BufferKind::MasterWeights,
+            Dtype::Fp32,
+            psi,
+        );
+    }
+    for state in ADAM_STATES {
+        gpu(state, BufferKind::OptimizerStates, Dtype::Fp32, psi);
+    }
+    let tensors = cuda_tensors(&cuda_layout_shape(model, settings));
+    for region in CudaRegion::ALL {
+        let elements = region_elements(&tensors, region);
+        let kind = match region {
+            CudaRegion::Activations | CudaRegion::Stats => BufferKind::ActivationArena,
+            CudaRegion::Scratch => BufferKind::WorkingActivations,
+            r if r.is_step_scratch() => BufferKind::StepScratch,
+            _ => BufferKind::InputActivations,
+        };
+        let (dtype, numel) = match region.element() {
+            CudaElement::Model => (model_dtype, elements),
+            CudaElement::F32 => (Dtype::Fp32, elements),
+            CudaElement::F64 => (Dtype::Fp64, elements),
+            CudaElement::U32 => (Dtype::Uint32, elements),
+            CudaElement::I32 => (Dtype::Int32, elements),
+            CudaElement::AdamSegment => (
+                Dtype::Uint8,
+                elements.saturating_mul(CudaElement::AdamSegment.bytes(0)),
+            ),
+        };
+        gpu(region.as_str(), kind, dtype, numel);
+    }
+    list.into_buffers()
+}
+
+/// What the CUDA executor does not run: world sizes above 1, offload, models other than
+/// GPT-2. Each is an error naming it.
+pub fn check_cuda_backend(model: &ModelGraph, settings: &Settings, found: &mut Vec<Diagnostic>) {
+    let mut refuse = |pointer: &str, what: String| {
+        found.push(Diagnostic::error(
+            Code::IncompatibleSettings,
+            pointer,
+            format!("the dsplan-cuda backend plans dsplan's CUDA executor, which does not run {what} yet"),
+        ));
+    };
+    if settings.world_size != 1 {
+        refuse(
+            "",
+            format!(
+                "a world of {} GPUs (it trains on one GPU: plan with --world-size 1)",
+                settings.world_size
+            ),
+        );
+    }
+    if settings.offload_optimizer != OffloadTarget::None {
+        refuse(
+            "/zero_optimization/offload_optimizer",
+            "optimizer offload".into(),
+        );
+    }
+    if settings.offload_param != OffloadTarget::None {
+        refuse(
+            "/zero_optimization/offload_param",
+            "parameter offload".into(),
+        );
+    }
+    if model.architecture.family != crate::model::Family::Gpt2 {
+        refuse(
+            "",
+            format!("`{}` (GPT-2 only)", model.architecture.family.model_type()),
+        );
+    }
+}
