@@ -343,6 +343,15 @@ fn the_cpu_backend_is_named_in_the_summary_and_refuses_what_it_cannot_run() {
     assert!(text.contains("cpu peak"), "{text}");
     assert!(!text.contains("gpu peak"), "{text}");
     assert!(text.contains("activation arena"), "{text}");
+    // A tiny model's table is in the unit its peak fills, not `0.00 GiB` throughout.
+    assert!(text.contains(" MiB at "), "{text}");
+    assert!(!text.contains("0.00 GiB"), "{text}");
+    // The GPU cost model says nothing about a CPU run.
+    assert!(
+        text.contains("Step time: not predicted for the dsplan-cpu backend"),
+        "{text}"
+    );
+    assert!(!text.contains("H100"), "{text}");
 
     // Only GPT-2 runs on the CPU executor.
     let assert = plan(&[

@@ -255,8 +255,33 @@ fn json(value: &Result<serde_json::Value, serde_json::Error>) -> Result<String, 
     }
 }
 
+/// A binary unit for a table of byte counts: the largest of B, KiB, MiB, GiB that its peak
+/// fills at least once, so a tiny model's table does not read `0.00 GiB` throughout.
+#[derive(Debug, Clone, Copy)]
+struct ByteUnit {
+    name: &'static str,
+    size: u64,
+}
+
+impl ByteUnit {
+    fn for_peak(peak: u64) -> Self {
+        [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
+            .into_iter()
+            .find(|&(_, size)| peak >= size)
+            .map_or(ByteUnit { name: "B", size: 1 }, |(name, size)| ByteUnit {
+                name,
+                size,
+            })
+    }
+
+    fn show(self, bytes: u64) -> String {
+        format!("{:.2} {}", bytes as f64 / self.size as f64, self.name)
+    }
+}
+
+/// One byte count, in the largest binary unit it fills.
 fn gib(bytes: u64) -> String {
-    format!("{:.2} GiB", bytes as f64 / f64::from(1u32 << 30))
+    ByteUnit::for_peak(bytes).show(bytes)
 }
 
 fn seconds(value: f64) -> String {
@@ -291,12 +316,14 @@ fn header(plan: &Plan, out: &mut String) {
         plan.model.tensors,
         plan.model.units
     ));
+    let ranks = match s.backend {
+        PlanBackend::DsplanCpu => "threads of one process".to_string(),
+        _ => format!("{} node(s) × {} GPUs", c.nodes(), c.gpus_per_node),
+    };
     out.push_str(&format!(
-        "  ZeRO stage {}, {} ranks ({} node(s) × {} GPUs), {} params, master {}, {} ({} states/param)\n",
+        "  ZeRO stage {}, {} ranks ({ranks}), {} params, master {}, {} ({} states/param)\n",
         s.stage.number(),
         c.world_size,
-        c.nodes(),
-        c.gpus_per_node,
         s.dtypes.params.as_str(),
         s.dtypes.master.as_str(),
         s.optimizer.name,
@@ -491,26 +518,29 @@ fn memory(plan: &Plan, out: &mut String) {
     out.push_str("Memory per rank (every rank alike):\n");
     let rows = plan.memory_rows();
     for (device, row) in plan.timeline.devices.iter().zip(&rows) {
+        // One unit per device's table, the largest its peak fills (GiB for real models).
+        let unit = ByteUnit::for_peak(device.peak.bytes);
+        let in_unit = |bytes: u64| unit.show(bytes);
         out.push_str(&format!(
             "  {} peak {} at \"{}\": model states {}, buffers {}, activations {}\n",
             device.device.as_str(),
-            gib(device.peak.bytes),
+            in_unit(device.peak.bytes),
             plan.ticks.ticks[device.peak.tick].label,
-            gib(row.model_states),
-            gib(row.buffers),
-            gib(row.activations)
+            in_unit(row.model_states),
+            in_unit(row.buffers),
+            in_unit(row.activations)
         ));
         for part in &device.peak.breakdown {
             out.push_str(&format!(
                 "      {:<22} {:>12}\n",
                 part.kind.as_str(),
-                gib(part.bytes)
+                in_unit(part.bytes)
             ));
         }
         let phases: Vec<String> = device
             .phases
             .iter()
-            .map(|p| format!("{} {}", p.phase.as_str(), gib(p.bytes)))
+            .map(|p| format!("{} {}", p.phase.as_str(), in_unit(p.bytes)))
             .collect();
         out.push_str(&format!("    by phase: {}\n", phases.join(", ")));
     }
@@ -521,6 +551,12 @@ fn step(plan: &Plan, out: &mut String) {
     let Some(graph) = &plan.graph else {
         return;
     };
+    if plan.settings.backend == PlanBackend::DsplanCpu {
+        out.push_str(
+            "Step time: not predicted for the dsplan-cpu backend (the cost model describes GPUs and their links)\n",
+        );
+        return;
+    }
     let t = &graph.step;
     out.push_str(&format!(
         "Step time (cost model, {}): {}\n",
