@@ -3,6 +3,8 @@
 //! gradient is accumulated (`+=`) into region `Grads`, so micro-steps add up; `dresidual`
 //! carries the residual stream's gradient and is zeroed first.
 
+use dsplan_planner::memory::cuda_layout::CudaRegion;
+
 use super::buffers::{DeviceLayout, Region, TensorRef};
 use super::forward::{attention_shape, block_input};
 use super::program::Op;
@@ -56,9 +58,9 @@ pub fn backward_ops(layout: &DeviceLayout) -> Vec<Op> {
         dwte: grad(pl.wte),
         dwpe: grad(pl.wpe),
         dout: layout.dresidual,
-        bucket_tokens: layout.whole(Region::BucketTokens),
-        bucket_starts: layout.whole(Region::BucketStarts),
-        bucket_rows: layout.whole(Region::BucketRows),
+        bucket_tokens: layout.whole(Region::Step(CudaRegion::BucketTokens)),
+        bucket_starts: layout.whole(Region::Step(CudaRegion::BucketStarts)),
+        bucket_rows: layout.whole(Region::Step(CudaRegion::BucketRows)),
         seq_len: layout.shape.seq_len,
     });
     ops

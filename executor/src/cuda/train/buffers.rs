@@ -40,7 +40,7 @@ use crate::metrics::{ByCategory, Category};
 use crate::model::{BatchShape, Gpt2Config, ParamLayout};
 use crate::tensor::{Span, TensorTable};
 
-/// One device allocation of the step.
+/// One device allocation of the step: a model state, or one of the planner's step regions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Region {
     /// Parameters in the model dtype.
@@ -53,52 +53,31 @@ pub enum Region {
     ExpAvg,
     /// Adam's second moment.
     ExpAvgSq,
-    /// Activations and gradient work buffers, in the model dtype.
-    Activations,
-    /// f32 statistics forward saves (means, rstds, log-sum-exps) and the losses.
-    Stats,
-    /// f32 partial sums of backward.
-    Scratch,
-    /// Token ids (u32).
-    Tokens,
-    /// Targets (i32, -1: none).
-    Targets,
-    /// The distinct tokens of the batch (u32).
-    BucketTokens,
-    /// Where each token's rows start (i32).
-    BucketStarts,
-    /// Row indices grouped by token (i32).
-    BucketRows,
-    /// f64 partial sums of squares of the gradient norm.
-    NormPartials,
-    /// Their f64 total.
-    NormTotal,
-    /// The inf/NaN flag (i32).
-    FoundInf,
-    /// Adam's segment table.
-    Segments,
+    /// A region the planner's `cuda_layout` sizes (activations, statistics, scratch, the
+    /// batch, the step's norm and segment table).
+    Step(CudaRegion),
 }
 
 impl Region {
-    /// Every region, in allocation order.
+    /// Every region, in allocation order: the model states, then the planner's regions.
     pub const ALL: [Region; 17] = [
         Region::Params,
         Region::Grads,
         Region::Master,
         Region::ExpAvg,
         Region::ExpAvgSq,
-        Region::Activations,
-        Region::Stats,
-        Region::Scratch,
-        Region::Tokens,
-        Region::Targets,
-        Region::BucketTokens,
-        Region::BucketStarts,
-        Region::BucketRows,
-        Region::NormPartials,
-        Region::NormTotal,
-        Region::FoundInf,
-        Region::Segments,
+        Region::Step(CudaRegion::Activations),
+        Region::Step(CudaRegion::Stats),
+        Region::Step(CudaRegion::Scratch),
+        Region::Step(CudaRegion::Tokens),
+        Region::Step(CudaRegion::Targets),
+        Region::Step(CudaRegion::BucketTokens),
+        Region::Step(CudaRegion::BucketStarts),
+        Region::Step(CudaRegion::BucketRows),
+        Region::Step(CudaRegion::NormPartials),
+        Region::Step(CudaRegion::NormTotal),
+        Region::Step(CudaRegion::FoundInf),
+        Region::Step(CudaRegion::Segments),
     ];
 
     /// What the region's elements are (the planner's, [`cuda_layout::CudaRegion::element`],
@@ -107,39 +86,14 @@ impl Region {
         match self {
             Region::Params | Region::Grads => Element::Model,
             Region::Master | Region::ExpAvg | Region::ExpAvgSq => Element::F32,
-            other => match other.cuda_region().map(CudaRegion::element) {
-                Some(CudaElement::Model) | None => Element::Model,
-                Some(CudaElement::F32) => Element::F32,
-                Some(CudaElement::F64) => Element::F64,
-                Some(CudaElement::U32) => Element::U32,
-                Some(CudaElement::I32) => Element::I32,
-                Some(CudaElement::AdamSegment) => Element::AdamSegment,
+            Region::Step(region) => match region.element() {
+                CudaElement::Model => Element::Model,
+                CudaElement::F32 => Element::F32,
+                CudaElement::F64 => Element::F64,
+                CudaElement::U32 => Element::U32,
+                CudaElement::I32 => Element::I32,
+                CudaElement::AdamSegment => Element::AdamSegment,
             },
-        }
-    }
-
-    /// The planner's region for this one (`None`: a model state).
-    pub fn cuda_region(self) -> Option<CudaRegion> {
-        CudaRegion::ALL
-            .into_iter()
-            .find(|&cuda| Region::of(cuda) == self)
-    }
-
-    /// The region of the planner's `region`.
-    pub fn of(region: CudaRegion) -> Region {
-        match region {
-            CudaRegion::Activations => Region::Activations,
-            CudaRegion::Stats => Region::Stats,
-            CudaRegion::Scratch => Region::Scratch,
-            CudaRegion::Tokens => Region::Tokens,
-            CudaRegion::Targets => Region::Targets,
-            CudaRegion::BucketTokens => Region::BucketTokens,
-            CudaRegion::BucketStarts => Region::BucketStarts,
-            CudaRegion::BucketRows => Region::BucketRows,
-            CudaRegion::NormPartials => Region::NormPartials,
-            CudaRegion::NormTotal => Region::NormTotal,
-            CudaRegion::FoundInf => Region::FoundInf,
-            CudaRegion::Segments => Region::Segments,
         }
     }
 
@@ -150,17 +104,13 @@ impl Region {
             Region::Grads => Category::Grads,
             Region::Master => Category::Master,
             Region::ExpAvg | Region::ExpAvgSq => Category::Optimizer,
-            Region::Activations
-            | Region::Stats
-            | Region::Scratch
-            | Region::Tokens
-            | Region::Targets
-            | Region::BucketTokens
-            | Region::BucketStarts
-            | Region::BucketRows => Category::Activations,
-            Region::NormPartials | Region::NormTotal | Region::FoundInf | Region::Segments => {
-                Category::StepScratch
-            }
+            Region::Step(
+                CudaRegion::NormPartials
+                | CudaRegion::NormTotal
+                | CudaRegion::FoundInf
+                | CudaRegion::Segments,
+            ) => Category::StepScratch,
+            Region::Step(_) => Category::Activations,
         }
     }
 }
@@ -357,7 +307,7 @@ impl Tables {
         for tensor in tensors {
             let dims: Vec<usize> = tensor.shape.iter().map(|&d| to_usize(d)).collect();
             tables
-                .entry(Region::of(tensor.region))
+                .entry(Region::Step(tensor.region))
                 .or_default()
                 .push(tensor.name.clone(), &dims);
         }
@@ -393,9 +343,9 @@ impl DeviceLayout {
         let mut tables = Tables::new(&cuda_layout::cuda_tensors(&layout_shape(
             &config, shape, &params,
         )));
-        let act = |name: &str| tables.get(Region::Activations, name);
-        let stat = |name: &str| tables.get(Region::Stats, name);
-        let scratch = |name: &str| tables.get(Region::Scratch, name);
+        let act = |name: &str| tables.get(Region::Step(CudaRegion::Activations), name);
+        let stat = |name: &str| tables.get(Region::Step(CudaRegion::Stats), name);
+        let scratch = |name: &str| tables.get(Region::Step(CudaRegion::Scratch), name);
         let blocks = (0..config.n_layer)
             .map(|l| {
                 let name = |what: &str| format!("h.{l}.{what}");
@@ -437,8 +387,8 @@ impl DeviceLayout {
             shape,
             dtype,
             params,
-            activation_table: tables.take(Region::Activations),
-            stats_table: tables.take(Region::Stats),
+            activation_table: tables.take(Region::Step(CudaRegion::Activations)),
+            stats_table: tables.take(Region::Step(CudaRegion::Stats)),
             encoded,
             blocks,
             lnf,

@@ -11,6 +11,8 @@ use cudarc::cublaslt::{CudaBlasLT, Matmul};
 use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut};
 use std::sync::Arc;
 
+use dsplan_planner::memory::cuda_layout::CudaRegion;
+
 use super::buffers::{DeviceLayout, Region, TensorRef};
 use super::program::Op;
 use crate::cuda::adamw::{AdamScalars, AdamSegment, Decay};
@@ -97,7 +99,7 @@ impl<T: Storage> DeviceBuffers<T> {
         Ok(Self {
             params: stream.clone_htod(&rounded)?,
             grads: zeros(stream, len(Region::Grads))?,
-            activations: zeros(stream, len(Region::Activations))?,
+            activations: zeros(stream, len(Region::Step(CudaRegion::Activations)))?,
             master: if layout.has_master() {
                 stream.clone_htod(params)?
             } else {
@@ -105,16 +107,16 @@ impl<T: Storage> DeviceBuffers<T> {
             },
             exp_avg: zeros(stream, len(Region::ExpAvg))?,
             exp_avg_sq: zeros(stream, len(Region::ExpAvgSq))?,
-            stats: zeros(stream, len(Region::Stats))?,
-            scratch: zeros(stream, len(Region::Scratch))?,
-            tokens: zeros(stream, len(Region::Tokens))?,
-            targets: zeros(stream, len(Region::Targets))?,
-            bucket_tokens: zeros(stream, len(Region::BucketTokens))?,
-            bucket_starts: zeros(stream, len(Region::BucketStarts))?,
-            bucket_rows: zeros(stream, len(Region::BucketRows))?,
-            norm_partials: zeros(stream, len(Region::NormPartials))?,
-            norm_total: zeros(stream, len(Region::NormTotal))?,
-            found_inf: zeros(stream, len(Region::FoundInf))?,
+            stats: zeros(stream, len(Region::Step(CudaRegion::Stats)))?,
+            scratch: zeros(stream, len(Region::Step(CudaRegion::Scratch)))?,
+            tokens: zeros(stream, len(Region::Step(CudaRegion::Tokens)))?,
+            targets: zeros(stream, len(Region::Step(CudaRegion::Targets)))?,
+            bucket_tokens: zeros(stream, len(Region::Step(CudaRegion::BucketTokens)))?,
+            bucket_starts: zeros(stream, len(Region::Step(CudaRegion::BucketStarts)))?,
+            bucket_rows: zeros(stream, len(Region::Step(CudaRegion::BucketRows)))?,
+            norm_partials: zeros(stream, len(Region::Step(CudaRegion::NormPartials)))?,
+            norm_total: zeros(stream, len(Region::Step(CudaRegion::NormTotal)))?,
+            found_inf: zeros(stream, len(Region::Step(CudaRegion::FoundInf)))?,
             segments: stream.clone_htod(&host_segments)?,
             host_segments,
         })
@@ -248,8 +250,12 @@ impl Executor<'_> {
                 let r = range(tensor);
                 match tensor.region {
                     Region::Grads => stream.memset_zeros(&mut grads.slice_mut(r))?,
-                    Region::Activations => stream.memset_zeros(&mut activations.slice_mut(r))?,
-                    Region::FoundInf => stream.memset_zeros(&mut found_inf.slice_mut(r))?,
+                    Region::Step(CudaRegion::Activations) => {
+                        stream.memset_zeros(&mut activations.slice_mut(r))?
+                    }
+                    Region::Step(CudaRegion::FoundInf) => {
+                        stream.memset_zeros(&mut found_inf.slice_mut(r))?
+                    }
                     _ => return Err(shape_error(op)),
                 }
                 Ok(())

@@ -3,6 +3,8 @@
 //! is fused into the LayerNorm after it (`residual_layernorm_forward`): block `l`'s
 //! `residual3` is made by block `l + 1`'s `ln_1` (or by `ln_f`).
 
+use dsplan_planner::memory::cuda_layout::CudaRegion;
+
 use super::buffers::{DeviceLayout, Region, TensorRef};
 use super::program::{AttentionShape, Op};
 
@@ -17,7 +19,7 @@ pub fn forward_ops(layout: &DeviceLayout) -> Vec<Op> {
     // encoded = wte[tokens] + wpe[t]
     ops.push(Op::EncoderForward {
         out: layout.encoded,
-        tokens: layout.whole(Region::Tokens),
+        tokens: layout.whole(Region::Step(CudaRegion::Tokens)),
         wte: param(pl.wte),
         wpe: param(pl.wpe),
         seq_len: layout.shape.seq_len,
@@ -86,7 +88,7 @@ pub fn forward_ops(layout: &DeviceLayout) -> Vec<Op> {
     ops.push(Op::FusedClassifier {
         logits: layout.logits,
         losses: layout.losses,
-        targets: layout.whole(Region::Targets),
+        targets: layout.whole(Region::Step(CudaRegion::Targets)),
     });
     ops
 }

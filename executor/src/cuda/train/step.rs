@@ -19,6 +19,7 @@
 //! the GPU tests' tolerances).
 
 use dsplan_kernels::Dtype;
+use dsplan_planner::memory::cuda_layout::CudaRegion;
 use dsplan_planner::schedule::LrSchedule;
 use dsplan_planner::schedule::clip::fp32_clip_coefficient;
 use dsplan_planner::schedule::loss_scale::{LossScaleError, LossScaler, StepOutcome};
@@ -62,13 +63,13 @@ impl StepProgram {
             micro_step,
             norm: vec![
                 Op::Zero {
-                    tensor: layout.whole(Region::FoundInf),
+                    tensor: layout.whole(Region::Step(CudaRegion::FoundInf)),
                 },
                 Op::UnscaleNorm {
                     grads,
-                    partials: layout.whole(Region::NormPartials),
-                    total: layout.whole(Region::NormTotal),
-                    found_inf: layout.whole(Region::FoundInf),
+                    partials: layout.whole(Region::Step(CudaRegion::NormPartials)),
+                    total: layout.whole(Region::Step(CudaRegion::NormTotal)),
+                    found_inf: layout.whole(Region::Step(CudaRegion::FoundInf)),
                 },
             ],
             update: vec![Op::AdamW {
@@ -77,7 +78,7 @@ impl StepProgram {
                 grads,
                 exp_avg: layout.whole(Region::ExpAvg),
                 exp_avg_sq: layout.whole(Region::ExpAvgSq),
-                segments: layout.whole(Region::Segments),
+                segments: layout.whole(Region::Step(CudaRegion::Segments)),
             }],
         }
     }

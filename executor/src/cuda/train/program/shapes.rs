@@ -2,6 +2,8 @@
 //! bounds and aliasing rules, before anything runs.
 
 use super::{Access, Op, ShapeError, divides, expect};
+use dsplan_planner::memory::cuda_layout::CudaRegion;
+
 use crate::cuda::train::buffers::{DeviceLayout, Region};
 
 impl Op {
@@ -34,21 +36,29 @@ impl Op {
     /// The region each operand must live in, in [`Op::tensors`] order: fixed per op kind,
     /// which is what lets the GPU executor pick each operand's allocation by kind.
     pub fn expected_regions(&self) -> Vec<Region> {
-        use Region::{
-            Activations as A, BucketRows, BucketStarts, BucketTokens, ExpAvg, ExpAvgSq, FoundInf,
-            Grads as G, Master, NormPartials, NormTotal, Params as P, Scratch, Segments,
-            Stats as S, Targets, Tokens,
-        };
+        use Region::{ExpAvg, ExpAvgSq, Grads as G, Master, Params as P};
+        const A: Region = Region::Step(CudaRegion::Activations);
+        const S: Region = Region::Step(CudaRegion::Stats);
+        const SCRATCH: Region = Region::Step(CudaRegion::Scratch);
+        const TOKENS: Region = Region::Step(CudaRegion::Tokens);
+        const TARGETS: Region = Region::Step(CudaRegion::Targets);
+        const BUCKET_TOKENS: Region = Region::Step(CudaRegion::BucketTokens);
+        const BUCKET_STARTS: Region = Region::Step(CudaRegion::BucketStarts);
+        const BUCKET_ROWS: Region = Region::Step(CudaRegion::BucketRows);
+        const NORM_PARTIALS: Region = Region::Step(CudaRegion::NormPartials);
+        const NORM_TOTAL: Region = Region::Step(CudaRegion::NormTotal);
+        const FOUND_INF: Region = Region::Step(CudaRegion::FoundInf);
+        const SEGMENTS: Region = Region::Step(CudaRegion::Segments);
         match self {
             Op::Zero { tensor } => vec![match tensor.region {
-                G | A | FoundInf => tensor.region,
+                G | A | FOUND_INF => tensor.region,
                 _ => G,
             }],
-            Op::EncoderForward { .. } => vec![A, Tokens, P, P],
-            Op::EncoderBackward { .. } => vec![G, G, A, BucketTokens, BucketStarts, BucketRows],
+            Op::EncoderForward { .. } => vec![A, TOKENS, P, P],
+            Op::EncoderBackward { .. } => vec![G, G, A, BUCKET_TOKENS, BUCKET_STARTS, BUCKET_ROWS],
             Op::LayerNormForward { .. } => vec![A, S, S, A, P, P],
             Op::ResidualLayerNormForward { .. } => vec![A, A, S, S, A, A, P, P],
-            Op::LayerNormBackward { .. } => vec![A, G, G, Scratch, A, A, P, S, S],
+            Op::LayerNormBackward { .. } => vec![A, G, G, SCRATCH, A, A, P, S, S],
             Op::MatmulForward { bias, .. } => {
                 let mut list = vec![A, A, P];
                 list.extend(bias.map(|_| P));
@@ -56,16 +66,16 @@ impl Op {
             }
             Op::MatmulBackwardInput { .. } => vec![A, A, P],
             Op::MatmulBackwardWeight { .. } => vec![G, A, A],
-            Op::BiasBackward { .. } => vec![G, Scratch, A],
+            Op::BiasBackward { .. } => vec![G, SCRATCH, A],
             Op::LogitsForward { .. } => vec![A, A, P],
             Op::GeluForward { .. } | Op::GeluBackward { .. } => vec![A, A],
             Op::AttentionForward { .. } => vec![A, S, A],
-            Op::AttentionBackward { .. } => vec![A, Scratch, A, A, A, S],
-            Op::FusedClassifier { .. } => vec![A, S, Targets],
-            Op::UnscaleNorm { .. } => vec![G, NormPartials, NormTotal, FoundInf],
+            Op::AttentionBackward { .. } => vec![A, SCRATCH, A, A, A, S],
+            Op::FusedClassifier { .. } => vec![A, S, TARGETS],
+            Op::UnscaleNorm { .. } => vec![G, NORM_PARTIALS, NORM_TOTAL, FOUND_INF],
             Op::AdamW { params_out, .. } => match params_out {
-                Some(_) => vec![Master, P, G, ExpAvg, ExpAvgSq, Segments],
-                None => vec![P, G, ExpAvg, ExpAvgSq, Segments],
+                Some(_) => vec![Master, P, G, ExpAvg, ExpAvgSq, SEGMENTS],
+                None => vec![P, G, ExpAvg, ExpAvgSq, SEGMENTS],
             },
         }
     }
