@@ -411,10 +411,8 @@ fn check_checkpoint_dir(dir: &std::path::Path) -> Result<(), Failure> {
             "--save-checkpoint {shown}: not a directory; name a directory for the checkpoints"
         )));
     }
-    let probe = dir.join(format!(".dsplan-write-check-{}", std::process::id()));
     std::fs::create_dir_all(dir)
-        .and_then(|()| std::fs::write(&probe, b""))
-        .and_then(|()| std::fs::remove_file(&probe))
+        .and_then(|()| dsplan_executor::io::probe_writable(dir))
         .map_err(|e| {
             Failure::usage(format!(
                 "--save-checkpoint {shown}: cannot write there ({e}); name a writable directory"

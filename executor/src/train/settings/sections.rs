@@ -258,8 +258,7 @@ pub(super) fn check_offload(
     Ok(())
 }
 
-/// `path` must be a directory this process can create files in (probed by making and removing
-/// a directory in it).
+/// `path` must be a directory this process can create files in ([`crate::io::probe_writable`]).
 fn check_nvme_path(path: &Path, pointer: &str) -> Result<(), SettingsError> {
     let shown = path.display();
     match std::fs::metadata(path) {
@@ -278,13 +277,7 @@ fn check_nvme_path(path: &Path, pointer: &str) -> Result<(), SettingsError> {
             .with_help("point nvme_path at an existing directory on a fast local drive (dsplan run --nvme-path DIR overrides it)"));
         }
     }
-    let probe = path.join(format!(".dsplan-probe-{}", std::process::id()));
-    let made = std::fs::create_dir(&probe).or_else(|e| match e.kind() {
-        std::io::ErrorKind::AlreadyExists => Ok(()),
-        _ => Err(e),
-    });
-    let _ = std::fs::remove_dir(&probe);
-    made.map_err(|e| {
+    crate::io::probe_writable(path).map_err(|e| {
         SettingsError::new(pointer, format!("nvme_path `{shown}` is not writable: {e}"))
             .with_help("the swap files of NVMe offload are written there")
     })
