@@ -4,6 +4,7 @@
 mod estimate;
 mod plan;
 mod recommend;
+mod report;
 mod resolve;
 mod run;
 mod schedule;
@@ -41,6 +42,9 @@ enum Command {
     Schedule(schedule::ScheduleArgs),
     /// Train with a config: ZeRO stages 0-3 over in-process ranks on the CPU.
     Run(run::RunArgs),
+    /// What this machine offers the CUDA backend (driver, CUDA libraries, GPUs, CPU SIMD, MPI,
+    /// kernel cache); --check runs every kernel and a training step against the CPU on the GPU.
+    Report(report::ReportArgs),
 }
 
 /// Output format shared by every command.
@@ -86,6 +90,7 @@ pub fn run() -> ExitCode {
         Command::Resolve(args) => resolve::run(args),
         Command::Schedule(args) => schedule::run(args),
         Command::Run(args) => run::run(args),
+        Command::Report(args) => report::run(args),
     };
     ExitCode::from(outcome)
 }

@@ -16,15 +16,19 @@
 //! | [`adamw`] | the fused AdamW kernel's scalars and segments | yes (its arithmetic is replayed against `adam_step`) |
 //! | [`modules`] | compile (or fetch from the disk cache) and load kernel files per device | needs a GPU |
 //! | [`launch`] | typed, shape-checked launches of every registered kernel | needs a GPU |
+//! | [`check`] | `dsplan report --check`: every kernel and one training step against the CPU, as rows of measured errors | rows and verdicts yes; running needs a GPU |
+//! | [`inventory`] | what the machine offers: driver, CUDA libraries, GPUs, CPU SIMD, MPI, kernel cache (`dsplan report`) | yes |
 //! | [`gemm`] | cuBLASLt products with fused bias | needs a GPU |
 //! | [`nccl`] | NCCL collectives (device and host-staged; the `Comm` trait) | needs a GPU |
 //! | [`train`] | the device training step: buffers, op lists, executor, runs | layouts and op lists yes; running needs a GPU |
 
 pub mod adamw;
+pub mod check;
 pub mod device;
 pub mod encoder_buckets;
 mod error;
 pub mod gemm;
+pub mod inventory;
 pub mod launch;
 pub mod launch_env;
 pub mod modules;

@@ -1,0 +1,948 @@
+//! Every registered kernel against the CPU function it must match, on random inputs, in f32,
+//! bf16 and f16, with per-precision tolerances; the cuBLASLt products against the CPU
+//! matmuls; and NCCL's world of one. Each comparison is a [`CheckRow`].
+//!
+//! 16-bit cases feed the CPU reference the inputs rounded to the storage type, so the
+//! tolerance covers only the kernel's own rounding (outputs stored in 16 bits, f32 arithmetic
+//! in a different order).
+
+use std::time::{Duration, Instant};
+
+use dsplan_kernels::{Dtype, KERNELS, SOURCES};
+
+use super::compare::{CheckKind, CheckRow, Metric};
+use super::gpu::Gpu;
+use crate::comm::{Comm, ReduceOp};
+use crate::cuda::adamw::{AdamScalars, AdamSegment, Decay};
+use crate::cuda::encoder_buckets::TokenBuckets;
+use crate::cuda::error::CudaError;
+use crate::cuda::gemm::Gemm;
+use crate::cuda::launch::Storage;
+use crate::cuda::launch_env::LaunchEnv;
+use crate::cuda::nccl::NcclComm;
+use crate::model::attention::{AttentionDims, attention_backward, attention_forward};
+use crate::model::classifier::{crossentropy_forward_backward, logits_forward};
+use crate::model::encoder::{encoder_backward, encoder_forward};
+use crate::model::gelu::{gelu_backward_inplace, gelu_forward};
+use crate::model::layernorm::{layernorm_backward, layernorm_forward};
+use crate::model::matmul::{add_column_sums, matmul_backward, matmul_forward};
+use crate::model::residual::residual_forward;
+use crate::optim::{AdamConfig, adam_step, sum_of_squares};
+
+/// A case: its rows, or why it could not run.
+pub type Case = fn(&Gpu) -> Result<Vec<CheckRow>, String>;
+
+/// Every case, in the order `dsplan report --check` runs them.
+pub const CASES: &[(&str, Case)] = &[
+    ("encoder", |gpu| all_dtypes(gpu, encoder_case)),
+    ("layernorm", |gpu| all_dtypes(gpu, layernorm_case)),
+    ("gelu and bias", |gpu| all_dtypes(gpu, gelu_and_bias_case)),
+    ("attention", attention),
+    ("classifier", |gpu| all_dtypes(gpu, classifier_case)),
+    ("casts", |gpu| rows(gpu, casts)),
+    ("unscale and norm", |gpu| rows(gpu, unscale_norm)),
+    ("adamw", |gpu| rows(gpu, adamw)),
+    ("cuBLASLt", |gpu| rows(gpu, cublaslt)),
+    ("NCCL", nccl_world_of_one),
+];
+
+/// The rows of one case body; its error in words.
+fn rows(
+    gpu: &Gpu,
+    body: fn(&Gpu, &mut Vec<CheckRow>) -> Result<(), CudaError>,
+) -> Result<Vec<CheckRow>, String> {
+    let mut out = Vec::new();
+    body(gpu, &mut out).map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// A generic case in f32, bf16 and f16.
+fn all_dtypes(
+    gpu: &Gpu,
+    case: fn(&Gpu, &mut Vec<CheckRow>, Precision) -> Result<(), CudaError>,
+) -> Result<Vec<CheckRow>, String> {
+    let mut out = Vec::new();
+    for precision in Precision::ALL {
+        case(gpu, &mut out, precision).map_err(|e| format!("{}: {e}", precision.dtype()))?;
+    }
+    Ok(out)
+}
+
+/// The storage type a generic case runs in.
+#[derive(Debug, Clone, Copy)]
+enum Precision {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl Precision {
+    const ALL: [Precision; 3] = [Precision::F32, Precision::Bf16, Precision::F16];
+
+    fn dtype(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
+        }
+    }
+}
+
+/// Dispatches a generic case body over a [`Precision`].
+macro_rules! typed {
+    ($precision:expr, $body:ident, $($arg:expr),*) => {
+        match $precision {
+            Precision::F32 => $body::<f32>($($arg),*),
+            Precision::Bf16 => $body::<half::bf16>($($arg),*),
+            Precision::F16 => $body::<half::f16>($($arg),*),
+        }
+    };
+}
+
+/// Compiles every kernel file for the device (or reads it from the kernel cache) and looks up
+/// every entry point of every registered kernel: one row per file.
+pub fn compile_all(gpu: &Gpu) -> Vec<CheckRow> {
+    SOURCES
+        .iter()
+        .map(|source| {
+            let start = Instant::now();
+            let specs: Vec<_> = KERNELS
+                .iter()
+                .filter(|k| k.source.file_name == source.file_name)
+                .collect();
+            let mut entries = 0;
+            for spec in &specs {
+                for entry in spec.entry_points {
+                    if let Err(e) = gpu.modules.function(spec, entry) {
+                        return CheckRow::failed(
+                            CheckKind::Compile,
+                            source.file_name,
+                            format!("{}: {e}", entry),
+                        );
+                    }
+                    entries += 1;
+                }
+            }
+            let outcome = gpu
+                .modules
+                .cache_outcomes()
+                .into_iter()
+                .find(|(name, _)| *name == source.file_name)
+                .map_or_else(|| "not loaded".to_string(), |(_, o)| format!("{o:?}"));
+            CheckRow::done(
+                CheckKind::Compile,
+                source.file_name,
+                format!(
+                    "{} kernels, {entries} entry points for {}, {:.2} s ({outcome})",
+                    specs.len(),
+                    gpu.arch,
+                    start.elapsed().as_secs_f64()
+                ),
+            )
+        })
+        .collect()
+}
+
+/// A small deterministic generator (xorshift), uniform in [-scale, scale).
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.next() * scale).collect()
+    }
+}
+
+/// `host` rounded to `T`: what the GPU stores, and what the CPU reference is fed.
+fn stored<T: Storage>(host: &[f32]) -> (Vec<T>, Vec<f32>) {
+    let typed: Vec<T> = host.iter().map(|&x| T::from_f32(x)).collect();
+    let back = typed.iter().map(|&x| x.to_f32()).collect();
+    (typed, back)
+}
+
+fn to_f32<T: Storage>(v: &[T]) -> Vec<f32> {
+    v.iter().map(|&x| x.to_f32()).collect()
+}
+
+/// Relative tolerance of one stored value in `T` (a few units in the last place).
+fn tolerance<T: Storage>() -> f64 {
+    match T::DTYPE {
+        Dtype::F32 => 2e-5,
+        Dtype::Bf16 => 2e-2,
+        _ => 4e-3,
+    }
+}
+
+fn dtype<T: Storage>() -> &'static str {
+    T::DTYPE.suffix()
+}
+
+fn encoder_case(gpu: &Gpu, out: &mut Vec<CheckRow>, p: Precision) -> Result<(), CudaError> {
+    typed!(p, encoder_typed, gpu, out)
+}
+
+fn encoder_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+    let (b, t, c, v) = (3, 17, 96, 50);
+    let mut rng = Random(7);
+    let tokens: Vec<u32> = (0..b * t)
+        .map(|i| (i * 31 % 11 + i % 3) as u32 % v as u32)
+        .collect();
+    let (wte_t, wte) = stored::<T>(&rng.vec(v * c, 1.0));
+    let (wpe_t, wpe) = stored::<T>(&rng.vec(t * c, 1.0));
+    let mut out = vec![0.0; b * t * c];
+    encoder_forward(&mut out, &tokens, &wte, &wpe, t);
+    let mut d_out = gpu.zeros::<T>(b * t * c)?;
+    let (d_tokens, d_wte, d_wpe) = (gpu.up(&tokens)?, gpu.up(&wte_t)?, gpu.up(&wpe_t)?);
+    gpu.launcher().encoder_forward(
+        &mut d_out.as_view_mut(),
+        &d_tokens.as_view(),
+        &d_wte.as_view(),
+        &d_wpe.as_view(),
+        t,
+        c,
+    )?;
+    let tol = tolerance::<T>();
+    rows.push(CheckRow::relative(
+        "encoder_forward",
+        dtype::<T>(),
+        &to_f32(&gpu.down(&d_out)?),
+        &out,
+        tol,
+    ));
+
+    let (dout_t, dout) = stored::<T>(&rng.vec(b * t * c, 1.0));
+    let (mut dwte, mut dwpe) = (vec![0.0; v * c], vec![0.0; t * c]);
+    encoder_backward(&mut dwte, &mut dwpe, &dout, &tokens, t);
+    let buckets = TokenBuckets::new(&tokens)
+        .ok_or_else(|| CudaError::Shape("token buckets: batch too large".to_string()))?;
+    let (mut d_dwte, mut d_dwpe) = (gpu.zeros::<T>(v * c)?, gpu.zeros::<T>(t * c)?);
+    let d_dout = gpu.up(&dout_t)?;
+    let (bt, bs, br) = (
+        gpu.up(&buckets.tokens)?,
+        gpu.up(&buckets.starts)?,
+        gpu.up(&buckets.rows)?,
+    );
+    gpu.launcher().encoder_backward(
+        &mut d_dwte.as_view_mut(),
+        &mut d_dwpe.as_view_mut(),
+        &d_dout.as_view(),
+        &bt.as_view(),
+        &bs.as_view(),
+        &br.as_view(),
+        t,
+        c,
+    )?;
+    rows.push(CheckRow::relative(
+        "encoder_backward dwte",
+        dtype::<T>(),
+        &to_f32(&gpu.down(&d_dwte)?),
+        &dwte,
+        tol,
+    ));
+    rows.push(CheckRow::relative(
+        "encoder_backward dwpe",
+        dtype::<T>(),
+        &to_f32(&gpu.down(&d_dwpe)?),
+        &dwpe,
+        tol,
+    ));
+    Ok(())
+}
+
+fn layernorm_case(gpu: &Gpu, out: &mut Vec<CheckRow>, p: Precision) -> Result<(), CudaError> {
+    typed!(p, layernorm_typed, gpu, out)
+}
+
+fn layernorm_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+    let (n, c) = (70, 200);
+    let dt = dtype::<T>();
+    let tol = tolerance::<T>();
+    let mut rng = Random(11);
+    let shifted: Vec<f32> = rng.vec(n * c, 2.0).iter().map(|x| x + 0.5).collect();
+    let (inp_t, inp) = stored::<T>(&shifted);
+    let (w_t, w) = stored::<T>(&rng.vec(c, 1.0));
+    let (b_t, b) = stored::<T>(&rng.vec(c, 0.5));
+    let (mut out, mut mean, mut rstd) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
+    layernorm_forward(&mut out, &mut mean, &mut rstd, &inp, &w, &b, 1e-5);
+    let (d_inp, d_w, d_b) = (gpu.up(&inp_t)?, gpu.up(&w_t)?, gpu.up(&b_t)?);
+    let mut d_out = gpu.zeros::<T>(n * c)?;
+    let (mut d_mean, mut d_rstd) = (gpu.zeros::<f32>(n)?, gpu.zeros::<f32>(n)?);
+    let launcher = gpu.launcher();
+    launcher.layernorm_forward(
+        &mut d_out.as_view_mut(),
+        &mut d_mean.as_view_mut(),
+        &mut d_rstd.as_view_mut(),
+        &d_inp.as_view(),
+        &d_w.as_view(),
+        &d_b.as_view(),
+        1e-5,
+    )?;
+    rows.push(CheckRow::relative(
+        "layernorm_forward out",
+        dt,
+        &to_f32(&gpu.down(&d_out)?),
+        &out,
+        tol,
+    ));
+    rows.push(CheckRow::relative(
+        "layernorm_forward mean",
+        dt,
+        &gpu.down(&d_mean)?,
+        &mean,
+        1e-5,
+    ));
+    rows.push(CheckRow::relative(
+        "layernorm_forward rstd",
+        dt,
+        &gpu.down(&d_rstd)?,
+        &rstd,
+        1e-5,
+    ));
+
+    let (dout_t, dout) = stored::<T>(&rng.vec(n * c, 1.0));
+    let (dinp0_t, dinp0) = stored::<T>(&rng.vec(n * c, 0.1));
+    let (mut dinp, mut dw, mut db) = (dinp0.clone(), vec![0.0; c], vec![0.0; c]);
+    layernorm_backward(&mut dinp, &mut dw, &mut db, &dout, &inp, &w, &mean, &rstd);
+    let mut d_dinp = gpu.up(&dinp0_t)?;
+    let (mut d_dw, mut d_db) = (gpu.zeros::<T>(c)?, gpu.zeros::<T>(c)?);
+    let mut scratch = gpu.zeros::<f32>(n.div_ceil(32) * 2 * c)?;
+    let d_dout = gpu.up(&dout_t)?;
+    launcher.layernorm_backward(
+        &mut d_dinp.as_view_mut(),
+        &mut d_dw.as_view_mut(),
+        &mut d_db.as_view_mut(),
+        &mut scratch.as_view_mut(),
+        &d_dout.as_view(),
+        &d_inp.as_view(),
+        &d_w.as_view(),
+        &d_mean.as_view(),
+        &d_rstd.as_view(),
+    )?;
+    let slack = if T::DTYPE == Dtype::F32 { 10.0 } else { 1.0 };
+    for (name, device, want) in [
+        ("layernorm_backward dinp", &d_dinp, &dinp),
+        ("layernorm_backward dweight", &d_dw, &dw),
+        ("layernorm_backward dbias", &d_db, &db),
+    ] {
+        rows.push(CheckRow::relative(
+            name,
+            dt,
+            &to_f32(&gpu.down(device)?),
+            want,
+            tol * slack,
+        ));
+    }
+
+    // Residual add fused with the LayerNorm.
+    let (a_t, a) = stored::<T>(&rng.vec(n * c, 1.0));
+    let mut residual = vec![0.0; n * c];
+    residual_forward(&mut residual, &a, &inp);
+    let (_, residual_stored) = stored::<T>(&residual);
+    layernorm_forward(
+        &mut out,
+        &mut mean,
+        &mut rstd,
+        &residual_stored,
+        &w,
+        &b,
+        1e-5,
+    );
+    let d_a = gpu.up(&a_t)?;
+    let mut d_residual = gpu.zeros::<T>(n * c)?;
+    launcher.residual_layernorm_forward(
+        &mut d_residual.as_view_mut(),
+        &mut d_out.as_view_mut(),
+        &mut d_mean.as_view_mut(),
+        &mut d_rstd.as_view_mut(),
+        &d_a.as_view(),
+        &d_inp.as_view(),
+        &d_w.as_view(),
+        &d_b.as_view(),
+        1e-5,
+    )?;
+    rows.push(CheckRow::relative(
+        "residual_layernorm_forward residual",
+        dt,
+        &to_f32(&gpu.down(&d_residual)?),
+        &residual_stored,
+        tol,
+    ));
+    rows.push(CheckRow::relative(
+        "residual_layernorm_forward out",
+        dt,
+        &to_f32(&gpu.down(&d_out)?),
+        &out,
+        tol,
+    ));
+    Ok(())
+}
+
+fn gelu_and_bias_case(gpu: &Gpu, out: &mut Vec<CheckRow>, p: Precision) -> Result<(), CudaError> {
+    typed!(p, gelu_and_bias_typed, gpu, out)
+}
+
+fn gelu_and_bias_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+    let (n, oc) = (130, 72);
+    let dt = dtype::<T>();
+    let tol = tolerance::<T>();
+    let mut rng = Random(5);
+    let (pre_t, pre) = stored::<T>(&rng.vec(n * oc, 4.0));
+    let (bias_t, bias) = stored::<T>(&rng.vec(oc, 1.0));
+    let with_bias: Vec<f32> = pre
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x + bias[i % oc])
+        .collect();
+    let (_, with_bias_stored) = stored::<T>(&with_bias);
+    let mut out = vec![0.0; n * oc];
+    gelu_forward(&mut out, &with_bias_stored);
+    let mut d_pre = gpu.up(&pre_t)?;
+    let mut d_out = gpu.zeros::<T>(n * oc)?;
+    let d_bias = gpu.up(&bias_t)?;
+    let launcher = gpu.launcher();
+    launcher.bias_gelu_forward(
+        &mut d_pre.as_view_mut(),
+        &mut d_out.as_view_mut(),
+        &d_bias.as_view(),
+    )?;
+    rows.push(CheckRow::relative(
+        "bias_gelu_forward pre",
+        dt,
+        &to_f32(&gpu.down(&d_pre)?),
+        &with_bias_stored,
+        tol,
+    ));
+    rows.push(CheckRow::relative(
+        "bias_gelu_forward out",
+        dt,
+        &to_f32(&gpu.down(&d_out)?),
+        &out,
+        tol,
+    ));
+    launcher.gelu_forward(&mut d_out.as_view_mut(), &d_pre.as_view())?;
+    rows.push(CheckRow::relative(
+        "gelu_forward",
+        dt,
+        &to_f32(&gpu.down(&d_out)?),
+        &out,
+        tol,
+    ));
+
+    let (d_t, dout) = stored::<T>(&rng.vec(n * oc, 1.0));
+    let mut grad = dout.clone();
+    gelu_backward_inplace(&mut grad, &with_bias_stored);
+    let mut d_grad = gpu.up(&d_t)?;
+    launcher.gelu_backward_inplace(&mut d_grad.as_view_mut(), &d_pre.as_view())?;
+    rows.push(CheckRow::relative(
+        "gelu_backward_inplace",
+        dt,
+        &to_f32(&gpu.down(&d_grad)?),
+        &grad,
+        tol,
+    ));
+
+    let mut dbias = vec![0.0; oc];
+    add_column_sums(&mut dbias, &dout);
+    let mut d_dbias = gpu.zeros::<T>(oc)?;
+    let mut scratch = gpu.zeros::<f32>(n.div_ceil(64) * oc)?;
+    let d_dout = gpu.up(&d_t)?;
+    launcher.bias_backward(
+        &mut d_dbias.as_view_mut(),
+        &mut scratch.as_view_mut(),
+        &d_dout.as_view(),
+    )?;
+    rows.push(CheckRow::relative(
+        "bias_backward (column_partials, add_partials)",
+        dt,
+        &to_f32(&gpu.down(&d_dbias)?),
+        &dbias,
+        tol * 2.0,
+    ));
+    Ok(())
+}
+
+fn attention(gpu: &Gpu) -> Result<Vec<CheckRow>, String> {
+    let mut out = Vec::new();
+    for head_dim in [64, 128] {
+        for p in Precision::ALL {
+            typed!(p, attention_typed, gpu, &mut out, head_dim)
+                .map_err(|e| format!("head size {head_dim}, {}: {e}", p.dtype()))?;
+        }
+    }
+    Ok(out)
+}
+
+fn attention_typed<T: Storage>(
+    gpu: &Gpu,
+    rows: &mut Vec<CheckRow>,
+    head_dim: usize,
+) -> Result<(), CudaError> {
+    let (b, t, nh) = (2, 70, 3);
+    let c = nh * head_dim;
+    let dt = dtype::<T>();
+    let dims = AttentionDims {
+        batch: b,
+        seq_len: t,
+        n_head: nh,
+        head_dim,
+    };
+    let mut rng = Random(3 + head_dim as u64);
+    let (qkv_t, qkv) = stored::<T>(&rng.vec(b * t * 3 * c, 1.0));
+    let mut out = vec![0.0; b * t * c];
+    let mut att = vec![0.0; b * nh * t * t];
+    attention_forward(&mut out, &mut att, &qkv, dims);
+    let d_qkv = gpu.up(&qkv_t)?;
+    let mut d_out = gpu.zeros::<T>(b * t * c)?;
+    let mut d_lse = gpu.zeros::<f32>(b * nh * t)?;
+    let launcher = gpu.launcher();
+    launcher.attention_forward(
+        &mut d_out.as_view_mut(),
+        &mut d_lse.as_view_mut(),
+        &d_qkv.as_view(),
+        b,
+        t,
+        nh,
+        head_dim,
+    )?;
+    let rtol = tolerance::<T>() * if T::DTYPE == Dtype::F32 { 20.0 } else { 1.0 };
+    rows.push(CheckRow::relative(
+        &format!("attention_forward hs{head_dim}"),
+        dt,
+        &to_f32(&gpu.down(&d_out)?),
+        &out,
+        rtol,
+    ));
+
+    let (dout_t, dout) = stored::<T>(&rng.vec(b * t * c, 1.0));
+    let mut dqkv = vec![0.0; qkv.len()];
+    let mut datt = vec![0.0; att.len()];
+    attention_backward(&mut dqkv, &mut datt, &dout, &qkv, &att, dims);
+    let d_dout = gpu.up(&dout_t)?;
+    let mut d_dqkv = gpu.zeros::<T>(qkv.len())?;
+    let mut d_delta = gpu.zeros::<f32>(b * nh * t)?;
+    launcher.attention_backward(
+        &mut d_dqkv.as_view_mut(),
+        &mut d_delta.as_view_mut(),
+        &d_dout.as_view(),
+        &d_out.as_view(),
+        &d_qkv.as_view(),
+        &d_lse.as_view(),
+        (b, t, nh, head_dim),
+    )?;
+    rows.push(CheckRow::relative(
+        &format!("attention_backward hs{head_dim} dqkv"),
+        dt,
+        &to_f32(&gpu.down(&d_dqkv)?),
+        &dqkv,
+        rtol * 5.0,
+    ));
+    Ok(())
+}
+
+fn classifier_case(gpu: &Gpu, out: &mut Vec<CheckRow>, p: Precision) -> Result<(), CudaError> {
+    typed!(p, classifier_typed, gpu, out)
+}
+
+fn classifier_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+    let (n, v) = (9, 1000);
+    let dt = dtype::<T>();
+    let mut rng = Random(13);
+    let (logits_t, logits) = stored::<T>(&rng.vec(n * v, 6.0));
+    let targets: Vec<Option<u32>> = (0..n)
+        .map(|i| (i != 4).then_some((i * 97 % v) as u32))
+        .collect();
+    let (mut grad, mut losses) = (logits.clone(), vec![0.0; n]);
+    let dloss = 1.0 / 8.0;
+    crossentropy_forward_backward(&mut grad, &mut losses, &targets, dloss);
+    let device_targets: Vec<i32> = targets.iter().map(|t| t.map_or(-1, |t| t as i32)).collect();
+    let mut d_logits = gpu.up(&logits_t)?;
+    let mut d_losses = gpu.zeros::<f32>(n)?;
+    let d_targets = gpu.up(&device_targets)?;
+    gpu.launcher().fused_classifier(
+        &mut d_logits.as_view_mut(),
+        &mut d_losses.as_view_mut(),
+        &d_targets.as_view(),
+        dloss,
+    )?;
+    rows.push(CheckRow::relative(
+        "fused_classifier losses",
+        dt,
+        &gpu.down(&d_losses)?,
+        &losses,
+        1e-5,
+    ));
+    rows.push(CheckRow::relative(
+        "fused_classifier dlogits",
+        dt,
+        &to_f32(&gpu.down(&d_logits)?),
+        &grad,
+        tolerance::<T>() * 5.0,
+    ));
+    Ok(())
+}
+
+/// f32 to bf16 and f16 and back, bit for bit against the `half` crate's rounding.
+fn casts(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+    let mut rng = Random(17);
+    let mut values = rng.vec(10_000, 100.0);
+    values.extend([
+        0.0,
+        -0.0,
+        1e-30,
+        65504.0,
+        70000.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ]);
+    let d_values = gpu.up(&values)?;
+    let mut d_bf16 = gpu.zeros::<half::bf16>(values.len())?;
+    let mut d_f16 = gpu.zeros::<half::f16>(values.len())?;
+    let launcher = gpu.launcher();
+    launcher.cast(&mut d_bf16.as_view_mut(), &d_values.as_view())?;
+    launcher.cast(&mut d_f16.as_view_mut(), &d_values.as_view())?;
+    let bf16: Vec<half::bf16> = values.iter().map(|&x| half::bf16::from_f32(x)).collect();
+    let f16: Vec<half::f16> = values.iter().map(|&x| half::f16::from_f32(x)).collect();
+    rows.push(CheckRow::exact(
+        "cast f32 -> bf16",
+        "bf16",
+        &gpu.down(&d_bf16)?,
+        &bf16,
+    ));
+    rows.push(CheckRow::exact(
+        "cast f32 -> f16",
+        "f16",
+        &gpu.down(&d_f16)?,
+        &f16,
+    ));
+    let mut back = gpu.zeros::<f32>(values.len())?;
+    launcher.cast(&mut back.as_view_mut(), &d_bf16.as_view())?;
+    rows.push(CheckRow::exact(
+        "cast bf16 -> f32",
+        "bf16",
+        &gpu.down(&back)?,
+        &to_f32(&bf16),
+    ));
+    launcher.cast(&mut back.as_view_mut(), &d_f16.as_view())?;
+    rows.push(CheckRow::exact(
+        "cast f16 -> f32",
+        "f16",
+        &gpu.down(&back)?,
+        &to_f32(&f16),
+    ));
+    Ok(())
+}
+
+/// The unscale-and-norm kernels: the unscaled gradients exactly, their sum of squares in f64,
+/// and the overflow flag for a NaN.
+fn unscale_norm(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+    let mut rng = Random(19);
+    let grads = rng.vec(1_000_003, 3.0);
+    let inv_scale = 1.0 / 1024.0f32;
+    let unscaled: Vec<f32> = grads.iter().map(|g| g * inv_scale).collect();
+    let want = sum_of_squares(&unscaled);
+    let mut d_grads = gpu.up(&grads)?;
+    let mut partials = gpu.zeros::<f64>(1024)?;
+    let mut total = gpu.zeros::<f64>(1)?;
+    let mut found_inf = gpu.zeros::<i32>(1)?;
+    let launcher = gpu.launcher();
+    launcher.unscale_and_norm(
+        &mut d_grads.as_view_mut(),
+        inv_scale,
+        &mut partials.as_view_mut(),
+        &mut total.as_view_mut(),
+        &mut found_inf.as_view_mut(),
+    )?;
+    let got = gpu.down(&total)?[0];
+    rows.push(CheckRow::measured(
+        CheckKind::Kernel,
+        "unscale_norm sum of squares",
+        "f64",
+        Metric::ScalarRelative,
+        ((got - want).abs() / want, (got - want).abs()),
+        1e-12,
+    ));
+    rows.push(CheckRow::exact(
+        "unscale_norm found_inf (finite input)",
+        "i32",
+        &gpu.down(&found_inf)?,
+        &[0],
+    ));
+    rows.push(CheckRow::exact(
+        "unscale_norm unscaled gradients",
+        "f32",
+        &gpu.down(&d_grads)?,
+        &unscaled,
+    ));
+    let mut with_nan = grads.clone();
+    with_nan[123_456] = f32::NAN;
+    let mut d_nan = gpu.up(&with_nan)?;
+    launcher.unscale_and_norm(
+        &mut d_nan.as_view_mut(),
+        1.0,
+        &mut partials.as_view_mut(),
+        &mut total.as_view_mut(),
+        &mut found_inf.as_view_mut(),
+    )?;
+    rows.push(CheckRow::exact(
+        "unscale_norm found_inf (a NaN)",
+        "i32",
+        &gpu.down(&found_inf)?,
+        &[1],
+    ));
+    Ok(())
+}
+
+/// The fused AdamW kernel against `adam_step` over two segments (decayed, exempt), and the
+/// bf16 copy of the master weights it writes.
+fn adamw(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+    let mut rng = Random(23);
+    let n = 100_000;
+    let config = AdamConfig {
+        weight_decay: 0.1,
+        ..AdamConfig::default()
+    };
+    let params = rng.vec(n, 1.0);
+    let (grads_t, grads) = stored::<half::bf16>(&rng.vec(n, 0.01));
+    let split = 60_000;
+    let (mut cpu_p, mut m, mut v) = (params.clone(), vec![0.0; n], vec![0.0; n]);
+    let lr = 6e-4;
+    let no_decay = AdamConfig {
+        weight_decay: 0.0,
+        ..config
+    };
+    let cpu = |e| CudaError::Shape(format!("CPU adam_step: {e:?}"));
+    adam_step(
+        &mut cpu_p[..split],
+        &grads[..split],
+        &mut m[..split],
+        &mut v[..split],
+        1,
+        lr,
+        &config,
+    )
+    .map_err(cpu)?;
+    adam_step(
+        &mut cpu_p[split..],
+        &grads[split..],
+        &mut m[split..],
+        &mut v[split..],
+        1,
+        lr,
+        &no_decay,
+    )
+    .map_err(cpu)?;
+    let segments = [
+        AdamSegment::new(0, split, Decay::Apply),
+        AdamSegment::new(split, n - split, Decay::Exempt),
+    ];
+    let mut d_master = gpu.up(&params)?;
+    let mut d_copy = gpu.zeros::<half::bf16>(n)?;
+    let d_grads = gpu.up(&grads_t)?;
+    let (mut d_m, mut d_v) = (gpu.zeros::<f32>(n)?, gpu.zeros::<f32>(n)?);
+    let d_segments = gpu.up(&segments)?;
+    gpu.launcher().adamw(
+        &mut d_master.as_view_mut(),
+        Some(&mut d_copy.as_view_mut()),
+        &d_grads.as_view(),
+        &mut d_m.as_view_mut(),
+        &mut d_v.as_view_mut(),
+        &d_segments.as_view(),
+        &segments,
+        AdamScalars::new(&config, 1, lr, 1.0),
+    )?;
+    let master = gpu.down(&d_master)?;
+    rows.push(CheckRow::relative(
+        "adamw master",
+        "f32",
+        &master,
+        &cpu_p,
+        1e-6,
+    ));
+    rows.push(CheckRow::relative(
+        "adamw exp_avg",
+        "f32",
+        &gpu.down(&d_m)?,
+        &m,
+        1e-6,
+    ));
+    rows.push(CheckRow::relative(
+        "adamw exp_avg_sq",
+        "f32",
+        &gpu.down(&d_v)?,
+        &v,
+        1e-6,
+    ));
+    let copy: Vec<half::bf16> = master.iter().map(|&p| half::bf16::from_f32(p)).collect();
+    rows.push(CheckRow::exact(
+        "adamw bf16 copy",
+        "bf16",
+        &gpu.down(&d_copy)?,
+        &copy,
+    ));
+    Ok(())
+}
+
+/// cuBLASLt's products (f32 in TF32, bf16 on tensor cores) against the CPU matmuls.
+fn cublaslt(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+    let gemm = Gemm::new(gpu.stream.clone())?;
+    let (n, ic, oc) = (64, 96, 160);
+    let mut rng = Random(29);
+    let (inp, w, bias) = (
+        rng.vec(n * ic, 1.0),
+        rng.vec(ic * oc, 0.1),
+        rng.vec(oc, 0.5),
+    );
+    let mut out = vec![0.0; n * oc];
+    matmul_forward(&mut out, &inp, &w, &bias);
+    let (d_inp, d_w, d_bias) = (gpu.up(&inp)?, gpu.up(&w)?, gpu.up(&bias)?);
+    let mut d_out = gpu.zeros::<f32>(n * oc)?;
+    gemm.matmul_forward(
+        &mut d_out.as_view_mut(),
+        &d_inp.as_view(),
+        &d_w.as_view(),
+        Some(&d_bias.as_view()),
+        (n, ic, oc),
+    )?;
+    // f32 GEMMs run in TF32 (cudarc's compute type): about 1e-3 relative.
+    rows.push(CheckRow::relative(
+        "cuBLASLt matmul_forward (tf32)",
+        "f32",
+        &gpu.down(&d_out)?,
+        &out,
+        5e-3,
+    ));
+
+    let dout = rng.vec(n * oc, 1.0);
+    let (mut dinp, mut dw, mut db) = (vec![0.0; n * ic], vec![0.0; ic * oc], vec![0.0; oc]);
+    matmul_backward(&mut dinp, &mut dw, &mut db, &dout, &inp, &w);
+    let d_dout = gpu.up(&dout)?;
+    let mut d_dinp = gpu.zeros::<f32>(n * ic)?;
+    let mut d_dw = gpu.zeros::<f32>(ic * oc)?;
+    gemm.matmul_backward_input(
+        &mut d_dinp.as_view_mut(),
+        &d_dout.as_view(),
+        &d_w.as_view(),
+        (n, ic, oc),
+    )?;
+    gemm.matmul_backward_weight(
+        &mut d_dw.as_view_mut(),
+        &d_inp.as_view(),
+        &d_dout.as_view(),
+        (n, ic, oc),
+    )?;
+    rows.push(CheckRow::relative(
+        "cuBLASLt matmul_backward dinp (tf32)",
+        "f32",
+        &gpu.down(&d_dinp)?,
+        &dinp,
+        5e-3,
+    ));
+    rows.push(CheckRow::relative(
+        "cuBLASLt matmul_backward dweight (tf32)",
+        "f32",
+        &gpu.down(&d_dw)?,
+        &dw,
+        5e-3,
+    ));
+
+    let (v, c) = (300, ic);
+    let wte = rng.vec(v * c, 0.2);
+    let mut logits = vec![0.0; n * v];
+    logits_forward(&mut logits, &inp, &wte, c);
+    let d_wte = gpu.up(&wte)?;
+    let mut d_logits = gpu.zeros::<f32>(n * v)?;
+    gemm.logits_forward(
+        &mut d_logits.as_view_mut(),
+        &d_inp.as_view(),
+        &d_wte.as_view(),
+        (n, c, v),
+    )?;
+    rows.push(CheckRow::relative(
+        "cuBLASLt logits_forward (tf32)",
+        "f32",
+        &gpu.down(&d_logits)?,
+        &logits,
+        5e-3,
+    ));
+
+    // bf16 on tensor cores.
+    let (inp_t, inp_r) = stored::<half::bf16>(&inp);
+    let (w_t, w_r) = stored::<half::bf16>(&w);
+    let (bias_t, bias_r) = stored::<half::bf16>(&bias);
+    matmul_forward(&mut out, &inp_r, &w_r, &bias_r);
+    let (d_inp, d_w, d_bias) = (gpu.up(&inp_t)?, gpu.up(&w_t)?, gpu.up(&bias_t)?);
+    let mut d_out = gpu.zeros::<half::bf16>(n * oc)?;
+    gemm.matmul_forward(
+        &mut d_out.as_view_mut(),
+        &d_inp.as_view(),
+        &d_w.as_view(),
+        Some(&d_bias.as_view()),
+        (n, ic, oc),
+    )?;
+    rows.push(CheckRow::relative(
+        "cuBLASLt matmul_forward",
+        "bf16",
+        &to_f32(&gpu.down(&d_out)?),
+        &out,
+        2e-2,
+    ));
+    Ok(())
+}
+
+/// NCCL with one rank: every collective returns its input (skipped without `libnccl`).
+fn nccl_world_of_one(gpu: &Gpu) -> Result<Vec<CheckRow>, String> {
+    let name = "NCCL world of one";
+    // SAFETY: only tries to open the library by its candidate names.
+    if !unsafe { cudarc::nccl::sys::is_culib_present() } {
+        return Ok(vec![CheckRow::skipped(
+            CheckKind::Kernel,
+            name,
+            "libnccl cannot be loaded (needed only for more than one GPU); see `dsplan report`",
+        )]);
+    }
+    let env = LaunchEnv::from_lookup(|_| None).map_err(|e| e.to_string())?;
+    let mut comm = NcclComm::from_env(gpu.stream.clone(), &env, Duration::from_secs(30))
+        .map_err(|e| e.to_string())?;
+    let input = vec![1.5f32, -2.0, 3.25];
+    let mut data = input.clone();
+    comm.all_reduce(&mut data, ReduceOp::Sum)
+        .map_err(|e| e.to_string())?;
+    let mut rows = vec![CheckRow::exact(
+        "NCCL all_reduce, one rank",
+        "f32",
+        &data,
+        &input,
+    )];
+    let mut gathered = vec![0.0; 3];
+    comm.all_gather(&data, &mut gathered)
+        .map_err(|e| e.to_string())?;
+    rows.push(CheckRow::exact(
+        "NCCL all_gather, one rank",
+        "f32",
+        &gathered,
+        &input,
+    ));
+    let scalar = comm
+        .all_reduce_scalar(2.5, ReduceOp::Max)
+        .map_err(|e| e.to_string())?;
+    rows.push(CheckRow::exact(
+        "NCCL all_reduce_scalar, one rank",
+        "f64",
+        &[scalar],
+        &[2.5],
+    ));
+    comm.barrier().map_err(|e| e.to_string())?;
+    if comm.all_gather(&data, &mut [0.0; 4]).is_ok() {
+        rows.push(CheckRow::failed(
+            CheckKind::Kernel,
+            "NCCL all_gather refuses a wrong output length",
+            "accepted 4 elements for 3 from one rank",
+        ));
+    }
+    Ok(rows)
+}
