@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# The GPU kit: everything issue 11 (item 5) and issue 16 ask of a lent GPU, in one command of
+# under 8 minutes on a machine without cargo. See bench/README.md, "The GPU kit".
+#
+#   bench/gpu_check.sh [--dry] [--kit DIR] [--budget SECONDS] [--keep DIR]
+#
+# Parts, each time-boxed (and all inside --budget, default 470 s) so one failure or hang does
+# not eat the rest; a part's status (ok, failed, timeout, skipped) goes into the results:
+#   report      `dsplan report` (text and JSON)
+#   check       `dsplan report --check`: every kernel vs its CPU reference in every precision,
+#               and one training step vs the CPU backend
+#   stage0..3   `dsplan run --device cuda --model gpt2`, bf16, micro-batch 16 x 1024, W=1:
+#               tokens/s (median after the warm-up), MFU, measured vs planned device memory
+#   torch_*     PyTorch eager and torch.compile on the same GPU (bench/torch_gpu_step.py)
+#   tests_*     the ignored GPU tests (test binaries built and stripped by gpu_kit_pack.sh),
+#               run while the DeepSpeed runs are going (they time nothing)
+#   ds_*        DeepSpeed 0.19.8 memory runs (bench/ds_memory.py): gpt2 and gpt2-medium, bf16,
+#               stages 0-3 and stages 2-3 with offload_optimizer cpu, max_memory_allocated and
+#               max_memory_reserved after 5 steps, next to `dsplan estimate` of the same config
+# Then one results JSON: bench/results/gpu/<date>-<device>.json, copied to $OUT when set.
+#
+# --dry runs every part here on the CPU: dsplan parts with --device cpu on tiny-gpt2,
+# `report --check` must fail cleanly (exit 2), the test binaries list their tests and run their
+# host tests, the DeepSpeed configs are written and estimated, and torch/DeepSpeed runs are
+# skipped with a line when torch is absent. Its results go to the work directory (and $OUT),
+# never to bench/results/gpu/.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(dirname "$here")"
+mode=gpu kit="$root/.gpukit" budget=470 keep=""
+while (($#)); do
+    case "$1" in
+        --dry) mode=dry; shift ;;
+        --kit) kit="$2"; shift 2 ;;
+        --budget) budget="$2"; shift 2 ;;
+        --keep) keep="$2"; shift 2 ;;
+        *) echo "unknown option $1 (see the head of $0)" >&2; exit 2 ;;
+    esac
+done
+python="${PYTHON:-python3}"
+start=$(date +%s)
+deadline=$((start + budget))
+work="${keep:-$(mktemp -d /tmp/dsplan-gpu-check.XXXXXX)}"
+mkdir -p "$work/ds"
+: >"$work/parts.tsv"
+export DSPLAN_KERNEL_CACHE="$work/kernel-cache"
+echo "== gpu_check ($mode) in $work, budget ${budget}s"
+
+# --- the binaries: the packed kit, else (dry mode only) this checkout's build
+bin="$kit/bin/dsplan"
+tests_dir="$kit/tests"
+if [[ ! -x "$bin" ]]; then
+    if [[ $mode == dry ]]; then
+        for candidate in "$root/target/release/dsplan" "$root/target/debug/dsplan"; do
+            [[ -x "$candidate" ]] && { bin="$candidate"; break; }
+        done
+        echo "note: no packed kit at $kit; using $bin"
+    fi
+    [[ -x "$bin" ]] || { echo "error: no dsplan binary at $kit/bin (run bench/gpu_kit_pack.sh)" >&2; exit 2; }
+fi
+commit="$(cat "$kit/COMMIT" 2>/dev/null || git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+# --- one part: part NAME BOX [expect=RC] CMD...; output in $work/NAME.log
+part() {
+    local name="$1" box="$2"; shift 2
+    local expect=0
+    if [[ "$1" == expect=* ]]; then expect="${1#expect=}"; shift; fi
+    local now remain limit t0 rc status note=""
+    now=$(date +%s)
+    remain=$((deadline - now - 15))
+    if ((remain < 5)); then
+        printf '%s\tskipped\t0\t-1\tout of time (budget %ss)\n' "$name" "$budget" >>"$work/parts.tsv"
+        echo "== $name: skipped, out of time"
+        return 1
+    fi
+    limit=$((box < remain ? box : remain))
+    t0=$(date +%s)
+    timeout --kill-after=5 "$limit" "$@" >"$work/$name.log" 2>&1
+    rc=$?
+    if ((rc == expect)); then status=ok
+    elif ((rc == 124 || rc == 137)); then status=timeout; note="after ${limit}s"
+    else status=failed; note="exit $rc, expected $expect"
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$(($(date +%s) - t0))" "$rc" "$note" >>"$work/parts.tsv"
+    echo "== $name: $status ($(($(date +%s) - t0)) s) $note"
+    if [[ $status != ok ]]; then tail -n 8 "$work/$name.log" | sed 's/^/   | /'; fi
+    [[ $status == ok ]]
+}
+skip() {
+    printf '%s\tskipped\t0\t-1\t%s\n' "$1" "$2" >>"$work/parts.tsv"
+    echo "== $1: skipped, $2"
+}
+
+# --- Python side: the carried wheels, CUDA libraries from NVIDIA's wheels on the loader path
+if compgen -G "$kit/wheels/*.whl" >/dev/null && [[ $mode == gpu ]]; then
+    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$work/site" "$kit"/wheels/*.whl >"$work/pip.log" 2>&1 \
+        && export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}" \
+        || { echo "note: installing the carried wheels failed:"; tail -n 5 "$work/pip.log"; }
+fi
+libs="$("$python" - <<'PY' 2>/dev/null
+import glob, site, sys
+dirs = []
+for base in list(getattr(site, "getsitepackages", lambda: [])()) + sys.path:
+    dirs += sorted(glob.glob(base + "/nvidia/*/lib"))
+print(":".join(dict.fromkeys(dirs)))
+PY
+)"
+# cudarc's loader tries libnccl.so but NCCL's wheel ships libnccl.so.2 only.
+mkdir -p "$work/lib"
+for d in ${libs//:/ }; do
+    [[ -e "$d/libnccl.so.2" && ! -e "$work/lib/libnccl.so" ]] && ln -s "$d/libnccl.so.2" "$work/lib/libnccl.so"
+done
+export LD_LIBRARY_PATH="$work/lib${libs:+:$libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+have_torch=no have_cuda_torch=no have_ds=no
+"$python" -c "import torch" 2>/dev/null && have_torch=yes
+"$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null && have_cuda_torch=yes
+"$python" -c "import deepspeed" >/dev/null 2>&1 && have_ds=yes
+echo "torch: $have_torch (CUDA: $have_cuda_torch), deepspeed: $have_ds"
+
+# DeepSpeed's FusedAdam and CPUAdam JIT-compile (nvcc, ninja) in the background from the
+# start, so the memory runs later find them built.
+jit_pid=""
+if [[ $mode == gpu && $have_ds == yes && $have_cuda_torch == yes ]]; then
+    export TORCH_EXTENSIONS_DIR="$work/torch_extensions"
+    ( "$python" - >"$work/ds_jit.log" 2>&1 <<'PY'
+import os, time, torch
+major, minor = torch.cuda.get_device_capability()
+os.environ.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")
+t = time.time()
+from deepspeed.ops.op_builder import CPUAdamBuilder, FusedAdamBuilder
+FusedAdamBuilder().load()
+CPUAdamBuilder().load()
+print(f"deepspeed ops built in {time.time() - t:.0f} s")
+PY
+    ) &
+    jit_pid=$!
+fi
+
+# --- 1. the report, and the check
+part report 30 "$bin" report --format json && cp "$work/report.log" "$work/report.json"
+"$bin" report 2>&1 | tee "$work/report.txt" | tail -n 12
+if [[ $mode == gpu ]]; then
+    part check 150 "$bin" report --check --format json
+else
+    part check 30 expect=2 "$bin" report --check --format json
+fi
+# The JSON is on stdout, progress on stderr: keep the JSON object alone.
+"$python" - "$work/check.log" "$work/check.json" <<'PY'
+import json, sys
+text = open(sys.argv[1], errors="replace").read()
+start = text.find("{\n")
+try:
+    obj, _ = json.JSONDecoder().raw_decode(text[start:]) if start >= 0 else (None, 0)
+except ValueError:
+    obj = None
+json.dump(obj or {"check": {"status": "not-run", "reason": "no JSON in check.log"}}, open(sys.argv[2], "w"))
+PY
+
+# --- 2. dsplan training: GPT-2 124M bf16 at stages 0-3 (dry: tiny-gpt2 on the CPU)
+if [[ $mode == gpu ]]; then
+    batch=16 seq=1024 warmup=3 timed=7 model=gpt2 device=cuda
+else
+    batch=2 seq=64 warmup=1 timed=2 model=tiny-gpt2 device=cpu
+fi
+for stage in 0 1 2 3; do
+    config="$work/zero${stage}_bf16.json"
+    cat >"$config" <<JSON
+{
+  "train_micro_batch_size_per_gpu": $batch,
+  "gradient_accumulation_steps": 1,
+  "gradient_clipping": 1.0,
+  "steps_per_print": 1,
+  "bf16": { "enabled": true },
+  "optimizer": { "type": "AdamW", "params": { "lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01 } },
+  "zero_optimization": { "stage": $stage }
+}
+JSON
+    part "stage$stage" 75 bash -c "'$bin' run '$config' --device $device --model $model \
+        --steps $((warmup + timed)) --seq-len $seq --metrics '$work/dsplan_stage$stage.jsonl' \
+        --format json >'$work/dsplan_stage$stage.json'"
+done
+
+# --- 3. PyTorch eager and torch.compile on the same device
+for mode_name in eager compile; do
+    box=$([[ $mode_name == compile ]] && echo 150 || echo 75)
+    if [[ $mode == gpu && $have_cuda_torch == yes ]]; then
+        part "torch_$mode_name" "$box" bash -c "cd '$here' && PYTHONUNBUFFERED=1 '$python' torch_gpu_step.py \
+            --mode $mode_name --batch $batch --seq $seq --steps $timed --warmup $warmup"
+    elif [[ $mode == dry && $have_torch == yes ]]; then
+        part "torch_$mode_name" "$box" bash -c "cd '$here' && '$python' torch_gpu_step.py --device cpu \
+            --model nn --preset tiny --mode $mode_name --batch $batch --seq $seq --steps $timed --warmup $warmup"
+    else
+        if [[ $mode == dry ]]; then
+            skip "torch_$mode_name" "torch is not importable by $python here (dry run; on the GPU machine it is)"
+        else
+            skip "torch_$mode_name" "torch with CUDA is not importable by $python"
+        fi
+    fi
+    [[ -f "$work/torch_$mode_name.log" ]] && tail -n 1 "$work/torch_$mode_name.log" >"$work/torch_$mode_name.json"
+done
+
+# --- 4. the ignored GPU tests (background) while DeepSpeed measures memory (foreground)
+run_tests() {
+    local t
+    for t in cuda_kernels cuda_train cuda_probe; do
+        if [[ ! -x "$tests_dir/$t" ]]; then
+            skip "tests_$t" "no test binary $tests_dir/$t (run bench/gpu_kit_pack.sh)"
+        elif [[ $mode == gpu && $t != cuda_probe ]]; then
+            part "tests_$t" 200 "$tests_dir/$t" --ignored --test-threads=1 --nocapture
+        else
+            # Dry (and cuda_probe everywhere): list the tests and run the host ones.
+            "$tests_dir/$t" --list --ignored >"$work/tests_${t}_list.log" 2>&1
+            part "tests_$t" 60 "$tests_dir/$t" --test-threads=1
+        fi
+    done
+}
+run_tests &
+tests_pid=$!
+
+ds_specs=()
+for model_name in gpt2 gpt2-medium; do
+    for spec in "0 none" "1 none" "2 none" "3 none" "2 cpu" "3 cpu"; do
+        ds_specs+=("$model_name $spec")
+    done
+done
+ds_batch=8 ds_seq=1024
+for spec in "${ds_specs[@]}"; do
+    read -r model_name stage offload <<<"$spec"
+    stem="$work/ds/${model_name}_z${stage}_${offload}"
+    "$python" "$here/ds_memory.py" --model "$model_name" --stage "$stage" --offload-optimizer "$offload" \
+        --micro-batch "$ds_batch" --seq "$ds_seq" --config-out "$stem.config.json" --write-config-only
+    printf '{"model": "%s", "stage": %s, "offload_optimizer": "%s", "micro_batch": %s, "seq_len": %s, "attention": "sdpa", "dry": %s}\n' \
+        "$model_name" "$stage" "$offload" "$ds_batch" "$ds_seq" "$([[ $mode == dry ]] && echo true || echo false)" >"$stem.spec.json"
+    estimate=("$bin" estimate --config "$stem.config.json" --model "$model_name" --seq-len "$ds_seq" --flash-attention --format json)
+    "${estimate[@]}" >"$stem.estimate.json" 2>"$stem.estimate.err" || echo "note: dsplan estimate failed for $spec: $(tail -n 2 "$stem.estimate.err")"
+    "${estimate[@]}" --cuda-context 0B --fragmentation 0 >"$stem.estimate_tensors.json" 2>>"$stem.estimate.err" || true
+done
+echo "== deepspeed configs written and estimated: ${#ds_specs[@]}"
+if [[ $mode == gpu && $have_ds == yes && $have_cuda_torch == yes ]]; then
+    if [[ -n $jit_pid ]]; then
+        echo "== waiting for DeepSpeed's op build"; wait "$jit_pid"; tail -n 3 "$work/ds_jit.log"
+    fi
+    port=29600 ds_pids=()
+    for spec in "${ds_specs[@]}"; do
+        read -r model_name stage offload <<<"$spec"
+        stem="$work/ds/${model_name}_z${stage}_${offload}"
+        name="ds_${model_name}_z${stage}_${offload}"
+        # Three at a time: each process's caching allocator counts only its own tensors, so
+        # the measurements do not mix (the run times do; they are not the point here).
+        (
+            export MASTER_PORT=$port
+            part "$name" 150 env PYTHONUNBUFFERED=1 "$python" "$here/ds_memory.py" \
+                --model "$model_name" --stage "$stage" --offload-optimizer "$offload" \
+                --micro-batch "$ds_batch" --seq "$ds_seq" --config-out "$stem.config.json"
+            tail -n 1 "$work/$name.log" >"$stem.run.json"
+        ) &
+        ds_pids+=($!)
+        port=$((port + 1))
+        if ((${#ds_pids[@]} >= 3)); then wait "${ds_pids[0]}"; ds_pids=("${ds_pids[@]:1}"); fi
+    done
+    for pid in "${ds_pids[@]}"; do wait "$pid"; done
+elif [[ $mode == dry ]]; then
+    skip ds_runs "dry run: DeepSpeed needs a GPU; configs written and estimated only"
+else
+    skip ds_runs "deepspeed or torch with CUDA is not importable by $python (wheels in $kit/wheels?)"
+fi
+wait "$tests_pid"
+
+# --- 5. the results
+if [[ $mode == gpu ]]; then
+    slug="$("$python" -c "import json,re,sys; g=(json.load(open(sys.argv[1])).get('machine') or {}).get('gpus') or [{}]; print(re.sub('[^a-z0-9]+','-',(g[0].get('name') or 'unknown-gpu').lower()).strip('-'))" "$work/report.json" 2>/dev/null || echo unknown-gpu)"
+    results="$root/bench/results/gpu/$(date -u +%Y-%m-%d)-$slug.json"
+    dry_flag=""
+else
+    results="$work/dry-$(date -u +%Y-%m-%d)-cpu.json"
+    dry_flag="--dry"
+fi
+"$python" "$here/gpu_kit_results.py" "$work" --out "$results" ${OUT:+--copy-to "$OUT"} $dry_flag \
+    --commit "$commit" --warmup "$warmup" --batch "$batch" --seq "$seq"
+if [[ -n "${OUT:-}" ]]; then
+    tar -czf "$OUT/gpu_check_logs.tar.gz" -C "$work" --exclude=kernel-cache --exclude=torch_extensions \
+        --exclude=site --exclude=lib . 2>/dev/null
+fi
+echo "== done in $(($(date +%s) - start)) s; results: $results"

@@ -1,0 +1,290 @@
+"""Gathers what bench/gpu_check.sh measured into one results JSON (issue 16's shape, plus
+the kit's own keys) and prints the summary tables last.
+
+    python3 gpu_kit_results.py WORK_DIR --out FILE [--copy-to DIR] [--dry]
+
+WORK_DIR holds the parts' outputs (see gpu_check.sh): `parts.tsv` (name, status, seconds,
+exit code), `report.json`, `check.json`, `dsplan_stage{N}.json` and `.jsonl`,
+`torch_{eager,compile}.json`, `ds/*.json` (ds_memory.py's lines) and `ds/*.estimate.json`
+(`dsplan estimate --format json`), `tests_*.log`. A missing file leaves its keys null and
+its part's status says why; nothing is invented. Standard library only.
+"""
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_peaks import flops_per_token, peak_flops  # noqa: E402
+
+GPT2 = {"params": 124_439_808, "wpe": 1024 * 768, "layers": 12, "embd": 768}
+
+
+def load(path):
+    """The JSON in `path` (the last line that parses, for logs), or None."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        for line in reversed(text.splitlines()):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
+def parts(work):
+    rows = []
+    try:
+        with open(os.path.join(work, "parts.tsv")) as f:
+            for line in f:
+                name, status, seconds, rc, *note = line.rstrip("\n").split("\t")
+                rows.append(
+                    {"part": name, "status": status, "seconds": float(seconds), "exit_code": int(rc),
+                     "note": note[0] if note else ""}
+                )
+    except OSError:
+        pass
+    return rows
+
+
+def kernels_and_step(check):
+    if not check or "rows" not in check:
+        reason = check.get("reason") if isinstance(check, dict) else "no check output"
+        return {"passed": 0, "failed": 0, "checks": [], "not_run": reason}, None
+    rows = check["rows"]
+    checks = [
+        {
+            "name": r["name"],
+            "kind": r["kind"],
+            "dtype": r["dtype"],
+            "metric": r["metric"],
+            "error": r["error"],
+            "max_abs_err": r["max_abs_err"],
+            "tol": r["tol"],
+            "verdict": r["verdict"],
+            "detail": r.get("detail"),
+        }
+        for r in rows
+        if r["kind"] != "train-step"
+    ]
+    kernels = {
+        "passed": sum(c["verdict"] == "pass" for c in checks),
+        "failed": sum(c["verdict"] == "fail" for c in checks),
+        "skipped": sum(c["verdict"] == "skipped" for c in checks),
+        "checks": checks,
+    }
+    step_rows = [r for r in rows if r["kind"] == "train-step"]
+    step = None
+    if step_rows:
+        rel = [r["error"] for r in step_rows if r["metric"] in ("scalar-relative", "update-norm")]
+        step = {
+            "passed": all(r["verdict"] == "pass" for r in step_rows),
+            "max_rel_err": max((x for x in rel if x is not None), default=None),
+            "rows": step_rows,
+        }
+    return kernels, step
+
+
+def dsplan_stage(work, stage, warmup, torch_runs, batch, seq, dry):
+    summary = load(os.path.join(work, f"dsplan_stage{stage}.json"))
+    try:
+        with open(os.path.join(work, f"dsplan_stage{stage}.jsonl")) as f:
+            steps = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        steps = []
+    row = {"stage": stage, "world_size": 1, "micro_batch": batch, "seq_len": seq}
+    timed = [s["tokens_per_s"] for s in steps[warmup:]] or [s["tokens_per_s"] for s in steps[-1:]]
+    rate = statistics.median(timed) if timed else None
+    device = (summary or {}).get("device") or ""
+    peak = peak_flops(device)
+    per_token = flops_per_token(GPT2["params"], GPT2["wpe"], GPT2["layers"], GPT2["embd"], seq)
+    memory = (summary or {}).get("device_memory") or {}
+    cpu_memory = (summary or {}).get("memory") or {}
+    row.update(
+        {
+            "tokens_per_s": rate,
+            "timed_steps": len(steps[warmup:]),
+            "mfu": rate * per_token / peak if (rate and peak and not dry) else None,
+            "mfu_whole_run_reported": (summary or {}).get("mfu"),
+            "torch_eager_tokens_per_s": (torch_runs.get("eager") or {}).get("tokens_per_s"),
+            "torch_compile_tokens_per_s": (torch_runs.get("compile") or {}).get("tokens_per_s"),
+            # Measured: the driver's in-use bytes after the run (context and workspaces
+            # included); allocated: the device step's buffers; plan: `dsplan plan --backend
+            # dsplan-cuda`'s peak for the same config.
+            "device_peak_bytes": memory.get("driver_used"),
+            "device_allocated_bytes": memory.get("peak_total"),
+            "plan_peak_bytes": memory.get("plan_peak_total"),
+            "first_loss": (summary or {}).get("first_loss"),
+            "final_loss": (summary or {}).get("final_loss"),
+        }
+    )
+    if dry and cpu_memory:
+        ranks = cpu_memory.get("ranks") or [{}]
+        row["cpu_measured_peak_bytes"] = ranks[0].get("peak_total")
+        row["cpu_plan_peak_bytes"] = (cpu_memory.get("plan") or {}).get("peak_total")
+    return row
+
+
+def deepspeed_rows(work):
+    rows = []
+    for estimate_path in sorted(glob.glob(os.path.join(work, "ds", "*.estimate.json"))):
+        stem = estimate_path[: -len(".estimate.json")]
+        run = load(stem + ".run.json") or {}
+        spec = load(stem + ".spec.json") or {}
+        estimate = load(estimate_path) or {}
+        tensors = load(stem + ".estimate_tensors.json") or {}
+
+        def gpu_peak(e):
+            return (((e.get("full") or {}).get("peaks") or {}).get("gpu") or {}).get("bytes")
+
+        row = dict(spec)
+        row.update(
+            {
+                "max_allocated": run.get("max_allocated"),
+                "max_reserved": run.get("max_reserved"),
+                "dsplan_estimate_peak": gpu_peak(estimate),
+                "dsplan_estimate_tensors_peak": gpu_peak(tensors),
+                # DeepSpeed's own estimator for this config, as `dsplan estimate` reproduces it.
+                "deepspeed_estimator_gpu_bytes": ((estimate.get("full") or {}).get("deepspeed") or {}).get("gpu_bytes"),
+                "run_seconds": run.get("seconds"),
+                "losses": run.get("losses"),
+                "status": "measured" if run.get("max_allocated") is not None else (
+                    "estimate only (dry run)" if spec.get("dry") else "not measured (see the part's log)"
+                ),
+            }
+        )
+        if row["max_allocated"] and row["dsplan_estimate_tensors_peak"]:
+            row["ratio_tensors_estimate_to_allocated"] = row["dsplan_estimate_tensors_peak"] / row["max_allocated"]
+        if row["max_reserved"] and row["dsplan_estimate_peak"]:
+            row["ratio_estimate_to_reserved"] = row["dsplan_estimate_peak"] / row["max_reserved"]
+        rows.append(row)
+    return rows
+
+
+def test_counts(work):
+    out = {}
+    for path in sorted(glob.glob(os.path.join(work, "tests_*.log"))):
+        name = os.path.basename(path)[len("tests_"):-len(".log")]
+        with open(path, errors="replace") as f:
+            text = f.read()
+        match = re.findall(r"test result: (\w+)\. (\d+) passed; (\d+) failed; (\d+) ignored", text)
+        if match:
+            result, passed, failed, ignored = match[-1]
+            out[name] = {"result": result, "passed": int(passed), "failed": int(failed), "ignored": int(ignored)}
+        else:
+            out[name] = {"result": "no summary line (timed out or did not start)"}
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("work")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--copy-to")
+    parser.add_argument("--dry", action="store_true")
+    parser.add_argument("--commit", default="unknown")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--seq", type=int, default=1024)
+    parser.add_argument("--stages", default="0 1 2 3")
+    args = parser.parse_args()
+    work = args.work
+
+    report = load(os.path.join(work, "report.json")) or {}
+    machine = report.get("machine") or {}
+    gpus = machine.get("gpus") or []
+    driver = machine.get("driver") or {}
+    check = (load(os.path.join(work, "check.json")) or {}).get("check")
+    kernels, step = kernels_and_step(check)
+    torch_runs = {m: load(os.path.join(work, f"torch_{m}.json")) for m in ("eager", "compile")}
+    device = gpus[0]["name"] if gpus else ("cpu (dry run)" if args.dry else "unknown")
+    results = {
+        "device": device,
+        "driver": driver.get("version"),
+        "cuda": driver.get("cuda_version"),
+        "date": datetime.date.today().isoformat(),
+        "dsplan_commit": args.commit,
+        "dry_run": args.dry,
+        "kernels": kernels,
+        "step_vs_cpu": step,
+        "gpt2_124m_bf16": [
+            dsplan_stage(work, int(s), args.warmup, torch_runs, args.batch, args.seq, args.dry)
+            for s in args.stages.split()
+        ],
+        "torch": torch_runs,
+        "adamw_bandwidth_fraction": None,
+        "adamw_bandwidth_note": "not measured: the kit has no fused-AdamW bandwidth benchmark yet",
+        "deepspeed_memory": deepspeed_rows(work),
+        "gpu_tests": test_counts(work),
+        "parts": parts(work),
+        "machine": machine,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=2)
+        f.write("\n")
+    if args.copy_to:
+        os.makedirs(args.copy_to, exist_ok=True)
+        shutil.copy(args.out, args.copy_to)
+    print_tables(results, args.out)
+
+
+def fmt_bytes(n):
+    if n is None:
+        return "-"
+    return f"{n / 2**30:.2f} GiB" if n >= 2**26 else f"{n / 2**20:.2f} MiB"
+
+
+def fmt(x, spec="{:.0f}"):
+    return "-" if x is None else spec.format(x)
+
+
+def print_tables(r, path):
+    print(f"\n== results ({'DRY RUN on the CPU: no GPU figures' if r['dry_run'] else r['device']}) -> {path}")
+    print(f"{'part':<28} {'status':<10} {'s':>6}  note")
+    for p in r["parts"]:
+        print(f"{p['part']:<28} {p['status']:<10} {p['seconds']:>6.0f}  {p['note']}")
+    k = r["kernels"]
+    print(f"\nkernels: {k.get('passed')} passed, {k.get('failed')} failed, {k.get('skipped', 0)} skipped"
+          + (f" (not run: {k['not_run']})" if k.get("not_run") else ""))
+    for c in k.get("checks", []):
+        if c["verdict"] == "fail":
+            print(f"  FAIL {c['name']} [{c['dtype']}]: {c['error']} > {c['tol']} {c.get('detail') or ''}")
+    s = r["step_vs_cpu"]
+    print("step vs CPU: " + ("not run" if s is None else f"passed={s['passed']} max_rel_err={s['max_rel_err']}"))
+    for name, t in r["gpu_tests"].items():
+        print(f"tests {name}: {t}")
+    print(f"\n{'stage':>5} {'tokens/s':>10} {'MFU':>7} {'eager':>9} {'compile':>9} {'measured':>10} {'allocated':>10} {'plan':>10}")
+    if r["dry_run"]:
+        print("(dry run: tiny-gpt2 on the CPU; memory columns are the CPU rank's measured peak and its plan)")
+    for g in r["gpt2_124m_bf16"]:
+        if r["dry_run"]:
+            g = dict(g, device_peak_bytes=g.get("cpu_measured_peak_bytes"), plan_peak_bytes=g.get("cpu_plan_peak_bytes"))
+        print(f"{g['stage']:>5} {fmt(g['tokens_per_s']):>10} {fmt(g['mfu'], '{:.1%}'):>7} "
+              f"{fmt(g['torch_eager_tokens_per_s']):>9} {fmt(g['torch_compile_tokens_per_s']):>9} "
+              f"{fmt_bytes(g['device_peak_bytes']):>10} {fmt_bytes(g['device_allocated_bytes']):>10} "
+              f"{fmt_bytes(g['plan_peak_bytes']):>10}")
+    print(f"\n{'model':<12} {'st':>2} {'offload':>7} {'max_alloc':>10} {'max_resv':>10} {'est':>10} {'est/resv':>8} "
+          f"{'tensors':>10} {'t/alloc':>7}  status")
+    for d in r["deepspeed_memory"]:
+        print(f"{d.get('model', '?'):<12} {d.get('stage', '?'):>2} {d.get('offload_optimizer', '?'):>7} "
+              f"{fmt_bytes(d['max_allocated']):>10} {fmt_bytes(d['max_reserved']):>10} "
+              f"{fmt_bytes(d['dsplan_estimate_peak']):>10} {fmt(d.get('ratio_estimate_to_reserved'), '{:.3f}'):>8} "
+              f"{fmt_bytes(d['dsplan_estimate_tensors_peak']):>10} "
+              f"{fmt(d.get('ratio_tensors_estimate_to_allocated'), '{:.3f}'):>7}  {d['status']}")
+
+
+if __name__ == "__main__":
+    main()
