@@ -9,8 +9,9 @@ The DeepSpeed config it trains with is written to `--config-out` first, so `dspl
 --config <that file> --model <same> --seq-len <same>` reads the very same file. With
 `--write-config-only` it stops there (no torch needed): the dry run uses this.
 
-Stage 3 builds the model under `deepspeed.zero.Init` (as the Hugging Face Trainer does, and
-as `dsplan estimate` assumes by default). Attention is transformers' `sdpa` (flash attention on
+The model is built as the Hugging Face Trainer builds it: `HfDeepSpeedConfig` registered, then
+`AutoModelForCausalLM.from_config`, so stage 3 builds it under `deepspeed.zero.Init` (what
+`dsplan estimate` assumes by default; the output's `zero_init` says whether it happened). Attention is transformers' `sdpa` (flash attention on
 Hopper; the estimate is asked with `--flash-attention`) unless `--attention eager`. Dropout
 stays at GPT-2's 0.1.
 """
@@ -75,21 +76,29 @@ def main():
 
     import deepspeed
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import AutoModelForCausalLM, GPT2Config
 
     started = time.perf_counter()
     torch.manual_seed(0)
     n_embd, n_layer, n_head = MODELS[args.model]
     hf_config = GPT2Config(
-        vocab_size=50257, n_positions=1024, n_embd=n_embd, n_layer=n_layer, n_head=n_head
+        vocab_size=50257,
+        n_positions=1024,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        attn_implementation=args.attention,
     )
-    hf_config._attn_implementation = args.attention
     deepspeed.init_distributed(dist_backend="nccl")
-    if args.stage == 3:
-        with deepspeed.zero.Init(config_dict_or_path=config):
-            model = GPT2LMHeadModel(hf_config)
-    else:
-        model = GPT2LMHeadModel(hf_config)
+    # As the Hugging Face Trainer does: with the DeepSpeed config registered, `from_config`
+    # builds a stage-3 model under `deepspeed.zero.Init` (partitioned as it is built).
+    try:
+        from transformers.integrations import HfDeepSpeedConfig
+    except ImportError:
+        from transformers.integrations.deepspeed import HfDeepSpeedConfig
+    hf_deepspeed = HfDeepSpeedConfig(config)  # noqa: F841 (must stay alive)
+    model = AutoModelForCausalLM.from_config(hf_config, attn_implementation=args.attention)
+    zero_init = any(hasattr(p, "ds_numel") for p in model.parameters())
     n_params = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
     engine, _, _, _ = deepspeed.initialize(
         model=model, model_parameters=model.parameters(), config=config
@@ -114,6 +123,8 @@ def main():
                 "seq_len": args.seq,
                 "steps": args.steps,
                 "attention": args.attention,
+                "attention_used": getattr(model.config, "_attn_implementation", None),
+                "zero_init": zero_init,
                 "max_allocated": torch.cuda.max_memory_allocated(),
                 "max_reserved": torch.cuda.max_memory_reserved(),
                 "allocated_after": torch.cuda.memory_allocated(),
