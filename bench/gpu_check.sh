@@ -211,7 +211,7 @@ run_tests() {
             part "tests_$t" 200 "$tests_dir/$t" --ignored --test-threads=1 --nocapture
         else
             # Dry (and cuda_probe everywhere): list the tests and run the host ones.
-            "$tests_dir/$t" --list --ignored >"$work/tests_${t}_list.log" 2>&1
+            "$tests_dir/$t" --list --ignored >"$work/list_${t}.log" 2>&1
             part "tests_$t" 60 "$tests_dir/$t" --test-threads=1
         fi
     done
