@@ -82,14 +82,13 @@ pub fn run(
         push(row);
     }
     for (name, case) in kernels::CASES {
-        for row in guarded(name, || case(&gpu)) {
+        for row in guarded(CheckKind::Kernel, name, || case(&gpu)) {
             push(row);
         }
     }
     if scope == Scope::KernelsAndStep {
-        for row in guarded("train step vs CPU backend", || {
-            step::one_step_vs_cpu(ordinal)
-        }) {
+        let step = || step::one_step_vs_cpu(ordinal);
+        for row in guarded(CheckKind::TrainStep, "train step vs CPU backend", step) {
             push(row);
         }
     }
@@ -102,21 +101,21 @@ pub fn run(
 }
 
 /// `case`'s rows; an error or a panic inside it becomes one failed row naming it.
-fn guarded(name: &str, case: impl FnOnce() -> Result<Vec<CheckRow>, String>) -> Vec<CheckRow> {
+fn guarded(
+    kind: CheckKind,
+    name: &str,
+    case: impl FnOnce() -> Result<Vec<CheckRow>, String>,
+) -> Vec<CheckRow> {
     match catch_unwind(AssertUnwindSafe(case)) {
         Ok(Ok(rows)) => rows,
-        Ok(Err(error)) => vec![CheckRow::failed(CheckKind::Kernel, name, error)],
+        Ok(Err(error)) => vec![CheckRow::failed(kind, name, error)],
         Err(panic) => {
             let message = panic
                 .downcast_ref::<String>()
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "panicked".to_string());
-            vec![CheckRow::failed(
-                CheckKind::Kernel,
-                name,
-                format!("panicked: {message}"),
-            )]
+            vec![CheckRow::failed(kind, name, format!("panicked: {message}"))]
         }
     }
 }
