@@ -39,13 +39,29 @@ pub fn human_unlocated(path: &str, diagnostics: &[Diagnostic]) -> String {
 pub fn human_with_bytes(path: &str, bytes: &[u8], diagnostics: &[Diagnostic]) -> String {
     let body = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let text = String::from_utf8_lossy(body);
+    let lines: Vec<&str> = text.split('\n').collect();
+    let ascii: Vec<bool> = lines.iter().map(|line| line.is_ascii()).collect();
     render_all(path, diagnostics, |diagnostic| {
         let line = diagnostic.line?;
         let column = diagnostic.column?;
-        let line_text = text.split('\n').nth(line.checked_sub(1)?)?;
+        let index = line.checked_sub(1)?;
+        let line_text = lines.get(index)?;
         let line_text = line_text.strip_suffix('\r').unwrap_or(line_text);
-        Some(Snippet::at_token(line, line_text, column))
+        let at = byte_of_column(line_text, column, ascii[index]);
+        Some(Snippet::at_token(line, line_text, at))
     })
+}
+
+/// The byte offset of a 1-based character `column` in `line` (its end when past it); on an
+/// ASCII line without walking it.
+fn byte_of_column(line: &str, column: usize, ascii: bool) -> usize {
+    let skipped = column.saturating_sub(1);
+    if ascii {
+        return skipped.min(line.len());
+    }
+    line.char_indices()
+        .nth(skipped)
+        .map_or(line.len(), |(at, _)| at)
 }
 
 /// One line closing a file's report: `ds_config.json: valid` or
@@ -72,34 +88,125 @@ pub fn file_summary(path: &str, diagnostics: &[Diagnostic]) -> String {
         "valid"
     };
     if parts.is_empty() {
-        format!("{path}: {verdict}\n")
+        format!("{}: {verdict}\n", bounded(path))
     } else {
-        format!("{path}: {verdict} ({})\n", parts.join(", "))
+        format!("{}: {verdict} ({})\n", bounded(path), parts.join(", "))
     }
 }
 
-/// The line to show under a diagnostic, and what to underline in it.
+/// Characters of a line shown before the column a diagnostic points at; longer lines are cut
+/// (marked with `…`), so a diagnostic on a 256 MB line prints at most 160 characters of it.
+const CONTEXT_BEFORE: usize = 60;
+
+/// Characters shown from the column on (the underlined token included).
+const CONTEXT_AFTER: usize = 100;
+
+/// The excerpt shown under a diagnostic: a window of one line, escaped, and where the carets go.
 struct Snippet {
     /// 1-based line number.
     line: usize,
-    /// The line's text, line ending excluded.
-    text: String,
-    /// 1-based column (in characters) where the carets start.
-    column: usize,
-    /// How many characters they cover (at least 1).
-    width: usize,
+    /// The excerpt as printed: tabs expanded, control characters escaped, cut ends marked.
+    shown: String,
+    /// Screen columns before the first caret.
+    indent: usize,
+    /// How many carets (at least 1).
+    carets: usize,
 }
 
 impl Snippet {
-    /// Underline the token that starts at `column`.
-    fn at_token(line: usize, text: &str, column: usize) -> Self {
-        let rest: String = text.chars().skip(column.saturating_sub(1)).collect();
+    /// Underline the token that starts at byte offset `at` (a character boundary) of `text`.
+    fn at_token(line: usize, text: &str, at: usize) -> Self {
+        let width = token_width(window_after(text, at));
+        Snippet::window(line, text, at, width)
+    }
+
+    /// The window of `text` around byte offset `at` (a character boundary), underlining
+    /// `width` characters from there (no further than the window).
+    fn window(line: usize, text: &str, at: usize, width: usize) -> Self {
+        let (head, tail) = text.split_at(at.min(text.len()));
+        let mut before: Vec<char> = head.chars().rev().take(CONTEXT_BEFORE + 1).collect();
+        let cut_before = before.len() > CONTEXT_BEFORE;
+        before.truncate(CONTEXT_BEFORE);
+        before.reverse();
+        let mut after: Vec<char> = tail.chars().take(CONTEXT_AFTER + 1).collect();
+        let cut_after = after.len() > CONTEXT_AFTER;
+        after.truncate(CONTEXT_AFTER);
+        let mut shown = String::new();
+        if cut_before {
+            shown.push('…');
+        }
+        before.iter().for_each(|&c| push_shown(&mut shown, c));
+        let indent = shown.chars().count();
+        let mut underlined = String::new();
+        after
+            .iter()
+            .take(width.max(1))
+            .for_each(|&c| push_shown(&mut underlined, c));
+        after.iter().for_each(|&c| push_shown(&mut shown, c));
+        if cut_after {
+            shown.push('…');
+        }
         Snippet {
             line,
-            text: text.to_owned(),
-            column,
-            width: token_width(&rest),
+            shown,
+            indent,
+            carets: underlined.chars().count().max(1),
         }
+    }
+}
+
+/// At most the window's worth of `text` from byte offset `at`, for measuring the token there.
+fn window_after(text: &str, at: usize) -> &str {
+    let tail = text.get(at..).unwrap_or("");
+    let end = tail
+        .char_indices()
+        .nth(CONTEXT_AFTER)
+        .map_or(tail.len(), |(end, _)| end);
+    &tail[..end]
+}
+
+/// Appends `c` as printed in an excerpt: a tab as spaces, a control character escaped.
+fn push_shown(out: &mut String, c: char) {
+    if c == '\t' {
+        out.push_str(&" ".repeat(TAB_WIDTH));
+    } else {
+        push_escaped(out, c);
+    }
+}
+
+/// Appends `c`, or its escape `\u{1b}` when printing it could drive the terminal (a C0 or C1
+/// control character, DEL, or a bidirectional override).
+fn push_escaped(out: &mut String, c: char) {
+    if c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}') {
+        out.push_str(&format!("\\u{{{:x}}}", c as u32));
+    } else {
+        out.push(c);
+    }
+}
+
+/// `text` with every control character escaped ([`push_escaped`]): for anything printed that
+/// came from the user's input (keys and values quoted in messages, paths, pointers).
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    let safe = |c: char| {
+        !(c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'))
+    };
+    if text.chars().all(safe) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    text.chars().for_each(|c| push_escaped(&mut out, c));
+    std::borrow::Cow::Owned(out)
+}
+
+/// Characters of a message, help, path or pointer printed; the rest is cut (marked with `…`),
+/// so a key of a million characters quoted in a message does not flood the terminal.
+const MAX_TEXT: usize = 1000;
+
+/// `text` escaped ([`escape_controls`]) and cut to [`MAX_TEXT`] characters.
+fn bounded(text: &str) -> String {
+    match text.char_indices().nth(MAX_TEXT) {
+        None => escape_controls(text).into_owned(),
+        Some((end, _)) => format!("{}…", escape_controls(&text[..end])),
     }
 }
 
@@ -111,20 +218,19 @@ fn file_snippet(file: &SourceFile, diagnostic: &Diagnostic) -> Option<Snippet> {
     let line_span = file.line_span(line)?;
     let line_text = file.line_text(line)?;
     let anchor = file.anchor_span(&diagnostic.pointer);
-    if file.line_col(anchor.start) != (line, column) {
-        return Some(Snippet::at_token(line, line_text, column));
+    let Some(at) = file.offset_of(line, column) else {
+        return Some(Snippet::at_token(line, line_text, line_text.len()));
+    };
+    if anchor.start != at {
+        return Some(Snippet::at_token(line, line_text, at - line_span.start));
     }
     let end = anchor.end.min(line_span.end).max(anchor.start);
+    let at = anchor.start - line_span.start;
     let width = file
         .text()
         .get(anchor.start..end)
-        .map_or(1, |s| s.chars().count());
-    Some(Snippet {
-        line,
-        text: line_text.to_owned(),
-        column,
-        width: width.max(1),
-    })
+        .map_or(1, |s| window_after(s, 0).chars().count());
+    Some(Snippet::window(line, line_text, at, width))
 }
 
 /// Render every diagnostic, a blank line between two.
@@ -147,51 +253,30 @@ fn render_one(path: &str, diagnostic: &Diagnostic, snippet: Option<Snippet>) -> 
         "{}[{}]: {}\n",
         diagnostic.severity.as_str(),
         diagnostic.code.as_str(),
-        diagnostic.message
+        bounded(&diagnostic.message)
     );
-    let mut location = path.to_owned();
+    let mut location = bounded(path);
     if let (Some(line), Some(column)) = (diagnostic.line, diagnostic.column) {
         location.push_str(&format!(":{line}:{column}"));
     }
     if !diagnostic.pointer.is_empty() {
-        location.push_str(&format!(" ({})", diagnostic.pointer));
+        location.push_str(&format!(" ({})", bounded(&diagnostic.pointer)));
     }
     out.push_str(&format!("{pad}--> {location}\n"));
     if let Some(snippet) = snippet {
-        let shown = expand_tabs(&snippet.text);
-        let before: String = snippet.text.chars().take(snippet.column - 1).collect();
-        let underlined: String = snippet
-            .text
-            .chars()
-            .skip(snippet.column - 1)
-            .take(snippet.width)
-            .collect();
-        let indent = display_width(&before);
-        let carets = display_width(&underlined).max(1);
         out.push_str(&format!("{pad} |\n"));
-        out.push_str(format!("{} | {shown}", snippet.line).trim_end());
+        out.push_str(format!("{} | {}", snippet.line, snippet.shown).trim_end());
         out.push('\n');
         out.push_str(&format!(
             "{pad} | {}{}\n",
-            " ".repeat(indent),
-            "^".repeat(carets)
+            " ".repeat(snippet.indent),
+            "^".repeat(snippet.carets)
         ));
     }
     if let Some(help) = &diagnostic.help {
-        out.push_str(&format!("{pad} = help: {help}\n"));
+        out.push_str(&format!("{pad} = help: {}\n", bounded(help)));
     }
     out
-}
-
-/// Columns a piece of a line takes on screen once tabs are expanded.
-fn display_width(text: &str) -> usize {
-    text.chars()
-        .map(|c| if c == '\t' { TAB_WIDTH } else { 1 })
-        .sum()
-}
-
-fn expand_tabs(text: &str) -> String {
-    text.replace('\t', &" ".repeat(TAB_WIDTH))
 }
 
 /// How many characters the token at the start of `rest` spans: a string literal to its closing
@@ -254,7 +339,7 @@ mod tests {
 "#;
 
     fn parsed(text: &str) -> (SourceFile, Vec<Diagnostic>) {
-        SourceFile::parse("ds_config.json", text.as_bytes()).expect("parses")
+        SourceFile::parse_with_duplicates("ds_config.json", text.as_bytes()).expect("parses")
     }
 
     fn located(file: &SourceFile, mut diagnostic: Diagnostic) -> Diagnostic {
@@ -433,6 +518,67 @@ mod tests {
                 .contains("\n   --> c.json:122:6 (/x)\n    |\n122 | \"x\": tru}\n    |      ^^^\n"),
             "{rendered}"
         );
+    }
+
+    #[test]
+    fn a_long_line_shows_a_window_around_the_column() {
+        let long = "x".repeat(1_000_000);
+        let text = format!("{{\"a\": \"{long}\", \"b\": 1, \"b\": 2}}");
+        let errors = SourceFile::parse("c.json", text.as_bytes()).expect_err("duplicate");
+        let rendered = human_with_bytes("c.json", text.as_bytes(), &errors);
+        assert!(rendered.len() < 1000, "{} bytes", rendered.len());
+        assert!(
+            rendered.contains(&format!(
+                "1 | …{}\", \"b\": 1, \"b\": 2}}\n",
+                "x".repeat(49)
+            )),
+            "{rendered}"
+        );
+        assert!(
+            rendered.contains(&format!("  | {}^^^\n", " ".repeat(61))),
+            "{rendered}"
+        );
+        let (file, mut found) =
+            SourceFile::parse_with_duplicates("c.json", text.as_bytes()).expect("parses");
+        found.push(Diagnostic::error(Code::WrongType, "/a", "too long"));
+        file.locate_all(&mut found);
+        let rendered = human(&file, &found);
+        assert!(rendered.len() < 2000, "{} bytes", rendered.len());
+        assert!(rendered.contains("1 | {\"a\": \"xxxx"), "{rendered}");
+        assert!(rendered.contains("xxxxxx…\n"), "{rendered}");
+    }
+
+    #[test]
+    fn control_characters_from_the_input_are_escaped() {
+        let text = "{\"\\u001b]0;pwned\\u0007\\u001b[2J\": 1, \"z\": 1\u{7}}";
+        let fatal = SourceFile::parse("c\u{1b}.json", text.as_bytes()).expect_err("bell");
+        let mut shown = human_with_bytes("c\u{1b}.json", text.as_bytes(), &fatal);
+        let (file, _) = parsed("{\"\\u001b]0;pwned\\u0007\\u001b[2J\": 1}");
+        let key = "\u{1b}]0;pwned\u{7}\u{1b}[2J";
+        let mut unknown = Diagnostic::error(
+            Code::UnknownKey,
+            format!("/{key}"),
+            format!("unknown key `{key}`"),
+        )
+        .with_help(format!("remove `{key}`"));
+        file.locate(&mut unknown);
+        shown.push_str(&human(&file, &[unknown]));
+        shown.push_str(&file_summary("c\u{1b}.json", &[]));
+        assert!(
+            !shown.chars().any(|c| c.is_control() && c != '\n'),
+            "{shown:?}"
+        );
+        assert!(
+            shown.contains("error[unknown-key]: unknown key `\\u{1b}]0;pwned\\u{7}\\u{1b}[2J`\n"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("(/\\u{1b}]0;pwned\\u{7}\\u{1b}[2J)"),
+            "{shown}"
+        );
+        assert!(shown.contains("1 | {\"\\u001b]0;pwned"), "{shown}");
+        assert!(shown.contains("\"z\": 1\\u{7}}\n"), "{shown}");
+        assert!(shown.contains("c\\u{1b}.json: valid\n"), "{shown}");
     }
 
     #[test]

@@ -308,6 +308,10 @@ fn bad_requests_are_usage_errors() {
             &["--global-batch", "64", "--compute-efficiency", "2"],
             "compute_efficiency",
         ),
+        (
+            &["--global-batch", "9223372036854775808"],
+            "a global batch of 9223372036854775808 is above 2^53 = 9007199254740992, the largest train_batch_size a config holds exactly",
+        ),
     ];
     for (extra, expected) in cases {
         let mut args = vec![
@@ -345,4 +349,31 @@ fn bad_requests_are_usage_errors() {
         .expect("dsplan runs");
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("no unit"));
+}
+
+#[test]
+fn a_huge_global_batch_is_answered_without_walking_every_micro_batch() {
+    // 2^40 per 8 GPUs: the micro-batch candidates are the 38 powers of two dividing 2^37,
+    // found by trial division up to the root (the walk over every integer took minutes).
+    let output = dsplan()
+        .timeout(std::time::Duration::from_secs(60))
+        .args([
+            "recommend",
+            "--model",
+            "gpt2",
+            "--gpus-per-node",
+            "8",
+            "--gpu-memory",
+            "80GiB",
+            "--seq-len",
+            "1024",
+            "--global-batch",
+            "1099511627776",
+            "--format",
+            "json",
+        ])
+        .output()
+        .expect("dsplan runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(matches!(output.status.code(), Some(0 | 1)), "{stderr}");
 }

@@ -315,3 +315,86 @@ fn usage_and_io_errors_exit_2() {
     let syntax = write(dir.path(), "bad.json", "{\"train_batch_size\": 8,,}");
     assert_eq!(run(&["resolve", &syntax, "--world-size", "1"]).0, 1);
 }
+
+/// `--format json` of `dsplan resolve`, with the exit code.
+fn resolve_json(file: &str, flags: &[&str]) -> (Option<i32>, Value) {
+    let output = dsplan()
+        .args(["resolve", file, "--world-size", "1", "--format", "json"])
+        .args(flags)
+        .output()
+        .expect("runs");
+    let doc = serde_json::from_slice(&output.stdout).expect("json");
+    (output.status.code(), doc)
+}
+
+fn diagnostic_at<'d>(doc: &'d Value, pointer: &str) -> &'d Value {
+    doc["diagnostics"]
+        .as_array()
+        .expect("diagnostics")
+        .iter()
+        .find(|d| d["pointer"] == pointer)
+        .unwrap_or_else(|| panic!("no diagnostic at {pointer}: {doc:#}"))
+}
+
+#[test]
+fn auto_under_a_short_stage3_name_warns_with_deepspeeds_default() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = write(
+        dir.path(),
+        "short.json",
+        r#"{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3,
+            "prefetch_bucket_size": "auto", "param_persistence_threshold": "auto"}}"#,
+    );
+    let (code, doc) = resolve_json(&file, &["--hidden-size", "64"]);
+    assert_eq!(code, Some(0), "{doc:#}");
+    for (short, long, default) in [
+        (
+            "prefetch_bucket_size",
+            "stage3_prefetch_bucket_size",
+            50_000_000,
+        ),
+        (
+            "param_persistence_threshold",
+            "stage3_param_persistence_threshold",
+            100_000,
+        ),
+    ] {
+        let warning = diagnostic_at(&doc, &format!("/zero_optimization/{short}"));
+        assert_eq!(warning["code"], "unresolvable-auto");
+        assert_eq!(warning["severity"], "warning");
+        assert_eq!(
+            warning["message"],
+            format!(
+                "`{short}` is \"auto\", which the Hugging Face Trainer fills only under the name `{long}`: it stays \"auto\", and DeepSpeed then uses its default, {default}"
+            )
+        );
+        assert_eq!(doc["config"]["zero_optimization"][long], json!(default));
+    }
+}
+
+#[test]
+fn a_precision_flag_against_the_configs_precision_is_the_trainers_mismatch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = write(
+        dir.path(),
+        "bf16.json",
+        r#"{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}}"#,
+    );
+    let (code, doc) = resolve_json(&file, &["--fp16"]);
+    assert_eq!(code, Some(1), "{doc:#}");
+    let error = diagnostic_at(&doc, "/bf16/enabled");
+    assert_eq!(error["code"], "auto-mismatch");
+    assert_eq!(error["severity"], "error");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("ds bf16.enabled=True vs hf bf16|bf16_full_eval=False")),
+        "{error:#}"
+    );
+    let (code, doc) = resolve_json(&file, &[]);
+    assert_eq!(
+        code,
+        Some(0),
+        "no flag: only TrainingArguments' default differs: {doc:#}"
+    );
+}

@@ -128,6 +128,11 @@ codes! {
     UnresolvableAuto => "unresolvable-auto",
     /// A numeric string normalised to a number.
     NormalisedString => "normalised-string",
+    /// A setting nothing reads in this configuration (e.g. a dynamic loss-scale knob next to a
+    /// static `loss_scale`).
+    IgnoredSetting => "ignored-setting",
+    /// A key given under two spellings (an alias and its canonical name) with different values.
+    ConflictingSpellings => "conflicting-spellings",
 }
 
 impl Serialize for Code {

@@ -177,6 +177,18 @@ const CASES: &[(Code, &str, Option<u64>, &str)] = &[
         None,
         "/prescale_gradients",
     ),
+    (
+        Code::IgnoredSetting,
+        r#"{"train_batch_size": 8, "fp16": {"enabled": true, "loss_scale": 128, "hysteresis": 4}}"#,
+        None,
+        "/fp16/hysteresis",
+    ),
+    (
+        Code::ConflictingSpellings,
+        r#"{"train_batch_size": 8, "zero_optimization": {"stage": 3, "prefetch_bucket_size": 100, "stage3_prefetch_bucket_size": 200}}"#,
+        None,
+        "/zero_optimization/prefetch_bucket_size",
+    ),
 ];
 
 /// Codes other layers emit, each with the test that covers it.

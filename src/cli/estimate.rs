@@ -283,7 +283,7 @@ pub fn run(args: EstimateArgs) -> Outcome {
             Outcome::Success
         }
         Err((outcome, message)) => {
-            eprintln!("error: {message}");
+            eprintln!("error: {}", crate::render::escape_controls(&message));
             outcome
         }
     }
@@ -365,21 +365,23 @@ fn estimate(args: &EstimateArgs) -> Result<String, Failure> {
 /// Reads `--config` and runs the full estimate.
 fn full_estimate(
     args: &EstimateArgs,
-    path: &PathBuf,
+    path: &std::path::Path,
     spec: &ModelSpec,
     hardware: Hardware,
 ) -> Result<FullEstimate, Failure> {
     let display = path.display().to_string();
-    let bytes =
-        std::fs::read(path).map_err(|error| usage(format!("cannot read {display}: {error}")))?;
+    let bytes = super::read_input(path).map_err(|diagnostic| usage(diagnostic.message))?;
     let (file, _) = SourceFile::parse(&display, &bytes).map_err(|fatal| {
         let first = fatal
-            .first()
-            .map_or_else(String::new, |d| format!(": {}", d.message));
+            .iter()
+            .find(|d| d.is_error())
+            .map_or_else(String::new, |d| {
+                format!(": {}", crate::render::escape_controls(&d.message))
+            });
         (
             Outcome::InputRejected,
             format!(
-                "{display} is not a JSON config{first} (dsplan validate {display} shows where)"
+                "{display} is not a usable JSON config{first} (dsplan validate {display} shows where)"
             ),
         )
     })?;

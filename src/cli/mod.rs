@@ -95,14 +95,8 @@ pub fn run() -> ExitCode {
     ExitCode::from(outcome)
 }
 
-/// Read an input file; an unreadable one becomes an `unreadable-file` diagnostic naming it.
+/// Read an input file, bounded ([`dsplan_planner::source::read_config`]); an unreadable one
+/// becomes an `unreadable-file` diagnostic naming it.
 pub fn read_input(path: &std::path::Path) -> Result<Vec<u8>, dsplan_planner::Diagnostic> {
-    std::fs::read(path).map_err(|error| {
-        dsplan_planner::Diagnostic::error(
-            dsplan_planner::Code::UnreadableFile,
-            "",
-            format!("cannot read {}: {error}", path.display()),
-        )
-        .with_help("check the path and the file's permissions")
-    })
+    dsplan_planner::source::read_config(path)
 }

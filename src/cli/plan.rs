@@ -131,7 +131,7 @@ pub fn run(args: PlanArgs) -> Outcome {
         }
         Err((outcome, message)) => {
             if !message.is_empty() {
-                eprintln!("error: {message}");
+                eprintln!("error: {}", render::escape_controls(&message));
             }
             outcome
         }
@@ -147,12 +147,8 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
         ));
     }
     let display = args.file.display().to_string();
-    let bytes = std::fs::read(&args.file).map_err(|error| {
-        (
-            Outcome::UsageError,
-            format!("cannot read {display}: {error}"),
-        )
-    })?;
+    let bytes = super::read_input(&args.file)
+        .map_err(|diagnostic| (Outcome::UsageError, diagnostic.message))?;
     let options = ValidateOptions {
         world_size: Some(args.world_size),
     };

@@ -177,8 +177,7 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
     let backend = cuda::choose(args.device)?;
     let world = args.world_size as usize;
     let display = args.config.display().to_string();
-    let bytes = std::fs::read(&args.config)
-        .map_err(|e| Failure::usage(format!("cannot read {display}: {e}")))?;
+    let bytes = super::read_input(&args.config).map_err(|d| Failure::usage(d.message))?;
     let (file, parsed) = match SourceFile::parse(&display, &bytes) {
         Ok(parsed) => parsed,
         Err(fatal) => {

@@ -11,8 +11,8 @@ use clap::{Args, ValueEnum};
 use dsplan_planner::resolve::ResolvedSchedule;
 use dsplan_planner::resolve::phases::{default_steps, phases};
 use dsplan_planner::resolve::schedule::schedule;
-use dsplan_planner::schedule::py_float_repr;
 use dsplan_planner::schedule::svg::lr_curve_svg;
+use dsplan_planner::schedule::{LrSchedule, py_float_repr};
 use dsplan_planner::source::SourceFile;
 use serde_json::json;
 
@@ -101,6 +101,9 @@ pub fn run(args: ScheduleArgs) -> Outcome {
         .or(env.training_args.num_training_steps.map(|n| n.value))
         .unwrap_or_else(|| default_steps(&resolved.schedule))
         .min(MAX_STEPS);
+    if args.format == ScheduleFormat::Json {
+        return stream_json_rows(&resolved.schedule, steps);
+    }
     let points: Vec<(u64, f64)> = (0..steps)
         .map(|k| (k, resolved.schedule.lr_at(k)))
         .collect();
@@ -113,7 +116,7 @@ pub fn run(args: ScheduleArgs) -> Outcome {
         })
         .collect();
     let out = match args.format {
-        ScheduleFormat::Json => json_rows(&points, momentum.as_deref()),
+        ScheduleFormat::Json => return stream_json_rows(&resolved.schedule, steps),
         ScheduleFormat::Svg => lr_curve_svg(
             &points,
             momentum.as_deref(),
@@ -125,16 +128,31 @@ pub fn run(args: ScheduleArgs) -> Outcome {
     Outcome::Success
 }
 
-fn json_rows(points: &[(u64, f64)], momentum: Option<&[(u64, f64)]>) -> String {
-    let rows: Vec<serde_json::Value> = points
-        .iter()
-        .enumerate()
-        .map(|(at, (step, lr))| {
-            let beta1 = momentum.and_then(|m| m.get(at)).map(|(_, b)| *b);
-            json!({"step": step, "lr": lr, "momentum": beta1})
-        })
-        .collect();
-    serde_json::to_string_pretty(&rows).unwrap_or_default()
+/// Writes the JSON list of every step's rates row by row as it computes them, so that 10^7
+/// steps take constant memory (building the whole list first took 6 GB).
+fn stream_json_rows(schedule: &LrSchedule, steps: u64) -> Outcome {
+    use std::io::Write;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut write = || -> std::io::Result<()> {
+        out.write_all(b"[")?;
+        for k in 0..steps {
+            let beta1 = schedule.momentum_at(k).map(|(beta1, _)| beta1);
+            let row = json!({"step": k, "lr": schedule.lr_at(k), "momentum": beta1});
+            let separator = if k == 0 { "\n  " } else { ",\n  " };
+            write!(out, "{separator}{row}")?;
+        }
+        out.write_all(b"\n]\n")?;
+        out.flush()
+    };
+    match write() {
+        Ok(()) => Outcome::Success,
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Outcome::Success,
+        Err(error) => {
+            eprintln!("error: cannot write the schedule: {error}");
+            Outcome::UsageError
+        }
+    }
 }
 
 fn human(

@@ -1,8 +1,11 @@
 //! Saving and loading: `checkpoint` (tag validation, universal checkpoints, writers) and `aio`
 //! (the asynchronous I/O engine used for NVMe offload and fast checkpoint writing).
 //!
-//! Both are plain dictionary lookups in DeepSpeed: unknown keys are ignored, and string
-//! choices are upper-cased before they are compared.
+//! Both are plain dictionary lookups in DeepSpeed: string choices are upper-cased before they
+//! are compared, and unknown keys are ignored, so a misspelt key silently keeps its default.
+//! dsplan refuses unknown keys in `checkpoint`, `checkpoint.parallel_write` (`runtime/config.py`
+//! 387-401 and 545-569 in 0.19.8) and `aio` (`runtime/swap_tensor/aio_config.py:25-35`), as
+//! in the pydantic sections.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -23,7 +26,7 @@ case_insensitive_enum! {
 
 /// `checkpoint`: how checkpoints are validated, written and loaded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct CheckpointConfig {
     /// Check that every rank saves under the same tag.
     pub tag_validation: TagValidation,
@@ -57,7 +60,7 @@ impl Default for CheckpointConfig {
 
 /// `checkpoint.parallel_write`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ParallelWriteConfig {
     /// Pipeline parallelism: every stage writes its own part (must be a boolean).
     pub pipeline_stage: bool,
@@ -126,7 +129,7 @@ impl Default for CheckpointWriterConfig {
 /// `aio`: the asynchronous I/O engine behind NVMe offload (used only when the section is
 /// present). I/O is aligned to 1024 bytes × `intra_op_parallelism`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct AioConfig {
     /// Bytes per I/O request.
     pub block_size: NonNegativeInt,

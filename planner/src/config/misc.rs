@@ -1,5 +1,8 @@
 //! `activation_checkpointing` and `autotuning`: two plain dictionary-lookup sections in
-//! DeepSpeed (unknown keys are ignored).
+//! DeepSpeed. DeepSpeed ignores unknown keys in them; dsplan refuses an unknown key in
+//! `activation_checkpointing` (its six keys: `runtime/activation_checkpointing/config.py:77-94`
+//! in 0.19.8), because a misspelt one silently keeps the default (`partition_activation` trains
+//! without partitioned activations).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -10,7 +13,7 @@ use super::primitives::{Integer, NonNegativeInt};
 /// `activation_checkpointing`: settings of DeepSpeed's activation checkpointing API
 /// (`deepspeed.checkpointing`), used by Megatron-style models that call it.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ActivationCheckpointingConfig {
     /// Partition the checkpointed activations across model-parallel ranks.
     pub partition_activations: bool,

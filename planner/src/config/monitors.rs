@@ -3,7 +3,9 @@
 //! throughput timers (`timers`).
 //!
 //! The monitors, `comms_logger` and `timers.throughput` are pydantic models in DeepSpeed
-//! (unknown keys rejected); `flops_profiler` and `timers` itself are plain dictionary lookups.
+//! (unknown keys rejected); `flops_profiler` and `timers` itself are plain dictionary lookups;
+//! dsplan still refuses an unknown key in `flops_profiler` (its seven keys:
+//! `profiling/config.py:29-46` in 0.19.8), where a typo would silently keep the default.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -174,7 +176,7 @@ impl Default for CommsLoggerConfig {
 /// `flops_profiler`: measure the model's FLOPs, latency and parameters at one step. Enabling
 /// it also turns on `wall_clock_breakdown`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct FlopsProfilerConfig {
     /// Run the profiler.
     pub enabled: bool,

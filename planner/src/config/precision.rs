@@ -3,7 +3,9 @@
 //!
 //! `fp16` and `bf16` are pydantic models in DeepSpeed 0.19.8 (`runtime/precision_config.py`):
 //! unknown keys are rejected, so apex's `opt_level` inside `fp16` or loss-scaler keys inside
-//! `bf16` fail. `torch_autocast` and `data_types` are plain dictionary lookups.
+//! `bf16` fail. `torch_autocast` and `data_types` are plain dictionary lookups
+//! (`runtime/constants.py:186-191, 383-391`); dsplan refuses unknown keys in them too, since a
+//! typo there silently keeps the default.
 
 use std::borrow::Cow;
 
@@ -136,7 +138,7 @@ impl JsonSchema for LegacyBf16Config {
 
 /// `torch_autocast`: run forward under `torch.autocast` instead of casting the whole model.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct TorchAutocastConfig {
     /// Turn torch autocast on.
     pub enabled: bool,
@@ -205,7 +207,7 @@ impl JsonSchema for KeepInFp32Modules {
 
 /// `data_types`: dtypes DeepSpeed uses for particular buffers.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct DataTypesConfig {
     /// Dtype gradients are accumulated in. Absent: the model dtype under ZeRO, fp32 for bf16
     /// without ZeRO.

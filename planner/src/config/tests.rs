@@ -72,9 +72,12 @@ fn closed_sections_reject_unknown_keys_and_the_top_level_ignores_them() {
     let error = read(json!({"bf16": {"enabled": true, "loss_scale": 0}})).expect_err("bf16");
     assert!(error.contains("loss_scale"), "{error}");
     assert!(read(json!({"zero_optimization": {"overlap_com": true}})).is_err());
-    // Dictionary-lookup sections and the top level ignore what they do not read.
-    read(json!({"cuda_visible_devices": 0, "activation_checkpointing": {"typo": 1}}))
-        .expect("DeepSpeed ignores these");
+    // The top level ignores what it does not read, as DeepSpeed does; dictionary-lookup
+    // sections refuse a typo, which DeepSpeed would silently ignore.
+    read(json!({"cuda_visible_devices": 0})).expect("DeepSpeed ignores it");
+    let error = read(json!({"activation_checkpointing": {"partition_activation": true}}))
+        .expect_err("a typo in a dictionary-lookup section");
+    assert!(error.contains("partition_activation"), "{error}");
 }
 
 #[test]

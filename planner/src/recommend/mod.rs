@@ -25,6 +25,7 @@ use serde::Serialize;
 use serde_json::Value;
 use std::fmt;
 
+use crate::config::primitives::MAX_EXACT_INTEGER;
 use crate::diagnostics::Diagnostic;
 use crate::estimate::full::{
     AttentionKernel, Checkpointing, Context, Margins, ModelDims, Overrides, Peak, Precision,
@@ -159,6 +160,12 @@ pub enum RecommendError {
         /// GPUs.
         world: u64,
     },
+    /// The global batch is above 2^53, the largest `train_batch_size` a JSON config holds
+    /// exactly (checked before any search).
+    BatchTooLarge {
+        /// The target.
+        global_batch: u64,
+    },
     /// No strategy fits; every candidate says why.
     NothingFits(Vec<Candidate>),
     /// The estimate refused the inputs.
@@ -189,6 +196,10 @@ impl fmt::Display for RecommendError {
                     write!(f, "use {above}")
                 }
             }
+            RecommendError::BatchTooLarge { global_batch } => write!(
+                f,
+                "a global batch of {global_batch} is above 2^53 = {MAX_EXACT_INTEGER}, the largest train_batch_size a config holds exactly"
+            ),
             RecommendError::NothingFits(_) => {
                 write!(f, "no configuration fits this model on this cluster")
             }
@@ -220,6 +231,11 @@ pub fn recommend(request: &Request) -> Result<Recommendation, RecommendError> {
     let world = request.cluster.hardware.total_gpus();
     if request.global_batch == 0 {
         return Err(RecommendError::ZeroBatch);
+    }
+    if request.global_batch > MAX_EXACT_INTEGER {
+        return Err(RecommendError::BatchTooLarge {
+            global_batch: request.global_batch,
+        });
     }
     if !request.global_batch.is_multiple_of(world) {
         return Err(RecommendError::BatchNotDivisible {
@@ -321,8 +337,11 @@ fn evaluate(
     }
     let world = cluster.hardware.total_gpus();
     let per_gpu = request.global_batch / world;
-    let mut micro_batches: Vec<u64> = (1..=per_gpu)
-        .filter(|m| per_gpu.is_multiple_of(*m))
+    // Micro-batches above the estimate's shape bound cannot be estimated; larger per-GPU
+    // batches are reached by accumulation.
+    let mut micro_batches: Vec<u64> = divisors(per_gpu)
+        .into_iter()
+        .filter(|m| *m <= crate::memory::shape::MAX_SHAPE_DIMENSION)
         .collect();
     micro_batches.reverse();
     let mut best: Option<Evaluated> = None;
@@ -368,6 +387,25 @@ fn evaluate(
             },
         }),
     })
+}
+
+/// Every divisor of `n` (≥ 1), ascending: trial division up to √n, so a per-GPU batch of 2^40
+/// costs 2^20 steps, not 2^40.
+fn divisors(n: u64) -> Vec<u64> {
+    let (mut small, mut large) = (Vec::new(), Vec::new());
+    let mut d = 1u64;
+    while d.saturating_mul(d) <= n {
+        if n.is_multiple_of(d) {
+            small.push(d);
+            if d != n / d {
+                large.push(n / d);
+            }
+        }
+        d += 1;
+    }
+    large.reverse();
+    small.extend(large);
+    small
 }
 
 /// Offload shares to try: for ZeRO-3 + optimizer offload, every whole number `k` of the `G`

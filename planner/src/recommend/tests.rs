@@ -172,3 +172,11 @@ fn bad_cost_constants_are_refused() {
     let error = recommend(&asked).expect_err("efficiency above 1");
     assert!(error.to_string().contains("compute_efficiency"), "{error}");
 }
+
+#[test]
+fn divisors_are_found_by_trial_division_up_to_the_root() {
+    assert_eq!(super::divisors(1), [1]);
+    assert_eq!(super::divisors(12), [1, 2, 3, 4, 6, 12]);
+    assert_eq!(super::divisors(49), [1, 7, 49]);
+    assert_eq!(super::divisors(1 << 40).len(), 41);
+}

@@ -7,8 +7,10 @@ use serde_json::Value;
 
 use super::provenance::Provenance;
 use crate::config::primitives::AutoOr;
-use crate::config::registry::AUTO_KEYS;
-use crate::config::{DsConfig, ZeroStage};
+use crate::config::registry::{ALIASES, AUTO_KEYS};
+use crate::config::{DsConfig, ZeroConfig, ZeroStage};
+use crate::diagnostics::{Code, Diagnostic};
+use crate::json_pointer;
 
 /// Removes the `"auto"` values the Trainer leaves in place (the ZeRO-3 bucket keys below stage
 /// 3, `stage3_gather_16bit_weights_on_model_save`) and that DeepSpeed's pydantic sections drop,
@@ -39,6 +41,59 @@ pub(crate) fn drop_leftover_autos(document: &mut Value) -> Vec<(String, Provenan
         ));
     }
     dropped
+}
+
+/// Removes `"auto"` under the short spelling of a key the Trainer fills only under its
+/// `stage3_` name (`prefetch_bucket_size`, `param_persistence_threshold`,
+/// `gather_16bit_weights_on_model_save`): the Trainer leaves it, and DeepSpeed's pydantic
+/// `zero_optimization` drops every `"auto"` (`runtime/config_utils.py:55-56`), so its default
+/// applies. Each is a warning naming that default.
+pub(crate) fn drop_alias_autos(
+    document: &mut Value,
+) -> (Vec<(String, Provenance)>, Vec<Diagnostic>) {
+    let (mut dropped, mut warnings) = (Vec::new(), Vec::new());
+    let defaults = serde_json::to_value(ZeroConfig::default()).unwrap_or(Value::Null);
+    for alias in ALIASES {
+        let canonical = format!("{}/{}", alias.parent, alias.canonical);
+        if !AUTO_KEYS.contains(&canonical.as_str()) {
+            continue;
+        }
+        let Some(Value::Object(section)) = document.pointer_mut(alias.parent) else {
+            continue;
+        };
+        if section.get(alias.alias).and_then(Value::as_str) != Some("auto") {
+            continue;
+        }
+        section.remove(alias.alias);
+        let default = defaults
+            .get(alias.canonical)
+            .map_or_else(|| "its default".to_string(), Value::to_string);
+        let pointer = json_pointer::child(alias.parent, alias.alias);
+        warnings.push(
+            Diagnostic::warning(
+                Code::UnresolvableAuto,
+                &pointer,
+                format!(
+                    "`{}` is \"auto\", which the Hugging Face Trainer fills only under the name `{}`: it stays \"auto\", and DeepSpeed then uses its default, {default}",
+                    alias.alias, alias.canonical
+                ),
+            )
+            .with_help(format!(
+                "write `\"{}\": \"auto\"` for the Trainer's value, or a number",
+                alias.canonical
+            )),
+        );
+        dropped.push((
+            canonical,
+            Provenance::DeepSpeedDefault {
+                note: Some(format!(
+                    "\"auto\" under `{}`: the Trainer leaves it, DeepSpeed ignores \"auto\"",
+                    alias.alias
+                )),
+            },
+        ));
+    }
+    (dropped, warnings)
 }
 
 /// `overlap_comm`: absent means true exactly at stage 3.

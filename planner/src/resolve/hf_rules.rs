@@ -83,6 +83,14 @@ pub(crate) fn process_rules(env: &Environment) -> Vec<Rule> {
     let args = &env.training_args;
     let micro = args.per_device_train_batch_size;
     let accumulation = args.gradient_accumulation_steps;
+    let precision_given = [
+        args.fp16,
+        args.bf16,
+        args.fp16_full_eval,
+        args.bf16_full_eval,
+    ]
+    .iter()
+    .any(Arg::is_given);
     vec![
         copy_count(
             "/train_micro_batch_size_per_gpu",
@@ -158,12 +166,14 @@ pub(crate) fn process_rules(env: &Environment) -> Vec<Rule> {
             "fp16|fp16_full_eval",
             ("fp16", "--fp16", args.fp16),
             ("fp16_full_eval", args.fp16_full_eval),
+            precision_given,
         ),
         precision(
             "/bf16/enabled",
             "bf16|bf16_full_eval",
             ("bf16", "--bf16", args.bf16),
             ("bf16_full_eval", args.bf16_full_eval),
+            precision_given,
         ),
     ]
 }
@@ -373,12 +383,16 @@ fn betas(beta1: Arg<f64>, beta2: Arg<f64>) -> RuleValue {
     })
 }
 
-/// `fp16.enabled`/`bf16.enabled`: the flag or its `_full_eval` twin.
+/// `fp16.enabled`/`bf16.enabled`: the flag or its `_full_eval` twin. `precision_given`: any of
+/// the four precision arguments was given. Then the run's precision is stated, and a config
+/// that disagrees with it (`--fp16` against `"bf16": {"enabled": true}`, where `--bf16` is
+/// False by implication) is the Trainer's mismatch error, not a difference from a default.
 fn precision(
     pointer: &'static str,
     hf_name: &'static str,
     (name, flag, train): (&'static str, &'static str, Arg<bool>),
     (eval_name, eval): (&'static str, Arg<bool>),
+    precision_given: bool,
 ) -> Rule {
     let value = train.value || eval.value;
     let provenance = if eval.value && !train.value {
@@ -397,7 +411,7 @@ fn precision(
         value: RuleValue::Known(Known {
             value: Value::Bool(value),
             provenance,
-            given: train.is_given() || eval.is_given(),
+            given: precision_given || train.is_given() || eval.is_given(),
             fix: Fix::Switch(flag),
         }),
     }

@@ -81,6 +81,9 @@ pub fn resolve(raw: &Value, env: &Environment) -> Result<Resolved, Vec<Diagnosti
     let mut recorded = filled.provenance.clone();
     let mut document = filled.document.clone();
     recorded.extend(defaults::drop_leftover_autos(&mut document));
+    let (dropped, warnings) = defaults::drop_alias_autos(&mut document);
+    recorded.extend(dropped);
+    diagnostics.extend(warnings);
     diagnostics.extend(validate_document(
         &document,
         ValidateOptions {

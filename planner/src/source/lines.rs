@@ -3,23 +3,46 @@
 
 use super::Span;
 
-/// The byte offset where each line starts, built once per file.
+/// The byte offset where each line starts, and whether the line is pure ASCII (then a column
+/// is a byte count, found without walking the line), built once per file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LineIndex {
     starts: Vec<usize>,
+    ascii: Vec<bool>,
 }
 
 impl LineIndex {
     /// Index the lines of `text`.
     pub fn new(text: &str) -> Self {
         let mut starts = vec![0];
-        starts.extend(
-            text.bytes()
-                .enumerate()
-                .filter(|&(_, byte)| byte == b'\n')
-                .map(|(at, _)| at + 1),
-        );
-        LineIndex { starts }
+        let mut ascii = Vec::new();
+        let mut line_ascii = true;
+        for (at, byte) in text.bytes().enumerate() {
+            line_ascii &= byte.is_ascii();
+            if byte == b'\n' {
+                starts.push(at + 1);
+                ascii.push(line_ascii);
+                line_ascii = true;
+            }
+        }
+        ascii.push(line_ascii);
+        LineIndex { starts, ascii }
+    }
+
+    /// The byte offset of a 1-based line and column (in characters); `None` past the line.
+    pub fn offset_of(&self, text: &str, line: usize, column: usize) -> Option<usize> {
+        let span = self.line_span(text, line)?;
+        let skipped = column.checked_sub(1)?;
+        if self.ascii.get(line - 1).copied().unwrap_or(false) {
+            return (skipped <= span.end - span.start).then_some(span.start + skipped);
+        }
+        let line_text = span.slice(text);
+        line_text
+            .char_indices()
+            .map(|(at, _)| at)
+            .chain(std::iter::once(line_text.len()))
+            .nth(skipped)
+            .map(|at| span.start + at)
     }
 
     /// 1-based line and column of `offset`, clamped to the text and floored to a character
@@ -31,7 +54,11 @@ impl LineIndex {
         }
         let line_index = self.starts.partition_point(|&start| start <= offset) - 1;
         let start = self.starts[line_index];
-        let column = text[start..offset].chars().count() + 1;
+        let column = if self.ascii.get(line_index).copied().unwrap_or(false) {
+            offset - start + 1
+        } else {
+            text[start..offset].chars().count() + 1
+        };
         (line_index + 1, column)
     }
 
@@ -71,6 +98,25 @@ mod tests {
         assert_eq!(lines.line_col(text, text.len()), (4, 2));
         assert_eq!(lines.line_col(text, text.len() + 10), (4, 2));
         assert_eq!(lines.line_of(one), 2);
+    }
+
+    #[test]
+    fn offsets_of_columns_invert_line_col() {
+        let text = "{\r\n  \"é\": 1,\n\n}";
+        let lines = LineIndex::new(text);
+        for offset in (0..=text.len()).filter(|&at| text.is_char_boundary(at)) {
+            let (line, column) = lines.line_col(text, offset);
+            let span = lines.line_span(text, line).expect("line");
+            if offset <= span.end {
+                assert_eq!(
+                    lines.offset_of(text, line, column),
+                    Some(offset),
+                    "{offset}"
+                );
+            }
+        }
+        assert_eq!(lines.offset_of(text, 1, 3), None);
+        assert_eq!(lines.offset_of(text, 9, 1), None);
     }
 
     #[test]

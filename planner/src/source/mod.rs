@@ -23,6 +23,7 @@ mod error;
 mod lines;
 mod number;
 mod parser;
+mod read;
 mod spans;
 mod strictness;
 mod string;
@@ -35,6 +36,7 @@ use lines::LineIndex;
 use spans::SpanNode;
 
 pub use parser::MAX_DEPTH;
+pub use read::{MAX_CONFIG_BYTES, read_config};
 
 /// A range of bytes in [`SourceFile::text`]: `start` inclusive, `end` exclusive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -81,18 +83,39 @@ pub struct SourceFile {
 }
 
 impl SourceFile {
-    /// Parse bytes read from `path` (`path` is only for display).
+    /// Parse bytes read from `path` (`path` is only for display), for a command that goes on to
+    /// use the config: a duplicate key is fatal, as it is to DeepSpeed (which raises on one),
+    /// so `resolve`, `schedule`, `estimate`, `plan` and `run` all refuse such a file.
+    ///
+    /// `Ok` holds the document and the non-fatal diagnostics (non-strict JSON,
+    /// [`Code::NonStrictJson`](crate::Code::NonStrictJson), at most one per file). `Err` holds
+    /// every diagnostic of a file that cannot be used: each duplicate key
+    /// ([`Code::DuplicateKey`](crate::Code::DuplicateKey)) with the other findings, or the
+    /// one fatal diagnostic of [`parse_with_duplicates`](Self::parse_with_duplicates).
+    pub fn parse(
+        path: &str,
+        bytes: &[u8],
+    ) -> Result<(SourceFile, Vec<Diagnostic>), Vec<Diagnostic>> {
+        let (file, diagnostics) = Self::parse_with_duplicates(path, bytes)?;
+        if diagnostics.iter().any(Diagnostic::is_error) {
+            return Err(diagnostics);
+        }
+        Ok((file, diagnostics))
+    }
+
+    /// Parse bytes read from `path` (`path` is only for display), keeping a document with
+    /// duplicate keys so that `validate` can report every other problem in the same run.
     ///
     /// `Ok` holds the document and the non-fatal diagnostics, located and in document order:
-    /// duplicate keys ([`Code::DuplicateKey`](crate::Code::DuplicateKey), the last value is
-    /// kept as Python's `dict` does) and non-strict JSON
+    /// duplicate keys ([`Code::DuplicateKey`](crate::Code::DuplicateKey), an error; the last
+    /// value is kept as Python's `dict` would) and non-strict JSON
     /// ([`Code::NonStrictJson`](crate::Code::NonStrictJson), at most one per file). `Err`
     /// holds the fatal diagnostic (empty file, not UTF-8, syntax error, too deep, number out
     /// of range, root not an object), with its line and column.
     ///
     /// A leading UTF-8 byte-order mark is skipped (hjson skips it too; strict JSON rejects it,
     /// so it counts as non-strict); [`text`](Self::text) and every offset exclude it.
-    pub fn parse(
+    pub fn parse_with_duplicates(
         path: &str,
         bytes: &[u8],
     ) -> Result<(SourceFile, Vec<Diagnostic>), Vec<Diagnostic>> {
@@ -146,6 +169,12 @@ impl SourceFile {
     /// are clamped to the end; offsets inside a character count as that character.
     pub fn line_col(&self, byte_offset: usize) -> (usize, usize) {
         self.lines.line_col(&self.text, byte_offset)
+    }
+
+    /// The byte offset of a 1-based line and column (in characters, as in diagnostics);
+    /// `None` past the end of the line. Fast on ASCII lines, however long.
+    pub fn offset_of(&self, line: usize, column: usize) -> Option<usize> {
+        self.lines.offset_of(&self.text, line, column)
     }
 
     /// The text of a 1-based line, without its line ending.

@@ -5,7 +5,7 @@ use crate::diagnostics::{Code, Severity};
 use serde_json::json;
 
 fn parse_ok(text: &str) -> (SourceFile, Vec<Diagnostic>) {
-    SourceFile::parse("ds_config.json", text.as_bytes()).expect("parses")
+    SourceFile::parse_with_duplicates("ds_config.json", text.as_bytes()).expect("parses")
 }
 
 fn fatal(text: &str) -> Diagnostic {
@@ -205,6 +205,29 @@ fn duplicate_keys_keep_the_last_value_and_name_the_first_line() {
     }
     let kept = file.span_of("/stage").expect("stage");
     assert_eq!(kept.value.slice(file.text()), "3");
+}
+
+#[test]
+fn parse_refuses_duplicate_keys_as_deepspeed_does() {
+    let text = "{\"a\": 1, // note\n \"a\": 2, \"b\": {\"c\": 1, \"c\": 1}}";
+    let errors = SourceFile::parse("ds_config.json", text.as_bytes()).expect_err("fatal");
+    let codes: Vec<(Code, &str)> = errors
+        .iter()
+        .map(|d| (d.code, d.pointer.as_str()))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            (Code::NonStrictJson, ""),
+            (Code::DuplicateKey, "/a"),
+            (Code::DuplicateKey, "/b/c")
+        ]
+    );
+    assert_eq!(
+        errors[2].message,
+        "duplicate key `c` in `b`: first defined on line 2"
+    );
+    assert!(SourceFile::parse("ok.json", b"{\"a\": 1}").is_ok());
 }
 
 #[test]

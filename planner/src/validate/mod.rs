@@ -39,7 +39,7 @@ pub fn validate_source(
     bytes: &[u8],
     options: ValidateOptions,
 ) -> Result<(SourceFile, Vec<Diagnostic>), Vec<Diagnostic>> {
-    let (file, mut found) = SourceFile::parse(path, bytes)?;
+    let (file, mut found) = SourceFile::parse_with_duplicates(path, bytes)?;
     found.extend(validate_document(file.value(), options));
     file.locate_all(&mut found);
     found.sort_by_key(|d| (d.line.unwrap_or(0), d.column.unwrap_or(0)));

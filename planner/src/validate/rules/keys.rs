@@ -1,10 +1,11 @@
 //! Key-level rules from the registry: features DeepSpeed 0.19.8 removed (it refuses the file),
 //! deprecated spellings (they still work), and a deprecated key given with its replacement
-//! (DeepSpeed asserts).
+//! (DeepSpeed asserts), and a key given under both of its spellings with different values
+//! (pydantic keeps one of them silently).
 
 use serde_json::Value;
 
-use crate::config::registry::{self, DeprecatedKey, WithReplacement};
+use crate::config::registry::{self, ALIASES, DeprecatedKey, WithReplacement};
 use crate::diagnostics::{Code, Diagnostic};
 use crate::json_pointer;
 
@@ -12,7 +13,39 @@ use crate::json_pointer;
 pub fn check(document: &Value) -> Vec<Diagnostic> {
     let mut found = Vec::new();
     walk(document, "", &mut found);
+    spellings(document, &mut found);
     found
+}
+
+/// An alias and its canonical name both given, with different values.
+fn spellings(document: &Value, found: &mut Vec<Diagnostic>) {
+    for alias in ALIASES {
+        let Some(Value::Object(section)) = document.pointer(alias.parent) else {
+            continue;
+        };
+        let (Some(short), Some(long)) = (section.get(alias.alias), section.get(alias.canonical))
+        else {
+            continue;
+        };
+        let same = match (short.as_f64(), long.as_f64()) {
+            (Some(a), Some(b)) => a == b,
+            _ => short == long,
+        };
+        if same {
+            continue;
+        }
+        found.push(
+            Diagnostic::error(
+                Code::ConflictingSpellings,
+                json_pointer::child(alias.parent, alias.alias),
+                format!(
+                    "`{}` is `{}` written twice with different values: `{}` = {short} and `{}` = {long}; DeepSpeed silently keeps one of them",
+                    alias.alias, alias.canonical, alias.alias, alias.canonical
+                ),
+            )
+            .with_help(format!("keep only `{}`", alias.canonical)),
+        );
+    }
 }
 
 fn walk(value: &Value, pointer: &str, found: &mut Vec<Diagnostic>) {

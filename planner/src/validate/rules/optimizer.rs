@@ -11,8 +11,16 @@ use crate::schedule::{LrSchedule, ScheduleErrorKind};
 use crate::validate::suggest::{self, WORTH_SUGGESTING};
 use crate::validate::view::{Stage, View};
 
-/// Optimizer types ZeRO runs without `zero_allow_untested_optimizer` (DeepSpeed's allow-list).
-const ZERO_TESTED: &[&str] = &["adam", "adamw", "adagrad", "lion"];
+/// Optimizer types ZeRO runs without `zero_allow_untested_optimizer`, derived from DeepSpeed
+/// 0.19.8's `runtime/zero/utils.py:45-77`: `is_zero_supported_optimizer` accepts the classes of
+/// `ZERO_SUPPORTED_OPTIMIZERS` (torch Adam, AdamW and Adagrad, FusedAdam, DeepSpeedCPUAdam,
+/// ZenFlowCPUAdam, DeepSpeedCPUAdagrad, DeepSpeedCPULion, FusedLion) plus `MuonWithAuxAdam`,
+/// which it appends at the first call. `runtime/engine.py:2506-2552` maps each `type` to its
+/// class: adam/adamw to FusedAdam, DeepSpeedCPUAdam or torch Adam(W); adagrad to
+/// DeepSpeedCPUAdagrad or torch Adagrad; lion to FusedLion or DeepSpeedCPULion; muon to
+/// MuonWithAuxAdam. Lamb (FusedLamb), the mup optimizers and every other torch class are
+/// untested.
+const ZERO_TESTED: &[&str] = &["adam", "adamw", "adagrad", "lion", "muon"];
 
 /// Every optimizer and scheduler problem in `view`.
 pub fn check(view: View<'_>) -> Vec<Diagnostic> {

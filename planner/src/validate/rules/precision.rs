@@ -1,6 +1,10 @@
-//! Precision rules: fp16 and bf16 together, and `fp16_master_weights_and_grads` without ZeRO
+//! Precision rules: fp16 and bf16 together, `fp16_master_weights_and_grads` without ZeRO
 //! (`research/deepspeed-facts.md` §3.2; `amp` is a removed feature in 0.19.8, see
-//! [`super::keys`]).
+//! [`super::keys`]), the dynamic loss scaler's window and floor (DeepSpeedFP16Config's
+//! validator, `runtime/precision_config.py:182-197`: the same check `dsplan run` makes through
+//! [`crate::schedule::loss_scale`]), and dynamic-scaler knobs next to a static `loss_scale`,
+//! which nothing reads (`runtime/engine.py` `dynamic_loss_scale()` is `loss_scale == 0`; the
+//! knobs only build the dynamic scaler's arguments, `precision_config.py:202-209`).
 
 use crate::diagnostics::{Code, Diagnostic};
 use crate::validate::view::{Stage, View};
@@ -35,5 +39,71 @@ pub fn check(view: View<'_>) -> Vec<Diagnostic> {
             .with_help("set zero_optimization.stage to 1 or more, or remove this key"),
         );
     }
+    loss_scaler(view, &mut found);
     found
+}
+
+/// The dynamic loss scaler's knobs.
+const DYNAMIC_KNOBS: &[&str] = &[
+    "initial_scale_power",
+    "loss_scale_window",
+    "hysteresis",
+    "consecutive_hysteresis",
+    "min_loss_scale",
+];
+
+fn loss_scaler(view: View<'_>, found: &mut Vec<Diagnostic>) {
+    if view.bool("/fp16/enabled") != Some(true) {
+        return;
+    }
+    let Some(scale) = view
+        .get("/fp16/loss_scale")
+        .map_or(Some(0.0), |v| v.as_f64())
+    else {
+        return;
+    };
+    if scale == 0.0 {
+        for (knob, why) in [
+            (
+                "loss_scale_window",
+                "DeepSpeed divides by it (ZeroDivisionError at the first clean step)",
+            ),
+            (
+                "min_loss_scale",
+                "it is the floor of the scale, which would collapse to nothing",
+            ),
+        ] {
+            let pointer = format!("/fp16/{knob}");
+            if let Some(value) = view.number(&pointer).filter(|v| *v <= 0.0) {
+                found.push(
+                    Diagnostic::error(
+                        Code::OutOfRange,
+                        &pointer,
+                        format!(
+                            "`fp16.{knob}` must be > 0 with dynamic loss scaling (loss_scale 0), found {value}: {why}; DeepSpeed refuses: \"fp16.{knob} must be > 0 when dynamic loss scaling is enabled (loss_scale=0)\""
+                        ),
+                    )
+                    .with_help(format!("remove `{knob}` to use the default, or make it positive")),
+                );
+            }
+        }
+        return;
+    }
+    for knob in DYNAMIC_KNOBS {
+        let pointer = format!("/fp16/{knob}");
+        if view.has(&pointer) {
+            found.push(
+                Diagnostic::warning(
+                    Code::IgnoredSetting,
+                    &pointer,
+                    format!(
+                        "`fp16.{knob}` is ignored: `loss_scale` {scale} fixes the scale, and only the dynamic loss scaler (loss_scale 0) reads `{knob}`"
+                    ),
+                )
+                .with_help(format!(
+                    "remove `{knob}`, or set \"loss_scale\": 0 for dynamic loss scaling"
+                )),
+            );
+        }
+    }
 }

@@ -377,6 +377,16 @@ fn check_bounds(
     out: &mut Vec<Diagnostic>,
 ) {
     let Some(number) = value.as_f64() else { return };
+    // An integer beyond 2^53 rounds to 2^53 as a float; compare integers exactly.
+    if let Some(exact) = value
+        .as_u64()
+        .map(i128::from)
+        .or_else(|| value.as_i64().map(i128::from))
+        && exact.unsigned_abs() > 1 << 53
+    {
+        check_exact_bounds(value, exact, keywords, pointer, out);
+        return;
+    }
     let bound = |name: &str| keywords.get(name).and_then(Value::as_f64);
     let name = display_name(pointer);
     let violated = [
@@ -409,6 +419,56 @@ fn check_bounds(
                 format!(
                     "`{name}` must be {relation} {}; found {value}",
                     format_limit(limit)
+                ),
+            ));
+        }
+    }
+}
+
+/// [`check_bounds`] for an integer beyond ±2^53, which a float does not hold exactly. Schema
+/// bounds are integers within ±2^53, exact as floats.
+fn check_exact_bounds(
+    value: &Value,
+    exact: i128,
+    keywords: &Map<String, Value>,
+    pointer: &str,
+    out: &mut Vec<Diagnostic>,
+) {
+    let bound = |name: &str| {
+        keywords
+            .get(name)
+            .and_then(Value::as_f64)
+            .map(|limit| (limit, limit as i128))
+    };
+    let violated = [
+        (
+            bound("minimum"),
+            std::cmp::Ordering::is_lt as fn(std::cmp::Ordering) -> bool,
+            "at least",
+        ),
+        (bound("maximum"), std::cmp::Ordering::is_gt, "at most"),
+        (
+            bound("exclusiveMinimum"),
+            std::cmp::Ordering::is_le,
+            "greater than",
+        ),
+        (
+            bound("exclusiveMaximum"),
+            std::cmp::Ordering::is_ge,
+            "less than",
+        ),
+    ];
+    for (limit, broken, relation) in violated {
+        if let Some((shown, limit)) = limit
+            && broken(exact.cmp(&limit))
+        {
+            out.push(Diagnostic::error(
+                Code::OutOfRange,
+                pointer,
+                format!(
+                    "`{}` must be {relation} {}; found {value}",
+                    display_name(pointer),
+                    format_limit(shown)
                 ),
             ));
         }

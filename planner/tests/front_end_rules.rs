@@ -1,0 +1,182 @@
+//! The configs a careful user still tripped on (issue 14): each rule's code, JSON pointer and
+//! message, through `validate_source`, which `validate`, `plan`, `resolve`, `estimate` and
+//! `run` share.
+
+use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
+use dsplan_planner::validate::{ValidateOptions, validate_source};
+
+fn diagnose(text: &str) -> Vec<Diagnostic> {
+    match validate_source("case.json", text.as_bytes(), ValidateOptions::default()) {
+        Ok((_, found)) => found,
+        Err(fatal) => fatal,
+    }
+}
+
+/// The one diagnostic at `pointer`, which must have `code` and `severity`.
+fn only_at(found: &[Diagnostic], pointer: &str, code: Code, severity: Severity) -> Diagnostic {
+    let at: Vec<&Diagnostic> = found.iter().filter(|d| d.pointer == pointer).collect();
+    assert_eq!(at.len(), 1, "{pointer}: {found:#?}");
+    assert_eq!(
+        (at[0].code, at[0].severity),
+        (code, severity),
+        "{:#?}",
+        at[0]
+    );
+    assert!(at[0].line.is_some(), "located: {:#?}", at[0]);
+    at[0].clone()
+}
+
+#[test]
+fn muon_is_a_zero_supported_optimizer() {
+    let found = diagnose(
+        r#"{"train_batch_size": 8, "optimizer": {"type": "Muon", "params": {"lr": 0.02, "momentum": 0.95}},
+            "zero_optimization": {"stage": 2}}"#,
+    );
+    assert!(found.iter().all(|d| !d.is_error()), "{found:#?}");
+    let lamb = diagnose(
+        r#"{"train_batch_size": 8, "optimizer": {"type": "Lamb"}, "zero_optimization": {"stage": 2}}"#,
+    );
+    let refused = only_at(
+        &lamb,
+        "/optimizer/type",
+        Code::IncompatibleSettings,
+        Severity::Error,
+    );
+    assert!(
+        refused
+            .message
+            .starts_with("ZeRO refuses the untested optimizer Lamb"),
+        "{}",
+        refused.message
+    );
+}
+
+#[test]
+fn an_integer_past_2_pow_53_is_out_of_range() {
+    let found = diagnose(r#"{"train_micro_batch_size_per_gpu": 9007199254740993}"#);
+    let out = only_at(
+        &found,
+        "/train_micro_batch_size_per_gpu",
+        Code::OutOfRange,
+        Severity::Error,
+    );
+    assert_eq!(
+        out.message,
+        "`train_micro_batch_size_per_gpu` must be at most 9007199254740992; found 9007199254740993"
+    );
+    let edge = diagnose(r#"{"train_micro_batch_size_per_gpu": 9007199254740992}"#);
+    assert!(edge.iter().all(|d| d.code != Code::OutOfRange), "{edge:#?}");
+}
+
+#[test]
+fn the_dynamic_scalers_window_and_floor_must_be_positive() {
+    let found = diagnose(
+        r#"{"train_batch_size": 8, "fp16": {"enabled": true, "loss_scale_window": 0, "min_loss_scale": -1}}"#,
+    );
+    let window = only_at(
+        &found,
+        "/fp16/loss_scale_window",
+        Code::OutOfRange,
+        Severity::Error,
+    );
+    assert!(
+        window.message.starts_with(
+            "`fp16.loss_scale_window` must be > 0 with dynamic loss scaling (loss_scale 0), found 0: DeepSpeed divides by it"
+        ),
+        "{}",
+        window.message
+    );
+    let floor = only_at(
+        &found,
+        "/fp16/min_loss_scale",
+        Code::OutOfRange,
+        Severity::Error,
+    );
+    assert!(floor.message.contains("found -1"), "{}", floor.message);
+    // A static scale does not read them: DeepSpeed accepts the file.
+    let fixed = diagnose(
+        r#"{"train_batch_size": 8, "fp16": {"enabled": true, "loss_scale": 128, "loss_scale_window": 0}}"#,
+    );
+    assert!(fixed.iter().all(|d| !d.is_error()), "{fixed:#?}");
+}
+
+#[test]
+fn dynamic_knobs_next_to_a_static_scale_are_ignored() {
+    let found = diagnose(
+        r#"{"train_batch_size": 8, "fp16": {"enabled": true, "loss_scale": 1024, "initial_scale_power": 12, "hysteresis": 4}}"#,
+    );
+    for knob in ["initial_scale_power", "hysteresis"] {
+        let ignored = only_at(
+            &found,
+            &format!("/fp16/{knob}"),
+            Code::IgnoredSetting,
+            Severity::Warning,
+        );
+        assert_eq!(
+            ignored.message,
+            format!(
+                "`fp16.{knob}` is ignored: `loss_scale` 1024 fixes the scale, and only the dynamic loss scaler (loss_scale 0) reads `{knob}`"
+            )
+        );
+    }
+}
+
+#[test]
+fn an_alias_and_its_canonical_name_with_different_values_conflict() {
+    let found = diagnose(
+        r#"{"train_batch_size": 8, "zero_optimization": {"stage": 3,
+            "param_persistence_threshold": 1000, "stage3_param_persistence_threshold": 2000,
+            "max_live_parameters": 5, "stage3_max_live_parameters": 5.0}}"#,
+    );
+    let clash = only_at(
+        &found,
+        "/zero_optimization/param_persistence_threshold",
+        Code::ConflictingSpellings,
+        Severity::Error,
+    );
+    assert_eq!(
+        clash.message,
+        "`param_persistence_threshold` is `stage3_param_persistence_threshold` written twice with different values: `param_persistence_threshold` = 1000 and `stage3_param_persistence_threshold` = 2000; DeepSpeed silently keeps one of them"
+    );
+    assert!(
+        found.iter().all(|d| d.code != Code::ConflictingSpellings
+            || d.pointer != "/zero_optimization/max_live_parameters"),
+        "equal values are no conflict: {found:#?}"
+    );
+}
+
+#[test]
+fn typos_in_the_sections_deepspeed_reads_key_by_key_are_unknown_keys() {
+    for (section, typo, meant) in [
+        (
+            "activation_checkpointing",
+            "partition_activation",
+            "partition_activations",
+        ),
+        ("aio", "queue_dept", "queue_depth"),
+        ("checkpoint", "load_univeral", "load_universal"),
+        ("flops_profiler", "enable", "enabled"),
+        ("torch_autocast", "enable", "enabled"),
+        ("data_types", "grad_accum_dtyp", "grad_accum_dtype"),
+    ] {
+        let found = diagnose(&format!(
+            r#"{{"train_batch_size": 8, "{section}": {{"{typo}": true}}}}"#
+        ));
+        let unknown = only_at(
+            &found,
+            &format!("/{section}/{typo}"),
+            Code::UnknownKey,
+            Severity::Error,
+        );
+        assert_eq!(
+            unknown.message,
+            format!("unknown key `{typo}` in `{section}`"),
+            "{unknown:#?}"
+        );
+        assert_eq!(
+            unknown.help.as_deref(),
+            Some(format!("did you mean `{meant}`?").as_str()),
+            "{unknown:#?}"
+        );
+    }
+}
