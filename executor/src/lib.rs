@@ -13,7 +13,8 @@
 //! * [`train`]: a whole run from a resolved `ds_config.json` and its plan (settings, model,
 //!   data, steps, ranks);
 //! * [`metrics`]: per-step metrics and the per-rank memory ledger;
-//! * [`checkpoint`]: consolidating the fp32 master weights and writing them atomically.
+//! * [`checkpoint`]: consolidating the fp32 master weights and writing them atomically;
+//! * [`preflight`]: the plan's memory against what the machine has, before allocating.
 //!
 //! * [`cuda`]: the CUDA pieces (device probe, kernels, cuBLASLt, NCCL), not yet wired into
 //!   training: runs train on the CPU.
@@ -30,6 +31,7 @@ pub mod io;
 pub mod metrics;
 pub mod model;
 pub mod optim;
+pub mod preflight;
 pub mod tensor;
 pub mod train;
 pub mod zero;

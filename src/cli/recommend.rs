@@ -234,7 +234,7 @@ fn run_inner(args: &RecommendArgs) -> Result<(String, Outcome), Failure> {
     if let (Some(recommendation), Some(path)) = (&recommendation, &args.output) {
         let text = serde_json::to_string_pretty(&recommendation.config)
             .map_err(|error| usage(format!("cannot render the config: {error}")))?;
-        std::fs::write(path, text + "\n")
+        dsplan_executor::io::write_output(path, (text + "\n").as_bytes())
             .map_err(|error| usage(format!("cannot write {}: {error}", path.display())))?;
     }
     let outcome = if recommendation.is_some() {

@@ -19,30 +19,45 @@
 //! then a summary with tokens/s and the measured peak memory per rank and category next to
 //! the plan's prediction. `--format json` prints that summary as JSON on stdout. `--metrics`
 //! writes one JSON object per step; `--save-model` the trained fp32 parameters under Hugging
-//! Face names. Both files are written atomically (temporary file, then rename).
+//! Face names. The model is written atomically (temporary file, then rename) over a regular
+//! file, the metrics line by line as steps end; a FIFO or character device is written through,
+//! never replaced (`dsplan_executor::io::output`).
 //!
 //! `--save-checkpoint DIR` writes DeepSpeed-style checkpoints (`DIR/global_step{N}/`,
 //! `DIR/latest`) every `--checkpoint-every` steps and at the end; `--resume` continues from
 //! one, at the same or another world size and stage (see `dsplan_executor::checkpoint`). A
 //! checkpoint that cannot be read is an I/O error (exit 2); one that does not fit the run
-//! (model, precision, data, sequence length) is refused with exit 1.
+//! (model, precision, data, sequence length) is refused with exit 1. Every file of a tag is
+//! checked against the tag's manifest (CRC-32) and its fields against what a save writes; a
+//! checkpoint holding NaN or infinite tensors is refused unless
+//! `--allow-non-finite-checkpoint`. A fresh run refuses a `--save-checkpoint` directory that
+//! holds another run's checkpoints unless `--overwrite` (or `--resume`) is given.
+//!
+//! Before anything is allocated (the model's weights included), the memory pre-flight
+//! ([`memory`]) sets the plan's peak per rank against the machine's available memory and
+//! refuses a run that cannot fit (exit 1, `--force` to run anyway). `--data` must be a
+//! regular file (a FIFO or a device is refused before it is read). A run whose loss stops
+//! being finite where nothing can recover it stops at that step with exit 1.
 
 mod cuda;
+mod memory;
 mod progress;
 mod report;
 
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use dsplan_executor::checkpoint::{CheckpointError, load_checkpoint, save_model};
+use dsplan_executor::checkpoint::{CheckpointError, NonFinite, load_checkpoint_with, save_model};
 use dsplan_executor::cuda::Backend;
-use dsplan_executor::data::WindowOrder;
+use dsplan_executor::data::{WindowOrder, check_data_file, resident_bytes};
+use dsplan_executor::io::OutputTarget;
 use dsplan_executor::model::ParamLayout;
+use dsplan_executor::train::plan::architecture;
 use dsplan_executor::train::settings::override_nvme_path;
 use dsplan_executor::train::{
     CheckpointOptions, DEFAULT_PRESET, DataChoice, ModelChoiceError, SavePolicy, TrainError,
-    TrainSettings, TrainSpec, choose_model, compile_cuda_plan, compile_plan, resume_point,
-    stored_shape, train_planned_with,
+    TrainSettings, TrainSpec, choose_model, compile_cuda_plan, compile_plan, model_config,
+    resume_point, stored_shape, train_planned_with,
 };
 use dsplan_executor::zero::{MixedPrecision, ZeroError};
 use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
@@ -120,6 +135,19 @@ pub struct RunArgs {
     /// included. Another world size or ZeRO stage is resharded.
     #[arg(long, value_name = "DIR")]
     resume: Option<PathBuf>,
+    /// With --save-checkpoint: write into a directory that already holds another run's
+    /// checkpoints (`latest`, `global_step*`), replacing tags of the same steps. Without it, a
+    /// fresh run refuses such a directory (--resume continues one instead).
+    #[arg(long, requires = "save_checkpoint")]
+    overwrite: bool,
+    /// Run even when the plan's memory exceeds what the machine has available (the memory
+    /// pre-flight reports the figures and refuses otherwise).
+    #[arg(long)]
+    force: bool,
+    /// With --resume: load a checkpoint whose tensors hold NaN or infinite values (refused
+    /// otherwise, as a run cannot continue from them).
+    #[arg(long, requires = "resume")]
+    allow_non_finite_checkpoint: bool,
     #[command(flatten)]
     training: TrainingArgsFlags,
     /// Output format of the final summary.
@@ -187,18 +215,24 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
             )));
         }
     };
+    check_outputs(args)?;
     if let Some(dir) = &args.save_checkpoint {
-        check_checkpoint_dir(dir)?;
+        check_checkpoint_dir(dir, args)?;
     }
-    let load_started = std::time::Instant::now();
-    let loaded = match &args.resume {
-        Some(path) => Some(load_checkpoint(path).map_err(checkpoint_failure)?),
-        None => None,
+    let data_bytes = match &args.data {
+        Some(path) => {
+            let size = check_data_file(path).map_err(|e| Failure::usage(e.to_string()))?;
+            resident_bytes(path, size)
+        }
+        None => 0,
     };
-    let load_seconds = load_started.elapsed().as_secs_f64();
     let model_name = args.model.as_deref().unwrap_or(DEFAULT_PRESET);
-    let model = choose_model(args.model.as_deref(), args.seed)
+    let model_shape = model_config(args.model.as_deref())
         .map_err(|e: ModelChoiceError| Failure::usage(e.to_string()))?;
+    // Every dimension bounded (naming the one out of bounds) before anything is sized by it.
+    architecture(&model_shape)
+        .validate()
+        .map_err(|e| Failure::input(format!("{model_name}: {e}")))?;
     let stored = match &args.data {
         Some(path) => stored_shape(path).map_err(|e| Failure::usage(e.to_string()))?,
         None => None,
@@ -213,7 +247,7 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         }
         (Some(shape), _) => shape.seq_len,
         (None, Some(asked)) => asked as usize,
-        (None, None) => model.config.n_positions.min(DEFAULT_SEQ_LEN),
+        (None, None) => model_shape.n_positions.min(DEFAULT_SEQ_LEN),
     };
     let known_steps = args.steps.or(stored.map(|s| s.steps));
 
@@ -251,12 +285,14 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
             p.display().to_string()
         });
 
-    let num_params = model.params.len();
-    let layout = ParamLayout::new(&model.config);
-    let spec = TrainSpec {
+    let layout = ParamLayout::new(&model_shape);
+    let num_params = layout.num_params();
+    // The weights are made after the memory pre-flight: a model too large for the machine is
+    // refused before they are allocated.
+    let mut spec = TrainSpec {
         settings: settings.clone(),
-        model: model.config,
-        initial_params: model.params,
+        model: model_shape,
+        initial_params: Vec::new(),
         data,
         seq_len,
         steps,
@@ -291,6 +327,29 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         .collect();
     file.locate_all(&mut plan_warnings);
     eprint!("{}", render::human(&file, &plan_warnings));
+    let preflight = memory::preflight(&plan, &backend, world, num_params, data_bytes);
+    memory::enforce(preflight, args.force)?;
+    let model = choose_model(args.model.as_deref(), args.seed)
+        .map_err(|e: ModelChoiceError| Failure::usage(e.to_string()))?;
+    if model.config != spec.model {
+        return Err(Failure::usage(format!(
+            "{model_name}: the model's shape changed while dsplan read it"
+        )));
+    }
+    spec.initial_params = model.params;
+    let load_started = std::time::Instant::now();
+    let loaded = match &args.resume {
+        Some(path) => {
+            let non_finite = if args.allow_non_finite_checkpoint {
+                NonFinite::Allow
+            } else {
+                NonFinite::Refuse
+            };
+            Some(load_checkpoint_with(path, non_finite).map_err(checkpoint_failure)?)
+        }
+        None => None,
+    };
+    let load_seconds = load_started.elapsed().as_secs_f64();
 
     let batch = settings.batch;
     eprintln!(
@@ -399,16 +458,26 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// A training error with its exit code: unreadable data or checkpoint files are I/O errors
-/// (2), everything else is input that does not fit (1).
 /// Fails before training, not at the first save, when `--save-checkpoint DIR` cannot hold
-/// checkpoints: DIR is created if missing, and must be a writable directory.
-fn check_checkpoint_dir(dir: &std::path::Path) -> Result<(), Failure> {
+/// checkpoints: DIR is created if missing, and must be a writable directory; a fresh run (no
+/// `--resume`, no `--overwrite`) refuses a DIR that holds another run's checkpoints.
+fn check_checkpoint_dir(dir: &std::path::Path, args: &RunArgs) -> Result<(), Failure> {
     let shown = dir.display();
     if dir.exists() && !dir.is_dir() {
         return Err(Failure::usage(format!(
             "--save-checkpoint {shown}: not a directory; name a directory for the checkpoints"
         )));
+    }
+    if args.resume.is_none() && !args.overwrite {
+        let existing = existing_checkpoints(dir);
+        if !existing.is_empty() {
+            return Err(Failure::usage(format!(
+                "--save-checkpoint {shown} already holds another run's checkpoints ({}); \
+                 pass --resume {shown} to continue that run, --overwrite to replace its tags, \
+                 or name another directory",
+                existing.join(", ")
+            )));
+        }
     }
     std::fs::create_dir_all(dir)
         .and_then(|()| dsplan_executor::io::probe_writable(dir))
@@ -417,6 +486,35 @@ fn check_checkpoint_dir(dir: &std::path::Path) -> Result<(), Failure> {
                 "--save-checkpoint {shown}: cannot write there ({e}); name a writable directory"
             ))
         })
+}
+
+/// The checkpoint entries (`latest`, `global_step*` tags) in `dir`, sorted; empty when there
+/// are none or `dir` cannot be listed.
+fn existing_checkpoints(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n == "latest" || n.starts_with("global_step"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Refuses, before training, an output path that must not be written (a directory, a block
+/// device, ...): see `dsplan_executor::io::output`.
+fn check_outputs(args: &RunArgs) -> Result<(), Failure> {
+    for (flag, path) in [
+        ("--metrics", &args.metrics),
+        ("--save-model", &args.save_model),
+    ] {
+        if let Some(path) = path {
+            OutputTarget::of(path)
+                .map_err(|e| Failure::usage(format!("{flag} {}: {e}", path.display())))?;
+        }
+    }
+    Ok(())
 }
 
 /// The failure a training error is reported as (`display`: the config file's name).

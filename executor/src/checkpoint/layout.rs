@@ -43,6 +43,21 @@ pub fn staging_name(tag: &str) -> String {
     format!(".{tag}.partial-{}", std::process::id())
 }
 
+/// Where a tag is moved aside while a save replaces it.
+pub fn aside_name(tag: &str) -> String {
+    format!(".{tag}.old-{}", std::process::id())
+}
+
+/// The PID in the name of a staging or set-aside directory (`.TAG.partial-PID`,
+/// `.TAG.old-PID`); `None` for any other name.
+pub fn stale_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix('.')?;
+    let (_, pid) = rest
+        .rsplit_once(".partial-")
+        .or_else(|| rest.rsplit_once(".old-"))?;
+    pid.parse().ok()
+}
+
 /// One checkpoint: a directory and a tag in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointLocation {
@@ -122,6 +137,10 @@ mod tests {
             optim_states(1, true),
             "bf16_zero_pp_rank_1_mp_rank_00_optim_states.safetensors"
         );
+        assert_eq!(stale_pid(".global_step3.partial-123"), Some(123));
+        assert_eq!(stale_pid(".global_step3.old-7"), Some(7));
+        assert_eq!(stale_pid("global_step3"), None);
+        assert_eq!(stale_pid(".latest.12.tmp"), None);
         assert_eq!(
             zero_model_states(0),
             "zero_pp_rank_0_mp_rank_00_model_states.safetensors"

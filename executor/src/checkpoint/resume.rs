@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use dsplan_planner::schedule::loss_scale::LossScaler;
 
 use super::layout::{CheckpointLocation, ENGINE_STATE};
-use super::state::EngineState;
+use super::state::{DataDescription, EngineState, SavedModel};
 use super::{CheckpointError, LoadedCheckpoint};
 use crate::zero::OwnedState;
 
@@ -62,8 +62,8 @@ pub fn prepare_resume(
     if saved.model != run.model {
         return Err(mismatch(
             "model",
-            format!("{:?}", saved.model),
-            format!("{:?}", run.model),
+            model_fields(&saved.model, &run.model, Side::Saved),
+            model_fields(&saved.model, &run.model, Side::Run),
             "resume with the model the checkpoint was trained on (--model)",
         ));
     }
@@ -78,7 +78,7 @@ pub fn prepare_resume(
     let scaler = saved.loss_scaler.restore(fresh_scaler).map_err(|message| {
         mismatch(
             "loss_scaler",
-            format!("{:?}", saved.loss_scaler),
+            saved.loss_scaler.describe(),
             message,
             "use the fp16 section the checkpoint was trained with",
         )
@@ -95,8 +95,8 @@ pub fn prepare_resume(
     if a.kind != b.kind || a.bytes != b.bytes || a.order != b.order {
         return Err(mismatch(
             "data",
-            format!("{} `{}` ({:?} bytes, {})", a.kind, a.name, a.bytes, a.order),
-            format!("{} `{}` ({:?} bytes, {})", b.kind, b.name, b.bytes, b.order),
+            describe_data(a),
+            describe_data(b),
             "batches are a function of the step, so a resumed run must read the same data in \
              the same order (--data, --seed); start a fresh run to train on other data",
         ));
@@ -178,6 +178,50 @@ pub fn prepare_resume(
         resharded_from: (!same_layout).then_some((saved.world_size, saved.stage)),
         notes,
     })
+}
+
+/// Which model a field list describes.
+#[derive(Clone, Copy)]
+enum Side {
+    Saved,
+    Run,
+}
+
+/// The fields in which two models differ, `name value` each, from `side`'s model (all of
+/// them when none differs in the JSON form).
+fn model_fields(saved: &SavedModel, run: &SavedModel, side: Side) -> String {
+    let (a, b) = (
+        serde_json::to_value(saved).unwrap_or_default(),
+        serde_json::to_value(run).unwrap_or_default(),
+    );
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return String::new();
+    };
+    let mine = match side {
+        Side::Saved => a,
+        Side::Run => b,
+    };
+    let differing: Vec<String> = mine
+        .iter()
+        .filter(|(key, _)| a.get(*key) != b.get(*key))
+        .map(|(key, value)| format!("{key} {value}"))
+        .collect();
+    if differing.is_empty() {
+        mine.iter()
+            .map(|(key, value)| format!("{key} {value}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    } else {
+        differing.join(", ")
+    }
+}
+
+/// `file `path` (1234 bytes, shuffled:1)`.
+fn describe_data(data: &DataDescription) -> String {
+    let size = data
+        .bytes
+        .map_or_else(|| "size unknown".to_string(), |b| format!("{b} bytes"));
+    format!("{} `{}` ({size}, {})", data.kind, data.name, data.order)
 }
 
 /// Every rank's partition of the run's layout, from the checkpoint's consolidated vectors.

@@ -6,7 +6,7 @@
 //!    parameter shard) into it, as DeepSpeed's ranks write their own files;
 //! 3. [`finish_save`]: the model states and `engine_state.json` are written, every file is
 //!    synced, the staging directory is renamed to `DIR/{tag}` and `latest` is replaced
-//!    atomically ([`super::write_atomically`]).
+//!    atomically ([`crate::io::write_output`]).
 //!
 //! Until the rename nothing a reader looks at has changed; between the rename and `latest`, the
 //! new tag is complete but `latest` still names the previous one. [`SaveFault`] stops a save
@@ -18,9 +18,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::layout::{self, CheckpointLocation, ENGINE_STATE, LATEST, MODEL_STATES};
+use super::manifest::Manifest;
 use super::state::{EngineState, FORMAT, dtype_named};
 use super::tensors::{Tensor, write};
-use super::{Checkpoint, CheckpointError, write_atomically};
+use super::{Checkpoint, CheckpointError};
 use crate::zero::{Dtype, OwnedState};
 
 /// Where a save stops on purpose (tests of atomicity); [`SaveFault::Never`] in real runs.
@@ -58,9 +59,11 @@ pub struct SavedCheckpoint {
     pub seconds: f64,
 }
 
-/// Creates `dir` if needed and a fresh staging directory for `tag` in it; returns it.
+/// Creates `dir` if needed and a fresh staging directory for `tag` in it; returns it. What
+/// killed saves left in `dir` ([`sweep_stale`]) is removed first.
 pub fn begin_save(dir: &Path, tag: &str) -> Result<PathBuf, CheckpointError> {
     std::fs::create_dir_all(dir).map_err(|e| CheckpointError::io(dir, &e))?;
+    sweep_stale(dir);
     let staging = dir.join(layout::staging_name(tag));
     if staging.exists() {
         std::fs::remove_dir_all(&staging).map_err(|e| CheckpointError::io(&staging, &e))?;
@@ -121,6 +124,7 @@ pub fn write_rank_files(
                 state.layout.partition_count().to_string(),
             ),
             ("step".to_string(), owned.adam_step.to_string()),
+            ("global_step".to_string(), state.global_step.to_string()),
         ]);
         bytes += write(&path, &tensors, metadata)?;
     }
@@ -135,6 +139,7 @@ pub fn write_rank_files(
         let metadata = HashMap::from([
             ("format".to_string(), FORMAT.to_string()),
             ("rank".to_string(), rank.to_string()),
+            ("global_step".to_string(), state.global_step.to_string()),
         ]);
         bytes += write(&path, &tensors, metadata)?;
     }
@@ -172,13 +177,17 @@ pub fn finish_save(
                 })
             })
             .collect::<Result<Vec<_>, CheckpointError>>()?;
-        let metadata = HashMap::from([("format".to_string(), FORMAT.to_string())]);
+        let metadata = HashMap::from([
+            ("format".to_string(), FORMAT.to_string()),
+            ("global_step".to_string(), state.global_step.to_string()),
+        ]);
         bytes += write(&path, &tensors, metadata)?;
     }
     let path = staging.join(ENGINE_STATE);
     let json = serde_json::to_vec_pretty(state)
         .map_err(|e| CheckpointError::corrupt(&path, "engine state", e.to_string()))?;
     bytes += write_file(&path, &json)?;
+    bytes += Manifest::of_directory(staging, state.global_step)?.write(staging)?;
     sync_dir(staging);
     fault.check(SaveFault::BeforeRename, "before the rename")?;
 
@@ -186,7 +195,7 @@ pub fn finish_save(
     if target.exists() {
         // Overwriting a tag: move the old one aside first (a directory cannot be renamed
         // onto a non-empty one), then drop it once the new one is in place.
-        let aside = dir.join(format!(".{}.old-{}", state.tag, std::process::id()));
+        let aside = dir.join(layout::aside_name(&state.tag));
         std::fs::rename(&target, &aside).map_err(|e| CheckpointError::io(&target, &e))?;
         std::fs::rename(staging, &target).map_err(|e| CheckpointError::io(&target, &e))?;
         let _ = std::fs::remove_dir_all(&aside);
@@ -196,9 +205,27 @@ pub fn finish_save(
     sync_dir(dir);
     fault.check(SaveFault::BeforeLatest, "before `latest` was replaced")?;
     let latest = dir.join(LATEST);
-    write_atomically(&latest, state.tag.as_bytes())
+    crate::io::write_output(&latest, state.tag.as_bytes())
         .map_err(|e| CheckpointError::io(&latest, &e))?;
     Ok(bytes)
+}
+
+/// Removes the staging (`.TAG.partial-PID`) and set-aside (`.TAG.old-PID`) directories in
+/// `dir` whose process no longer runs: what a save killed part-way leaves. Those of running
+/// processes (another run saving into the same directory) are left alone.
+pub fn sweep_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(layout::stale_pid) else {
+            continue;
+        };
+        if !crate::io::process_alive(pid) && entry.path().is_dir() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Makes a directory's entries durable (best effort: not every platform syncs directories).

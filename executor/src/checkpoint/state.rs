@@ -12,7 +12,7 @@ use crate::train::{DataChoice, TrainSpec};
 use crate::zero::{Dtype, EnginePlan};
 
 /// The `format` field of every checkpoint this version writes.
-pub const FORMAT: &str = "dsplan-checkpoint/1";
+pub const FORMAT: &str = "dsplan-checkpoint/2";
 
 /// Everything about a run at a step that is not a tensor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -173,9 +173,10 @@ impl ScalerState {
         }
     }
 
-    fn describe(&self) -> String {
+    /// `dynamic (scale 1024)` or `fixed at 1`.
+    pub fn describe(&self) -> String {
         match self {
-            ScalerState::Dynamic { .. } => "dynamic".to_string(),
+            ScalerState::Dynamic { scale, .. } => format!("dynamic (scale {scale})"),
             ScalerState::Fixed { scale } => format!("fixed at {scale}"),
         }
     }

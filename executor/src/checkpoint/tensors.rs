@@ -84,15 +84,9 @@ pub(super) struct StoredFile {
 }
 
 impl StoredFile {
-    /// Reads and checks `path`.
-    pub fn read(path: &Path) -> Result<Self, CheckpointError> {
-        if !path.is_file() {
-            return Err(CheckpointError::Missing {
-                path: path.to_path_buf(),
-                what: "checkpoint file",
-            });
-        }
-        let bytes = std::fs::read(path).map_err(|e| CheckpointError::io(path, &e))?;
+    /// Checks the safetensors file `bytes` (read from `path`, already verified against the
+    /// tag's manifest).
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self, CheckpointError> {
         let (_, header) = SafeTensors::read_metadata(&bytes)
             .map_err(|e| CheckpointError::corrupt(path, "header", e.to_string()))?;
         let metadata = header.metadata().clone().unwrap_or_default();

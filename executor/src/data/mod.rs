@@ -99,6 +99,44 @@ impl DataFormat {
     }
 }
 
+/// Checks that `path` is a regular file (directly or through a symlink) and returns its size:
+/// a FIFO, a device (`/dev/urandom`) or a directory is refused before anything reads it, as
+/// reading one would block forever or never end.
+pub fn check_data_file(path: &Path) -> Result<u64, DataError> {
+    let origin = path.display().to_string();
+    let meta = std::fs::metadata(path).map_err(|error| DataError::Io {
+        path: origin.clone(),
+        message: error.to_string(),
+    })?;
+    if !meta.is_file() {
+        return Err(DataError::Io {
+            path: origin,
+            message: "not a regular file (a FIFO, a device or a directory cannot be trained                       on: its reads block or never end); name a data file"
+                .to_string(),
+        });
+    }
+    Ok(meta.len())
+}
+
+/// The bytes of the data file `path`, after [`check_data_file`].
+pub fn read_data_file(path: &Path) -> Result<Vec<u8>, DataError> {
+    check_data_file(path)?;
+    std::fs::read(path).map_err(|error| DataError::Io {
+        path: path.display().to_string(),
+        message: error.to_string(),
+    })
+}
+
+/// Bytes the data file of `size` bytes in the format of `path` occupies in memory at its peak
+/// (while it is read): text is kept as read (one byte a token), an llm.c or safetensors file is
+/// read and widened to `u32` tokens (up to three times its size).
+pub fn resident_bytes(path: &Path, size: u64) -> u64 {
+    match DataFormat::from_path(path) {
+        DataFormat::Text => size,
+        DataFormat::LlmcBin | DataFormat::Safetensors => size.saturating_mul(3),
+    }
+}
+
 /// Opens the training data at `path` in the format its extension names.
 ///
 /// `order` applies to token streams (text, llm.c); stored batches are always used as stored.
@@ -108,12 +146,9 @@ pub fn open(
     order: WindowOrder,
 ) -> Result<Box<dyn TokenSource + Send>, DataError> {
     let origin = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|error| DataError::Io {
-        path: origin.clone(),
-        message: error.to_string(),
-    })?;
+    let bytes = read_data_file(path)?;
     Ok(match DataFormat::from_path(path) {
-        DataFormat::Text => Box::new(StreamSource::from_text(origin, &bytes, layout, order)?),
+        DataFormat::Text => Box::new(StreamSource::from_text_bytes(origin, bytes, layout, order)?),
         DataFormat::LlmcBin => Box::new(StreamSource::from_llmc(origin, &bytes, layout, order)?.1),
         DataFormat::Safetensors => Box::new(StoredBatchSource::from_safetensors(
             origin,

@@ -41,11 +41,42 @@ pub enum WindowOrder {
     },
 }
 
+/// The tokens of a stream, kept in the width they were read in: byte-level text one byte a
+/// token (a 4 GiB text file takes 4 GiB, not 16), token ids as `u32`.
+#[derive(Debug, Clone)]
+enum Tokens {
+    /// Byte-level text.
+    Bytes(Vec<u8>),
+    /// Token ids.
+    Ids(Vec<u32>),
+}
+
+impl Tokens {
+    fn len(&self) -> usize {
+        match self {
+            Tokens::Bytes(bytes) => bytes.len(),
+            Tokens::Ids(ids) => ids.len(),
+        }
+    }
+
+    /// Copies tokens `start..start + out.len()` into `out`.
+    fn copy_into(&self, start: usize, out: &mut [u32]) {
+        let end = start + out.len();
+        match self {
+            Tokens::Bytes(bytes) => out
+                .iter_mut()
+                .zip(&bytes[start..end])
+                .for_each(|(o, &b)| *o = u32::from(b)),
+            Tokens::Ids(ids) => out.copy_from_slice(&ids[start..end]),
+        }
+    }
+}
+
 /// Batches cut from a token stream; see the [module documentation](self).
 #[derive(Debug, Clone)]
 pub struct StreamSource {
     origin: String,
-    tokens: Vec<u32>,
+    tokens: Tokens,
     token_bound: u32,
     layout: BatchLayout,
     order: WindowOrder,
@@ -66,7 +97,7 @@ impl StreamSource {
         order: WindowOrder,
     ) -> Result<Self, DataError> {
         let bound = tokens.iter().max().map_or(0, |&max| max.saturating_add(1));
-        Self::with_bound(origin.into(), tokens, bound, layout, order)
+        Self::with_bound(origin.into(), Tokens::Ids(tokens), bound, layout, order)
     }
 
     /// Byte-level tokens of `text` (token = byte value, vocabulary [`BYTE_VOCAB`]).
@@ -76,8 +107,23 @@ impl StreamSource {
         layout: BatchLayout,
         order: WindowOrder,
     ) -> Result<Self, DataError> {
-        let tokens = text.iter().map(|&byte| u32::from(byte)).collect();
-        Self::with_bound(origin.into(), tokens, BYTE_VOCAB, layout, order)
+        Self::from_text_bytes(origin, text.to_vec(), layout, order)
+    }
+
+    /// [`StreamSource::from_text`], keeping `text` (one byte a token) rather than a copy.
+    pub fn from_text_bytes(
+        origin: impl Into<String>,
+        text: Vec<u8>,
+        layout: BatchLayout,
+        order: WindowOrder,
+    ) -> Result<Self, DataError> {
+        Self::with_bound(
+            origin.into(),
+            Tokens::Bytes(text),
+            BYTE_VOCAB,
+            layout,
+            order,
+        )
     }
 
     /// The tokens of an llm.c token file (see [`super::llmc`]).
@@ -96,7 +142,7 @@ impl StreamSource {
 
     fn with_bound(
         origin: String,
-        tokens: Vec<u32>,
+        tokens: Tokens,
         token_bound: u32,
         layout: BatchLayout,
         order: WindowOrder,
@@ -201,7 +247,7 @@ impl TokenSource for StreamSource {
             });
         }
         let start = self.window_of(step, row)? * self.layout.seq_len();
-        out.copy_from_slice(&self.tokens[start..start + row_len]);
+        self.tokens.copy_into(start, out);
         Ok(())
     }
 }

@@ -90,6 +90,8 @@ pub(super) enum RankFailure {
     Zero(ZeroError),
     /// A checkpoint could not be written or taken back.
     Checkpoint(CheckpointError),
+    /// The loss stopped being finite.
+    Diverged(super::Diverged),
 }
 
 impl RankFailure {
@@ -112,6 +114,12 @@ impl From<ZeroError> for RankFailure {
 impl From<crate::comm::CommError> for RankFailure {
     fn from(e: crate::comm::CommError) -> Self {
         RankFailure::Zero(ZeroError::Comm(e))
+    }
+}
+
+impl From<super::Diverged> for RankFailure {
+    fn from(e: super::Diverged) -> Self {
+        RankFailure::Diverged(e)
     }
 }
 

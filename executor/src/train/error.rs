@@ -49,6 +49,8 @@ pub enum TrainError {
     Comm(CommError),
     /// A checkpoint could not be written, read or resumed from.
     Checkpoint(Box<CheckpointError>),
+    /// The loss stopped being finite where nothing could recover it.
+    Diverged(super::Diverged),
 }
 
 impl fmt::Display for TrainError {
@@ -90,6 +92,7 @@ impl fmt::Display for TrainError {
             TrainError::Rank { rank, error } => write!(f, "rank {rank}: {error}"),
             TrainError::Comm(e) => write!(f, "{e}"),
             TrainError::Checkpoint(e) => write!(f, "{e}"),
+            TrainError::Diverged(e) => write!(f, "{e}"),
         }
     }
 }

@@ -14,6 +14,7 @@
 //!   one ([`resume_point`]), see [`crate::checkpoint`].
 
 mod checkpoints;
+mod divergence;
 mod error;
 pub mod model;
 pub mod plan;
@@ -22,8 +23,9 @@ pub mod settings;
 mod spec;
 
 pub use checkpoints::{CheckpointOptions, SavePolicy, resume_point};
+pub use divergence::{Diverged, check_loss};
 pub use error::TrainError;
-pub use model::{DEFAULT_PRESET, ModelChoiceError, ModelSource, choose_model};
+pub use model::{DEFAULT_PRESET, ModelChoiceError, ModelSource, choose_model, model_config};
 pub use plan::{compile_cuda_plan, compile_plan};
 pub use run::{TrainReport, train, train_planned, train_planned_with};
 pub use settings::{BatchSizes, OptimizerSettings, SettingsError, TrainSettings};

@@ -83,9 +83,25 @@ pub fn choose_model(argument: Option<&str>, seed: u64) -> Result<ModelSource, Mo
             description: format!("{} (pretrained weights)", path.display()),
         });
     }
+    let config = model_config(argument)?;
+    let shown = if path.is_file() {
+        path.display().to_string()
+    } else {
+        name.to_owned()
+    };
+    Ok(fresh(config, seed, shown))
+}
+
+/// The shape of the model `--model` names, without allocating its parameters (read before a
+/// run's memory is checked): a directory's or file's `config.json`, or a preset's shape.
+pub fn model_config(argument: Option<&str>) -> Result<Gpt2Config, ModelChoiceError> {
+    let name = argument.unwrap_or(DEFAULT_PRESET);
+    let path = Path::new(name);
+    if path.is_dir() {
+        return read_gpt2_config(&path.join("config.json")).map_err(ModelChoiceError::Load);
+    }
     if path.is_file() {
-        let config = read_gpt2_config(path).map_err(ModelChoiceError::Load)?;
-        return Ok(fresh(config, seed, format!("{}", path.display())));
+        return read_gpt2_config(path).map_err(ModelChoiceError::Load);
     }
     let Some(preset) = presets::find(name) else {
         return Err(ModelChoiceError::Unknown {
@@ -111,7 +127,7 @@ pub fn choose_model(argument: Option<&str>, seed: u64) -> Result<ModelSource, Mo
             name: preset.name.to_owned(),
         });
     }
-    Ok(fresh(config, seed, preset.name.to_owned()))
+    Ok(config)
 }
 
 fn fresh(config: Gpt2Config, seed: u64, name: String) -> ModelSource {

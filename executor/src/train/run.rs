@@ -9,7 +9,7 @@ use dsplan_planner::plan::{ModelGraph, Plan};
 
 use super::checkpoints::{CheckpointOptions, RankFailure, fresh_scaler, save_from_rank};
 use super::plan::compile_plan;
-use super::{TrainError, TrainSpec};
+use super::{TrainError, TrainSpec, check_loss};
 use crate::checkpoint::{CheckpointError, EngineState, SavedCheckpoint, consolidate};
 use crate::comm::{CommTraffic, run_ranks};
 use crate::data::{BatchLayout, DataError, MicroBatchIndex, TokenBatch, TokenSource};
@@ -245,6 +245,7 @@ pub fn train_planned_with(
                 observer(&metrics);
                 steps.push(metrics);
             }
+            check_loss(step, record.loss, record.skipped, engine.scaler())?;
             if let Some(policy) = &checkpoints.save
                 && policy.saves_after(step + 1, spec.steps)
             {
@@ -283,6 +284,7 @@ pub fn train_planned_with(
         return Err(match error {
             RankFailure::Zero(error) => TrainError::Rank { rank, error },
             RankFailure::Checkpoint(error) => TrainError::from(error),
+            RankFailure::Diverged(error) => TrainError::Diverged(error),
         });
     }
     let masters: Vec<Vec<f32>> = ranks

@@ -75,10 +75,7 @@ pub fn stored_shape(path: &Path) -> Result<Option<StoredShape>, TrainError> {
         return Ok(None);
     }
     let origin = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|error| DataError::Io {
-        path: origin.clone(),
-        message: error.to_string(),
-    })?;
+    let bytes = crate::data::read_data_file(path)?;
     let file = SafeTensors::deserialize(&bytes).map_err(|error| DataError::Safetensors {
         origin: origin.clone(),
         message: error.to_string(),

@@ -117,13 +117,36 @@ pub struct Architecture {
     pub embeddings: Embeddings,
 }
 
-/// The largest dimension dsplan accepts (2^32): every product of three stays exact in u128 and
-/// real models are many orders of magnitude smaller.
-const MAX_DIMENSION: u64 = 1 << 32;
+/// The largest value dsplan accepts for each dimension, by the name errors give it. Far above
+/// any real model (the deepest have a few hundred layers, the widest a hidden size of a few
+/// tens of thousands, vocabularies of a few hundred thousand), and low enough that a config
+/// with a mistyped size is refused at once instead of a plan growing a graph of 10^9 layers
+/// until the machine runs out of memory. Every product of three stays exact in u128.
+pub const DIMENSION_LIMITS: [(&str, u64); 11] = [
+    ("layers", 1 << 14),
+    ("decoder_layers", 1 << 14),
+    ("hidden", 1 << 20),
+    ("heads", 1 << 16),
+    ("kv_heads", 1 << 16),
+    ("head_dim", 1 << 16),
+    ("intermediate", 1 << 22),
+    ("vocab", 1 << 24),
+    ("type_vocab_size", 1 << 24),
+    ("positions", 1 << 24),
+    ("relative_attention_buckets", 1 << 16),
+];
+
+/// The limit of dimension `name` ([`DIMENSION_LIMITS`]).
+fn dimension_limit(name: &str) -> u64 {
+    DIMENSION_LIMITS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(1 << 32, |&(_, limit)| limit)
+}
 
 impl Architecture {
-    /// Checks that every dimension is at least 1 and at most 2^32, and that the heads divide
-    /// what they must.
+    /// Checks that every dimension is at least 1 and at most its limit
+    /// ([`DIMENSION_LIMITS`]), and that the heads divide what they must.
     pub fn validate(&self) -> Result<(), ModelError> {
         let mut dims = vec![
             ("layers", self.layers),
@@ -150,11 +173,10 @@ impl Architecture {
             _ => {}
         }
         for (name, value) in dims {
-            if value == 0 || value > MAX_DIMENSION {
+            let limit = dimension_limit(name);
+            if value == 0 || value > limit {
                 return Err(ModelError::BadArchitecture {
-                    reason: format!(
-                        "`{name}` is {value}; it must be between 1 and {MAX_DIMENSION}"
-                    ),
+                    reason: format!("`{name}` is {value}; it must be between 1 and {limit}"),
                 });
             }
         }
@@ -216,5 +238,34 @@ impl Architecture {
             self.intermediate,
             self.vocab
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dimension_is_bounded_and_named() {
+        let gpt2 = crate::model::presets::find("gpt2")
+            .expect("the gpt2 preset")
+            .architecture;
+        assert!(gpt2.validate().is_ok());
+        type Breaks = fn(&mut Architecture);
+        let cases: [(&str, Breaks); 7] = [
+            ("layers", |a| a.layers = 1_000_000_000),
+            ("hidden", |a| a.hidden = 1_000_000_000),
+            ("heads", |a| a.heads = 1 << 20),
+            ("head_dim", |a| a.head_dim = 1 << 20),
+            ("intermediate", |a| a.intermediate = 1 << 30),
+            ("vocab", |a| a.vocab = 1_000_000_000_000),
+            ("positions", |a| a.positions = Some(1_000_000_000_000)),
+        ];
+        for (name, break_it) in cases {
+            let mut arch = gpt2;
+            break_it(&mut arch);
+            let error = arch.validate().expect_err(name).to_string();
+            assert!(error.contains(&format!("`{name}`")), "{name}: {error}");
+        }
     }
 }

@@ -1,13 +1,13 @@
 //! Progress of `dsplan run` on stderr as rank 0 reports steps: a progress bar (step, loss, lr,
 //! tokens/s) when stderr is a terminal, DeepSpeed's `steps_per_print` lines otherwise; and the
-//! `--metrics` file, one JSON object per step, written to a temporary file and renamed into
-//! place at the end.
+//! `--metrics` file, one JSON object per step, each line written as its step ends.
 
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use dsplan_executor::io::open_stream;
 use dsplan_executor::metrics::StepMetrics;
 use dsplan_executor::train::TrainSettings;
 use dsplan_executor::zero::PhaseTimes;
@@ -16,46 +16,53 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{Failure, thousands};
 
-/// The `--metrics` file: lines go to a temporary file, renamed into place at the end.
+/// The `--metrics` file: each line written and flushed as its step ends (so a killed run
+/// loses at most the line being written), through [`open_stream`] (a regular file is
+/// truncated and written in place; a FIFO or character device is written through).
 pub(super) struct MetricsFile {
     path: PathBuf,
-    temp: PathBuf,
-    writer: BufWriter<File>,
+    file: File,
+    failed: Option<std::io::Error>,
 }
 
 impl MetricsFile {
     pub(super) fn create(path: &Path) -> Result<Self, Failure> {
-        let dir = match path.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-        let file = File::create(&temp)
-            .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
+        let file = open_stream(path)
+            .map_err(|e| Failure::usage(format!("--metrics {}: {e}", path.display())))?;
         Ok(Self {
             path: path.to_path_buf(),
-            temp,
-            writer: BufWriter::new(file),
+            file,
+            failed: None,
         })
     }
 
+    /// One line, written whole with a single `write_all`; the first error is kept for
+    /// [`MetricsFile::commit`] and later lines are dropped.
     fn write(&mut self, metrics: &StepMetrics) {
-        if let Ok(line) = serde_json::to_string(metrics) {
-            let _ = writeln!(self.writer, "{line}");
+        if self.failed.is_some() {
+            return;
+        }
+        if let Ok(mut line) = serde_json::to_string(metrics) {
+            line.push('\n');
+            if let Err(e) = self.file.write_all(line.as_bytes()) {
+                self.failed = Some(e);
+            }
         }
     }
 
-    pub(super) fn commit(mut self) -> Result<(), Failure> {
+    /// Ends the file: the first write error, if any, else the data made durable.
+    pub(super) fn commit(self) -> Result<(), Failure> {
         let fail = |e: std::io::Error| {
             Failure::usage(format!("cannot write {}: {e}", self.path.display()))
         };
-        self.writer.flush().map_err(fail)?;
-        self.writer.get_ref().sync_all().map_err(fail)?;
-        std::fs::rename(&self.temp, &self.path).map_err(fail)
+        if let Some(e) = self.failed {
+            return Err(fail(e));
+        }
+        // FIFOs and devices cannot be synced; only a regular file's error counts.
+        match self.file.sync_all() {
+            Err(e) if self.file.metadata().is_ok_and(|m| m.is_file()) => Err(fail(e)),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -1,4 +1,6 @@
-//! [`SwapDir`]: a rank's swap directory under `nvme_path`, removed when dropped.
+//! [`SwapDir`]: a rank's swap directory under `nvme_path`, removed when dropped; the
+//! `dsplan-PID` directories of killed runs (PID no longer running) are swept when the next run
+//! creates its own ([`sweep_stale_swap_dirs`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +36,7 @@ impl SwapDir {
                 return Err(SwapError::io(pointer, nvme_path, "use nvme_path", &e));
             }
         }
+        sweep_stale_swap_dirs(nvme_path);
         let process_dir = nvme_path.join(format!("dsplan-{}", std::process::id()));
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let path = process_dir.join(format!("rank{rank}.{n}"));
@@ -73,6 +76,28 @@ impl SwapDir {
     }
 }
 
+/// Removes the `dsplan-PID` directories under `nvme_path` whose process no longer runs
+/// (swap files of a killed run); other entries, and those of running processes, stay.
+pub fn sweep_stale_swap_dirs(nvme_path: &Path) {
+    let Ok(entries) = std::fs::read_dir(nvme_path) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("dsplan-"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if is_dir && !crate::io::process_alive(pid) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 impl Drop for SwapDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
@@ -98,6 +123,23 @@ mod tests {
         drop(b);
         let left: Vec<_> = std::fs::read_dir(base.path()).expect("listed").collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn swap_directories_of_dead_processes_are_swept() {
+        let base = tempfile::tempdir().expect("temp dir");
+        // A PID above the kernel's pid_max (2^22) never runs; this process does.
+        let stale = base.path().join("dsplan-99999999");
+        std::fs::create_dir_all(stale.join("rank0.0")).expect("created");
+        std::fs::write(stale.join("rank0.0/fp16"), b"swap").expect("written");
+        let running = base.path().join(format!("dsplan-{}", std::process::id()));
+        std::fs::create_dir_all(running.join("other")).expect("created");
+        let unrelated = base.path().join("dsplan-notes");
+        std::fs::create_dir(&unrelated).expect("created");
+        let dir = SwapDir::create(base.path(), 0, "/x").expect("created");
+        assert!(!stale.exists(), "the killed run's swap files stay");
+        assert!(running.join("other").is_dir() && unrelated.is_dir());
+        drop(dir);
     }
 
     #[test]
