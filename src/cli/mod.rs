@@ -2,6 +2,7 @@
 //! with its arguments and its `run` function.
 
 mod estimate;
+mod launch;
 mod plan;
 mod recommend;
 mod resolve;
@@ -41,6 +42,9 @@ enum Command {
     Schedule(schedule::ScheduleArgs),
     /// Train with a config: ZeRO stages 0-3 over in-process ranks on the CPU.
     Run(run::RunArgs),
+    /// Start `dsplan run` as one process per rank, with the DeepSpeed launcher's options
+    /// (hostfile, --include/--exclude, --num_gpus); CPU jobs go through mpirun.
+    Launch(launch::LaunchArgs),
 }
 
 /// Output format shared by every command.
@@ -86,6 +90,7 @@ pub fn run() -> ExitCode {
         Command::Resolve(args) => resolve::run(args),
         Command::Schedule(args) => schedule::run(args),
         Command::Run(args) => run::run(args),
+        Command::Launch(args) => launch::run(args),
     };
     ExitCode::from(outcome)
 }
