@@ -6,6 +6,8 @@
 //!   `model.safetensors`;
 //! * [`optim`]: Adam/AdamW and gradient clipping on flat slices;
 //! * [`comm`]: collectives, with in-process ranks as threads ([`comm::LocalComm`]);
+//! * [`launch`]: where this process sits in a multi-process job, read from the environment
+//!   torchrun, the DeepSpeed launcher, `mpirun` or `srun` set;
 //! * [`data`]: token batches split across ranks and micro-steps as DeepSpeed's runs split them;
 //! * [`zero`]: ZeRO stages 0-3 over those ranks, fp32/bf16/fp16 with fp32 master weights and
 //!   DeepSpeed's loss scaling, each stage's clipping arithmetic, and measured memory per
@@ -28,6 +30,7 @@ pub mod comm;
 pub mod cuda;
 pub mod data;
 pub mod io;
+pub mod launch;
 pub mod metrics;
 pub mod model;
 pub mod optim;

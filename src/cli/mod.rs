@@ -2,6 +2,7 @@
 //! with its arguments and its `run` function.
 
 mod estimate;
+mod launch;
 mod plan;
 mod recommend;
 mod report;
@@ -45,6 +46,9 @@ enum Command {
     /// What this machine offers the CUDA backend (driver, CUDA libraries, GPUs, CPU SIMD, MPI,
     /// kernel cache); --check runs every kernel and a training step against the CPU on the GPU.
     Report(report::ReportArgs),
+    /// Start `dsplan run` as one process per rank, with the DeepSpeed launcher's options
+    /// (hostfile, --include/--exclude, --num_gpus); CPU jobs go through mpirun.
+    Launch(launch::LaunchArgs),
 }
 
 /// Output format shared by every command.
@@ -91,6 +95,7 @@ pub fn run() -> ExitCode {
         Command::Schedule(args) => schedule::run(args),
         Command::Run(args) => run::run(args),
         Command::Report(args) => report::run(args),
+        Command::Launch(args) => launch::run(args),
     };
     ExitCode::from(outcome)
 }

@@ -42,6 +42,7 @@
 mod cuda;
 mod memory;
 mod progress;
+mod ranks;
 mod report;
 
 use std::path::PathBuf;
@@ -57,7 +58,7 @@ use dsplan_executor::train::settings::override_nvme_path;
 use dsplan_executor::train::{
     CheckpointOptions, DEFAULT_PRESET, DataChoice, ModelChoiceError, SavePolicy, TrainError,
     TrainSettings, TrainSpec, choose_model, compile_cuda_plan, compile_plan, model_config,
-    resume_point, stored_shape, train_planned_with,
+    resume_point, stored_shape,
 };
 use dsplan_executor::zero::{MixedPrecision, ZeroError};
 use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
@@ -70,6 +71,7 @@ use super::training_args::{TrainingArgsFlags, environment};
 use super::{Format, Outcome};
 use crate::render;
 use progress::{MetricsFile, Progress};
+use ranks::Ranks;
 use report::RunFacts;
 
 /// Steps when neither `--steps`, the scheduler's `total_num_steps` nor stored data say.
@@ -190,20 +192,19 @@ impl Failure {
 
 /// Run `dsplan run`.
 pub fn run(args: RunArgs) -> Outcome {
-    match train_from_args(&args) {
+    let ranks = match Ranks::detect(args.world_size) {
+        Ok(ranks) => ranks,
+        Err(failure) => return Ranks::Threads.fail(&failure),
+    };
+    match train_from_args(&args, &ranks) {
         Ok(()) => Outcome::Success,
-        Err(failure) => {
-            if !failure.message.is_empty() {
-                eprintln!("error: {}", failure.message);
-            }
-            failure.outcome
-        }
+        Err(failure) => ranks.fail(&failure),
     }
 }
 
-fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
+fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     let backend = cuda::choose(args.device)?;
-    let world = args.world_size as usize;
+    let world = ranks.world(args.world_size);
     let display = args.config.display().to_string();
     let bytes = super::read_input(&args.config).map_err(|d| Failure::usage(d.message))?;
     let (file, parsed) = match SourceFile::parse(&display, &bytes) {
@@ -326,7 +327,10 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         .cloned()
         .collect();
     file.locate_all(&mut plan_warnings);
-    eprint!("{}", render::human(&file, &plan_warnings));
+    // Rank 0 alone speaks for a job of processes.
+    if ranks.reports() {
+        eprint!("{}", render::human(&file, &plan_warnings));
+    }
     let preflight = memory::preflight(&plan, &backend, world, num_params, data_bytes);
     memory::enforce(preflight, args.force)?;
     let model = choose_model(args.model.as_deref(), args.seed)
@@ -351,39 +355,44 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
     };
     let load_seconds = load_started.elapsed().as_secs_f64();
 
-    let batch = settings.batch;
-    eprintln!(
-        "dsplan run {display}: ZeRO stage {}, {}, {world} rank(s) {}",
-        settings.stage as u8,
-        precision_name(&settings.precision),
-        cuda::place(&backend),
-    );
-    eprintln!(
-        "model {} ({} parameters); data {data_name}; {} x {seq_len} tokens per rank and micro-step, {} micro-step(s), global batch {}; {steps} steps",
-        model.description,
-        thousands(num_params as u64),
-        batch.micro_batch,
-        batch.grad_accum,
-        batch.train_batch,
-    );
-    eprintln!("{}", plan_line(&plan));
-    for notice in &settings.notices {
-        eprintln!("note: {notice}");
+    if ranks.reports() {
+        let batch = settings.batch;
+        eprintln!(
+            "dsplan run {display}: ZeRO stage {}, {}, {world} {} {}",
+            settings.stage as u8,
+            precision_name(&settings.precision),
+            ranks.kind(),
+            cuda::place(&backend),
+        );
+        eprintln!(
+            "model {} ({} parameters); data {data_name}; {} x {seq_len} tokens per rank and micro-step, {} micro-step(s), global batch {}; {steps} steps",
+            model.description,
+            thousands(num_params as u64),
+            batch.micro_batch,
+            batch.grad_accum,
+            batch.train_batch,
+        );
+        eprintln!("{}", plan_line(&plan));
+        for notice in &settings.notices {
+            eprintln!("note: {notice}");
+        }
     }
     let resume = match &loaded {
         Some(loaded) => {
             let point = resume_point(&spec, &plan, &graph, loaded)
                 .map_err(|e| train_failure(e, &display))?;
-            for note in &point.notes {
-                eprintln!("note: {note}");
+            if ranks.reports() {
+                for note in &point.notes {
+                    eprintln!("note: {note}");
+                }
+                eprintln!(
+                    "resuming from {} at step {} ({} applied, loss scale {}; read in {load_seconds:.2} s)",
+                    point.location.path().display(),
+                    point.global_step,
+                    point.applied_steps,
+                    point.scaler.scale()
+                );
             }
-            eprintln!(
-                "resuming from {} at step {} ({} applied, loss scale {}; read in {load_seconds:.2} s)",
-                point.location.path().display(),
-                point.global_step,
-                point.applied_steps,
-                point.scaler.scale()
-            );
             Some(point)
         }
         None => None,
@@ -396,6 +405,7 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         resume,
     };
 
+    ranks.check_backend(&backend)?;
     if let Backend::Cuda(device) = &backend {
         let run = cuda::GpuRun {
             metrics: args.metrics.as_deref(),
@@ -409,7 +419,7 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         };
         return cuda::train(&run, &spec, &plan, device);
     }
-    let metrics = match &args.metrics {
+    let metrics = match args.metrics.as_ref().filter(|_| ranks.reports()) {
         Some(path) => Some(MetricsFile::create(path)?),
         None => None,
     };
@@ -417,13 +427,16 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
     if let Some(point) = &checkpoints.resume {
         progress.resume_at(point.global_step, point.applied_steps);
     }
-    let result = train_planned_with(&spec, &plan, &graph, &checkpoints, &|m| progress.observe(m));
+    let result = ranks.train(&spec, &plan, &graph, &checkpoints, &|m| progress.observe(m));
     let metrics = progress.finish();
     let report = result.map_err(|e| train_failure(e, &display));
     if let Some(metrics) = metrics {
         metrics.commit()?;
     }
     let report = report?;
+    if !ranks.reports() {
+        return Ok(());
+    }
 
     if let Some(path) = &args.save_model {
         save_model(path, &report.final_params, &layout)

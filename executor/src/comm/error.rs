@@ -156,6 +156,16 @@ pub enum CommError {
         /// The backend's error text.
         message: String,
     },
+    /// A collective did not complete within the group's timeout: a peer is stuck, or gone
+    /// without the backend noticing.
+    TimedOut {
+        /// The operation that was waiting.
+        op: OpKind,
+        /// The rank that gave up waiting.
+        rank: usize,
+        /// The timeout, in seconds.
+        seconds: u64,
+    },
 }
 
 impl fmt::Display for CommError {
@@ -221,6 +231,11 @@ impl fmt::Display for CommError {
                 backend,
                 message,
             } => write!(f, "{op} on rank {rank}: {backend} failed: {message}"),
+            CommError::TimedOut { op, rank, seconds } => write!(
+                f,
+                "{op} on rank {rank} did not complete within {seconds} s: another rank is stuck \
+                 or gone"
+            ),
         }
     }
 }

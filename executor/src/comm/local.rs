@@ -49,6 +49,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread;
 
+use super::calls::check_calls;
 use super::error::{CallShape, CommError, Departure, OpKind};
 use super::reduce::{BLOCK, combine, finish, reduce_scalars};
 use super::rendezvous::{BufferAddr, Posting, Rendezvous};
@@ -114,7 +115,8 @@ impl LocalComm {
             .rendezvous
             .meet_posting(self.rank, posting)
             .map_err(|left| left.error(shape.op))?;
-        check_calls(&postings, self.world)?;
+        let shapes: Vec<CallShape> = postings.iter().map(|p| p.shape).collect();
+        check_calls(&shapes, self.world)?;
         Ok(postings)
     }
 
@@ -356,43 +358,6 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     } else {
         "(non-string panic payload)".to_owned()
     }
-}
-
-/// Checks every rank's call, in rank order, so that all ranks reach the same verdict.
-fn check_calls(postings: &[Posting], world: usize) -> Result<(), CommError> {
-    for (rank, posting) in postings.iter().enumerate() {
-        let shape = posting.shape;
-        let uneven = match shape.op {
-            OpKind::ReduceScatter => shape.output_len.checked_mul(world) != Some(shape.input_len),
-            OpKind::AllGather => shape.input_len.checked_mul(world) != Some(shape.output_len),
-            _ => false,
-        };
-        if uneven {
-            return Err(CommError::UnevenShards {
-                op: shape.op,
-                rank,
-                input_len: shape.input_len,
-                output_len: shape.output_len,
-                world,
-            });
-        }
-        if let Some(root) = shape.root
-            && root >= world
-        {
-            return Err(CommError::RootOutOfRange { rank, root, world });
-        }
-    }
-    let expected = postings[0].shape;
-    for (rank, posting) in postings.iter().enumerate().skip(1) {
-        if posting.shape != expected {
-            return Err(CommError::Disagreement {
-                expected,
-                rank,
-                found: posting.shape,
-            });
-        }
-    }
-    Ok(())
 }
 
 /// The elements of shard `rank` when `len` elements are split into `world` contiguous shards of

@@ -43,6 +43,13 @@
 //! [`LocalComm`] runs `W` ranks as threads of one process and performs real shared-memory
 //! collectives (see [`local`]). It is what the CPU backend and every multi-rank test use.
 //!
+//! `MpiComm` (module `mpi`, cargo feature `mpi`) runs one rank per process under `mpirun`. It
+//! keeps the whole contract, the rank-ordered reductions included: it never calls MPI's own
+//! reductions (their order is the library's choice) but moves shards with `MPI_Alltoall` /
+//! `MPI_Allgather` and reduces them locally in rank order, so processes equal threads bit for
+//! bit. A rank that dies ends the job through `mpirun`, a rank that fails aborts it, and a
+//! collective that outlasts the timeout is reported as [`CommError::TimedOut`].
+//!
 //! [`crate::cuda::nccl::NcclComm`] implements it for one process per GPU over NCCL, staging the
 //! host slices through device buffers (a copy each way per call); a GPU engine calls its
 //! `*_device` methods on device buffers instead. Over NCCL the contract weakens in two places:
@@ -52,14 +59,19 @@
 //! repeatable results, not the rank-ordered sum). Lengths are still checked before any call, so
 //! uneven shards and a bad root are the same errors as on [`LocalComm`].
 
+mod calls;
 mod error;
 pub mod local;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 mod reduce;
 mod rendezvous;
 mod traffic;
 
 pub use error::{CallShape, CommError, Departure, OpKind};
 pub use local::{LocalComm, run_ranks};
+#[cfg(feature = "mpi")]
+pub use mpi::{MpiComm, MpiJob};
 pub use traffic::{CommTraffic, OpTraffic};
 
 /// How a reduction combines the ranks' values (always in rank order 0, 1, ..., W-1).

@@ -10,7 +10,6 @@
 //! | module | job | runs without a GPU |
 //! |---|---|---|
 //! | [`device`] | probe the driver, resolve `--device cpu\|cuda\|auto` | yes (the no-driver and stub-driver paths are tested) |
-//! | [`launch_env`] | `RANK`/`WORLD_SIZE`/`LOCAL_RANK` (or `OMPI_COMM_WORLD_*`), `MASTER_ADDR/PORT` | yes |
 //! | [`rendezvous`] | hand rank 0's NCCL id to every rank over TCP | yes (loopback tests) |
 //! | [`encoder_buckets`] | group rows by token for the deterministic embedding backward | yes |
 //! | [`adamw`] | the fused AdamW kernel's scalars and segments | yes (its arithmetic is replayed against `adam_step`) |
@@ -30,15 +29,15 @@ mod error;
 pub mod gemm;
 pub mod inventory;
 pub mod launch;
-pub mod launch_env;
 pub mod modules;
 pub mod nccl;
 pub mod rendezvous;
 pub mod train;
 
+/// The launcher's environment now lives in [`crate::launch`] (CPU processes read it too).
+pub use crate::launch::{LaunchEnv, LaunchEnvError};
 pub use device::{
     Backend, BackendChoice, CudaAvailability, CudaDeviceInfo, DeviceChoice, DeviceError,
     choose_backend, probe, resolve_backend,
 };
 pub use error::CudaError;
-pub use launch_env::{LaunchEnv, LaunchEnvError};

@@ -25,9 +25,9 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
 use cudarc::nccl::{Comm as RawComm, Id, ReduceOp as NcclOp};
 
 use super::error::CudaError;
-use super::launch_env::LaunchEnv;
 use super::rendezvous::share_from_root;
 use crate::comm::{Comm, CommError, CommTraffic, OpKind, ReduceOp};
+use crate::launch::LaunchEnv;
 
 /// Bytes in NCCL's unique id.
 const ID_BYTES: usize = 128;

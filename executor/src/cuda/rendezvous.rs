@@ -17,7 +17,7 @@ use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::launch_env::LaunchEnv;
+use crate::launch::LaunchEnv;
 
 const MAGIC: &[u8; 8] = b"DSPLANRV";
 const VERSION: u32 = 1;
@@ -315,13 +315,14 @@ pub fn share_from_root(
         }
         Ok(payload)
     } else {
-        join(
-            &env.master_addr,
-            env.master_port,
-            env.rank,
-            env.world_size,
-            timeout,
-        )
+        let master = env.master_addr.as_deref().ok_or_else(|| {
+            RendezvousError::Mismatch(
+                "MASTER_ADDR is not set: mpirun does not set it; export it to every rank \
+                 (`mpirun -x MASTER_ADDR=HOST`)"
+                    .to_string(),
+            )
+        })?;
+        join(master, env.master_port, env.rank, env.world_size, timeout)
     }
 }
 

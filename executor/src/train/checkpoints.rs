@@ -103,6 +103,15 @@ impl RankFailure {
                 | RankFailure::Checkpoint(CheckpointError::PeerFailed)
         )
     }
+
+    /// The run's error for this failure of rank `rank`.
+    pub(super) fn into_train_error(self, rank: usize) -> TrainError {
+        match self {
+            RankFailure::Zero(error) => TrainError::Rank { rank, error },
+            RankFailure::Checkpoint(error) => TrainError::from(error),
+            RankFailure::Diverged(error) => TrainError::Diverged(error),
+        }
+    }
 }
 
 impl From<ZeroError> for RankFailure {

@@ -7,20 +7,18 @@ use std::time::Instant;
 
 use dsplan_planner::plan::{ModelGraph, Plan};
 
-use super::checkpoints::{CheckpointOptions, RankFailure, fresh_scaler, save_from_rank};
+use super::checkpoints::{CheckpointOptions, RankFailure, fresh_scaler};
 use super::plan::compile_plan;
-use super::{TrainError, TrainSpec, check_loss};
-use crate::checkpoint::{CheckpointError, EngineState, SavedCheckpoint, consolidate};
+use super::rank::{Gather, run_rank};
+use super::{TrainError, TrainSpec};
+use crate::checkpoint::{CheckpointError, EngineState, ResumePoint, SavedCheckpoint, consolidate};
 use crate::comm::{CommTraffic, run_ranks};
 use crate::data::{BatchLayout, DataError, MicroBatchIndex, TokenBatch, TokenSource};
-use crate::metrics::{ByCategory, Category, MemoryLedger, MemoryReport, PlanMemory, StepMetrics};
-use crate::model::{BatchShape, Gpt2Core, ModelError, ParamLayout};
+use crate::metrics::{ByCategory, Category, MemoryReport, PlanMemory, StepMetrics};
+use crate::model::{BatchShape, ModelError, ParamLayout};
 use crate::zero::predict::correspondence;
 use crate::zero::swap::{NvmeReport, NvmeUsage};
-use crate::zero::{
-    ClipRule, Correspondence, EngineOptions, EnginePlan, RankEngine, RankOptions, ZeroError,
-    ZeroRank,
-};
+use crate::zero::{ClipRule, Correspondence, EngineOptions, EnginePlan, RankOptions};
 
 /// What a finished run reports.
 #[derive(Debug, Clone)]
@@ -54,17 +52,6 @@ pub struct TrainReport {
     pub first_step: u64,
     /// The checkpoints written, in order.
     pub checkpoints: Vec<SavedCheckpoint>,
-}
-
-/// What one rank hands back.
-struct RankOutcome {
-    master: Vec<f32>,
-    memory: MemoryReport,
-    traffic: CommTraffic,
-    applied_steps: u64,
-    steps: Vec<StepMetrics>,
-    nvme: Option<NvmeUsage>,
-    checkpoints: Vec<SavedCheckpoint>,
 }
 
 /// Compiles the plan of `spec` ([`compile_plan`]) and runs it, calling `observer` with every
@@ -105,7 +92,8 @@ pub fn train_planned(
 
 /// [`train_planned`] with checkpoints: resumed from `checkpoints.resume` (steps
 /// `global_step..spec.steps` are run, numbered as in the uninterrupted run) and saved as
-/// `checkpoints.save` says.
+/// `checkpoints.save` says. Every rank is a thread of this process ([`run_ranks`]); each runs
+/// [`run_rank`].
 pub fn train_planned_with(
     spec: &TrainSpec,
     plan: &Plan,
@@ -113,6 +101,114 @@ pub fn train_planned_with(
     checkpoints: &CheckpointOptions,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, TrainError> {
+    let prepared = prepare(spec, plan, graph, checkpoints)?;
+    let world = prepared.world;
+    let started = Instant::now();
+    let outcomes = run_ranks(world, |comm| {
+        run_rank(
+            &prepared,
+            Box::new(comm),
+            checkpoints,
+            observer,
+            Gather::Nothing,
+        )
+    })
+    .map_err(TrainError::Comm)?;
+    let seconds = started.elapsed().as_secs_f64();
+
+    let mut ranks = Vec::with_capacity(world);
+    let mut failures: Vec<(usize, RankFailure)> = Vec::new();
+    for (rank, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(outcome) => ranks.push(outcome),
+            Err(error) => failures.push((rank, error)),
+        }
+    }
+    if !failures.is_empty() {
+        // A rank's own failure, rather than the others noticing that it left.
+        let own = failures
+            .iter()
+            .position(|(_, e)| !e.is_secondary())
+            .unwrap_or(0);
+        let (rank, error) = failures.swap_remove(own);
+        return Err(error.into_train_error(rank));
+    }
+    let masters: Vec<Vec<f32>> = ranks
+        .iter_mut()
+        .map(|r| std::mem::take(&mut r.master))
+        .collect();
+    let final_params = consolidate(
+        &prepared.engine_plan,
+        prepared.engine_plan.stage(),
+        &masters,
+    );
+    let nvme_ranks: Vec<NvmeUsage> = ranks.iter_mut().filter_map(|r| r.nvme.take()).collect();
+    let nvme = (!nvme_ranks.is_empty()).then(|| NvmeReport {
+        ranks: nvme_ranks,
+        ..NvmeReport::of_plan(plan)
+    });
+    Ok(TrainReport {
+        steps: ranks
+            .first_mut()
+            .map(|r| std::mem::take(&mut r.steps))
+            .unwrap_or_default(),
+        final_params,
+        memory: ranks.iter().map(|r| r.memory).collect(),
+        predicted: prepared.predicted,
+        plan_memory: prepared.plan_memory,
+        correspondence: prepared.correspondence,
+        traffic: ranks.iter().map(|r| r.traffic.clone()).collect(),
+        applied_steps: ranks.first().map_or(0, |r| r.applied_steps),
+        seconds,
+        tokens: prepared.tokens_per_step * spec.steps.saturating_sub(prepared.first_step),
+        first_step: prepared.first_step,
+        checkpoints: ranks
+            .first_mut()
+            .map(|r| std::mem::take(&mut r.checkpoints))
+            .unwrap_or_default(),
+        nvme,
+    })
+}
+
+/// What every rank of a run shares, checked and built once before any rank starts.
+pub(super) struct Prepared<'a> {
+    pub(super) spec: &'a TrainSpec,
+    pub(super) world: usize,
+    pub(super) shape: BatchShape,
+    pub(super) engine_plan: Arc<EnginePlan>,
+    pub(super) rank_options: RankOptions,
+    pub(super) plan_memory: PlanMemory,
+    pub(super) predicted: ByCategory,
+    pub(super) correspondence: Vec<(Category, Correspondence)>,
+    pub(super) template: EngineState,
+    pub(super) engine_options: EngineOptions,
+    pub(super) tokens_per_step: u64,
+    pub(super) first_step: u64,
+    pub(super) initial_params: &'a [f32],
+    pub(super) resume: Option<&'a ResumePoint>,
+    /// The run's data; each rank asks only for its own micro-batches.
+    pub(super) source: Mutex<Box<dyn TokenSource + Send>>,
+}
+
+impl Prepared<'_> {
+    /// Rank `at.rank`'s micro-batch `at`.
+    pub(super) fn batch(&self, at: MicroBatchIndex) -> Result<TokenBatch, DataError> {
+        let mut source = self
+            .source
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        source.micro_batch(at)
+    }
+}
+
+/// Checks `spec` against `plan` and the resume point, opens the data and builds what every
+/// rank shares.
+pub(super) fn prepare<'a>(
+    spec: &'a TrainSpec,
+    plan: &Plan,
+    graph: &ModelGraph,
+    checkpoints: &'a CheckpointOptions,
+) -> Result<Prepared<'a>, TrainError> {
     check_model(spec)?;
     let settings = &spec.settings;
     let world = spec.world.max(1);
@@ -190,132 +286,21 @@ pub fn train_planned_with(
         scaler,
     };
     let tokens_per_step = (batch.train_batch * spec.seq_len) as u64;
-    let source: Mutex<Box<dyn TokenSource + Send>> = Mutex::new(source);
-    let batches = |at: MicroBatchIndex| -> Result<TokenBatch, DataError> {
-        let mut source = source
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        source.micro_batch(at)
-    };
-
-    let started = Instant::now();
-    let outcomes = run_ranks(world, |comm| -> Result<RankOutcome, RankFailure> {
-        let ledger = MemoryLedger::new();
-        let core = Gpt2Core::new(spec.model, shape).map_err(ZeroError::from)?;
-        let rank = ZeroRank::new(
-            Box::new(comm),
-            Arc::clone(&engine_plan),
-            rank_options,
-            initial_params,
-            &ledger,
-        )?;
-        let is_reporter = rank.rank() == 0;
-        let mut engine = RankEngine::new(core, rank, engine_options.clone(), &ledger);
-        if let Some(resume) = resume {
-            let id = engine.rank().rank();
-            engine
-                .rank()
-                .check_owned(&resume.ranks[id])
-                .map_err(|e| CheckpointError::Corrupt {
-                    path: resume.location.path(),
-                    field: e.field.to_string(),
-                    message: e.to_string(),
-                })?;
-            engine.rank_mut().import_owned(&resume.ranks[id])?;
-            engine.resume(resume.applied_steps, resume.scaler.clone());
-        }
-        let mut steps = Vec::new();
-        let mut saved = Vec::new();
-        for step in first_step..spec.steps {
-            let step_started = Instant::now();
-            let record = engine.step(step, &batches)?;
-            let seconds = step_started.elapsed().as_secs_f64();
-            if is_reporter {
-                let metrics = StepMetrics {
-                    step,
-                    loss: record.loss,
-                    lr: record.lr,
-                    grad_norm: record.grad_norm,
-                    loss_scale: record.loss_scale,
-                    skipped: record.skipped,
-                    tokens_per_s: tokens_per_step as f64 / seconds.max(1e-9),
-                    times: record.times,
-                    seconds,
-                };
-                observer(&metrics);
-                steps.push(metrics);
-            }
-            check_loss(step, record.loss, record.skipped, engine.scaler())?;
-            if let Some(policy) = &checkpoints.save
-                && policy.saves_after(step + 1, spec.steps)
-            {
-                let written = save_from_rank(&mut engine, &template, policy, step + 1)?;
-                saved.extend(written);
-            }
-        }
-        Ok(RankOutcome {
-            nvme: engine.rank().nvme_usage()?,
-            master: engine.rank().owned_master()?,
-            memory: ledger.report(),
-            traffic: engine.rank().traffic(),
-            applied_steps: engine.applied_steps(),
-            steps,
-            checkpoints: saved,
-        })
-    })
-    .map_err(TrainError::Comm)?;
-    let seconds = started.elapsed().as_secs_f64();
-
-    let mut ranks = Vec::with_capacity(world);
-    let mut failures: Vec<(usize, RankFailure)> = Vec::new();
-    for (rank, outcome) in outcomes.into_iter().enumerate() {
-        match outcome {
-            Ok(outcome) => ranks.push(outcome),
-            Err(error) => failures.push((rank, error)),
-        }
-    }
-    if !failures.is_empty() {
-        // A rank's own failure, rather than the others noticing that it left.
-        let own = failures
-            .iter()
-            .position(|(_, e)| !e.is_secondary())
-            .unwrap_or(0);
-        let (rank, error) = failures.swap_remove(own);
-        return Err(match error {
-            RankFailure::Zero(error) => TrainError::Rank { rank, error },
-            RankFailure::Checkpoint(error) => TrainError::from(error),
-            RankFailure::Diverged(error) => TrainError::Diverged(error),
-        });
-    }
-    let masters: Vec<Vec<f32>> = ranks
-        .iter_mut()
-        .map(|r| std::mem::take(&mut r.master))
-        .collect();
-    let final_params = consolidate(&engine_plan, engine_plan.stage(), &masters);
-    let nvme_ranks: Vec<NvmeUsage> = ranks.iter_mut().filter_map(|r| r.nvme.take()).collect();
-    let nvme = (!nvme_ranks.is_empty()).then(|| NvmeReport {
-        ranks: nvme_ranks,
-        ..NvmeReport::of_plan(plan)
-    });
-    Ok(TrainReport {
-        steps: ranks
-            .first_mut()
-            .map(|r| std::mem::take(&mut r.steps))
-            .unwrap_or_default(),
-        final_params,
-        memory: ranks.iter().map(|r| r.memory).collect(),
-        predicted,
+    Ok(Prepared {
+        spec,
+        world,
+        shape,
+        engine_plan,
+        rank_options,
         plan_memory,
+        predicted,
         correspondence,
-        traffic: ranks.iter().map(|r| r.traffic.clone()).collect(),
-        applied_steps: ranks.first().map_or(0, |r| r.applied_steps),
-        seconds,
-        tokens: tokens_per_step * spec.steps.saturating_sub(first_step),
+        template,
+        engine_options,
+        tokens_per_step,
         first_step,
-        checkpoints: ranks
-            .first_mut()
-            .map(|r| std::mem::take(&mut r.checkpoints))
-            .unwrap_or_default(),
-        nvme,
+        initial_params,
+        resume,
+        source: Mutex::new(source),
     })
 }

@@ -1,0 +1,222 @@
+//! One rank of a run, given its [`Comm`]: [`run_rank`] is the whole life of a rank (build its
+//! engine, resume, step, save checkpoints), the same whether the rank is a thread of this
+//! process ([`super::train_planned_with`]) or the process itself ([`train_planned_as_rank`],
+//! one rank of a job started by `mpirun` or `dsplan launch`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use dsplan_planner::plan::{ModelGraph, Plan};
+
+use super::checkpoints::{CheckpointOptions, RankFailure, save_from_rank};
+use super::run::{Prepared, TrainReport, prepare};
+use super::{TrainError, TrainSpec, check_loss};
+use crate::checkpoint::{CheckpointError, SavedCheckpoint, consolidate};
+use crate::comm::{Comm, CommTraffic, ReduceOp};
+use crate::metrics::{ByCategory, MemoryLedger, MemoryReport, StepMetrics};
+use crate::model::Gpt2Core;
+use crate::zero::swap::{NvmeReport, NvmeUsage};
+use crate::zero::{RankEngine, ZeroError, ZeroRank};
+
+/// What one rank hands back.
+pub(super) struct RankOutcome {
+    pub(super) master: Vec<f32>,
+    pub(super) memory: MemoryReport,
+    pub(super) traffic: CommTraffic,
+    pub(super) applied_steps: u64,
+    pub(super) steps: Vec<StepMetrics>,
+    pub(super) nvme: Option<NvmeUsage>,
+    pub(super) checkpoints: Vec<SavedCheckpoint>,
+    /// Every rank's fp32 master shard and measured memory, in rank order, when the ranks are
+    /// processes and this rank gathered them ([`Gather::Everyone`]); empty otherwise.
+    pub(super) gathered: Vec<(Vec<f32>, MemoryReport)>,
+}
+
+/// Whether a rank collects the others' results at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Gather {
+    /// Threads: the caller joins every rank's outcome.
+    Nothing,
+    /// Processes: every rank gathers every rank's master shard and memory over its [`Comm`].
+    Everyone,
+}
+
+/// Runs one rank of `prepared` over `comm`; rank 0 calls `observer` with every step.
+pub(super) fn run_rank(
+    prepared: &Prepared<'_>,
+    comm: Box<dyn Comm>,
+    checkpoints: &CheckpointOptions,
+    observer: &(dyn Fn(&StepMetrics) + Sync),
+    gather: Gather,
+) -> Result<RankOutcome, RankFailure> {
+    let spec = prepared.spec;
+    let ledger = MemoryLedger::new();
+    let core = Gpt2Core::new(spec.model, prepared.shape).map_err(ZeroError::from)?;
+    let rank = ZeroRank::new(
+        comm,
+        Arc::clone(&prepared.engine_plan),
+        prepared.rank_options,
+        prepared.initial_params,
+        &ledger,
+    )?;
+    let is_reporter = rank.rank() == 0;
+    let mut engine = RankEngine::new(core, rank, prepared.engine_options.clone(), &ledger);
+    if let Some(resume) = prepared.resume {
+        let id = engine.rank().rank();
+        engine
+            .rank()
+            .check_owned(&resume.ranks[id])
+            .map_err(|e| CheckpointError::Corrupt {
+                path: resume.location.path(),
+                field: e.field.to_string(),
+                message: e.to_string(),
+            })?;
+        engine.rank_mut().import_owned(&resume.ranks[id])?;
+        engine.resume(resume.applied_steps, resume.scaler.clone());
+    }
+    let batches = |at| prepared.batch(at);
+    let mut steps = Vec::new();
+    let mut saved = Vec::new();
+    for step in prepared.first_step..spec.steps {
+        let step_started = Instant::now();
+        let record = engine.step(step, &batches)?;
+        let seconds = step_started.elapsed().as_secs_f64();
+        if is_reporter {
+            let metrics = StepMetrics {
+                step,
+                loss: record.loss,
+                lr: record.lr,
+                grad_norm: record.grad_norm,
+                loss_scale: record.loss_scale,
+                skipped: record.skipped,
+                tokens_per_s: prepared.tokens_per_step as f64 / seconds.max(1e-9),
+                times: record.times,
+                seconds,
+            };
+            observer(&metrics);
+            steps.push(metrics);
+        }
+        check_loss(step, record.loss, record.skipped, engine.scaler())?;
+        if let Some(policy) = &checkpoints.save
+            && policy.saves_after(step + 1, spec.steps)
+        {
+            let written = save_from_rank(&mut engine, &prepared.template, policy, step + 1)?;
+            saved.extend(written);
+        }
+    }
+    let master = engine.rank().owned_master()?;
+    let memory = ledger.report();
+    let gathered = match gather {
+        Gather::Nothing => Vec::new(),
+        Gather::Everyone => gather_everyone(engine.rank_mut().comm(), &master, &memory)?,
+    };
+    Ok(RankOutcome {
+        nvme: engine.rank().nvme_usage()?,
+        master,
+        memory,
+        traffic: engine.rank().traffic(),
+        applied_steps: engine.applied_steps(),
+        steps,
+        checkpoints: saved,
+        gathered,
+    })
+}
+
+/// Every rank's master shard (all-gathered, padded to the longest) and memory report (exact
+/// `u64`s through `f64` scalar reductions: byte counts stay far below 2^53).
+fn gather_everyone(
+    comm: &mut dyn Comm,
+    master: &[f32],
+    memory: &MemoryReport,
+) -> Result<Vec<(Vec<f32>, MemoryReport)>, crate::comm::CommError> {
+    let world = comm.world_size();
+    let me = comm.rank();
+    // From rank `q`'s value, everyone's copy: a MAX over zeros elsewhere.
+    let mut from = |q: usize, value: u64| -> Result<u64, crate::comm::CommError> {
+        let mine = if q == me { value as f64 } else { 0.0 };
+        Ok(comm.all_reduce_scalar(mine, ReduceOp::Max)? as u64)
+    };
+    let mut lens = Vec::with_capacity(world);
+    let mut memories = Vec::with_capacity(world);
+    for q in 0..world {
+        lens.push(from(q, master.len() as u64)? as usize);
+        let mut report = MemoryReport {
+            peak_total: from(q, memory.peak_total)?,
+            ..MemoryReport::default()
+        };
+        for i in 0..memory.peak.0.len() {
+            report.peak.0[i] = from(q, memory.peak.0[i])?;
+            report.at_peak.0[i] = from(q, memory.at_peak.0[i])?;
+        }
+        memories.push(report);
+    }
+    let longest = lens.iter().copied().max().unwrap_or(0);
+    let mut padded = master.to_vec();
+    padded.resize(longest, 0.0);
+    let mut all = vec![0.0f32; longest * world];
+    comm.all_gather(&padded, &mut all)?;
+    Ok(all
+        .chunks_exact(longest.max(1))
+        .take(world)
+        .zip(lens)
+        .zip(memories)
+        .map(|((chunk, len), memory)| (chunk[..len.min(chunk.len())].to_vec(), memory))
+        .collect())
+}
+
+/// Runs this process as rank `comm.rank()` of a job of `comm.world_size()` processes, by `plan`
+/// (compiled for `graph`), calling `observer` on rank 0 with every step. `spec.world` must be
+/// the job's world size. Every rank returns the whole run's report: the final parameters are
+/// consolidated from every rank's shard, `memory` holds every rank's measured memory; `traffic`
+/// holds this rank's only, and `steps` and `checkpoints` are rank 0's (empty elsewhere).
+pub fn train_planned_as_rank(
+    spec: &TrainSpec,
+    plan: &Plan,
+    graph: &ModelGraph,
+    checkpoints: &CheckpointOptions,
+    comm: Box<dyn Comm>,
+    observer: &(dyn Fn(&StepMetrics) + Sync),
+) -> Result<TrainReport, TrainError> {
+    let rank = comm.rank();
+    if comm.world_size() != spec.world.max(1) {
+        return Err(TrainError::PlanMismatch(crate::zero::PlanMismatch {
+            message: format!(
+                "the job has {} process(es), the run was planned for {}",
+                comm.world_size(),
+                spec.world
+            ),
+        }));
+    }
+    let prepared = prepare(spec, plan, graph, checkpoints)?;
+    let started = Instant::now();
+    let mut outcome = run_rank(&prepared, comm, checkpoints, observer, Gather::Everyone)
+        .map_err(|failure| failure.into_train_error(rank))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let (masters, memory): (Vec<Vec<f32>>, Vec<MemoryReport>) =
+        std::mem::take(&mut outcome.gathered).into_iter().unzip();
+    let final_params = consolidate(
+        &prepared.engine_plan,
+        prepared.engine_plan.stage(),
+        &masters,
+    );
+    let nvme = outcome.nvme.take().map(|usage| NvmeReport {
+        ranks: vec![usage],
+        ..NvmeReport::of_plan(plan)
+    });
+    let predicted: ByCategory = prepared.predicted;
+    Ok(TrainReport {
+        steps: outcome.steps,
+        final_params,
+        memory,
+        predicted,
+        plan_memory: prepared.plan_memory,
+        correspondence: prepared.correspondence,
+        traffic: vec![outcome.traffic],
+        applied_steps: outcome.applied_steps,
+        seconds,
+        tokens: prepared.tokens_per_step * spec.steps.saturating_sub(prepared.first_step),
+        first_step: prepared.first_step,
+        checkpoints: outcome.checkpoints,
+        nvme,
+    })
+}
