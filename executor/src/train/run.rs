@@ -201,7 +201,8 @@ pub fn train_planned_with(
     let started = Instant::now();
     let outcomes = run_ranks(world, |comm| -> Result<RankOutcome, RankFailure> {
         let ledger = MemoryLedger::new();
-        let core = Gpt2Core::new(spec.model, shape).map_err(ZeroError::from)?;
+        let core = Gpt2Core::with_recompute(spec.model, shape, settings.recompute)
+            .map_err(ZeroError::from)?;
         let rank = ZeroRank::new(
             Box::new(comm),
             Arc::clone(&engine_plan),
