@@ -55,7 +55,7 @@ fn run() -> Result<(), String> {
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab)
         .collect();
     let targets = next_token_targets(&tokens, shape.seq_len);
-    let mut step = |model: &mut Gpt2| -> Result<f64, String> {
+    let step = |model: &mut Gpt2| -> Result<f64, String> {
         let started = Instant::now();
         model.zero_grad();
         model
