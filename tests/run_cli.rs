@@ -689,3 +689,76 @@ fn an_unusable_checkpoint_directory_is_refused_before_training() {
     assert!(stderr.contains("not a directory"), "{stderr}");
     assert!(!stderr.contains("done:"), "no step may run first: {stderr}");
 }
+
+/// An `activation_checkpointing` section, `--gradient-checkpointing` or a `--training-args`
+/// file with `gradient_checkpointing` turn per-layer recomputation on: no "has no effect"
+/// line, a note saying what is done, measured activations equal to the plan's and below a run
+/// without it. A key dsplan cannot act on is refused with its JSON path.
+#[test]
+fn activation_checkpointing_is_acted_on() {
+    let activations = |stdout: &str| -> (u64, u64) {
+        let summary: Value = serde_json::from_str(stdout).expect("summary JSON");
+        let memory = &summary["memory"];
+        (
+            memory["ranks"][0]["peak"]["activations"]
+                .as_u64()
+                .expect("measured"),
+            memory["predicted"]["activations"]
+                .as_u64()
+                .expect("predicted"),
+        )
+    };
+    let common = ["--steps", "2", "--seq-len", "32", "--format", "json"];
+    let plain = config_path("zero2_fp16.json");
+    let (code, stdout, stderr) = run(&[&["run", plain.as_str()][..], &common].concat());
+    assert_eq!(code, 0, "{stderr}");
+    let (kept, kept_plan) = activations(&stdout);
+    assert_eq!(kept, kept_plan);
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let training_args = dir.path().join("training_args.json");
+    std::fs::write(&training_args, r#"{"gradient_checkpointing": true}"#).expect("written");
+    let checkpointed = config_path("zero2_activation_checkpointing.json");
+    for (args, asked_by) in [
+        (
+            vec!["run", checkpointed.as_str()],
+            "`activation_checkpointing`",
+        ),
+        (
+            vec!["run", plain.as_str(), "--gradient-checkpointing"],
+            "gradient_checkpointing",
+        ),
+        (
+            vec![
+                "run",
+                plain.as_str(),
+                "--training-args",
+                training_args.to_str().expect("utf-8"),
+            ],
+            "gradient_checkpointing",
+        ),
+    ] {
+        let (code, stdout, stderr) = run(&[&args[..], &common].concat());
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+        assert!(!stderr.contains("has no effect"), "{stderr}");
+        assert!(!stderr.contains("not acted on"), "{stderr}");
+        assert!(
+            stderr.contains(&format!("note: activation checkpointing ({asked_by})")),
+            "{args:?}: {stderr}"
+        );
+        let (measured, predicted) = activations(&stdout);
+        assert_eq!(measured, predicted, "{args:?}");
+        assert!(measured < kept, "{args:?}: {measured} < {kept}");
+    }
+
+    let mut refused: Value =
+        serde_json::from_str(&std::fs::read_to_string(&checkpointed).expect("read")).expect("JSON");
+    refused["activation_checkpointing"]["profile"] = json!(true);
+    let path = write_config(dir.path(), &refused);
+    let (code, _, stderr) = run(&["run", &path, "--steps", "1", "--seq-len", "16"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("/activation_checkpointing/profile"),
+        "{stderr}"
+    );
+}

@@ -7,7 +7,7 @@ use dsplan_executor::cuda::train::buffers::Element;
 use dsplan_executor::cuda::train::program::ArgType;
 use dsplan_executor::cuda::train::{DeviceLayout, Op, StepProgram};
 use dsplan_executor::metrics::{Category, PlanMemory};
-use dsplan_executor::model::{ActivationLayout, BatchShape, Gpt2Config};
+use dsplan_executor::model::{ActivationLayout, BatchShape, Gpt2Config, Recompute};
 use dsplan_executor::train::plan::model_graph;
 use dsplan_executor::train::{TrainSettings, choose_model, compile_cuda_plan};
 use dsplan_kernels::{Dtype, KERNELS};
@@ -182,7 +182,7 @@ fn device_activations_have_the_cpu_models_shapes() {
         batch: 3,
         seq_len: 16,
     };
-    let cpu = ActivationLayout::new(&config, shape);
+    let cpu = ActivationLayout::new(&config, shape, Recompute::Nothing);
     let device = DeviceLayout::new(config, shape, Dtype::Bf16);
     let mut matched = 0;
     for table in [&device.activation_table, &device.stats_table] {
@@ -408,7 +408,31 @@ fn a_head_size_without_attention_kernels_is_refused_before_allocating() {
         };
         assert!(message.contains("head size"), "{message}");
     }
-    let two = TrainSpec { world: 2, ..spec };
+    let two = TrainSpec {
+        world: 2,
+        ..spec.clone()
+    };
     let error = check_spec(&two).expect_err("one GPU only");
     assert!(error.to_string().contains("a world of 2"), "{error}");
+    // Activation checkpointing recomputes on the CPU backend only, whatever the head size.
+    let wide = Gpt2Config {
+        n_embd: 128,
+        n_head: 2,
+        ..tiny.config
+    };
+    let recomputing = TrainSpec {
+        settings: spec.settings.clone().with_gradient_checkpointing(true),
+        model: wide,
+        initial_params: dsplan_executor::model::init_params(
+            &wide,
+            &dsplan_executor::model::ParamLayout::new(&wide),
+            1,
+        ),
+        ..spec
+    };
+    let error = check_spec(&recomputing).expect_err("no recomputation on the GPU");
+    assert!(
+        error.to_string().contains("activation checkpointing"),
+        "{error}"
+    );
 }

@@ -6,7 +6,10 @@
 //! for: the plan lists no offload staging), and with gradient accumulation. Under stage 3
 //! offload to NVMe (optimizer only; optimizer and parameters, some slices past `max_in_cpu`)
 //! the swap buffers are counted in memory like the plan's, and each rank's swap files hold
-//! exactly the plan's bytes on NVMe.
+//! exactly the plan's bytes on NVMe. With activation checkpointing (an
+//! `activation_checkpointing` section) the arena keeps each block's input and one shared
+//! working set: measured = plan again, and the activations' peak drops by exactly the planned
+//! arena difference.
 //!
 //! Prints the table (measured / plan, bytes) with `--nocapture`.
 
@@ -129,6 +132,56 @@ fn measured_memory_is_the_plans_to_the_byte() {
         ));
     }
     eprintln!("measured / plan bytes per rank:\n{table}");
+}
+
+#[test]
+fn checkpointed_memory_is_the_plans_to_the_byte() {
+    use dsplan_planner::memory::{CpuArenaShape, Recompute, arena_bytes};
+    let model = choose_model(None, 5).expect("tiny-gpt2").config;
+    let arena = |recompute| {
+        arena_bytes(&CpuArenaShape {
+            layers: model.n_layer as u64,
+            hidden: model.n_embd as u64,
+            heads: model.n_head as u64,
+            intermediate: 4 * model.n_embd as u64,
+            vocab: model.vocab_size as u64,
+            batch: 2,
+            seq_len: 64,
+            recompute,
+        })
+    };
+    let saved = arena(Recompute::Nothing) - arena(Recompute::EachLayer);
+    assert!(saved > 0);
+    let mut table = String::new();
+    for (name, precision) in [
+        ("fp32", json!({})),
+        ("bf16", json!({"bf16": {"enabled": true}})),
+        (
+            "fp16",
+            json!({"fp16": {"enabled": true, "initial_scale_power": 8}}),
+        ),
+    ] {
+        let mut checkpointed = precision.clone();
+        checkpointed["activation_checkpointing"] = json!({"cpu_checkpointing": true});
+        for stage in 0..=3u8 {
+            let label = format!("{name} stage {stage} W=2");
+            let kept = run(stage, 2, &precision, &json!({}));
+            let report = run(stage, 2, &checkpointed, &json!({}));
+            table.push_str(&check(&format!("{label} checkpointing"), &report));
+            let activations = |r: &TrainReport| r.memory[0].peak.get(Category::Activations);
+            assert_eq!(
+                activations(&kept) - activations(&report),
+                saved,
+                "{label}: the activations drop by the arena difference"
+            );
+            assert_eq!(
+                kept.memory[0].peak_total - report.memory[0].peak_total,
+                saved,
+                "{label}: the arena lives through the peak"
+            );
+        }
+    }
+    eprintln!("measured / plan bytes per rank with checkpointing:\n{table}");
 }
 
 /// Stage 3 offload to NVMe into `dir`: the optimizer, and the parameters too when `params`.

@@ -57,7 +57,8 @@ pub struct PlanArgs {
     seq_len: Option<u64>,
     /// Activation checkpointing of the training script: `full` (the flag alone) keeps each
     /// block's input and recomputes the block in backward, `selective` recomputes the attention
-    /// scores only. With `full`, the config's `activation_checkpointing.cpu_checkpointing`
+    /// scores only. With `--backend dsplan-cpu` a config with an activation_checkpointing
+    /// section means `full`, as in `dsplan run`. With `full`, the config's `activation_checkpointing.cpu_checkpointing`
     /// keeps the inputs in host memory.
     #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1, default_missing_value = "full")]
     activation_checkpointing: Option<CheckpointingArg>,
@@ -184,9 +185,17 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
     let cluster = Cluster::new(args.world_size, per_node).map_err(|e| (Outcome::UsageError, e))?;
     let workload = Workload {
         sequence_length: args.seq_len,
-        checkpointing: args
-            .activation_checkpointing
-            .map_or(Checkpointing::None, Checkpointing::from),
+        // dsplan's own executor reads an activation_checkpointing section as recomputing every
+        // layer (`dsplan run`); its plan does the same unless the flag says otherwise.
+        checkpointing: match args.activation_checkpointing {
+            Some(chosen) => Checkpointing::from(chosen),
+            None if backend == PlanBackend::DsplanCpu
+                && file.value().get("activation_checkpointing").is_some() =>
+            {
+                Checkpointing::Full
+            }
+            None => Checkpointing::None,
+        },
         checkpoint_placement: if config.activation_checkpointing.cpu_checkpointing {
             CheckpointPlacement::Cpu
         } else {

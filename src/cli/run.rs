@@ -261,8 +261,12 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
             path.display()
         );
     }
+    // The Trainer's gradient_checkpointing (the flag or --training-args) asks for the same
+    // recomputation as an activation_checkpointing section.
+    let gradient_checkpointing = args.training.training_args().map_err(Failure::usage)?;
     let settings = TrainSettings::from_resolved(&resolved)
-        .map_err(|e| Failure::input(format!("{display}: {e}")))?;
+        .map_err(|e| Failure::input(format!("{display}: {e}")))?
+        .with_gradient_checkpointing(gradient_checkpointing.gradient_checkpointing.value);
     let steps = known_steps.unwrap_or_else(|| {
         resolved
             .config

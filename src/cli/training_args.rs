@@ -58,6 +58,10 @@ pub struct TrainingArgsFlags {
     /// bf16 (default off).
     #[arg(long, help_heading = HEADING)]
     bf16: bool,
+    /// gradient_checkpointing (default off): `dsplan run` recomputes each layer's forward in
+    /// backward, as with an activation_checkpointing section.
+    #[arg(long, help_heading = HEADING)]
+    gradient_checkpointing: bool,
 }
 
 /// The model whose hidden size fills the bucket-size `"auto"`s.
@@ -129,6 +133,9 @@ impl TrainingArgsFlags {
         }
         if self.bf16 {
             args.bf16 = flag_true();
+        }
+        if self.gradient_checkpointing {
+            args.gradient_checkpointing = flag_true();
         }
         Ok(args)
     }

@@ -3,20 +3,24 @@
 //! Sized from the config and the batch shape `(B, T)`; nothing is allocated during a pass. The
 //! arena's size is the planner's ([`planned_arena_len`], `planner::memory::cpu_arena`), so the
 //! `dsplan-cpu` plan lists exactly what the model allocates; the layout must fill it.
-//! Forward keeps what backward needs (llm.c's list, no recomputation yet); backward needs only
-//! four scratch buffers, shared by all layers, because the gradient of the residual stream is
-//! carried in one `(B, T, C)` buffer from the top of the model to the bottom.
+//! Forward keeps what backward needs (llm.c's list) for every block, or, with activation
+//! checkpointing ([`Recompute::EachLayer`], [`super::recompute`]), only each block's output
+//! and one working set that every block shares and backward refills by recomputation;
+//! backward needs only four scratch buffers, shared by all layers, because the gradient of
+//! the residual stream is carried in one `(B, T, C)` buffer from the top of the model to the
+//! bottom.
 //!
 //! Vocabulary: `B` batch, `T` sequence, `C` channels, `NH` heads, `V` vocab, `L` layers.
 
 use dsplan_planner::memory::{CpuArenaShape, arena_elements};
 
 use super::Gpt2Config;
+use super::recompute::{Recompute, layer_sets};
 use crate::tensor::{Span, TensorTable};
 
-/// Elements of the activation arena for `config` and `shape`, as the planner sizes it
-/// (`planner::memory::cpu_arena`; GPT-2's MLP is `4C` wide).
-pub fn planned_arena_len(config: &Gpt2Config, shape: BatchShape) -> usize {
+/// Elements of the activation arena for `config`, `shape` and `recompute`, as the planner
+/// sizes it (`planner::memory::cpu_arena`; GPT-2's MLP is `4C` wide).
+pub fn planned_arena_len(config: &Gpt2Config, shape: BatchShape, recompute: Recompute) -> usize {
     let n = |x: usize| x as u64;
     let elements = arena_elements(&CpuArenaShape {
         layers: n(config.n_layer),
@@ -26,6 +30,7 @@ pub fn planned_arena_len(config: &Gpt2Config, shape: BatchShape) -> usize {
         vocab: n(config.vocab_size),
         batch: n(shape.batch),
         seq_len: n(shape.seq_len),
+        recompute,
     });
     usize::try_from(elements).unwrap_or(usize::MAX)
 }
@@ -46,7 +51,8 @@ impl BatchShape {
     }
 }
 
-/// The activations one transformer block keeps for its backward pass.
+/// The activations one transformer block's backward reads: its working set (its own, or the
+/// one all blocks share under [`Recompute::EachLayer`]) and its output, which is its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockActivations {
     /// `ln_1` output `(B, T, C)`.
@@ -77,17 +83,46 @@ pub struct BlockActivations {
     pub fch_gelu: Span,
     /// MLP `c_proj` output `(B, T, C)`.
     pub fcproj: Span,
-    /// Residual stream after the block `(B, T, C)`.
+    /// Residual stream after the block `(B, T, C)`: the next block's input, kept under
+    /// either mode.
     pub residual3: Span,
+}
+
+impl BlockActivations {
+    /// Pushes one working set (every span but `residual3`, which `output` gives) under
+    /// `prefix`.
+    fn working_set(table: &mut TensorTable, prefix: &str, dims: [usize; 4]) -> Self {
+        let [b, t, c, nh] = dims;
+        let mut push = |name: &str, dims: &[usize]| table.push(format!("{prefix}.{name}"), dims);
+        Self {
+            ln1: push("ln1", &[b, t, c]),
+            ln1_mean: push("ln1_mean", &[b, t]),
+            ln1_rstd: push("ln1_rstd", &[b, t]),
+            qkv: push("qkv", &[b, t, 3 * c]),
+            att: push("att", &[b, nh, t, t]),
+            atty: push("atty", &[b, t, c]),
+            attproj: push("attproj", &[b, t, c]),
+            residual2: push("residual2", &[b, t, c]),
+            ln2: push("ln2", &[b, t, c]),
+            ln2_mean: push("ln2_mean", &[b, t]),
+            ln2_rstd: push("ln2_rstd", &[b, t]),
+            fch: push("fch", &[b, t, 4 * c]),
+            fch_gelu: push("fch_gelu", &[b, t, 4 * c]),
+            fcproj: push("fcproj", &[b, t, c]),
+            residual3: Span::new(0, 0),
+        }
+    }
 }
 
 /// The layout of the activation arena.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActivationLayout {
     table: TensorTable,
+    /// What forward keeps of each block.
+    pub recompute: Recompute,
     /// Embeddings `wte[tokens] + wpe[positions]` `(B, T, C)`.
     pub encoded: Span,
-    /// One entry per block.
+    /// One entry per block (under [`Recompute::EachLayer`] all share one working set).
     pub blocks: Vec<BlockActivations>,
     /// `ln_f` output `(B, T, C)`.
     pub lnf: Span,
@@ -110,35 +145,21 @@ pub struct ActivationLayout {
 }
 
 impl ActivationLayout {
-    /// The arena layout for `config` and `shape` (both validated by the caller).
-    pub fn new(config: &Gpt2Config, shape: BatchShape) -> Self {
+    /// The arena layout for `config` and `shape` (both validated by the caller), keeping
+    /// each block's working set or recomputing it as `recompute` says.
+    pub fn new(config: &Gpt2Config, shape: BatchShape, recompute: Recompute) -> Self {
         let (b, t, c) = (shape.batch, shape.seq_len, config.n_embd);
         let (nh, v) = (config.n_head, config.vocab_size);
         let mut table = TensorTable::new();
         let encoded = table.push("encoded", &[b, t, c]);
-        let blocks = (0..config.n_layer)
-            .map(|l| {
-                let mut push =
-                    |name: &str, dims: &[usize]| table.push(format!("h.{l}.{name}"), dims);
-                BlockActivations {
-                    ln1: push("ln1", &[b, t, c]),
-                    ln1_mean: push("ln1_mean", &[b, t]),
-                    ln1_rstd: push("ln1_rstd", &[b, t]),
-                    qkv: push("qkv", &[b, t, 3 * c]),
-                    att: push("att", &[b, nh, t, t]),
-                    atty: push("atty", &[b, t, c]),
-                    attproj: push("attproj", &[b, t, c]),
-                    residual2: push("residual2", &[b, t, c]),
-                    ln2: push("ln2", &[b, t, c]),
-                    ln2_mean: push("ln2_mean", &[b, t]),
-                    ln2_rstd: push("ln2_rstd", &[b, t]),
-                    fch: push("fch", &[b, t, 4 * c]),
-                    fch_gelu: push("fch_gelu", &[b, t, 4 * c]),
-                    fcproj: push("fcproj", &[b, t, c]),
-                    residual3: push("residual3", &[b, t, c]),
-                }
-            })
-            .collect();
+        let blocks = layer_sets(
+            &mut table,
+            config.n_layer,
+            recompute,
+            |table, prefix| BlockActivations::working_set(table, prefix, [b, t, c, nh]),
+            |table, l| table.push(format!("h.{l}.residual3"), &[b, t, c]),
+            |set, residual3| BlockActivations { residual3, ..set },
+        );
         let lnf = table.push("lnf", &[b, t, c]);
         let lnf_mean = table.push("lnf_mean", &[b, t]);
         let lnf_rstd = table.push("lnf_rstd", &[b, t]);
@@ -150,6 +171,7 @@ impl ActivationLayout {
         let datt = table.push("datt", &[b, nh, t, t]);
         Self {
             table,
+            recompute,
             encoded,
             blocks,
             lnf,
@@ -197,11 +219,13 @@ mod tests {
             };
             for (batch, seq_len) in [(1, 1), (2, 16), (3, 64)] {
                 let shape = BatchShape { batch, seq_len };
-                assert_eq!(
-                    ActivationLayout::new(&config, shape).total_len(),
-                    planned_arena_len(&config, shape),
-                    "L={n_layer} C={n_embd} NH={n_head} V={vocab_size} B={batch} T={seq_len}"
-                );
+                for recompute in [Recompute::Nothing, Recompute::EachLayer] {
+                    assert_eq!(
+                        ActivationLayout::new(&config, shape, recompute).total_len(),
+                        planned_arena_len(&config, shape, recompute),
+                        "L={n_layer} C={n_embd} NH={n_head} V={vocab_size} B={batch} T={seq_len} {recompute:?}"
+                    );
+                }
             }
         }
     }

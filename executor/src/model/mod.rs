@@ -12,6 +12,9 @@
 //!   gradients, one [`ParamUnit`] at a time through a [`ParamSource`] ([`units`]), which is how
 //!   ZeRO ranks hold them sharded or in 16 bits.
 //!
+//! * With activation checkpointing ([`Recompute::EachLayer`], [`recompute`]) forward keeps only
+//!   each block's input and backward re-runs each block's forward before its backward.
+//!
 //! Dropout is not implemented (all GPT-2 dropouts are taken as 0, as in the fixtures).
 //! Vocabulary in comments: `B` batch, `T` sequence, `C` channels, `NH` heads, `hs` head size,
 //! `V` vocab, `L` layers, `N = B * T` rows.
@@ -29,6 +32,7 @@ mod init;
 pub mod layernorm;
 pub mod matmul;
 mod params;
+pub mod recompute;
 pub mod residual;
 mod sum;
 pub mod units;
@@ -39,4 +43,5 @@ pub use error::ModelError;
 pub use gpt2::{Gpt2, Gpt2Core, next_token_targets};
 pub use init::init_params;
 pub use params::{BlockParams, ParamLayout};
+pub use recompute::Recompute;
 pub use units::{ParamSource, ParamUnit, UnitGrads, UnitParams, UnitSpans};

@@ -8,8 +8,9 @@
 //! * **cluster**: `world` ranks on one node (`Cluster::new(world, world)`), all threads of this
 //!   process. The cluster's rates (an H100 node by default) only feed the plan's step-time
 //!   estimate, which a CPU run does not use; memory and layout do not depend on them;
-//! * **workload**: the run's sequence length, no activation recomputation (the CPU model keeps
-//!   every activation), `all_gather_into_tensor` *unavailable*: the in-process collectives
+//! * **workload**: the run's sequence length, full activation checkpointing when the run
+//!   recomputes each block ([`TrainSettings::recompute`]; none otherwise: the model keeps every
+//!   activation), `all_gather_into_tensor` *unavailable*: the in-process collectives
 //!   work on `f32` copies, so the stage 1/2 parameter all-gather runs in
 //!   `allgather_bucket_size` pieces, as DeepSpeed does on backends without it, instead of
 //!   staging the whole flat buffer; and the **`dsplan-cpu` backend**
@@ -26,11 +27,12 @@
 use dsplan_planner::diagnostics::Diagnostic;
 use dsplan_planner::model::{Architecture, Embeddings, Family};
 use dsplan_planner::plan::{
-    self, AllGatherIntoTensor, Cluster, ModelGraph, Plan, PlanBackend, Workload,
+    self, AllGatherIntoTensor, CheckpointPlacement, Checkpointing, Cluster, ModelGraph, Plan,
+    PlanBackend, Workload,
 };
 
 use super::TrainSettings;
-use crate::model::Gpt2Config;
+use crate::model::{Gpt2Config, Recompute};
 
 /// The architecture the planner knows a [`Gpt2Config`] by.
 pub fn architecture(config: &Gpt2Config) -> Architecture {
@@ -61,8 +63,9 @@ pub fn model_graph(config: &Gpt2Config) -> Result<ModelGraph, Vec<Diagnostic>> {
 }
 
 /// The workload of a CPU run with rows of `seq_len` tokens.
-/// The executor stores every activation (no checkpointing) and runs eager attention, which
-/// are the planner's defaults; the in-process collectives have no `all_gather_into_tensor`;
+/// Without recomputation the executor stores every activation (no checkpointing) and runs
+/// eager attention, which are the planner's defaults ([`compile_plan`] sets the run's
+/// checkpointing); the in-process collectives have no `all_gather_into_tensor`;
 /// the buffers are the CPU executor's.
 pub fn cpu_workload(seq_len: usize) -> Workload {
     Workload {
@@ -121,6 +124,18 @@ fn compile_with(
             message,
         )]
     })?;
-    let plan = plan::compile(&settings.config, &graph, &cluster, workload)?;
+    let workload = Workload {
+        checkpointing: match settings.recompute {
+            Recompute::Nothing => Checkpointing::None,
+            Recompute::EachLayer => Checkpointing::Full,
+        },
+        checkpoint_placement: if settings.config.activation_checkpointing.cpu_checkpointing {
+            CheckpointPlacement::Cpu
+        } else {
+            CheckpointPlacement::Gpu
+        },
+        ..*workload
+    };
+    let plan = plan::compile(&settings.config, &graph, &cluster, &workload)?;
     Ok((plan, graph))
 }

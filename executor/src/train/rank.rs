@@ -51,7 +51,8 @@ pub(super) fn run_rank(
 ) -> Result<RankOutcome, RankFailure> {
     let spec = prepared.spec;
     let ledger = MemoryLedger::new();
-    let core = Gpt2Core::new(spec.model, prepared.shape).map_err(ZeroError::from)?;
+    let core = Gpt2Core::with_recompute(spec.model, prepared.shape, spec.settings.recompute)
+        .map_err(ZeroError::from)?;
     let rank = ZeroRank::new(
         comm,
         Arc::clone(&prepared.engine_plan),

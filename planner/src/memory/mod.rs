@@ -24,7 +24,7 @@ pub use activations::{
     InputEnds, LayerBytes, LossBytes, TypedBytes, checkpoint_bytes, cross_attention_bytes,
     input_ends, largest_intermediate, layer_bytes, loss_bytes,
 };
-pub use cpu_arena::{CpuArenaShape, arena_bytes, arena_elements};
+pub use cpu_arena::{CpuArenaShape, Recompute, arena_bytes, arena_elements};
 pub use cuda_layout::{
     CudaElement, CudaLayoutShape, CudaRegion, CudaTensor, cuda_tensors, region_elements,
 };

@@ -26,7 +26,7 @@
 //! | optimizer swap buffers | stage 3, `offload_optimizer.device: nvme`: `buffer_count ×` the largest sub-group, `f32` | run |
 //! | accumulated gradients | `Ψ'` (stages 0-1), `P` (2), `H` (3), `grad_accum_dtype` | run |
 //! | gradient bucket | stage 2: the largest planned bucket; stage 3: `W ×` its largest per-rank part, and the reduce-scatter output of one part; `f32` | run |
-//! | activation arena | [`crate::memory::cpu_arena`], `f32` | run |
+//! | activation arena | [`crate::memory::cpu_arena`], `f32`; with full activation checkpointing, each block's input and one shared working set ([`Recompute::EachLayer`]) | run |
 //! | gathered parameters, fetch staging, unit gradients | per unit, see [`super::cpu_units`] | forward / backward |
 //! | boundary all-reduce bucket | stages 0-1: the largest planned bucket that is not reduced in place (16-bit accumulation, or tensors not contiguous in the flat buffer), `f32` | epilogue |
 //! | step scratch | `O` in `f32`, the owned gradients the optimizer steps with, when there is a master | optimizer step |
@@ -44,11 +44,14 @@ use super::cpu_units::{PassInputs, cpu_units, pass_buffers};
 use super::dtype::{Device, Dtype};
 use super::layout::Layout;
 use super::model_graph::ModelGraph;
+use super::settings::Checkpointing;
 use super::settings::{OffloadTarget, Settings};
 use super::shards::{ShardRule, Shards};
 use super::ticks::Ticks;
 use crate::config::ZeroStage;
-use crate::memory::{CpuArenaShape, arena_elements};
+use crate::diagnostics::{Code, Diagnostic};
+use crate::memory::{CpuArenaShape, Recompute, arena_elements};
+use crate::model::Family;
 
 /// Everything [`cpu_buffers`] needs.
 pub struct CpuBufferInputs<'a> {
@@ -78,6 +81,40 @@ pub fn executor_stage(settings: &Settings, shards: &Shards) -> ZeroStage {
     }
 }
 
+/// Why the CPU executor cannot run what `settings` plan for `model`: it runs GPT-2 only, and
+/// recomputes whole layers or nothing (no selective recomputation).
+pub fn check_cpu_backend(model: &ModelGraph, settings: &Settings, found: &mut Vec<Diagnostic>) {
+    if model.architecture.family != Family::Gpt2 {
+        found.push(Diagnostic::error(
+            Code::IncompatibleSettings,
+            "",
+            format!(
+                "the dsplan-cpu backend runs GPT-2 only, not `{}`",
+                model.architecture.family.model_type()
+            ),
+        ));
+    }
+    if settings.checkpointing == Checkpointing::Selective {
+        found.push(
+            Diagnostic::error(
+                Code::IncompatibleSettings,
+                "",
+                "the dsplan-cpu backend recomputes whole layers (full activation checkpointing) or nothing; selective recomputation of the attention scores is not built",
+            )
+            .with_help("plan with --activation-checkpointing full, or without it"),
+        );
+    }
+}
+
+/// What the CPU executor recomputes under `checkpointing` (selective recomputation is refused
+/// by [`check_cpu_backend`]).
+pub fn arena_recompute(checkpointing: Checkpointing) -> Recompute {
+    match checkpointing {
+        Checkpointing::Full => Recompute::EachLayer,
+        Checkpointing::None | Checkpointing::Selective => Recompute::Nothing,
+    }
+}
+
 /// The arena's dimensions for `model` under `settings`.
 pub fn arena_shape(model: &ModelGraph, settings: &Settings) -> CpuArenaShape {
     let arch = &model.architecture;
@@ -89,6 +126,7 @@ pub fn arena_shape(model: &ModelGraph, settings: &Settings) -> CpuArenaShape {
         vocab: arch.vocab,
         batch: settings.batch.micro_batch,
         seq_len: settings.batch.sequence_length,
+        recompute: arena_recompute(settings.checkpointing),
     }
 }
 

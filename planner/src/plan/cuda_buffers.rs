@@ -134,4 +134,11 @@ pub fn check_cuda_backend(model: &ModelGraph, settings: &Settings, found: &mut V
             format!("`{}` (GPT-2 only)", model.architecture.family.model_type()),
         );
     }
+    if settings.checkpointing != crate::memory::Checkpointing::None {
+        refuse(
+            "/activation_checkpointing",
+            "activation checkpointing (it keeps every activation; the CPU executor recomputes)"
+                .into(),
+        );
+    }
 }

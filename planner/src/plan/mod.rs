@@ -205,7 +205,9 @@ fn compile_parts(
         return Err(diagnostics);
     };
     match settings.backend {
-        PlanBackend::DsplanCpu => check_cpu_backend(model, &mut diagnostics),
+        PlanBackend::DsplanCpu => {
+            cpu_buffers::check_cpu_backend(model, &settings, &mut diagnostics);
+        }
         PlanBackend::DsplanCuda => {
             cuda_buffers::check_cuda_backend(model, &settings, &mut diagnostics);
         }
@@ -305,20 +307,6 @@ fn compile_parts(
         graph,
         diagnostics,
     })
-}
-
-/// The `dsplan-cpu` backend runs GPT-2 only (its activation arena and units are GPT-2's).
-fn check_cpu_backend(model: &ModelGraph, found: &mut Vec<Diagnostic>) {
-    if model.architecture.family != crate::model::Family::Gpt2 {
-        found.push(Diagnostic::error(
-            Code::IncompatibleSettings,
-            "",
-            format!(
-                "the dsplan-cpu backend runs GPT-2 only, not `{}`",
-                model.architecture.family.model_type()
-            ),
-        ));
-    }
 }
 
 /// NVMe parameter offload: every swapped partition must be smaller than `buffer_size`

@@ -133,6 +133,9 @@ pub struct TrainingArgs {
     /// The number of optimizer steps of the run (the Trainer's `max_steps`, or epochs × steps
     /// per epoch). No default: the Trainer computes it from the data.
     pub num_training_steps: Option<Arg<u64>>,
+    /// `gradient_checkpointing` (default false): the model recomputes each layer's forward in
+    /// backward. No `"auto"` reads it; `dsplan run` does.
+    pub gradient_checkpointing: Arg<bool>,
 }
 
 impl Default for TrainingArgs {
@@ -152,6 +155,7 @@ impl Default for TrainingArgs {
             fp16_full_eval: Arg::default_value(false),
             bf16_full_eval: Arg::default_value(false),
             num_training_steps: None,
+            gradient_checkpointing: Arg::default_value(false),
         }
     }
 }
@@ -189,6 +193,7 @@ impl TrainingArgs {
         reader.flag("bf16", &mut args.bf16);
         reader.flag("fp16_full_eval", &mut args.fp16_full_eval);
         reader.flag("bf16_full_eval", &mut args.bf16_full_eval);
+        reader.flag("gradient_checkpointing", &mut args.gradient_checkpointing);
         reader.warmup(&mut args.warmup_steps);
         args.num_training_steps = reader.training_steps();
         if reader.problems.is_empty() {
@@ -214,6 +219,7 @@ impl TrainingArgs {
             || self.fp16_full_eval.is_given()
             || self.bf16_full_eval.is_given()
             || self.num_training_steps.is_some()
+            || self.gradient_checkpointing.is_given()
     }
 }
 
@@ -318,9 +324,14 @@ mod tests {
     fn json_overrides_defaults_and_reports_every_problem() {
         let args = TrainingArgs::from_json(&json!({
             "learning_rate": 2e-5, "bf16": true, "max_steps": 500, "warmup_ratio": 0.1,
-            "warmup_steps": 0, "output_dir": "out", "per_device_train_batch_size": 4
+            "warmup_steps": 0, "output_dir": "out", "per_device_train_batch_size": 4,
+            "gradient_checkpointing": true
         }))
         .expect("valid");
+        assert_eq!(
+            args.gradient_checkpointing,
+            Arg::given(true, ArgOrigin::File)
+        );
         assert_eq!(args.learning_rate, Arg::given(2e-5, ArgOrigin::File));
         assert_eq!(args.adam_beta2, Arg::default_value(0.999));
         assert_eq!(args.warmup_steps.value, WarmupSteps::Ratio(0.1));

@@ -20,7 +20,7 @@ use crate::cuda::launch::{Launcher, Storage};
 use crate::cuda::modules::KernelModules;
 use crate::data::{BatchLayout, MicroBatchIndex, TokenBatch};
 use crate::metrics::ByCategory;
-use crate::model::{BatchShape, ParamLayout};
+use crate::model::{BatchShape, ParamLayout, Recompute};
 use crate::train::TrainSpec;
 use crate::zero::Dtype as ModelDtype;
 
@@ -106,6 +106,14 @@ pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
         )));
     }
     spec.model.validate().map_err(setup)?;
+    if spec.settings.recompute != Recompute::Nothing {
+        return Err(CudaTrainError::Setup(
+            "the CUDA backend keeps every activation; activation checkpointing (the \
+             activation_checkpointing section, --gradient-checkpointing) recomputes on the CPU \
+             backend only (run with --device cpu)"
+                .into(),
+        ));
+    }
     if spec.seq_len > spec.model.n_positions {
         return Err(CudaTrainError::Setup(format!(
             "rows of {} tokens are longer than the model's {} positions",

@@ -1,6 +1,7 @@
 //! The backward pass of [`Gpt2Core`]: the forward layers in reverse, each layer's `*_backward`
 //! accumulating its parameter gradients into its unit's gradient buffer, the residual stream's
-//! gradient carried in one buffer.
+//! gradient carried in one buffer. Under activation checkpointing each block's forward is
+//! re-run from its saved input just before its backward ([`crate::model::recompute`]).
 
 use super::{ArenaState, Gpt2Core, attention_dims};
 use crate::model::ModelError;
@@ -10,6 +11,7 @@ use crate::model::encoder::encoder_backward;
 use crate::model::gelu::gelu_backward_inplace;
 use crate::model::layernorm::layernorm_backward;
 use crate::model::matmul::matmul_backward;
+use crate::model::recompute::recomputes;
 use crate::model::units::{ParamSource, ParamUnit, UnitGrads, UnitParams};
 use crate::tensor::{Span, split_spans_mut};
 
@@ -50,12 +52,16 @@ impl Gpt2Core {
         source.release(norm)?;
         source.grads_ready(norm)?;
 
-        for l in (0..self.config.n_layer).rev() {
+        let layers = self.config.n_layer;
+        for l in (0..layers).rev() {
             let unit = ParamUnit::Block(l);
             source.fetch(unit)?;
             {
                 let base = self.unit_spans.span(unit).offset;
                 let (p, g) = source.params_and_grads(unit);
+                if recomputes(self.act_layout.recompute, l, layers) {
+                    self.block_forward(l, self.block_input(l), UnitParams::new(base, p));
+                }
                 self.block_backward(l, UnitParams::new(base, p), UnitGrads::new(base, g));
             }
             source.release(unit)?;
@@ -109,6 +115,15 @@ impl Gpt2Core {
         layernorm_backward(dres, dw, db, dlnf, res, p.of(pl.ln_f_weight), mean, rstd);
     }
 
+    /// Where block `l`'s input lives: the embeddings, or the previous block's output.
+    fn block_input(&self, l: usize) -> Span {
+        let al = &self.act_layout;
+        match l.checked_sub(1) {
+            Some(previous) => al.blocks[previous].residual3,
+            None => al.encoded,
+        }
+    }
+
     /// Block `l` in reverse; `dresidual` holds the gradient of its output on entry and of its
     /// input on exit.
     fn block_backward(&mut self, l: usize, p: UnitParams<'_>, mut g: UnitGrads<'_>) {
@@ -118,11 +133,7 @@ impl Gpt2Core {
         let al = &self.act_layout;
         let dqkv = Span::new(al.dbt4c.offset, n * 3 * c);
         let (a, w) = (&al.blocks[l], &self.param_layout.blocks[l]);
-        let residual = if l == 0 {
-            al.encoded
-        } else {
-            al.blocks[l - 1].residual3
-        };
+        let residual = self.block_input(l);
         let acts = &mut self.acts;
 
         // MLP: residual3 = residual2 + c_proj(gelu(c_fc(ln_2(residual2)))); dres carries

@@ -70,8 +70,10 @@ impl Gpt2Core {
         );
     }
 
-    /// Block `l` on the residual stream at `residual`; returns where the block's output lives.
-    fn block_forward(&mut self, l: usize, residual: Span, p: UnitParams<'_>) -> Span {
+    /// Block `l` on the residual stream at `residual` (its input); returns where the block's
+    /// output lives. Backward calls it again to recompute the block from its saved input
+    /// ([`crate::model::recompute`]).
+    pub(super) fn block_forward(&mut self, l: usize, residual: Span, p: UnitParams<'_>) -> Span {
         let eps = self.config.layer_norm_epsilon;
         let dims = attention_dims(&self.config, self.shape);
         let (a, w) = (&self.act_layout.blocks[l], &self.param_layout.blocks[l]);

@@ -6,7 +6,8 @@
 //! accumulates every parameter gradient into the gradient buffer. [`Gpt2Core`] is the model
 //! without its parameters (layouts, arena), reading them unit by unit through a
 //! [`ParamSource`]; [`Gpt2`] adds whole parameter and gradient buffers (`owned.rs` is its
-//! source). This file holds the types and their checks; `forward.rs` and `backward.rs` hold the
+//! source). With [`Recompute::EachLayer`] the arena keeps only each block's input and
+//! backward re-runs `block_forward` from it (see [`super::recompute`]). This file holds the types and their checks; `forward.rs` and `backward.rs` hold the
 //! two passes.
 
 mod backward;
@@ -16,6 +17,7 @@ mod owned;
 use super::activations::{ActivationLayout, BatchShape, planned_arena_len};
 use super::attention::AttentionDims;
 use super::classifier::crossentropy_forward_backward;
+use super::recompute::Recompute;
 use super::units::{ParamSource, UnitSpans};
 use super::{Gpt2Config, ModelError, ParamLayout};
 use crate::tensor::split_spans_mut;
@@ -50,8 +52,19 @@ pub struct Gpt2Core {
 }
 
 impl Gpt2Core {
-    /// The passes of a model for `config`, sized for batches of `shape`.
+    /// The passes of a model for `config`, sized for batches of `shape`, keeping every
+    /// activation.
     pub fn new(config: Gpt2Config, shape: BatchShape) -> Result<Self, ModelError> {
+        Self::with_recompute(config, shape, Recompute::Nothing)
+    }
+
+    /// The passes of a model for `config`, sized for batches of `shape`, keeping or
+    /// recomputing each block's activations as `recompute` says.
+    pub fn with_recompute(
+        config: Gpt2Config,
+        shape: BatchShape,
+        recompute: Recompute,
+    ) -> Result<Self, ModelError> {
         config.validate()?;
         if shape.batch == 0 || shape.seq_len == 0 {
             return Err(ModelError::EmptyBatch);
@@ -63,9 +76,9 @@ impl Gpt2Core {
             });
         }
         let param_layout = ParamLayout::new(&config);
-        let act_layout = ActivationLayout::new(&config, shape);
+        let act_layout = ActivationLayout::new(&config, shape, recompute);
         // The arena is the size the planner lists; the layout must fill it exactly.
-        let planned = planned_arena_len(&config, shape);
+        let planned = planned_arena_len(&config, shape, recompute);
         if planned != act_layout.total_len() {
             return Err(ModelError::ArenaSize {
                 planned,
@@ -107,6 +120,11 @@ impl Gpt2Core {
     /// The activation arena layout.
     pub fn activation_layout(&self) -> &ActivationLayout {
         &self.act_layout
+    }
+
+    /// What forward keeps of each block.
+    pub fn recompute(&self) -> Recompute {
+        self.act_layout.recompute
     }
 
     /// Bytes of the activation arena (allocated once, at construction).
@@ -219,13 +237,23 @@ pub struct Gpt2 {
 
 impl Gpt2 {
     /// A model for `config` with the given parameters (laid out as [`ParamLayout::new`] says),
-    /// sized for batches of `shape`. Gradients start at zero.
+    /// sized for batches of `shape`, keeping every activation. Gradients start at zero.
     pub fn new(
         config: Gpt2Config,
         params: Vec<f32>,
         shape: BatchShape,
     ) -> Result<Self, ModelError> {
-        let core = Gpt2Core::new(config, shape)?;
+        Self::with_recompute(config, params, shape, Recompute::Nothing)
+    }
+
+    /// As [`Gpt2::new`], keeping or recomputing each block's activations as `recompute` says.
+    pub fn with_recompute(
+        config: Gpt2Config,
+        params: Vec<f32>,
+        shape: BatchShape,
+        recompute: Recompute,
+    ) -> Result<Self, ModelError> {
+        let core = Gpt2Core::with_recompute(config, shape, recompute)?;
         let expected = core.param_layout.num_params();
         if params.len() != expected {
             return Err(ModelError::ParamCount {

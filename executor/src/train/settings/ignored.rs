@@ -3,7 +3,8 @@
 //! switched off with `"enabled": false`) gives one notice line.
 //!
 //! Sections the executor does act on (batch sizes, optimizer, scheduler, clipping, precision,
-//! ZeRO and offload, gradient scaling and communication dtype, printing) are not listed; the
+//! ZeRO and offload, gradient scaling and communication dtype, printing, activation
+//! checkpointing) are not listed; the
 //! validator has already refused unknown and removed keys.
 
 use serde_json::Value;
@@ -18,10 +19,6 @@ const MONITORING: &str =
     "DeepSpeed's runtime monitoring; dsplan reports its own (--metrics, the summary)";
 
 const IGNORED: &[Ignored] = &[
-    Ignored {
-        key: "activation_checkpointing",
-        why: "the model keeps its activations in one arena the plan sizes; nothing is recomputed",
-    },
     Ignored {
         key: "checkpoint",
         why: "checkpoints follow --save-checkpoint and --resume; a checkpoint at another world size or stage is resharded without load_universal",
@@ -117,9 +114,8 @@ mod tests {
             "optimizer": {"type": "AdamW"},
         });
         let notices = ignored_section_notices(&raw);
-        assert_eq!(notices.len(), 2, "{notices:?}");
-        assert!(notices[0].starts_with("`activation_checkpointing` has no effect"));
-        assert!(notices[1].starts_with("`tensorboard` has no effect"));
+        assert_eq!(notices.len(), 1, "{notices:?}");
+        assert!(notices[0].starts_with("`tensorboard` has no effect"));
         assert!(ignored_section_notices(&json!({"optimizer": {}})).is_empty());
     }
 }

@@ -6,11 +6,13 @@
 //! reads the values the engines need beyond the plan (precision and loss scaling, optimizer,
 //! schedule, clipping, gradient scaling, printing). What the executor cannot do is an error
 //! that says so; what it does differently from DeepSpeed without changing the result is a
-//! notice. Sizes, partitions and buckets come from the plan (`planner::plan::compile` of
+//! notice. The `activation_checkpointing` section (and the Trainer's `gradient_checkpointing`)
+//! turn on per-layer recomputation ([`checkpointing`]). Sizes, partitions and buckets come from the plan (`planner::plan::compile` of
 //! [`TrainSettings::config`]), not from here.
 
 use std::fmt;
 
+mod checkpointing;
 mod ignored;
 mod sections;
 
@@ -21,6 +23,7 @@ use dsplan_planner::resolve::{Environment, Resolved, resolve};
 use dsplan_planner::schedule::LrSchedule;
 use serde_json::Value;
 
+use crate::model::Recompute;
 use crate::optim::AdamConfig;
 use crate::zero::{GradScaling, MixedPrecision};
 use sections::{
@@ -114,6 +117,9 @@ pub struct TrainSettings {
     pub steps_per_print: u64,
     /// `wall_clock_breakdown`.
     pub wall_clock_breakdown: bool,
+    /// Whether backward recomputes each block's forward (`activation_checkpointing`, or the
+    /// Trainer's `gradient_checkpointing`).
+    pub recompute: Recompute,
     /// Things done differently from DeepSpeed that do not change the result.
     pub notices: Vec<String>,
 }
@@ -130,6 +136,11 @@ impl TrainSettings {
         let schedule = schedule(resolved)?;
         check_offload(config, &mut notices)?;
         check_grad_accum_dtype(config)?;
+        let recompute = checkpointing::recompute(
+            &resolved.filled,
+            &config.activation_checkpointing,
+            &mut notices,
+        )?;
         notices.extend(ignored::ignored_section_notices(&resolved.filled));
         let zero = &config.zero_optimization;
         let factor = config.gradient_predivide_factor as f32;
@@ -154,8 +165,22 @@ impl TrainSettings {
             scaling,
             steps_per_print: config.steps_per_print.map_or(10, |v| v.get()),
             wall_clock_breakdown: config.wall_clock_breakdown,
+            recompute,
             notices,
         })
+    }
+
+    /// The settings with the Hugging Face Trainer's `gradient_checkpointing` (`--gradient-checkpointing`
+    /// or the `--training-args` file): when `on`, backward recomputes each block's forward, as
+    /// with an `activation_checkpointing` section.
+    pub fn with_gradient_checkpointing(mut self, on: bool) -> Self {
+        if on && self.recompute == Recompute::Nothing {
+            self.recompute = Recompute::EachLayer;
+            self.notices.push(
+                "activation checkpointing (gradient_checkpointing): forward keeps each block's input; backward recomputes each block's forward before its backward".into(),
+            );
+        }
+        self
     }
 
     /// Resolves `raw` for `world` ranks without training arguments or a hidden size (what a
