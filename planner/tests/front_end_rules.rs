@@ -180,3 +180,58 @@ fn typos_in_the_sections_deepspeed_reads_key_by_key_are_unknown_keys() {
         );
     }
 }
+
+#[test]
+fn impossible_numeric_values_are_reported_with_their_reason() {
+    let found = diagnose(
+        r#"{"train_batch_size": 8, "gradient_clipping": -1,
+            "optimizer": {"type": "AdamW", "params": {"lr": -0.001, "betas": [0.9, 1.0], "eps": -1e-8, "weight_decay": -0.1}}}"#,
+    );
+    for (pointer, severity, start) in [
+        (
+            "/optimizer/params/lr",
+            Severity::Error,
+            "`optimizer.params.lr` is -0.001, but it must be at least 0: DeepSpeed's optimizers use it as given",
+        ),
+        (
+            "/optimizer/params/betas/1",
+            Severity::Error,
+            "`optimizer.params.betas.1` is 1, but it must be in [0, 1): Adam's moment decay",
+        ),
+        (
+            "/optimizer/params/eps",
+            Severity::Error,
+            "`optimizer.params.eps` is -0.00000001, but it must be at least 0",
+        ),
+        (
+            "/optimizer/params/weight_decay",
+            Severity::Warning,
+            "`optimizer.params.weight_decay` is -0.1, but it must be at least 0: a negative decay grows every weight",
+        ),
+        (
+            "/gradient_clipping",
+            Severity::Warning,
+            "`gradient_clipping` is -1, but it must be at least 0: DeepSpeed clips only when it is above 0",
+        ),
+    ] {
+        let diagnostic = only_at(&found, pointer, Code::OutOfRange, severity);
+        assert!(
+            diagnostic.message.starts_with(start),
+            "{}",
+            diagnostic.message
+        );
+        assert!(
+            diagnostic
+                .help
+                .as_deref()
+                .is_some_and(|h| h.starts_with("DeepSpeed 0.19.8 uses it in deepspeed/")),
+            "{diagnostic:#?}"
+        );
+    }
+    assert!(
+        found
+            .iter()
+            .all(|d| d.pointer != "/optimizer/params/betas/0"),
+        "0.9 is fine: {found:#?}"
+    );
+}

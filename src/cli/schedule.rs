@@ -14,7 +14,6 @@ use dsplan_planner::resolve::schedule::schedule;
 use dsplan_planner::schedule::svg::lr_curve_svg;
 use dsplan_planner::schedule::{LrSchedule, py_float_repr};
 use dsplan_planner::source::SourceFile;
-use serde_json::json;
 
 use super::Outcome;
 use super::resolve::print_stdout;
@@ -138,9 +137,13 @@ fn stream_json_rows(schedule: &LrSchedule, steps: u64) -> Outcome {
         out.write_all(b"[")?;
         for k in 0..steps {
             let beta1 = schedule.momentum_at(k).map(|(beta1, _)| beta1);
-            let row = json!({"step": k, "lr": schedule.lr_at(k), "momentum": beta1});
             let separator = if k == 0 { "\n  " } else { ",\n  " };
-            write!(out, "{separator}{row}")?;
+            // Numbers through serde_json (its float formatting), no JSON value per row.
+            write!(out, "{separator}{{\"step\": {k}, \"lr\": ")?;
+            serde_json::to_writer(&mut out, &schedule.lr_at(k))?;
+            out.write_all(b", \"momentum\": ")?;
+            serde_json::to_writer(&mut out, &beta1)?;
+            out.write_all(b"}")?;
         }
         out.write_all(b"\n]\n")?;
         out.flush()

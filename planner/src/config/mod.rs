@@ -48,7 +48,7 @@ pub use optimizer::{OptimizerConfig, OptimizerParams};
 pub use parallel::{
     CompileConfig, HybridEngineConfig, TensorParallelConfig, WeightQuantizationConfig,
 };
-pub use parse::from_value;
+pub use parse::{from_value, refused_pointer};
 pub use precision::{
     Bf16Config, CommDataType, DataTypesConfig, Fp16Config, GradientAllreduceOp, LegacyBf16Config,
     TorchAutocastConfig,

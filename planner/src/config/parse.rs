@@ -72,6 +72,37 @@ fn locate(top: &Map<String, Value>, error: serde_json::Error) -> String {
     error.to_string()
 }
 
+/// The JSON pointer of what [`from_value`] refused, as deep as it can be told: the top-level
+/// key whose value does not read, then the member of that section without which it reads
+/// (`/zero_optimization/stage`). `""` when no single key is to blame.
+pub fn refused_pointer(value: &Value) -> String {
+    let Some(top) = value.as_object() else {
+        return String::new();
+    };
+    let reads = |key: &str, member: Value| {
+        let mut alone = Map::new();
+        alone.insert(key.to_string(), member);
+        serde_json::from_value::<DsConfig>(Value::Object(alone)).is_ok()
+    };
+    for (key, member) in top {
+        if reads(key, member.clone()) {
+            continue;
+        }
+        let section = crate::json_pointer::child("", key);
+        if let Value::Object(fields) = member {
+            for field in fields.keys() {
+                let mut without = fields.clone();
+                without.remove(field);
+                if reads(key, Value::Object(without)) {
+                    return crate::json_pointer::child(&section, field);
+                }
+            }
+        }
+        return section;
+    }
+    String::new()
+}
+
 fn kind_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",

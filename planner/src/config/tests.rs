@@ -536,3 +536,21 @@ fn alias_sample(canonical: &str) -> Value {
         _ => json!(12_345),
     }
 }
+
+#[test]
+fn a_refused_config_names_the_nested_key_to_blame() {
+    let document = json!({
+        "train_batch_size": 8,
+        "zero_optimization": {"stage": 2, "reduce_bucket_size": -5, "overlap_comm": true}
+    });
+    assert!(super::from_value(&document).is_err());
+    assert_eq!(
+        super::refused_pointer(&document),
+        "/zero_optimization/reduce_bucket_size"
+    );
+    assert_eq!(
+        super::refused_pointer(&json!({"train_batch_size": 0})),
+        "/train_batch_size"
+    );
+    assert_eq!(super::refused_pointer(&json!({"train_batch_size": 8})), "");
+}

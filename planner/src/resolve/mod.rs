@@ -109,7 +109,8 @@ pub fn resolve(raw: &Value, env: &Environment) -> Result<Resolved, Vec<Diagnosti
     let mut typed = match from_value(&document) {
         Ok(typed) => typed,
         Err(message) => {
-            diagnostics.push(Diagnostic::error(Code::WrongType, "", message));
+            let pointer = crate::config::refused_pointer(&document);
+            diagnostics.push(Diagnostic::error(Code::WrongType, pointer, message));
             return Err(diagnostics);
         }
     };

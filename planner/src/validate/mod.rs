@@ -62,5 +62,6 @@ pub fn validate_document(document: &Value, options: ValidateOptions) -> Vec<Diag
     found.extend(rules::precision::check(view));
     found.extend(rules::zero::check(view));
     found.extend(rules::optimizer::check(view));
+    found.extend(rules::ranges::check(view));
     found
 }

@@ -4,4 +4,5 @@
 pub mod keys;
 pub mod optimizer;
 pub mod precision;
+pub mod ranges;
 pub mod zero;
