@@ -18,6 +18,14 @@ pub enum ModelError {
         /// The model's `n_positions`.
         n_positions: usize,
     },
+    /// The sequence is longer than the sliding attention window (only sequences inside the
+    /// window are implemented: there sliding attention is causal attention).
+    SlidingWindow {
+        /// Requested `T`.
+        seq_len: usize,
+        /// `sliding_window`.
+        window: usize,
+    },
     /// The parameter buffer does not have the layout's length.
     ParamCount {
         /// Elements the layout needs.
@@ -70,6 +78,10 @@ impl fmt::Display for ModelError {
             } => write!(
                 f,
                 "sequence length {seq_len} exceeds the model's n_positions ({n_positions})"
+            ),
+            ModelError::SlidingWindow { seq_len, window } => write!(
+                f,
+                "sequence length {seq_len} exceeds the model's sliding_window ({window}); attention outside the window is not implemented, use a sequence length of at most {window}"
             ),
             ModelError::ParamCount { expected, found } => write!(
                 f,
