@@ -37,10 +37,15 @@ fn run(stage: u8, world: u64, precision: &Value, zero_extra: &Value) -> TrainRep
         zero.extend(extra.clone());
     }
     let settings = TrainSettings::from_config(&config, world as usize).expect("config");
-    let model = choose_model(None, 5).expect("tiny-gpt2").config;
+    let model = choose_model(None, 5)
+        .expect("tiny-gpt2")
+        .config
+        .gpt2()
+        .copied()
+        .expect("a GPT-2");
     let spec = TrainSpec {
         settings,
-        model,
+        model: model.into(),
         initial_params: init_params(&model, &ParamLayout::new(&model), 5),
         data: DataChoice::Bundled {
             order: WindowOrder::Sequential,

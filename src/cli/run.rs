@@ -34,10 +34,10 @@ mod report;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use dsplan_executor::checkpoint::{CheckpointError, load_checkpoint, save_model};
+use dsplan_executor::checkpoint::{CheckpointError, load_checkpoint};
 use dsplan_executor::cuda::Backend;
 use dsplan_executor::data::WindowOrder;
-use dsplan_executor::model::ParamLayout;
+use dsplan_executor::io::llama_pretrained::{SavedTo, save_trained};
 use dsplan_executor::train::settings::override_nvme_path;
 use dsplan_executor::train::{
     CheckpointOptions, DEFAULT_PRESET, DataChoice, ModelChoiceError, SavePolicy, TrainError,
@@ -68,8 +68,9 @@ pub struct RunArgs {
     /// The DeepSpeed config (ds_config.json) to train with.
     #[arg(value_name = "FILE")]
     config: PathBuf,
-    /// A GPT-2 preset (default tiny-gpt2), a Hugging Face config.json (fresh weights), or a
-    /// save_pretrained directory (config.json + model.safetensors, trained from its weights).
+    /// A GPT-2 or Llama-family preset (default tiny-gpt2; tiny-llama), a Hugging Face
+    /// config.json (gpt2, llama, qwen2, mistral; fresh weights), or a save_pretrained directory
+    /// (config.json + model.safetensors or its shards, trained from its weights).
     #[arg(long, value_name = "M")]
     model: Option<String>,
     /// Training data: a text file (byte tokens), an llm.c token .bin, or a .safetensors file
@@ -99,7 +100,9 @@ pub struct RunArgs {
     /// tokens_per_s).
     #[arg(long, value_name = "FILE")]
     metrics: Option<PathBuf>,
-    /// Write the trained fp32 parameters here (safetensors, Hugging Face names).
+    /// Write the trained model here: a GPT-2's fp32 parameters as one safetensors file
+    /// (Hugging Face names); a Llama-family model as a `save_pretrained` directory (config.json
+    /// and safetensors in the run's dtype, sharded above 5 GB).
     #[arg(long, value_name = "FILE")]
     save_model: Option<PathBuf>,
     /// Put the NVMe offload swap files here instead of the config's nvme_path (an existing,
@@ -214,7 +217,7 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         }
         (Some(shape), _) => shape.seq_len,
         (None, Some(asked)) => asked as usize,
-        (None, None) => model.config.n_positions.min(DEFAULT_SEQ_LEN),
+        (None, None) => model.config.max_positions().min(DEFAULT_SEQ_LEN),
     };
     let known_steps = args.steps.or(stored.map(|s| s.steps));
 
@@ -253,7 +256,6 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
         });
 
     let num_params = model.params.len();
-    let layout = ParamLayout::new(&model.config);
     let spec = TrainSpec {
         settings: settings.clone(),
         model: model.config,
@@ -367,10 +369,18 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
     }
     let report = report?;
 
-    if let Some(path) = &args.save_model {
-        save_model(path, &report.final_params, &layout)
-            .map_err(|e| Failure::usage(format!("cannot save the model: {e}")))?;
-    }
+    let saved = match &args.save_model {
+        Some(path) => Some(
+            save_trained(
+                path,
+                &spec.model,
+                &report.final_params,
+                settings.precision.model_dtype(),
+            )
+            .map_err(|e| Failure::usage(format!("cannot save the model: {e}")))?,
+        ),
+        None => None,
+    };
     let facts = RunFacts {
         config: &display,
         model: &model.description,
@@ -384,8 +394,16 @@ fn train_from_args(args: &RunArgs) -> Result<(), Failure> {
             serde_json::to_string_pretty(&summary).unwrap_or_default()
         ),
     }
-    if let Some(path) = &args.save_model {
-        eprintln!("saved the trained fp32 model to {}", path.display());
+    match (&args.save_model, saved) {
+        (Some(path), Some(SavedTo::File)) => {
+            eprintln!("saved the trained fp32 model to {}", path.display());
+        }
+        (Some(path), Some(SavedTo::Directory(files))) => eprintln!(
+            "saved the trained model to {} (config.json, {})",
+            path.display(),
+            files.join(", ")
+        ),
+        _ => {}
     }
     if let Some(last) = report.checkpoints.last() {
         eprintln!(

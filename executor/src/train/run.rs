@@ -14,7 +14,7 @@ use crate::checkpoint::{CheckpointError, EngineState, SavedCheckpoint, consolida
 use crate::comm::{CommTraffic, run_ranks};
 use crate::data::{BatchLayout, DataError, MicroBatchIndex, TokenBatch, TokenSource};
 use crate::metrics::{ByCategory, Category, MemoryLedger, MemoryReport, PlanMemory, StepMetrics};
-use crate::model::{BatchShape, Gpt2Core, ModelError, ParamLayout};
+use crate::model::{BatchShape, ModelCore, ModelError};
 use crate::zero::predict::correspondence;
 use crate::zero::swap::{NvmeReport, NvmeUsage};
 use crate::zero::{
@@ -83,10 +83,10 @@ pub fn train(
 /// rank (nor a plan of a model that cannot run).
 fn check_model(spec: &TrainSpec) -> Result<(), TrainError> {
     spec.model.validate().map_err(ModelError::Config)?;
-    if spec.seq_len > spec.model.n_positions {
+    if spec.seq_len > spec.model.max_positions() {
         return Err(TrainError::Model(ModelError::SequenceTooLong {
             seq_len: spec.seq_len,
-            n_positions: spec.model.n_positions,
+            n_positions: spec.model.max_positions(),
         }));
     }
     Ok(())
@@ -119,10 +119,10 @@ pub fn train_planned_with(
     let batch = settings.batch;
     let layout = BatchLayout::new(batch.micro_batch, spec.seq_len, batch.grad_accum, world)?;
     let source = spec.data.open(layout)?;
-    if source.token_bound() as usize > spec.model.vocab_size {
+    if source.token_bound() as usize > spec.model.vocab_size() {
         return Err(TrainError::Vocabulary {
             token_bound: source.token_bound(),
-            vocab_size: spec.model.vocab_size,
+            vocab_size: spec.model.vocab_size(),
         });
     }
     if let Some(available) = source.steps()
@@ -137,7 +137,7 @@ pub fn train_planned_with(
         batch: batch.micro_batch,
         seq_len: spec.seq_len,
     };
-    let param_layout = ParamLayout::new(&spec.model);
+    let param_layout = spec.model.layout();
     if spec.initial_params.len() != param_layout.num_params() {
         return Err(TrainError::Model(ModelError::ParamCount {
             expected: param_layout.num_params(),
@@ -201,7 +201,7 @@ pub fn train_planned_with(
     let started = Instant::now();
     let outcomes = run_ranks(world, |comm| -> Result<RankOutcome, RankFailure> {
         let ledger = MemoryLedger::new();
-        let core = Gpt2Core::new(spec.model, shape).map_err(ZeroError::from)?;
+        let core = ModelCore::new(spec.model, shape).map_err(ZeroError::from)?;
         let rank = ZeroRank::new(
             Box::new(comm),
             Arc::clone(&engine_plan),

@@ -48,7 +48,8 @@ use super::settings::{OffloadTarget, Settings};
 use super::shards::{ShardRule, Shards};
 use super::ticks::Ticks;
 use crate::config::ZeroStage;
-use crate::memory::{CpuArenaShape, arena_elements};
+use crate::memory::{CpuArenaShape, LlamaArenaShape, arena_elements, llama_arena_elements};
+use crate::model::Family;
 
 /// Everything [`cpu_buffers`] needs.
 pub struct CpuBufferInputs<'a> {
@@ -273,9 +274,30 @@ fn model_states(inputs: &CpuBufferInputs<'_>, list: &mut BufferList) {
         "activation arena (f32)",
         BufferKind::ActivationArena,
         Dtype::Fp32,
-        arena_elements(&arena_shape(inputs.model, s)),
+        model_arena_elements(inputs.model, s),
         run,
     );
+}
+
+/// Elements of the activation arena of the executor's model of `model`'s family.
+pub fn model_arena_elements(model: &ModelGraph, settings: &Settings) -> u64 {
+    let arch = &model.architecture;
+    match arch.family {
+        Family::Llama { .. } | Family::Qwen2 | Family::Mistral => {
+            llama_arena_elements(&LlamaArenaShape {
+                layers: arch.layers,
+                hidden: arch.hidden,
+                heads: arch.heads,
+                kv_heads: arch.kv_heads,
+                head_dim: arch.head_dim,
+                intermediate: arch.intermediate,
+                vocab: arch.vocab,
+                batch: settings.batch.micro_batch,
+                seq_len: settings.batch.sequence_length,
+            })
+        }
+        _ => arena_elements(&arena_shape(model, settings)),
+    }
 }
 
 /// Elements of the stage 3 slices on NVMe (`offload_param.device: nvme`, past `max_in_cpu`).

@@ -307,14 +307,19 @@ fn compile_parts(
     })
 }
 
-/// The `dsplan-cpu` backend runs GPT-2 only (its activation arena and units are GPT-2's).
+/// The `dsplan-cpu` backend runs GPT-2 and the Llama family (Llama, Qwen2, Mistral): the
+/// families whose activation arena and units the executor implements.
 fn check_cpu_backend(model: &ModelGraph, found: &mut Vec<Diagnostic>) {
-    if model.architecture.family != crate::model::Family::Gpt2 {
+    use crate::model::Family;
+    if !matches!(
+        model.architecture.family,
+        Family::Gpt2 | Family::Llama { .. } | Family::Qwen2 | Family::Mistral
+    ) {
         found.push(Diagnostic::error(
             Code::IncompatibleSettings,
             "",
             format!(
-                "the dsplan-cpu backend runs GPT-2 only, not `{}`",
+                "the dsplan-cpu backend runs GPT-2 and Llama-family models only, not `{}`",
                 model.architecture.family.model_type()
             ),
         ));
