@@ -353,11 +353,11 @@ fn the_cpu_backend_is_named_in_the_summary_and_refuses_what_it_cannot_run() {
     );
     assert!(!text.contains("H100"), "{text}");
 
-    // Only GPT-2 runs on the CPU executor.
+    // Only GPT-2 and the Llama family run on the CPU executor.
     let assert = plan(&[
         path,
         "--model",
-        "llama-2-7b",
+        "t5-3b",
         "--world-size",
         "2",
         "--seq-len",
@@ -367,7 +367,10 @@ fn the_cpu_backend_is_named_in_the_summary_and_refuses_what_it_cannot_run() {
     ])
     .code(1);
     let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
-    assert!(stderr.contains("runs GPT-2 only"), "{stderr}");
+    assert!(
+        stderr.contains("runs GPT-2 and Llama-family models only"),
+        "{stderr}"
+    );
 
     // A GPU memory limit means nothing for host buffers.
     let assert = plan(&[

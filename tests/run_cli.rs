@@ -129,7 +129,7 @@ fn the_readme_command_trains_and_reports_memory() {
     }
 
     let tiny = choose_model(None, 1234).expect("tiny preset");
-    let layout = ParamLayout::new(&tiny.config);
+    let layout = ParamLayout::new(tiny.config.gpt2().expect("a GPT-2"));
     let trained = load_params(&model, &layout).expect("saved model loads");
     assert_eq!(trained.len(), tiny.params.len());
     assert_ne!(trained, tiny.params, "training moved the parameters");
@@ -460,14 +460,15 @@ fn a_pretrained_model_on_stored_batches_reproduces_deepspeed_stage2() {
         "the stored steps set the default: {stderr}"
     );
     let model = choose_model(Some(model_dir.to_str().expect("utf-8")), 0).expect("fixture");
-    let layout = ParamLayout::new(&model.config);
+    let gpt2 = model.config.gpt2().copied().expect("a GPT-2");
+    let layout = ParamLayout::new(&gpt2);
     let ours = load_params(&saved, &layout).expect("saved");
     let theirs = load_params(
         &reference.join("deepspeed_zero/final_model_stage2.safetensors"),
         &layout,
     )
     .expect("reference");
-    let c = model.config.n_embd;
+    let c = gpt2.n_embd;
     let (mut params, mut key_bias) = (0.0f32, 0.0f32);
     for entry in layout.table().entries() {
         let ours = entry.span.of(&ours);
@@ -761,4 +762,77 @@ fn activation_checkpointing_is_acted_on() {
         stderr.contains("/activation_checkpointing/profile"),
         "{stderr}"
     );
+}
+
+/// The Llama family's main-job example: `--model tiny-llama` trains under ZeRO-3 bf16 on two
+/// ranks, and `--save-model` writes a Hugging Face directory that loads back.
+#[test]
+fn tiny_llama_trains_under_zero3_and_saves_a_hugging_face_directory() {
+    use dsplan_executor::io::llama_pretrained::load_llama_pretrained;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let saved = dir.path().join("tiny-llama-trained");
+    let (code, _, stderr) = run(&[
+        "run",
+        &config_path("zero3_bf16.json"),
+        "--model",
+        "tiny-llama",
+        "--world-size",
+        "2",
+        "--steps",
+        "3",
+        "--seq-len",
+        "16",
+        "--save-model",
+        saved.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("tiny-llama"), "{stderr}");
+    let config: Value = serde_json::from_str(
+        &std::fs::read_to_string(saved.join("config.json")).expect("config.json written"),
+    )
+    .expect("json");
+    assert_eq!(config["model_type"], "llama");
+    assert_eq!(config["dtype"], "bfloat16");
+    assert_eq!(config["num_key_value_heads"], 2);
+    let (loaded, params) = load_llama_pretrained(&saved).expect("the directory loads back");
+    let fresh = choose_model(Some("tiny-llama"), 0).expect("preset");
+    assert_eq!(
+        dsplan_executor::model::ModelConfig::Llama(loaded),
+        fresh.config
+    );
+    assert_eq!(params.len(), fresh.params.len());
+    assert!(
+        params.iter().all(|&p| p.to_bits() & 0xFFFF == 0),
+        "saved in the run's dtype (bf16)"
+    );
+}
+
+/// A Llama-family config the executor does not compute is refused before the first step,
+/// naming the field.
+#[test]
+fn unsupported_llama_configs_are_refused_naming_the_field() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = dir.path().join("config.json");
+    std::fs::write(
+        &model,
+        json!({
+            "model_type": "llama", "vocab_size": 256, "hidden_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+            "max_position_embeddings": 64,
+            "rope_scaling": {"rope_type": "yarn", "factor": 4.0}
+        })
+        .to_string(),
+    )
+    .expect("written");
+    let (code, _, stderr) = run(&[
+        "run",
+        &config_path("zero0_fp32.json"),
+        "--model",
+        model.to_str().expect("utf-8"),
+        "--steps",
+        "1",
+    ]);
+    // `run` reports every `--model` that cannot be loaded as a usage error (exit 2).
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("rope_scaling.rope_type"), "{stderr}");
 }

@@ -42,15 +42,18 @@ fn run() -> Result<(), String> {
     };
     let steps = number(3, 3)?.max(1);
     let source = choose_model(Some(preset), 1).map_err(|e| e.to_string())?;
-    let mut models = [Recompute::Nothing, Recompute::EachLayer].map(|recompute| {
-        Gpt2::with_recompute(source.config, source.params.clone(), shape, recompute)
-    });
+    let config = *source
+        .config
+        .gpt2()
+        .ok_or("recompute_bench times GPT-2 presets only")?;
+    let mut models = [Recompute::Nothing, Recompute::EachLayer]
+        .map(|recompute| Gpt2::with_recompute(config, source.params.clone(), shape, recompute));
     let [kept, recomputed] = &mut models;
     let (kept, recomputed) = (
         kept.as_mut().map_err(|e| e.to_string())?,
         recomputed.as_mut().map_err(|e| e.to_string())?,
     );
-    let vocab = source.config.vocab_size as u32;
+    let vocab = config.vocab_size as u32;
     let tokens: Vec<u32> = (0..shape.tokens() as u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab)
         .collect();

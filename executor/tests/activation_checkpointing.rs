@@ -24,7 +24,11 @@ fn bits(values: &[f32]) -> Vec<u32> {
 
 /// Loss and gradients of two accumulated micro-batches, recomputing as `recompute` says.
 fn gradients(params: &[f32], recompute: Recompute) -> (Vec<f32>, Vec<f32>, usize) {
-    let config = choose_model(None, 3).expect("tiny-gpt2").config;
+    let config = *choose_model(None, 3)
+        .expect("tiny-gpt2")
+        .config
+        .gpt2()
+        .expect("a GPT-2");
     let shape = BatchShape {
         batch: 2,
         seq_len: 24,
@@ -51,7 +55,11 @@ fn gradients(params: &[f32], recompute: Recompute) -> (Vec<f32>, Vec<f32>, usize
 
 #[test]
 fn recomputed_gradients_are_bit_identical() {
-    let config = choose_model(None, 3).expect("tiny-gpt2").config;
+    let config = *choose_model(None, 3)
+        .expect("tiny-gpt2")
+        .config
+        .gpt2()
+        .expect("a GPT-2");
     let fp32 = init_params(&config, &ParamLayout::new(&config), 11);
     let bf16: Vec<f32> = fp32
         .iter()
@@ -99,10 +107,14 @@ fn run(stage: u8, precision: &Value, checkpointing: bool) -> TrainReport {
         Recompute::Nothing
     };
     assert_eq!(settings.recompute, expected);
-    let model = choose_model(None, 5).expect("tiny-gpt2").config;
+    let model = *choose_model(None, 5)
+        .expect("tiny-gpt2")
+        .config
+        .gpt2()
+        .expect("a GPT-2");
     let spec = TrainSpec {
         settings,
-        model,
+        model: model.into(),
         initial_params: init_params(&model, &ParamLayout::new(&model), 5),
         data: DataChoice::Bundled {
             order: WindowOrder::Sequential,

@@ -51,7 +51,7 @@ fn spec(stage: u8, world: usize, precision: &Value, steps: u64) -> TrainSpec {
     TrainSpec {
         settings: TrainSettings::from_config(&config(stage, world, precision), world)
             .expect("config"),
-        model: MODEL,
+        model: MODEL.into(),
         initial_params: init_params(&MODEL, &ParamLayout::new(&MODEL), 5),
         data: DataChoice::Bundled {
             order: WindowOrder::Shuffled { seed: 9 },
@@ -346,9 +346,12 @@ fn broken_or_unfitting_checkpoints_are_errors_naming_file_and_field() {
 
     // Another model, precision, data or sequence length: refused, saying what differs.
     let mut other_model = fresh.clone();
-    other_model.model.n_layer = 1;
-    other_model.initial_params =
-        init_params(&other_model.model, &ParamLayout::new(&other_model.model), 5);
+    let one_layer = Gpt2Config {
+        n_layer: 1,
+        ..MODEL
+    };
+    other_model.model = one_layer.into();
+    other_model.initial_params = init_params(&one_layer, &ParamLayout::new(&one_layer), 5);
     let error = resume_error(&other_model, dir.path());
     assert!(
         matches!(&error, CheckpointError::Mismatch { field, .. } if field == "model"),

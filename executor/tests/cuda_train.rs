@@ -52,7 +52,7 @@ fn spec(
 ) -> TrainSpec {
     TrainSpec {
         settings: TrainSettings::from_config(config, 1).expect("settings"),
-        model,
+        model: model.into(),
         initial_params: params,
         data: DataChoice::Bundled {
             order: WindowOrder::Shuffled { seed: 7 },
@@ -172,7 +172,13 @@ fn gpt2_bf16_stages_0_to_3_report_mfu_and_memory() {
             "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
             "zero_optimization": {"stage": stage},
         });
-        let spec = spec(&config, model.config, model.params.clone(), 1024, 3);
+        let spec = spec(
+            &config,
+            model.config.gpt2().copied().expect("a GPT-2"),
+            model.params.clone(),
+            1024,
+            3,
+        );
         let (plan, _) = compile_plan(&spec.settings, &spec.model, 1024, 1).expect("plan");
         let predicted = PlanMemory::of(&plan);
         let report = train_cuda(&spec, 0, &|step, r| {

@@ -38,7 +38,12 @@ fn train_config(stage: u8, dtype: Dtype) -> serde_json::Value {
 /// 4, stages 0-3 at W=1.
 #[test]
 fn device_buffers_equal_the_dsplan_cuda_plan_to_the_byte() {
-    let gpt2 = choose_model(Some("gpt2"), 1).expect("gpt2 preset").config;
+    let gpt2 = choose_model(Some("gpt2"), 1)
+        .expect("gpt2 preset")
+        .config
+        .gpt2()
+        .copied()
+        .expect("a GPT-2");
     let cases = [
         (gpt2, 1024, Dtype::Bf16),
         (gpt2, 1024, Dtype::F32),
@@ -52,7 +57,7 @@ fn device_buffers_equal_the_dsplan_cuda_plan_to_the_byte() {
         for stage in 0..=3u8 {
             let settings =
                 TrainSettings::from_config(&train_config(stage, dtype), 1).expect("settings");
-            let (plan, _) = compile_cuda_plan(&settings, &model, seq_len, 1).expect("plan");
+            let (plan, _) = compile_cuda_plan(&settings, &model.into(), seq_len, 1).expect("plan");
             let predicted = PlanMemory::of(&plan);
             for category in Category::ALL {
                 assert_eq!(
@@ -73,10 +78,15 @@ fn device_buffers_equal_the_dsplan_cuda_plan_to_the_byte() {
 /// `cuda::train::buffers`).
 #[test]
 fn device_buffers_against_the_deepspeed_gpu_plan() {
-    let model = choose_model(Some("gpt2"), 1).expect("gpt2 preset").config;
+    let model = choose_model(Some("gpt2"), 1)
+        .expect("gpt2 preset")
+        .config
+        .gpt2()
+        .copied()
+        .expect("a GPT-2");
     let device = layout(model, 4, 1024, Dtype::Bf16);
     let ours = device.bytes_by_category();
-    let graph = model_graph(&model).expect("graph");
+    let graph = model_graph(&model.into()).expect("graph");
     let cluster = Cluster::new(1, 1).expect("cluster");
     let workload = Workload {
         sequence_length: Some(1024),
@@ -119,7 +129,7 @@ fn device_buffers_against_the_deepspeed_gpu_plan() {
 fn the_dsplan_cuda_plan_refuses_two_gpus_and_offload() {
     let model = small_head_64();
     let settings = TrainSettings::from_config(&train_config(2, Dtype::Bf16), 2).expect("settings");
-    let errors = compile_cuda_plan(&settings, &model, 64, 2).expect_err("two GPUs");
+    let errors = compile_cuda_plan(&settings, &model.into(), 64, 2).expect_err("two GPUs");
     assert!(
         errors
             .iter()
@@ -129,7 +139,7 @@ fn the_dsplan_cuda_plan_refuses_two_gpus_and_offload() {
     let mut config = train_config(2, Dtype::Bf16);
     config["zero_optimization"]["offload_optimizer"] = json!({"device": "cpu"});
     let settings = TrainSettings::from_config(&config, 1).expect("settings");
-    let errors = compile_cuda_plan(&settings, &model, 64, 1).expect_err("offload");
+    let errors = compile_cuda_plan(&settings, &model.into(), 64, 1).expect_err("offload");
     assert!(
         errors
             .iter()
@@ -144,7 +154,12 @@ fn small_head_64() -> Gpt2Config {
     Gpt2Config {
         n_embd: 128,
         n_head: 2,
-        ..choose_model(None, 1).expect("tiny").config
+        ..choose_model(None, 1)
+            .expect("tiny")
+            .config
+            .gpt2()
+            .copied()
+            .expect("a GPT-2")
     }
 }
 
@@ -177,7 +192,12 @@ fn every_op_of_the_step_passes_the_launchers_shape_rules() {
 /// The device activations that are the CPU model's tensors have its names and sizes.
 #[test]
 fn device_activations_have_the_cpu_models_shapes() {
-    let config = choose_model(None, 1).expect("tiny").config;
+    let config = choose_model(None, 1)
+        .expect("tiny")
+        .config
+        .gpt2()
+        .copied()
+        .expect("a GPT-2");
     let shape = BatchShape {
         batch: 3,
         seq_len: 16,
@@ -309,7 +329,12 @@ fn arg_type(param: &str, model: Dtype) -> ArgType {
 /// A change in shape that breaks an op is caught on the host.
 #[test]
 fn a_wrong_shape_is_an_error_before_any_launch() {
-    let config = choose_model(None, 1).expect("tiny").config;
+    let config = choose_model(None, 1)
+        .expect("tiny")
+        .config
+        .gpt2()
+        .copied()
+        .expect("a GPT-2");
     let layout = layout(config, 2, 16, Dtype::Bf16);
     let program = StepProgram::new(&layout);
     let Some(Op::LayerNormForward {
@@ -361,8 +386,9 @@ fn a_head_size_without_attention_kernels_is_refused_before_allocating() {
         assert_eq!(attention_head_sizes(dtype), vec![64, 128]);
     }
     let tiny = choose_model(None, 1).expect("tiny");
-    assert_eq!(tiny.config.head_dim(), 16);
-    let narrow = layout(tiny.config, 2, 16, Dtype::Bf16);
+    let tiny_config = tiny.config.gpt2().copied().expect("a GPT-2");
+    assert_eq!(tiny_config.head_dim(), 16);
+    let narrow = layout(tiny_config, 2, 16, Dtype::Bf16);
     let error = StepProgram::new(&narrow)
         .check(&narrow)
         .expect_err("head size 16");
@@ -375,7 +401,7 @@ fn a_head_size_without_attention_kernels_is_refused_before_allocating() {
         let config = Gpt2Config {
             n_embd,
             n_head,
-            ..tiny.config
+            ..tiny_config
         };
         let wide = layout(config, 2, 16, Dtype::Bf16);
         StepProgram::new(&wide)
@@ -418,11 +444,11 @@ fn a_head_size_without_attention_kernels_is_refused_before_allocating() {
     let wide = Gpt2Config {
         n_embd: 128,
         n_head: 2,
-        ..tiny.config
+        ..*tiny.config.gpt2().expect("a GPT-2")
     };
     let recomputing = TrainSpec {
         settings: spec.settings.clone().with_gradient_checkpointing(true),
-        model: wide,
+        model: wide.into(),
         initial_params: dsplan_executor::model::init_params(
             &wide,
             &dsplan_executor::model::ParamLayout::new(&wide),

@@ -72,7 +72,7 @@ fn spec(config: &Value, world: u64) -> Result<TrainSpec, dsplan_executor::train:
     let layout = ParamLayout::new(&MODEL);
     Ok(TrainSpec {
         settings,
-        model: MODEL,
+        model: MODEL.into(),
         initial_params: init_params(&MODEL, &layout, 11),
         data: DataChoice::Bundled {
             order: WindowOrder::Shuffled { seed: 5 },
@@ -135,8 +135,8 @@ fn bytes_on_nvme_and_per_step_are_what_the_sub_groups_imply() {
     let optimizer_only = json!({"offload_optimizer": {"device": "nvme", "nvme_path": dir.path()}});
     let config = config(world, "bf16", optimizer_only);
     let spec = spec(&config, world).expect("config");
-    let (plan, _) =
-        compile_plan(&spec.settings, &MODEL, SEQ_LEN, world as usize).expect("plan compiles");
+    let (plan, _) = compile_plan(&spec.settings, &MODEL.into(), SEQ_LEN, world as usize)
+        .expect("plan compiles");
     let groups = &plan.shards.sub_groups;
     assert!(groups.len() > 2, "{} sub-groups", groups.len());
     let shard: u64 = groups.iter().map(|g| g.partition_numel).sum();

@@ -1,8 +1,12 @@
 //! The planner's GPT-2 layout lists exactly the executor's parameter buffer: the same tensors,
 //! in the same order, with the same shapes and offsets (stage 0 and 1 share the executor's
 //! `model.parameters()` order; stage 1 only pads the end), so the executor can run the plan.
+//! The same for the Llama family (GQA, Qwen2's q/k/v biases, o_proj bias, tied and untied
+//! embeddings): the planner's graph of the architecture the executor reports.
 
-use dsplan_executor::model::{Gpt2Config, ParamLayout};
+use dsplan_executor::model::llama::{AttentionBias, LlamaConfig, LlamaFamily};
+use dsplan_executor::model::rope::{Rope, RopeScaling};
+use dsplan_executor::model::{Gpt2Config, ModelConfig, ParamLayout, ParamTable};
 use dsplan_planner::config;
 use dsplan_planner::model::{Architecture, Embeddings, Family};
 use dsplan_planner::plan::{self, Cluster, ModelGraph, Workload};
@@ -27,6 +31,10 @@ fn architecture(config: &Gpt2Config) -> Architecture {
 fn check(config: &Gpt2Config, stage: u64, world: u64) {
     let executor = ParamLayout::new(config);
     let graph = ModelGraph::from_architecture("gpt2", &architecture(config)).expect("graph");
+    compare(&executor, &graph, stage, world);
+}
+
+fn compare(executor: &dyn ParamTable, graph: &ModelGraph, stage: u64, world: u64) {
     let ds = config::from_value(&json!({
         "train_micro_batch_size_per_gpu": 1,
         "optimizer": {"type": "AdamW"},
@@ -34,9 +42,9 @@ fn check(config: &Gpt2Config, stage: u64, world: u64) {
     }))
     .expect("config");
     let cluster = Cluster::new(world, 8).expect("cluster");
-    let plan = plan::compile(&ds, &graph, &cluster, &Workload::default()).expect("plan");
+    let plan = plan::compile(&ds, graph, &cluster, &Workload::default()).expect("plan");
     let ours = &plan.layout.entries;
-    let theirs = executor.table().entries();
+    let theirs = executor.tensors().entries();
     assert_eq!(ours.len(), theirs.len(), "tensor count");
     for (planned, executed) in ours.iter().zip(theirs) {
         assert_eq!(planned.name, executed.name);
@@ -55,7 +63,7 @@ fn check(config: &Gpt2Config, stage: u64, world: u64) {
     }
     assert_eq!(
         usize::try_from(plan.layout.numel).expect("fits"),
-        executor.num_params()
+        executor.param_count()
     );
     if stage > 0 {
         assert_eq!(plan.layout.padded_numel % (2 * world), 0, "padded to 2·N");
@@ -80,4 +88,50 @@ fn fixture_sized_gpt2_layout_matches_the_executor() {
         layer_norm_epsilon: 1e-5,
     };
     check(&tiny, 1, 2);
+}
+
+fn llama(family: LlamaFamily, bias: AttentionBias, embeddings: Embeddings) -> ModelConfig {
+    ModelConfig::Llama(LlamaConfig {
+        family,
+        vocab_size: 256,
+        max_position_embeddings: 128,
+        hidden_size: 64,
+        num_hidden_layers: 3,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        head_dim: 16,
+        intermediate_size: 176,
+        rms_norm_eps: 1e-5,
+        rope: Rope {
+            theta: 10_000.0,
+            scaling: RopeScaling::Default,
+        },
+        attention_bias: bias,
+        embeddings,
+        sliding_window: None,
+    })
+}
+
+#[test]
+fn llama_family_layouts_match_the_executor() {
+    for model in [
+        llama(
+            LlamaFamily::Llama,
+            AttentionBias::Absent,
+            Embeddings::Untied,
+        ),
+        llama(LlamaFamily::Llama, AttentionBias::QkvO, Embeddings::Tied),
+        llama(LlamaFamily::Qwen2, AttentionBias::Qkv, Embeddings::Tied),
+        llama(
+            LlamaFamily::Mistral,
+            AttentionBias::Absent,
+            Embeddings::Untied,
+        ),
+    ] {
+        let graph = ModelGraph::from_architecture(model.family_name(), &model.architecture())
+            .expect("graph");
+        for (stage, world) in [(0, 1), (1, 8), (2, 3)] {
+            compare(&model.layout(), &graph, stage, world);
+        }
+    }
 }

@@ -39,7 +39,7 @@ fn run(settings: TrainSettings, steps: u64) -> (TrainReport, Vec<f32>) {
     let initial = init_params(&MODEL, &ParamLayout::new(&MODEL), 11);
     let spec = TrainSpec {
         settings,
-        model: MODEL,
+        model: MODEL.into(),
         initial_params: initial.clone(),
         data: DataChoice::Bundled {
             order: WindowOrder::Sequential,

@@ -96,7 +96,7 @@ fn run(reference: &Path, case: &Case) -> (TrainReport, ParamLayout, usize) {
     let settings = TrainSettings::from_config(&config(case), 2).expect("config");
     let spec = TrainSpec {
         settings,
-        model,
+        model: model.into(),
         initial_params: params,
         data: DataChoice::File {
             path: reference.join("adamw_trajectory/batches.safetensors"),

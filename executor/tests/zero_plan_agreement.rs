@@ -28,7 +28,8 @@ fn compile(model: &Gpt2Config, world: u64, zero: Value) -> (Plan, ModelGraph) {
         "zero_optimization": zero,
     }))
     .expect("config");
-    let graph = ModelGraph::from_architecture("gpt2", &architecture(model)).expect("graph");
+    let graph =
+        ModelGraph::from_architecture("gpt2", &architecture(&(*model).into())).expect("graph");
     let cluster = Cluster::new(world, world).expect("cluster");
     let planned = plan::compile(&ds, &graph, &cluster, &cpu_workload(32)).expect("plan");
     (planned, graph)

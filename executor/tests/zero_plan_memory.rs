@@ -40,10 +40,15 @@ fn run(stage: u8, world: u64, precision: &Value, zero_extra: &Value) -> TrainRep
         zero.extend(extra.clone());
     }
     let settings = TrainSettings::from_config(&config, world as usize).expect("config");
-    let model = choose_model(None, 5).expect("tiny-gpt2").config;
+    let model = choose_model(None, 5)
+        .expect("tiny-gpt2")
+        .config
+        .gpt2()
+        .copied()
+        .expect("a GPT-2");
     let spec = TrainSpec {
         settings,
-        model,
+        model: model.into(),
         initial_params: init_params(&model, &ParamLayout::new(&model), 5),
         data: DataChoice::Bundled {
             order: WindowOrder::Sequential,
@@ -137,7 +142,11 @@ fn measured_memory_is_the_plans_to_the_byte() {
 #[test]
 fn checkpointed_memory_is_the_plans_to_the_byte() {
     use dsplan_planner::memory::{CpuArenaShape, Recompute, arena_bytes};
-    let model = choose_model(None, 5).expect("tiny-gpt2").config;
+    let model = *choose_model(None, 5)
+        .expect("tiny-gpt2")
+        .config
+        .gpt2()
+        .expect("a GPT-2");
     let arena = |recompute| {
         arena_bytes(&CpuArenaShape {
             layers: model.n_layer as u64,

@@ -58,7 +58,7 @@ fn run_model(model: Gpt2Config, steps: u64, stage: u8, world: u64, extra: Value)
     let layout = ParamLayout::new(&model);
     let spec = TrainSpec {
         settings,
-        model,
+        model: model.into(),
         initial_params: init_params(&model, &layout, 7),
         data: DataChoice::Bundled {
             order: WindowOrder::Shuffled { seed: 3 },

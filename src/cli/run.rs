@@ -48,11 +48,11 @@ mod report;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use dsplan_executor::checkpoint::{CheckpointError, NonFinite, load_checkpoint_with, save_model};
+use dsplan_executor::checkpoint::{CheckpointError, NonFinite, load_checkpoint_with};
 use dsplan_executor::cuda::Backend;
 use dsplan_executor::data::{WindowOrder, check_data_file, resident_bytes};
 use dsplan_executor::io::OutputTarget;
-use dsplan_executor::model::ParamLayout;
+use dsplan_executor::io::llama_pretrained::{SavedTo, save_trained};
 use dsplan_executor::train::plan::architecture;
 use dsplan_executor::train::settings::override_nvme_path;
 use dsplan_executor::train::{
@@ -85,8 +85,9 @@ pub struct RunArgs {
     /// The DeepSpeed config (ds_config.json) to train with.
     #[arg(value_name = "FILE")]
     config: PathBuf,
-    /// A GPT-2 preset (default tiny-gpt2), a Hugging Face config.json (fresh weights), or a
-    /// save_pretrained directory (config.json + model.safetensors, trained from its weights).
+    /// A GPT-2 or Llama-family preset (default tiny-gpt2; tiny-llama), a Hugging Face
+    /// config.json (gpt2, llama, qwen2, mistral; fresh weights), or a save_pretrained directory
+    /// (config.json + model.safetensors or its shards, trained from its weights).
     #[arg(long, value_name = "M")]
     model: Option<String>,
     /// Training data: a text file (byte tokens), an llm.c token .bin, or a .safetensors file
@@ -116,7 +117,9 @@ pub struct RunArgs {
     /// tokens_per_s).
     #[arg(long, value_name = "FILE")]
     metrics: Option<PathBuf>,
-    /// Write the trained fp32 parameters here (safetensors, Hugging Face names).
+    /// Write the trained model here: a GPT-2's fp32 parameters as one safetensors file
+    /// (Hugging Face names); a Llama-family model as a `save_pretrained` directory (config.json
+    /// and safetensors in the run's dtype, sharded above 5 GB).
     #[arg(long, value_name = "FILE")]
     save_model: Option<PathBuf>,
     /// Put the NVMe offload swap files here instead of the config's nvme_path (an existing,
@@ -248,7 +251,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         }
         (Some(shape), _) => shape.seq_len,
         (None, Some(asked)) => asked as usize,
-        (None, None) => model_shape.n_positions.min(DEFAULT_SEQ_LEN),
+        (None, None) => model_shape.max_positions().min(DEFAULT_SEQ_LEN),
     };
     let known_steps = args.steps.or(stored.map(|s| s.steps));
 
@@ -290,8 +293,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
             p.display().to_string()
         });
 
-    let layout = ParamLayout::new(&model_shape);
-    let num_params = layout.num_params();
+    let num_params = model_shape.layout().num_params();
     // The weights are made after the memory pre-flight: a model too large for the machine is
     // refused before they are allocated.
     let mut spec = TrainSpec {
@@ -442,10 +444,18 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         return Ok(());
     }
 
-    if let Some(path) = &args.save_model {
-        save_model(path, &report.final_params, &layout)
-            .map_err(|e| Failure::usage(format!("cannot save the model: {e}")))?;
-    }
+    let saved = match &args.save_model {
+        Some(path) => Some(
+            save_trained(
+                path,
+                &spec.model,
+                &report.final_params,
+                settings.precision.model_dtype(),
+            )
+            .map_err(|e| Failure::usage(format!("cannot save the model: {e}")))?,
+        ),
+        None => None,
+    };
     let facts = RunFacts {
         config: &display,
         model: &model.description,
@@ -459,8 +469,16 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
             serde_json::to_string_pretty(&summary).unwrap_or_default()
         ),
     }
-    if let Some(path) = &args.save_model {
-        eprintln!("saved the trained fp32 model to {}", path.display());
+    match (&args.save_model, saved) {
+        (Some(path), Some(SavedTo::File)) => {
+            eprintln!("saved the trained fp32 model to {}", path.display());
+        }
+        (Some(path), Some(SavedTo::Directory(files))) => eprintln!(
+            "saved the trained model to {} (config.json, {})",
+            path.display(),
+            files.join(", ")
+        ),
+        _ => {}
     }
     if let Some(last) = report.checkpoints.last() {
         eprintln!(

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::ParamLayout;
+use crate::model::ParamTable;
 use crate::zero::EnginePlan;
 
 /// A plan's layout of the flat parameters over the ranks.
@@ -57,14 +57,14 @@ pub struct SavedTensor {
 
 impl SavedLayout {
     /// The layout `plan` gives the parameters of `params`.
-    pub fn of(plan: &EnginePlan, params: &ParamLayout) -> Self {
+    pub fn of(plan: &EnginePlan, params: &(impl ParamTable + ?Sized)) -> Self {
         let flat = plan.flat();
         let stage = plan.stage() as u8;
         let world = plan.world();
         let sharded = stage == 3;
         let shards = plan.shards();
         let tensors = params
-            .table()
+            .tensors()
             .entries()
             .iter()
             .zip(plan.tensors())

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::reshard::SavedLayout;
 use crate::data::{BUNDLED_CORPUS, BUNDLED_CORPUS_NAME, WindowOrder};
-use crate::model::{Gpt2Config, ParamLayout};
+use crate::model::{ModelConfig, ParamTable};
 use crate::train::{DataChoice, TrainSpec};
 use crate::zero::{Dtype, EnginePlan};
 
@@ -57,7 +57,7 @@ impl EngineState {
     pub fn for_run(
         spec: &TrainSpec,
         plan: &EnginePlan,
-        params: &ParamLayout,
+        params: &(impl ParamTable + ?Sized),
         scaler: &LossScaler,
     ) -> Self {
         let dtypes = plan.dtypes();
@@ -200,8 +200,8 @@ pub fn dtype_named(name: &str) -> Option<Dtype> {
         .find(|d| d.name() == name)
 }
 
-/// A GPT-2's shape, as saved.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// A model's shape, as saved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SavedModel {
     /// `vocab_size`.
     pub vocab_size: usize,
@@ -213,19 +213,35 @@ pub struct SavedModel {
     pub n_layer: usize,
     /// `n_head`.
     pub n_head: usize,
-    /// `layer_norm_epsilon`.
+    /// `layer_norm_epsilon` (`rms_norm_eps` for the Llama family).
     pub layer_norm_epsilon: f32,
+    /// A Llama-family model's whole `config.json` (absent for GPT-2, whose shape the fields
+    /// above fix).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llama: Option<serde_json::Value>,
 }
 
-impl From<Gpt2Config> for SavedModel {
-    fn from(c: Gpt2Config) -> Self {
-        Self {
-            vocab_size: c.vocab_size,
-            n_positions: c.n_positions,
-            n_embd: c.n_embd,
-            n_layer: c.n_layer,
-            n_head: c.n_head,
-            layer_norm_epsilon: c.layer_norm_epsilon,
+impl From<ModelConfig> for SavedModel {
+    fn from(model: ModelConfig) -> Self {
+        match model {
+            ModelConfig::Gpt2(c) => Self {
+                vocab_size: c.vocab_size,
+                n_positions: c.n_positions,
+                n_embd: c.n_embd,
+                n_layer: c.n_layer,
+                n_head: c.n_head,
+                layer_norm_epsilon: c.layer_norm_epsilon,
+                llama: None,
+            },
+            ModelConfig::Llama(c) => Self {
+                vocab_size: c.vocab_size,
+                n_positions: c.max_position_embeddings,
+                n_embd: c.hidden_size,
+                n_layer: c.num_hidden_layers,
+                n_head: c.num_attention_heads,
+                layer_norm_epsilon: c.rms_norm_eps,
+                llama: Some(crate::io::llama_config::llama_config_to_json(&c, "float32")),
+            },
         }
     }
 }

@@ -2,7 +2,10 @@
 //!
 //! * [`hf_config`]: a GPT-2 `config.json` to a [`crate::model::Gpt2Config`], refusing variants
 //!   this implementation does not compute (untied head, other activations, ...).
+//! * [`llama_config`]: a Llama / Qwen2 / Mistral `config.json` to a
+//!   [`crate::model::llama::LlamaConfig`] and back.
 //! * [`safetensors`]: `model.safetensors` to and from the flat parameter buffer, by tensor name.
+//! * [`hf_weights`]: any family's weights from and to a directory, single file or sharded.
 //! * [`probe_writable`]: whether a directory takes new entries, before a run relies on it.
 //! * [`output`]: writing a command's output files (atomically over regular files, through
 //!   FIFOs and character devices, never over anything else).
@@ -10,6 +13,9 @@
 
 mod error;
 pub mod hf_config;
+pub mod hf_weights;
+pub mod llama_config;
+pub mod llama_pretrained;
 pub mod output;
 mod probe;
 mod process;

@@ -125,7 +125,7 @@ pub fn load_pretrained(dir: &Path) -> Result<(Gpt2Config, Vec<f32>), LoadError> 
     Ok((config, params))
 }
 
-fn io_error(path: &Path, error: std::io::Error) -> LoadError {
+pub(super) fn io_error(path: &Path, error: std::io::Error) -> LoadError {
     LoadError::Io {
         path: path.to_path_buf(),
         message: error.to_string(),
@@ -146,7 +146,11 @@ fn canonical_name(stored: &str) -> String {
     }
 }
 
-fn check_shape(name: &str, view: &TensorView<'_>, expected: &[usize]) -> Result<(), LoadError> {
+pub(super) fn check_shape(
+    name: &str,
+    view: &TensorView<'_>,
+    expected: &[usize],
+) -> Result<(), LoadError> {
     if view.shape() == expected {
         Ok(())
     } else {
@@ -159,7 +163,11 @@ fn check_shape(name: &str, view: &TensorView<'_>, expected: &[usize]) -> Result<
 }
 
 /// Converts a little-endian tensor to f32 into `out` (whose length the shape check fixed).
-fn read_as_f32(name: &str, view: &TensorView<'_>, out: &mut [f32]) -> Result<(), LoadError> {
+pub(super) fn read_as_f32(
+    name: &str,
+    view: &TensorView<'_>,
+    out: &mut [f32],
+) -> Result<(), LoadError> {
     let data = view.data();
     match view.dtype() {
         Dtype::F32 => convert::<4>(data, out, f32::from_le_bytes),

@@ -55,16 +55,36 @@ fn blocks(t: usize) -> impl Iterator<Item = (usize, usize)> {
 #[derive(Debug, Clone, Copy)]
 struct HeadIndex {
     t: usize,
+    /// Output channels `NH * hs`.
     c: usize,
+    /// Elements of one `qkv` row, `(NH + 2 KV) * hs`.
+    width: usize,
     hs: usize,
     b: usize,
     h: usize,
+    /// Column of this head's `q`, `k` and `v` in a `qkv` row.
+    cols: [usize; 3],
 }
 
 impl HeadIndex {
+    /// Query head `h` of row `b`; it reads key/value head `h / (NH / KV)`.
+    fn new(dims: AttentionDims, kv_heads: usize, b: usize, h: usize) -> Self {
+        let (nh, hs) = (dims.n_head, dims.head_dim);
+        let kv = h / (nh / kv_heads);
+        Self {
+            t: dims.seq_len,
+            c: nh * hs,
+            width: (nh + 2 * kv_heads) * hs,
+            hs,
+            b,
+            h,
+            cols: [h * hs, (nh + kv) * hs, (nh + kv_heads + kv) * hs],
+        }
+    }
+
     /// Offset of row `row` of part `part` (0 q, 1 k, 2 v) in `qkv` / `dqkv`.
     fn qkv_offset(&self, part: usize, row: usize) -> usize {
-        (self.b * self.t + row) * 3 * self.c + part * self.c + self.h * self.hs
+        (self.b * self.t + row) * self.width + self.cols[part]
     }
 
     /// Rows `start..end` of part `part`, a strided `(end - start, hs)` view.
@@ -73,7 +93,7 @@ impl HeadIndex {
             &qkv[self.qkv_offset(part, start)..],
             end - start,
             self.hs,
-            3 * self.c,
+            self.width,
         )
     }
 
@@ -89,6 +109,24 @@ impl HeadIndex {
 /// * `att` `(B, NH, T, T)`, written: probabilities, zero above the diagonal
 /// * `qkv` `(B, T, 3C)`
 pub fn attention_forward(out: &mut [f32], att: &mut [f32], qkv: &[f32], dims: AttentionDims) {
+    grouped_attention_forward(out, att, qkv, dims, dims.n_head);
+}
+
+/// Grouped-query attention forward: query head `h` attends with key/value head
+/// `h / (NH / KV)` (`transformers`' `repeat_kv`); `KV = NH` is [`attention_forward`].
+///
+/// * `out` `(B, T, NH*hs)`, written: heads side by side
+/// * `att` `(B, NH, T, T)`, written: probabilities, zero above the diagonal
+/// * `qkv` `(B, T, (NH + 2 KV) * hs)`, rows `[q | k | v]`
+///
+/// `kv_heads` must divide `NH` (checked by the model's config).
+pub fn grouped_attention_forward(
+    out: &mut [f32],
+    att: &mut [f32],
+    qkv: &[f32],
+    dims: AttentionDims,
+    kv_heads: usize,
+) {
     let AttentionDims {
         seq_len: t,
         n_head: nh,
@@ -101,13 +139,7 @@ pub fn attention_forward(out: &mut [f32], att: &mut [f32], qkv: &[f32], dims: At
     att.par_chunks_mut(t * t)
         .enumerate()
         .for_each(|(bh, att_bh)| {
-            let head = HeadIndex {
-                t,
-                c,
-                hs,
-                b: bh / nh,
-                h: bh % nh,
-            };
+            let head = HeadIndex::new(dims, kv_heads, bh / nh, bh % nh);
             for (start, end) in blocks(t) {
                 let rows = &mut att_bh[start * t..end * t];
                 // scores[start..end, 0..end] = q[start..end] @ k[0..end]^T
@@ -161,6 +193,25 @@ pub fn attention_backward(
     att: &[f32],
     dims: AttentionDims,
 ) {
+    grouped_attention_backward(dqkv, datt, dout, qkv, att, dims, dims.n_head);
+}
+
+/// Grouped-query attention backward (see [`grouped_attention_forward`]): as
+/// [`attention_backward`], the `k` and `v` gradients of a key/value head summed over the query
+/// heads that share it, in head order.
+///
+/// * `dqkv` `(B, T, (NH + 2 KV) * hs)`, written
+/// * `datt` `(B, NH, T, T)`: scratch
+/// * `dout` `(B, T, NH*hs)`; `qkv`; `att` `(B, NH, T, T)` from the forward pass
+pub fn grouped_attention_backward(
+    dqkv: &mut [f32],
+    datt: &mut [f32],
+    dout: &[f32],
+    qkv: &[f32],
+    att: &[f32],
+    dims: AttentionDims,
+    kv_heads: usize,
+) {
     let AttentionDims {
         seq_len: t,
         n_head: nh,
@@ -169,75 +220,92 @@ pub fn attention_backward(
     } = dims;
     let c = dims.channels();
     let scale = dims.scale();
+    let group = nh / kv_heads;
     let dqkv = SharedMut::new(dqkv);
-    datt.par_chunks_mut(t * t)
-        .zip(att.par_chunks(t * t))
+    // One work item per (batch, key/value head): the query heads of a group are consecutive,
+    // so their probabilities are one contiguous chunk, and only this item writes the group's
+    // `dk` and `dv`.
+    datt.par_chunks_mut(group * t * t)
+        .zip(att.par_chunks(group * t * t))
         .enumerate()
-        .for_each(|(bh, (datt_bh, att_bh))| {
-            let head = HeadIndex {
-                t,
-                c,
-                hs,
-                b: bh / nh,
-                h: bh % nh,
-            };
-            let dy = |start: usize, end: usize| {
-                MatRef::strided(&dout[head.btc_offset(start)..], end - start, hs, c)
-            };
-            // SAFETY (every view below): (b, h) pairs write disjoint column blocks of disjoint
-            // rows, the q, k, v parts of one pair are disjoint column ranges, and the row
-            // blocks of one part are disjoint; views are dropped before the next is made.
-            let grad = |part: usize, start: usize, end: usize| unsafe {
-                dqkv.view(head.qkv_offset(part, start), end - start, hs, 3 * c)
-            };
+        .for_each(|(bkv, (datt_group, att_group))| {
+            let (b, kv) = (bkv / kv_heads, bkv % kv_heads);
+            for (j, (datt_bh, att_bh)) in datt_group
+                .chunks_exact_mut(t * t)
+                .zip(att_group.chunks_exact(t * t))
+                .enumerate()
+            {
+                let head = HeadIndex::new(dims, kv_heads, b, kv * group + j);
+                let kv_mode = if j == 0 {
+                    Accumulate::Overwrite
+                } else {
+                    Accumulate::Add
+                };
+                let dy = |start: usize, end: usize| {
+                    MatRef::strided(&dout[head.btc_offset(start)..], end - start, hs, c)
+                };
+                // SAFETY (every view below): work items write disjoint row ranges (batches) or
+                // disjoint column blocks (query heads, key/value heads); the q, k, v parts are
+                // disjoint column ranges, the row blocks of one part are disjoint, and views are
+                // dropped before the next is made.
+                let grad = |part: usize, start: usize, end: usize| unsafe {
+                    dqkv.view(head.qkv_offset(part, start), end - start, hs, head.width)
+                };
 
-            for (start, end) in blocks(t) {
-                let rows = &mut datt_bh[start * t..end * t];
-                // dP[start..end, 0..end] = dy[start..end] @ v[0..end]^T
-                matmul(
-                    MatMut::strided(rows, end - start, end, t),
-                    dy(start, end),
-                    head.part(qkv, 2, 0, end).t(),
-                    Accumulate::Overwrite,
-                    Threads::Single,
-                );
-                // dv[start..end] = P[start..T, start..end]^T @ dy[start..T] (rows above
-                // `start` cannot see these keys).
-                matmul(
-                    grad(2, start, end),
-                    MatRef::strided(&att_bh[start * t + start..], t - start, end - start, t).t(),
-                    dy(start, t),
-                    Accumulate::Overwrite,
-                    Threads::Single,
-                );
-                let p_rows = &att_bh[start * t..end * t];
-                for (i, (d_row, p_row)) in rows
-                    .chunks_exact_mut(t)
-                    .zip(p_rows.chunks_exact(t))
-                    .enumerate()
-                {
-                    causal_softmax_backward_row(&mut d_row[..end], p_row, start + i + 1, scale);
+                for (start, end) in blocks(t) {
+                    let rows = &mut datt_bh[start * t..end * t];
+                    // dP[start..end, 0..end] = dy[start..end] @ v[0..end]^T
+                    matmul(
+                        MatMut::strided(rows, end - start, end, t),
+                        dy(start, end),
+                        head.part(qkv, 2, 0, end).t(),
+                        Accumulate::Overwrite,
+                        Threads::Single,
+                    );
+                    // dv[start..end] (+)= P[start..T, start..end]^T @ dy[start..T] (rows above
+                    // `start` cannot see these keys).
+                    matmul(
+                        grad(2, start, end),
+                        MatRef::strided(&att_bh[start * t + start..], t - start, end - start, t)
+                            .t(),
+                        dy(start, t),
+                        kv_mode,
+                        Threads::Single,
+                    );
+                    let p_rows = &att_bh[start * t..end * t];
+                    for (i, (d_row, p_row)) in rows
+                        .chunks_exact_mut(t)
+                        .zip(p_rows.chunks_exact(t))
+                        .enumerate()
+                    {
+                        causal_softmax_backward_row(&mut d_row[..end], p_row, start + i + 1, scale);
+                    }
                 }
-            }
-            let scores_grad: &[f32] = datt_bh;
-            for (start, end) in blocks(t) {
-                // dq[start..end] = dS[start..end, 0..end] @ k[0..end]
-                matmul(
-                    grad(0, start, end),
-                    MatRef::strided(&scores_grad[start * t..], end - start, end, t),
-                    head.part(qkv, 1, 0, end),
-                    Accumulate::Overwrite,
-                    Threads::Single,
-                );
-                // dk[start..end] = dS[start..T, start..end]^T @ q[start..T]
-                matmul(
-                    grad(1, start, end),
-                    MatRef::strided(&scores_grad[start * t + start..], t - start, end - start, t)
+                let scores_grad: &[f32] = datt_bh;
+                for (start, end) in blocks(t) {
+                    // dq[start..end] = dS[start..end, 0..end] @ k[0..end]
+                    matmul(
+                        grad(0, start, end),
+                        MatRef::strided(&scores_grad[start * t..], end - start, end, t),
+                        head.part(qkv, 1, 0, end),
+                        Accumulate::Overwrite,
+                        Threads::Single,
+                    );
+                    // dk[start..end] (+)= dS[start..T, start..end]^T @ q[start..T]
+                    matmul(
+                        grad(1, start, end),
+                        MatRef::strided(
+                            &scores_grad[start * t + start..],
+                            t - start,
+                            end - start,
+                            t,
+                        )
                         .t(),
-                    head.part(qkv, 0, start, t),
-                    Accumulate::Overwrite,
-                    Threads::Single,
-                );
+                        head.part(qkv, 0, start, t),
+                        kv_mode,
+                        Threads::Single,
+                    );
+                }
             }
         });
 }

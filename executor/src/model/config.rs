@@ -37,12 +37,23 @@ pub enum ConfigError {
     },
     /// The epsilon is not a positive finite number.
     BadEpsilon,
+    /// `num_attention_heads` is not a multiple of `num_key_value_heads`.
+    KvHeadsDoNotDivideHeads {
+        /// Query heads.
+        heads: usize,
+        /// Key/value heads.
+        kv_heads: usize,
+    },
+    /// The rotary embedding pairs dimensions `i` and `i + hs/2`, so `head_dim` must be even.
+    OddHeadDim(usize),
+    /// `rope_theta` is not a positive finite number.
+    BadRopeTheta,
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::Zero(field) => write!(f, "GPT-2 config: `{field}` must be positive"),
+            ConfigError::Zero(field) => write!(f, "model config: `{field}` must be positive"),
             ConfigError::HeadsDoNotDivideChannels { n_embd, n_head } => write!(
                 f,
                 "GPT-2 config: n_embd ({n_embd}) is not a multiple of n_head ({n_head})"
@@ -50,8 +61,19 @@ impl fmt::Display for ConfigError {
             ConfigError::BadEpsilon => {
                 write!(
                     f,
-                    "GPT-2 config: layer_norm_epsilon must be positive and finite"
+                    "model config: the norm epsilon (layer_norm_epsilon, rms_norm_eps) must be positive and finite"
                 )
+            }
+            ConfigError::KvHeadsDoNotDivideHeads { heads, kv_heads } => write!(
+                f,
+                "model config: num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv_heads})"
+            ),
+            ConfigError::OddHeadDim(head_dim) => write!(
+                f,
+                "model config: head_dim ({head_dim}) must be even for rotary embeddings"
+            ),
+            ConfigError::BadRopeTheta => {
+                write!(f, "model config: rope_theta must be positive and finite")
             }
         }
     }

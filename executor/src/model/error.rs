@@ -18,6 +18,14 @@ pub enum ModelError {
         /// The model's `n_positions`.
         n_positions: usize,
     },
+    /// The sequence is longer than the sliding attention window (only sequences inside the
+    /// window are implemented: there sliding attention is causal attention).
+    SlidingWindow {
+        /// Requested `T`.
+        seq_len: usize,
+        /// `sliding_window`.
+        window: usize,
+    },
     /// The parameter buffer does not have the layout's length.
     ParamCount {
         /// Elements the layout needs.
@@ -49,6 +57,8 @@ pub enum ModelError {
     NoTargets,
     /// `backward` was called without a preceding training `forward`.
     BackwardWithoutForward,
+    /// Activation checkpointing asked of a model family that does not recompute yet.
+    RecomputeUnsupported,
     /// The activation layout does not fill the arena the planner sizes
     /// (`planner::memory::cpu_arena`): the two formulas drifted apart.
     ArenaSize {
@@ -70,6 +80,10 @@ impl fmt::Display for ModelError {
             } => write!(
                 f,
                 "sequence length {seq_len} exceeds the model's n_positions ({n_positions})"
+            ),
+            ModelError::SlidingWindow { seq_len, window } => write!(
+                f,
+                "sequence length {seq_len} exceeds the model's sliding_window ({window}); attention outside the window is not implemented, use a sequence length of at most {window}"
             ),
             ModelError::ParamCount { expected, found } => write!(
                 f,
@@ -96,6 +110,10 @@ impl fmt::Display for ModelError {
             ModelError::BackwardWithoutForward => {
                 write!(f, "backward needs a forward pass with targets first")
             }
+            ModelError::RecomputeUnsupported => write!(
+                f,
+                "activation checkpointing recomputes GPT-2 layers only; the Llama family keeps every activation"
+            ),
             ModelError::ArenaSize { planned, laid_out } => write!(
                 f,
                 "the activation layout needs {laid_out} elements, the planner sizes the arena at {planned}"

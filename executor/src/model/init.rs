@@ -9,16 +9,16 @@ use super::{Gpt2Config, ParamLayout};
 use crate::tensor::Span;
 
 /// Hugging Face's `initializer_range` default.
-const INITIALIZER_RANGE: f64 = 0.02;
+pub(crate) const INITIALIZER_RANGE: f64 = 0.02;
 
 /// A deterministic stream of standard normal samples.
-struct Normal {
+pub(crate) struct Normal {
     state: u64,
     spare: Option<f64>,
 }
 
 impl Normal {
-    fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self {
             state: seed,
             spare: None,
@@ -39,7 +39,7 @@ impl Normal {
         ((self.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
     }
 
-    fn sample(&mut self) -> f64 {
+    pub(crate) fn sample(&mut self) -> f64 {
         if let Some(spare) = self.spare.take() {
             return spare;
         }

@@ -27,7 +27,7 @@
 //! wants a fresh gradient.
 
 use super::{ModelError, ParamLayout};
-use crate::tensor::{Span, split_spans_mut};
+use crate::tensor::{Span, TensorTable, split_spans_mut};
 
 /// One contiguous group of parameters of the flat buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -72,7 +72,7 @@ pub struct UnitSpans {
 
 impl UnitSpans {
     /// The spans of `layout`'s units.
-    pub fn new(layout: &ParamLayout) -> Self {
+    pub fn new<L: ParamTable + ?Sized>(layout: &L) -> Self {
         Self {
             spans: layout
                 .units()
@@ -93,6 +93,38 @@ impl UnitSpans {
             .and_then(|i| self.spans.get(i))
             .copied()
             .unwrap_or(Span::new(0, 0))
+    }
+}
+
+/// What every model family's parameter layout tells the engines: the named tensors and the
+/// units that tile the flat buffer.
+pub trait ParamTable {
+    /// Every parameter tensor with its Hugging Face name and shape, in buffer order.
+    fn tensors(&self) -> &TensorTable;
+
+    /// Every unit, in buffer order: embedding, blocks `0..L`, final norm (and head).
+    fn units(&self) -> Vec<ParamUnit>;
+
+    /// Where `unit` lives in the flat buffer (an empty span for a block that does not exist).
+    fn unit_span(&self, unit: ParamUnit) -> Span;
+
+    /// Number of parameters (elements of the flat buffer).
+    fn param_count(&self) -> usize {
+        self.tensors().total_len()
+    }
+}
+
+impl ParamTable for ParamLayout {
+    fn tensors(&self) -> &TensorTable {
+        self.table()
+    }
+
+    fn units(&self) -> Vec<ParamUnit> {
+        ParamLayout::units(self)
+    }
+
+    fn unit_span(&self, unit: ParamUnit) -> Span {
+        ParamLayout::unit_span(self, unit)
     }
 }
 

@@ -15,7 +15,6 @@ use crate::checkpoint::{
     write_rank_files,
 };
 use crate::comm::{Comm, ReduceOp};
-use crate::model::ParamLayout;
 use crate::zero::{EnginePlan, RankEngine, ZeroError};
 
 /// Where and how often a run saves checkpoints.
@@ -62,7 +61,7 @@ pub fn resume_point(
     graph: &ModelGraph,
     loaded: &LoadedCheckpoint,
 ) -> Result<ResumePoint, TrainError> {
-    let params = ParamLayout::new(&spec.model);
+    let params = spec.model.layout();
     let engine_plan = EnginePlan::from_plan(plan, graph, &params)?;
     let scaler = fresh_scaler(spec)?;
     let run = EngineState::for_run(spec, &engine_plan, &params, &scaler);

@@ -1,17 +1,22 @@
 //! Which model a run trains, from the `--model` argument: a preset (fresh parameters from a
 //! seed), a Hugging Face `config.json` (fresh parameters), or a `save_pretrained` directory
-//! (its `config.json` and `model.safetensors`, trained from those weights).
+//! (its `config.json` and weights, trained from those weights). The `model_type` of a
+//! `config.json` picks the family: `gpt2`, or `llama` / `qwen2` / `mistral`.
 
 use std::fmt;
 use std::path::Path;
 
-use dsplan_planner::model::architecture::{Embeddings, Family};
+use dsplan_planner::model::architecture::{Architecture, Bias, Embeddings, Family};
 use dsplan_planner::model::presets;
 
 use crate::io::LoadError;
 use crate::io::hf_config::read_gpt2_config;
+use crate::io::llama_config::read_llama_config;
+use crate::io::llama_pretrained::load_llama_pretrained;
 use crate::io::safetensors::load_pretrained;
-use crate::model::{Gpt2Config, ParamLayout, init_params};
+use crate::model::llama::{AttentionBias, LlamaConfig, LlamaFamily};
+use crate::model::rope::{Rope, RopeScaling};
+use crate::model::{Gpt2Config, ModelConfig};
 
 /// The preset trained when no `--model` is given: the reference fixtures' shape (vocabulary
 /// 256, so byte-level text fits; 64 positions, width 64, 2 blocks).
@@ -20,8 +25,8 @@ pub const DEFAULT_PRESET: &str = "tiny-gpt2";
 /// A model ready to train.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelSource {
-    /// Its shape.
-    pub config: Gpt2Config,
+    /// Its family and shape.
+    pub config: ModelConfig,
     /// Its initial parameters, flat.
     pub params: Vec<f32>,
     /// Where it came from, for messages.
@@ -38,7 +43,7 @@ pub enum ModelChoiceError {
         /// The closest preset name.
         suggestion: Option<String>,
     },
-    /// A preset of another architecture.
+    /// A preset of an architecture the executor does not train.
     NotGpt2 {
         /// The preset.
         name: String,
@@ -62,7 +67,7 @@ impl fmt::Display for ModelChoiceError {
             }
             ModelChoiceError::NotGpt2 { name } => write!(
                 f,
-                "`{name}` is not a GPT-2 with tied embeddings; the executor trains GPT-2 models only"
+                "`{name}` is neither a GPT-2 with tied embeddings nor a Llama-family decoder; the executor trains those two families only"
             ),
             ModelChoiceError::Load(e) => write!(f, "{e}"),
         }
@@ -76,7 +81,18 @@ pub fn choose_model(argument: Option<&str>, seed: u64) -> Result<ModelSource, Mo
     let name = argument.unwrap_or(DEFAULT_PRESET);
     let path = Path::new(name);
     if path.is_dir() {
-        let (config, params) = load_pretrained(path).map_err(ModelChoiceError::Load)?;
+        let config_path = path.join("config.json");
+        let (config, params) = match is_gpt2(&config_path).map_err(ModelChoiceError::Load)? {
+            true => {
+                let (config, params) = load_pretrained(path).map_err(ModelChoiceError::Load)?;
+                (ModelConfig::Gpt2(config), params)
+            }
+            false => {
+                let (config, params) =
+                    load_llama_pretrained(path).map_err(ModelChoiceError::Load)?;
+                (ModelConfig::Llama(config), params)
+            }
+        };
         return Ok(ModelSource {
             config,
             params,
@@ -94,14 +110,23 @@ pub fn choose_model(argument: Option<&str>, seed: u64) -> Result<ModelSource, Mo
 
 /// The shape of the model `--model` names, without allocating its parameters (read before a
 /// run's memory is checked): a directory's or file's `config.json`, or a preset's shape.
-pub fn model_config(argument: Option<&str>) -> Result<Gpt2Config, ModelChoiceError> {
+pub fn model_config(argument: Option<&str>) -> Result<ModelConfig, ModelChoiceError> {
     let name = argument.unwrap_or(DEFAULT_PRESET);
     let path = Path::new(name);
-    if path.is_dir() {
-        return read_gpt2_config(&path.join("config.json")).map_err(ModelChoiceError::Load);
-    }
-    if path.is_file() {
-        return read_gpt2_config(path).map_err(ModelChoiceError::Load);
+    let config_file = if path.is_dir() {
+        Some(path.join("config.json"))
+    } else if path.is_file() {
+        Some(path.to_path_buf())
+    } else {
+        None
+    };
+    if let Some(file) = config_file {
+        let gpt2 = is_gpt2(&file).map_err(ModelChoiceError::Load)?;
+        return match gpt2 {
+            true => read_gpt2_config(&file).map(ModelConfig::Gpt2),
+            false => read_llama_config(&file).map(ModelConfig::Llama),
+        }
+        .map_err(ModelChoiceError::Load);
     }
     let Some(preset) = presets::find(name) else {
         return Err(ModelChoiceError::Unknown {
@@ -109,29 +134,87 @@ pub fn model_config(argument: Option<&str>) -> Result<Gpt2Config, ModelChoiceErr
             suggestion: presets::closest(name),
         });
     };
-    let arch = preset.architecture;
-    let gpt2 = arch.family == Family::Gpt2
-        && arch.embeddings == Embeddings::Tied
-        && arch.intermediate == 4 * arch.hidden;
-    let dim = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
-    let config = Gpt2Config {
-        vocab_size: dim(arch.vocab),
-        n_positions: dim(arch.positions.unwrap_or(0)),
-        n_embd: dim(arch.hidden),
-        n_layer: dim(arch.layers),
-        n_head: dim(arch.heads),
-        layer_norm_epsilon: 1e-5,
-    };
-    if !gpt2 || config.validate().is_err() {
-        return Err(ModelChoiceError::NotGpt2 {
-            name: preset.name.to_owned(),
-        });
-    }
-    Ok(config)
+    preset_config(&preset.architecture).ok_or_else(|| ModelChoiceError::NotGpt2 {
+        name: preset.name.to_owned(),
+    })
 }
 
-fn fresh(config: Gpt2Config, seed: u64, name: String) -> ModelSource {
-    let params = init_params(&config, &ParamLayout::new(&config), seed);
+/// Whether the `config.json` at `path` describes a GPT-2 (`model_type` `"gpt2"` or absent).
+fn is_gpt2(path: &Path) -> Result<bool, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| LoadError::Json(format!("{}: {e}", path.display())))?;
+    Ok(matches!(
+        value.get("model_type").and_then(serde_json::Value::as_str),
+        None | Some("gpt2")
+    ))
+}
+
+/// The executor's config of a preset's architecture, if it trains that family. A Llama-family
+/// preset gets `transformers`' defaults for what presets do not record: `rope_theta` 10000,
+/// no RoPE scaling, `rms_norm_eps` 1e-6.
+fn preset_config(arch: &Architecture) -> Option<ModelConfig> {
+    let dim = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    let config = match arch.family {
+        Family::Gpt2 => {
+            if arch.embeddings != Embeddings::Tied || arch.intermediate != 4 * arch.hidden {
+                return None;
+            }
+            ModelConfig::Gpt2(Gpt2Config {
+                vocab_size: dim(arch.vocab),
+                n_positions: dim(arch.positions.unwrap_or(0)),
+                n_embd: dim(arch.hidden),
+                n_layer: dim(arch.layers),
+                n_head: dim(arch.heads),
+                layer_norm_epsilon: 1e-5,
+            })
+        }
+        Family::Llama { .. } | Family::Qwen2 | Family::Mistral => {
+            let (family, attention_bias) = match arch.family {
+                Family::Qwen2 => (LlamaFamily::Qwen2, AttentionBias::Qkv),
+                Family::Mistral => (LlamaFamily::Mistral, AttentionBias::Absent),
+                Family::Llama {
+                    attention_bias,
+                    mlp_bias: Bias::Absent,
+                } => (
+                    LlamaFamily::Llama,
+                    match attention_bias {
+                        Bias::Absent => AttentionBias::Absent,
+                        Bias::Present => AttentionBias::QkvO,
+                    },
+                ),
+                _ => return None,
+            };
+            ModelConfig::Llama(LlamaConfig {
+                family,
+                vocab_size: dim(arch.vocab),
+                max_position_embeddings: dim(arch.positions.unwrap_or(0)),
+                hidden_size: dim(arch.hidden),
+                num_hidden_layers: dim(arch.layers),
+                num_attention_heads: dim(arch.heads),
+                num_key_value_heads: dim(arch.kv_heads),
+                head_dim: dim(arch.head_dim),
+                intermediate_size: dim(arch.intermediate),
+                rms_norm_eps: 1e-6,
+                rope: Rope {
+                    theta: 10_000.0,
+                    scaling: RopeScaling::Default,
+                },
+                attention_bias,
+                embeddings: arch.embeddings,
+                sliding_window: None,
+            })
+        }
+        _ => return None,
+    };
+    config.validate().is_ok().then_some(config)
+}
+
+fn fresh(config: ModelConfig, seed: u64, name: String) -> ModelSource {
+    let params = config.init_params(seed);
     ModelSource {
         config,
         params,
@@ -146,13 +229,13 @@ mod tests {
     #[test]
     fn presets_resolve_and_others_are_refused() {
         let tiny = choose_model(None, 1).expect("default");
-        assert_eq!(tiny.config.vocab_size, 256);
-        assert_eq!(
-            tiny.params.len(),
-            ParamLayout::new(&tiny.config).num_params()
-        );
+        assert_eq!(tiny.config.vocab_size(), 256);
+        assert_eq!(tiny.params.len(), tiny.config.layout().num_params());
+        let llama = choose_model(Some("tiny-llama"), 1).expect("tiny-llama");
+        assert!(matches!(llama.config, ModelConfig::Llama(_)));
+        assert_eq!(llama.params.len(), llama.config.layout().num_params());
         assert!(matches!(
-            choose_model(Some("llama-2-7b"), 1),
+            choose_model(Some("t5-3b"), 1),
             Err(ModelChoiceError::NotGpt2 { .. })
         ));
         assert!(matches!(

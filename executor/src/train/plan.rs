@@ -3,7 +3,7 @@
 //!
 //! What is passed for the in-process CPU "cluster":
 //!
-//! * **model**: the [`ModelGraph`] of the GPT-2 being trained ([`model_graph`]): the same
+//! * **model**: the [`ModelGraph`] of the model being trained (GPT-2 or Llama family) ([`model_graph`]): the same
 //!   tensors, in the same order, under the same Hugging Face names as [`ParamLayout`];
 //! * **cluster**: `world` ranks on one node (`Cluster::new(world, world)`), all threads of this
 //!   process. The cluster's rates (an H100 node by default) only feed the plan's step-time
@@ -25,35 +25,23 @@
 //! [`ParamLayout`]: crate::model::ParamLayout
 
 use dsplan_planner::diagnostics::Diagnostic;
-use dsplan_planner::model::{Architecture, Embeddings, Family};
+use dsplan_planner::model::Architecture;
 use dsplan_planner::plan::{
     self, AllGatherIntoTensor, CheckpointPlacement, Checkpointing, Cluster, ModelGraph, Plan,
     PlanBackend, Workload,
 };
 
 use super::TrainSettings;
-use crate::model::{Gpt2Config, Recompute};
+use crate::model::{ModelConfig, Recompute};
 
-/// The architecture the planner knows a [`Gpt2Config`] by.
-pub fn architecture(config: &Gpt2Config) -> Architecture {
-    let as_u64 = |n: usize| n as u64;
-    Architecture {
-        family: Family::Gpt2,
-        layers: as_u64(config.n_layer),
-        hidden: as_u64(config.n_embd),
-        heads: as_u64(config.n_head),
-        kv_heads: as_u64(config.n_head),
-        head_dim: as_u64(config.head_dim()),
-        intermediate: 4 * as_u64(config.n_embd),
-        vocab: as_u64(config.vocab_size),
-        positions: Some(as_u64(config.n_positions)),
-        embeddings: Embeddings::Tied,
-    }
+/// The architecture the planner knows `config` by.
+pub fn architecture(config: &ModelConfig) -> Architecture {
+    config.architecture()
 }
 
-/// The planner's graph of the GPT-2 `config` describes.
-pub fn model_graph(config: &Gpt2Config) -> Result<ModelGraph, Vec<Diagnostic>> {
-    ModelGraph::from_architecture("gpt2", &architecture(config)).map_err(|error| {
+/// The planner's graph of the model `config` describes.
+pub fn model_graph(config: &ModelConfig) -> Result<ModelGraph, Vec<Diagnostic>> {
+    ModelGraph::from_architecture(config.family_name(), &architecture(config)).map_err(|error| {
         vec![Diagnostic::error(
             dsplan_planner::diagnostics::Code::WrongType,
             "",
@@ -90,7 +78,7 @@ pub fn cuda_workload(seq_len: usize) -> Workload {
 /// `seq_len` tokens, and the graph it was compiled for. `Err`: the planner's diagnostics.
 pub fn compile_plan(
     settings: &TrainSettings,
-    model: &Gpt2Config,
+    model: &ModelConfig,
     seq_len: usize,
     world: usize,
 ) -> Result<(Plan, ModelGraph), Vec<Diagnostic>> {
@@ -102,7 +90,7 @@ pub fn compile_plan(
 /// other than 1 is the planner's error. `Err`: the planner's diagnostics.
 pub fn compile_cuda_plan(
     settings: &TrainSettings,
-    model: &Gpt2Config,
+    model: &ModelConfig,
     seq_len: usize,
     world: usize,
 ) -> Result<(Plan, ModelGraph), Vec<Diagnostic>> {
@@ -111,7 +99,7 @@ pub fn compile_cuda_plan(
 
 fn compile_with(
     settings: &TrainSettings,
-    model: &Gpt2Config,
+    model: &ModelConfig,
     world: usize,
     workload: &Workload,
 ) -> Result<(Plan, ModelGraph), Vec<Diagnostic>> {

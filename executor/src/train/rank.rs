@@ -14,7 +14,7 @@ use super::{TrainError, TrainSpec, check_loss};
 use crate::checkpoint::{CheckpointError, SavedCheckpoint, consolidate};
 use crate::comm::{Comm, CommTraffic, ReduceOp};
 use crate::metrics::{ByCategory, MemoryLedger, MemoryReport, StepMetrics};
-use crate::model::Gpt2Core;
+use crate::model::ModelCore;
 use crate::zero::swap::{NvmeReport, NvmeUsage};
 use crate::zero::{RankEngine, ZeroError, ZeroRank};
 
@@ -51,7 +51,7 @@ pub(super) fn run_rank(
 ) -> Result<RankOutcome, RankFailure> {
     let spec = prepared.spec;
     let ledger = MemoryLedger::new();
-    let core = Gpt2Core::with_recompute(spec.model, prepared.shape, spec.settings.recompute)
+    let core = ModelCore::new(spec.model, prepared.shape, spec.settings.recompute)
         .map_err(ZeroError::from)?;
     let rank = ZeroRank::new(
         comm,

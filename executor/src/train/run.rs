@@ -15,7 +15,7 @@ use crate::checkpoint::{CheckpointError, EngineState, ResumePoint, SavedCheckpoi
 use crate::comm::{CommTraffic, run_ranks};
 use crate::data::{BatchLayout, DataError, MicroBatchIndex, TokenBatch, TokenSource};
 use crate::metrics::{ByCategory, Category, MemoryReport, PlanMemory, StepMetrics};
-use crate::model::{BatchShape, ModelError, ParamLayout};
+use crate::model::{BatchShape, ModelError};
 use crate::zero::predict::correspondence;
 use crate::zero::swap::{NvmeReport, NvmeUsage};
 use crate::zero::{ClipRule, Correspondence, EngineOptions, EnginePlan, RankOptions};
@@ -70,10 +70,10 @@ pub fn train(
 /// rank (nor a plan of a model that cannot run).
 fn check_model(spec: &TrainSpec) -> Result<(), TrainError> {
     spec.model.validate().map_err(ModelError::Config)?;
-    if spec.seq_len > spec.model.n_positions {
+    if spec.seq_len > spec.model.max_positions() {
         return Err(TrainError::Model(ModelError::SequenceTooLong {
             seq_len: spec.seq_len,
-            n_positions: spec.model.n_positions,
+            n_positions: spec.model.max_positions(),
         }));
     }
     Ok(())
@@ -215,10 +215,10 @@ pub(super) fn prepare<'a>(
     let batch = settings.batch;
     let layout = BatchLayout::new(batch.micro_batch, spec.seq_len, batch.grad_accum, world)?;
     let source = spec.data.open(layout)?;
-    if source.token_bound() as usize > spec.model.vocab_size {
+    if source.token_bound() as usize > spec.model.vocab_size() {
         return Err(TrainError::Vocabulary {
             token_bound: source.token_bound(),
-            vocab_size: spec.model.vocab_size,
+            vocab_size: spec.model.vocab_size(),
         });
     }
     if let Some(available) = source.steps()
@@ -233,7 +233,7 @@ pub(super) fn prepare<'a>(
         batch: batch.micro_batch,
         seq_len: spec.seq_len,
     };
-    let param_layout = ParamLayout::new(&spec.model);
+    let param_layout = spec.model.layout();
     if spec.initial_params.len() != param_layout.num_params() {
         return Err(TrainError::Model(ModelError::ParamCount {
             expected: param_layout.num_params(),

@@ -9,7 +9,7 @@ use crate::data::{
     BatchLayout, DEFAULT_TENSOR, DataError, DataFormat, TokenSource, WindowOrder, bundled_corpus,
     open,
 };
-use crate::model::Gpt2Config;
+use crate::model::ModelConfig;
 
 /// Where the tokens come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,9 +43,9 @@ impl DataChoice {
 pub struct TrainSpec {
     /// What the config asks for.
     pub settings: TrainSettings,
-    /// The model's shape.
-    pub model: Gpt2Config,
-    /// Its initial parameters (flat, [`crate::model::ParamLayout`] order), read by every rank.
+    /// The model's family and shape.
+    pub model: ModelConfig,
+    /// Its initial parameters (flat, in the order of `model.layout()`), read by every rank.
     pub initial_params: Vec<f32>,
     /// The data.
     pub data: DataChoice,

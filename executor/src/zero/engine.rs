@@ -29,7 +29,7 @@ use super::rank::ZeroRank;
 use crate::comm::ReduceOp;
 use crate::data::{DataError, MicroBatchIndex, TokenBatch};
 use crate::metrics::{Category, MemoryLedger, Reservation};
-use crate::model::Gpt2Core;
+use crate::model::ModelCore;
 use crate::optim::AdamConfig;
 
 /// What the engine does besides storing (the optimizer and its schedule, clipping, precision).
@@ -88,7 +88,7 @@ pub struct StepRecord {
 /// One rank's model passes, state and optimizer logic.
 #[derive(Debug)]
 pub struct RankEngine {
-    core: Gpt2Core,
+    core: ModelCore,
     rank: ZeroRank,
     options: EngineOptions,
     scaler: LossScaler,
@@ -99,7 +99,7 @@ pub struct RankEngine {
 impl RankEngine {
     /// The engine of `rank`, computing with `core` (whose arena is counted in `ledger`).
     pub fn new(
-        core: Gpt2Core,
+        core: ModelCore,
         rank: ZeroRank,
         options: EngineOptions,
         ledger: &Rc<MemoryLedger>,

@@ -52,7 +52,7 @@ use dsplan_planner::plan::stage3::FetchCollective;
 use dsplan_planner::plan::{Collective, Device, ModelGraph, Plan};
 
 use super::precision::Dtype;
-use crate::model::{ParamLayout, ParamUnit};
+use crate::model::{ParamTable, ParamUnit};
 use crate::tensor::Span;
 
 /// Why a plan cannot drive this run: it describes another model, world or layout.
@@ -263,7 +263,7 @@ impl EnginePlan {
     pub fn from_plan(
         plan: &Plan,
         graph: &ModelGraph,
-        layout: &ParamLayout,
+        layout: &(impl ParamTable + ?Sized),
     ) -> Result<Self, PlanMismatch> {
         let world = to_usize(plan.settings.world_size).max(1);
         // Without ZeRO, bf16 runs DeepSpeed's BF16_Optimizer, which the plan partitions: whole
@@ -462,8 +462,11 @@ impl EnginePlan {
 }
 
 /// The executor's spans of the plan's tensors, after checking names, sizes and order.
-fn check_tensors(plan: &Plan, layout: &ParamLayout) -> Result<Vec<Span>, PlanMismatch> {
-    let entries = layout.table().entries();
+fn check_tensors(
+    plan: &Plan,
+    layout: &(impl ParamTable + ?Sized),
+) -> Result<Vec<Span>, PlanMismatch> {
+    let entries = layout.tensors().entries();
     if plan.layout.entries.len() != entries.len() {
         return Err(PlanMismatch::new(format!(
             "it lists {} parameter tensors, the model has {}",
@@ -512,7 +515,7 @@ fn persistent(plan: &Plan, count: usize) -> Vec<bool> {
 /// The model's units, each with the plan's fetch units that fall inside it.
 fn units(
     graph: &ModelGraph,
-    layout: &ParamLayout,
+    layout: &(impl ParamTable + ?Sized),
     tensors: &[Span],
     persistent: &[bool],
 ) -> Result<Vec<UnitEntry>, PlanMismatch> {

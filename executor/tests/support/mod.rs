@@ -145,3 +145,15 @@ pub fn worst(a: Diff, b: Diff) -> Diff {
 pub fn is_key_bias(name: &str, i: usize, n_embd: usize) -> bool {
     name.ends_with("attn.c_attn.bias") && (n_embd..2 * n_embd).contains(&i)
 }
+
+/// The LLaMA-family fixture directory of `model` (`llama`, `qwen2`, `llama3_rope`), or `None`
+/// after printing the skip line.
+pub fn llama_reference(model: &str) -> Option<PathBuf> {
+    match shared_dir() {
+        Some(dir) => Some(dir.join("reference/llama").join(model)),
+        None => {
+            eprintln!("skipping: ../shared not found");
+            None
+        }
+    }
+}

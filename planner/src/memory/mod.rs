@@ -8,6 +8,7 @@
 //! | [`activations`] | what a transformer layer stores for backward, its working set, the input ends, logits and loss |
 //! | [`optimizer`] | state tensors per parameter of the optimizers DeepSpeed builds |
 //! | [`cpu_arena`] | the activation arena of dsplan's CPU executor (the `dsplan-cpu` plan backend) |
+//! | [`cpu_arena_llama`] | the same for its Llama-family decoder |
 //! | [`cuda_layout`] | the activation and scratch buffers of dsplan's CUDA step (the `dsplan-cuda` plan backend) |
 //!
 //! The plan places these bytes in time (its buffer list and timeline); the estimate reads its
@@ -15,6 +16,7 @@
 
 pub mod activations;
 pub mod cpu_arena;
+pub mod cpu_arena_llama;
 pub mod cuda_layout;
 pub mod layer_dims;
 pub mod optimizer;
@@ -25,6 +27,7 @@ pub use activations::{
     input_ends, largest_intermediate, layer_bytes, loss_bytes,
 };
 pub use cpu_arena::{CpuArenaShape, Recompute, arena_bytes, arena_elements};
+pub use cpu_arena_llama::{LlamaArenaShape, llama_arena_elements};
 pub use cuda_layout::{
     CudaElement, CudaLayoutShape, CudaRegion, CudaTensor, cuda_tensors, region_elements,
 };

@@ -99,6 +99,16 @@ pub const PRESETS: &[Preset] = &[
         },
     },
     Preset {
+        name: "tiny-llama",
+        hub_id: None,
+        // The shape of the reference Llama fixture: vocab 256, width 64, 4 heads of 16 sharing
+        // 2 key/value heads, MLP 176, untied embeddings (3 layers there, 2 here).
+        architecture: Architecture {
+            head_dim: 16,
+            ..llama_layout(LLAMA, 2, 64, 4, 2, 176, 256, 128)
+        },
+    },
+    Preset {
         name: "gpt2",
         hub_id: Some("openai-community/gpt2"),
         architecture: gpt2(12, 768, 12),

@@ -50,7 +50,9 @@ use super::shards::{ShardRule, Shards};
 use super::ticks::Ticks;
 use crate::config::ZeroStage;
 use crate::diagnostics::{Code, Diagnostic};
-use crate::memory::{CpuArenaShape, Recompute, arena_elements};
+use crate::memory::{
+    CpuArenaShape, LlamaArenaShape, Recompute, arena_elements, llama_arena_elements,
+};
 use crate::model::Family;
 
 /// Everything [`cpu_buffers`] needs.
@@ -84,15 +86,32 @@ pub fn executor_stage(settings: &Settings, shards: &Shards) -> ZeroStage {
 /// Why the CPU executor cannot run what `settings` plan for `model`: it runs GPT-2 only, and
 /// recomputes whole layers or nothing (no selective recomputation).
 pub fn check_cpu_backend(model: &ModelGraph, settings: &Settings, found: &mut Vec<Diagnostic>) {
-    if model.architecture.family != Family::Gpt2 {
+    let family = model.architecture.family;
+    if !matches!(
+        family,
+        Family::Gpt2 | Family::Llama { .. } | Family::Qwen2 | Family::Mistral
+    ) {
         found.push(Diagnostic::error(
             Code::IncompatibleSettings,
             "",
             format!(
-                "the dsplan-cpu backend runs GPT-2 only, not `{}`",
-                model.architecture.family.model_type()
+                "the dsplan-cpu backend runs GPT-2 and Llama-family models only, not `{}`",
+                family.model_type()
             ),
         ));
+    }
+    if family != Family::Gpt2 && settings.checkpointing == Checkpointing::Full {
+        found.push(
+            Diagnostic::error(
+                Code::IncompatibleSettings,
+                "",
+                format!(
+                    "the dsplan-cpu backend recomputes GPT-2 layers only; activation checkpointing of a `{}` model is not built yet",
+                    family.model_type()
+                ),
+            )
+            .with_help("remove the activation_checkpointing section (or --gradient-checkpointing)"),
+        );
     }
     if settings.checkpointing == Checkpointing::Selective {
         found.push(
@@ -311,9 +330,30 @@ fn model_states(inputs: &CpuBufferInputs<'_>, list: &mut BufferList) {
         "activation arena (f32)",
         BufferKind::ActivationArena,
         Dtype::Fp32,
-        arena_elements(&arena_shape(inputs.model, s)),
+        model_arena_elements(inputs.model, s),
         run,
     );
+}
+
+/// Elements of the activation arena of the executor's model of `model`'s family.
+pub fn model_arena_elements(model: &ModelGraph, settings: &Settings) -> u64 {
+    let arch = &model.architecture;
+    match arch.family {
+        Family::Llama { .. } | Family::Qwen2 | Family::Mistral => {
+            llama_arena_elements(&LlamaArenaShape {
+                layers: arch.layers,
+                hidden: arch.hidden,
+                heads: arch.heads,
+                kv_heads: arch.kv_heads,
+                head_dim: arch.head_dim,
+                intermediate: arch.intermediate,
+                vocab: arch.vocab,
+                batch: settings.batch.micro_batch,
+                seq_len: settings.batch.sequence_length,
+            })
+        }
+        _ => arena_elements(&arena_shape(model, settings)),
+    }
 }
 
 /// Elements of the stage 3 slices on NVMe (`offload_param.device: nvme`, past `max_in_cpu`).

@@ -15,12 +15,11 @@
 //!
 //! One process, GPU 0 (the multi-process launch, one GPU per `LOCAL_RANK`, is not built).
 
-use dsplan_executor::checkpoint::save_model;
 use dsplan_executor::cuda::train::mfu::peak_flops;
 use dsplan_executor::cuda::train::{CudaStepRecord, CudaTrainReport, check_spec, train_cuda};
 use dsplan_executor::cuda::{Backend, CudaDeviceInfo, DeviceChoice, choose_backend};
+use dsplan_executor::io::llama_pretrained::save_trained;
 use dsplan_executor::metrics::{Category, PlanMemory, StepMetrics};
-use dsplan_executor::model::ParamLayout;
 use dsplan_executor::train::TrainSpec;
 use dsplan_executor::zero::PhaseTimes;
 use dsplan_planner::config::OffloadDevice;
@@ -139,8 +138,13 @@ pub(super) fn train(
         metrics.commit()?;
     }
     if let Some(path) = run.save_model {
-        save_model(path, &report.final_params, &ParamLayout::new(&spec.model))
-            .map_err(|e| Failure::usage(format!("cannot save the model: {e}")))?;
+        save_trained(
+            path,
+            &spec.model,
+            &report.final_params,
+            spec.settings.precision.model_dtype(),
+        )
+        .map_err(|e| Failure::usage(format!("cannot save the model: {e}")))?;
     }
     let plan_memory = PlanMemory::of(plan);
     let summary = summary(&run.facts, spec, &report, &plan_memory);

@@ -34,7 +34,10 @@ pub fn small_model() -> Result<Gpt2Config, String> {
         n_layer: 2,
         n_positions: 64,
         vocab_size: 256,
-        ..tiny.config
+        ..*tiny
+            .config
+            .gpt2()
+            .ok_or("the default preset is not a GPT-2")?
     })
 }
 
@@ -53,7 +56,7 @@ pub fn small_spec(precision: &Value, steps: u64) -> Result<TrainSpec, String> {
     }
     Ok(TrainSpec {
         settings: TrainSettings::from_config(&config, 1).map_err(|e| format!("settings: {e}"))?,
-        model,
+        model: model.into(),
         initial_params: params,
         data: DataChoice::Bundled {
             order: WindowOrder::Shuffled { seed: 7 },
@@ -183,13 +186,11 @@ mod tests {
     #[test]
     fn the_check_spec_builds_on_the_host() {
         let spec = small_spec(&json!({"bf16": {"enabled": true}}), 1).expect("spec");
-        assert_eq!(
-            (spec.model.n_embd / spec.model.n_head, spec.seq_len),
-            (64, 64)
-        );
+        let model = spec.model.gpt2().copied().expect("a GPT-2");
+        assert_eq!((model.n_embd / model.n_head, spec.seq_len), (64, 64));
         assert_eq!(
             spec.initial_params.len(),
-            ParamLayout::new(&spec.model).num_params()
+            ParamLayout::new(&model).num_params()
         );
     }
 }

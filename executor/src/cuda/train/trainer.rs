@@ -20,7 +20,7 @@ use crate::cuda::launch::{Launcher, Storage};
 use crate::cuda::modules::KernelModules;
 use crate::data::{BatchLayout, MicroBatchIndex, TokenBatch};
 use crate::metrics::ByCategory;
-use crate::model::{BatchShape, ParamLayout, Recompute};
+use crate::model::{BatchShape, Gpt2Config, ParamLayout, Recompute};
 use crate::train::TrainSpec;
 use crate::zero::Dtype as ModelDtype;
 
@@ -105,7 +105,8 @@ pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
             spec.world
         )));
     }
-    spec.model.validate().map_err(setup)?;
+    let model = gpt2_model(spec)?;
+    model.validate().map_err(setup)?;
     if spec.settings.recompute != Recompute::Nothing {
         return Err(CudaTrainError::Setup(
             "the CUDA backend keeps every activation; activation checkpointing (the \
@@ -114,13 +115,13 @@ pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
                 .into(),
         ));
     }
-    if spec.seq_len > spec.model.n_positions {
+    if spec.seq_len > model.n_positions {
         return Err(CudaTrainError::Setup(format!(
             "rows of {} tokens are longer than the model's {} positions",
-            spec.seq_len, spec.model.n_positions
+            spec.seq_len, model.n_positions
         )));
     }
-    let expected = ParamLayout::new(&spec.model).num_params();
+    let expected = ParamLayout::new(&model).num_params();
     if spec.initial_params.len() != expected {
         return Err(CudaTrainError::Setup(format!(
             "{} initial parameters for a model of {expected}",
@@ -132,8 +133,18 @@ pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
         seq_len: spec.seq_len,
     };
     let dtype = kernel_dtype(spec.settings.precision.model_dtype());
-    let layout = DeviceLayout::new(spec.model, shape, dtype);
+    let layout = DeviceLayout::new(model, shape, dtype);
     StepProgram::new(&layout).check(&layout).map_err(setup)
+}
+
+/// The GPT-2 of `spec`: the CUDA kernels exist for GPT-2 only.
+fn gpt2_model(spec: &TrainSpec) -> Result<Gpt2Config, CudaTrainError> {
+    spec.model.gpt2().copied().ok_or_else(|| {
+        CudaTrainError::Setup(format!(
+            "the CUDA backend trains GPT-2 only; this {} model runs with --device cpu",
+            spec.model.family_name()
+        ))
+    })
 }
 
 /// Trains `spec` on GPU `ordinal` (world size 1 only), calling `observer` after each step.
@@ -170,16 +181,17 @@ where
         batch: batch.micro_batch,
         seq_len: spec.seq_len,
     };
-    let layout = DeviceLayout::new(spec.model, shape, T::DTYPE);
+    let model = gpt2_model(spec)?;
+    let layout = DeviceLayout::new(model, shape, T::DTYPE);
     let program = StepProgram::new(&layout);
     let data_layout =
         BatchLayout::new(batch.micro_batch, spec.seq_len, batch.grad_accum, 1).map_err(setup)?;
     let mut source = spec.data.open(data_layout).map_err(setup)?;
-    if source.token_bound() as usize > spec.model.vocab_size {
+    if source.token_bound() as usize > model.vocab_size {
         return Err(CudaTrainError::Setup(format!(
             "the data holds token ids up to {}, beyond the model's vocabulary of {}",
             source.token_bound().saturating_sub(1),
-            spec.model.vocab_size
+            model.vocab_size
         )));
     }
     if let Some(available) = source.steps()
@@ -198,7 +210,7 @@ where
     let executor = Executor {
         launcher: Launcher::new(&modules, stream.clone()),
         gemm: Gemm::new(stream.clone())?,
-        eps: spec.model.layer_norm_epsilon,
+        eps: model.layer_norm_epsilon,
     };
     let mut bufs = DeviceBuffers::<T>::new(&stream, &layout, &spec.initial_params)?;
     let mut control = StepControl {
@@ -260,7 +272,7 @@ where
     let (free, total) = ctx.mem_get_info().map_err(CudaError::from)?;
     let final_params = download_master(&stream, &layout, &bufs)?;
     let tokens = tokens_per_step * spec.steps;
-    let mfu = Mfu::of(&spec.model, spec.seq_len, &device)
+    let mfu = Mfu::of(&model, spec.seq_len, &device)
         .map(|m| m.utilisation(tokens as f64 / seconds.max(1e-9)));
     Ok(CudaTrainReport {
         device,

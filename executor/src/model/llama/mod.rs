@@ -1,0 +1,306 @@
+//! The Llama-family decoder (`LlamaForCausalLM`, `Qwen2ForCausalLM`, `MistralForCausalLM`) on
+//! the CPU, llm.c style, matching `transformers` 5.
+//!
+//! `forward` runs the token embedding, `L` layers
+//! (`h += o_proj(attn(rope(qkv(rmsnorm(h)))))`, `h += down(silu(gate(x)) * up(x))` with
+//! `x = rmsnorm(h)`), the final RMSNorm and `lm_head` (tied or not); with targets, the mean
+//! cross-entropy and, fused, the gradient of the logits. `backward` walks the same layers in
+//! reverse. [`LlamaCore`] reads its parameters unit by unit through a [`ParamSource`] (as
+//! [`crate::model::Gpt2Core`] does), so the ZeRO ranks drive it unchanged; [`Llama`] owns
+//! whole buffers. This file holds the types and checks; `forward.rs` and `backward.rs` the two
+//! passes. Vocabulary as in [`crate::model`], plus `KV` key/value heads and `I` the MLP width.
+
+mod activations;
+mod backward;
+mod config;
+mod forward;
+mod init;
+mod params;
+
+pub use activations::{LlamaActivations, LlamaBlockActivations, planned_llama_arena_len};
+pub use config::{AttentionBias, LlamaConfig, LlamaFamily};
+pub use init::init_llama_params;
+pub use params::{LlamaBlockParams, LlamaLayout};
+
+use super::attention::AttentionDims;
+use super::classifier::crossentropy_forward_backward;
+use super::owned::OwnedParams;
+use super::rope::RopeTable;
+use super::units::{ParamSource, UnitSpans};
+use super::{BatchShape, ModelError};
+use crate::tensor::split_spans_mut;
+
+/// What the activation arena holds after the last call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ArenaState {
+    /// Nothing usable.
+    Empty,
+    /// An inference forward ran: the logits are valid.
+    Logits,
+    /// A training forward ran: the logits buffer holds their gradient.
+    LogitGradients,
+}
+
+/// A Llama-family decoder without its parameters: shapes, layouts, the RoPE table and the
+/// activation arena.
+#[derive(Debug, Clone)]
+pub struct LlamaCore {
+    config: LlamaConfig,
+    shape: BatchShape,
+    param_layout: LlamaLayout,
+    unit_spans: UnitSpans,
+    act_layout: LlamaActivations,
+    rope: RopeTable,
+    acts: Vec<f32>,
+    tokens: Vec<u32>,
+    state: ArenaState,
+}
+
+impl LlamaCore {
+    /// The passes of a model for `config`, sized for batches of `shape`.
+    pub fn new(config: LlamaConfig, shape: BatchShape) -> Result<Self, ModelError> {
+        config.validate()?;
+        if shape.batch == 0 || shape.seq_len == 0 {
+            return Err(ModelError::EmptyBatch);
+        }
+        if shape.seq_len > config.max_position_embeddings {
+            return Err(ModelError::SequenceTooLong {
+                seq_len: shape.seq_len,
+                n_positions: config.max_position_embeddings,
+            });
+        }
+        if let Some(window) = config.sliding_window
+            && shape.seq_len > window
+        {
+            return Err(ModelError::SlidingWindow {
+                seq_len: shape.seq_len,
+                window,
+            });
+        }
+        let param_layout = LlamaLayout::new(&config);
+        let act_layout = LlamaActivations::new(&config, shape);
+        // The arena is the size the planner lists; the layout must fill it exactly.
+        let planned = planned_llama_arena_len(&config, shape);
+        if planned != act_layout.total_len() {
+            return Err(ModelError::ArenaSize {
+                planned,
+                laid_out: act_layout.total_len(),
+            });
+        }
+        Ok(Self {
+            rope: config.rope.table(config.head_dim, shape.seq_len),
+            config,
+            shape,
+            unit_spans: UnitSpans::new(&param_layout),
+            acts: vec![0.0; act_layout.total_len()],
+            param_layout,
+            act_layout,
+            tokens: Vec::with_capacity(shape.tokens()),
+            state: ArenaState::Empty,
+        })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// The batch shape the arena is sized for.
+    pub fn shape(&self) -> BatchShape {
+        self.shape
+    }
+
+    /// The parameter (and gradient) layout.
+    pub fn param_layout(&self) -> &LlamaLayout {
+        &self.param_layout
+    }
+
+    /// The activation arena layout.
+    pub fn activation_layout(&self) -> &LlamaActivations {
+        &self.act_layout
+    }
+
+    /// The rotary table of this sequence length.
+    pub fn rope_table(&self) -> &RopeTable {
+        &self.rope
+    }
+
+    /// Bytes of the activation arena.
+    pub fn activation_bytes(&self) -> usize {
+        self.acts.len() * std::mem::size_of::<f32>()
+    }
+
+    /// Forgets the activations (the parameters changed).
+    pub fn invalidate(&mut self) {
+        self.state = ArenaState::Empty;
+    }
+
+    /// The logits `(B, T, V)` of the last inference forward, if the arena still holds them.
+    pub fn logits(&self) -> Option<&[f32]> {
+        (self.state == ArenaState::Logits).then(|| self.act_layout.logits.of(&self.acts))
+    }
+
+    /// Inference forward with parameters from `source`: the logits `(B, T, V)` of `tokens`.
+    pub fn forward_logits_with<S: ParamSource>(
+        &mut self,
+        source: &mut S,
+        tokens: &[u32],
+    ) -> Result<&[f32], S::Error> {
+        self.check_ids(
+            "token",
+            "tokens",
+            tokens.iter().map(|&t| Some(t)),
+            tokens.len(),
+        )?;
+        self.state = ArenaState::Empty;
+        self.run_forward(source, tokens)?;
+        self.state = ArenaState::Logits;
+        Ok(self.act_layout.logits.of(&self.acts))
+    }
+
+    /// Training forward with parameters from `source`: the mean cross-entropy over positions
+    /// that have a target; backward will compute the gradient of `grad_scale * loss`.
+    pub fn forward_with<S: ParamSource>(
+        &mut self,
+        source: &mut S,
+        tokens: &[u32],
+        targets: &[Option<u32>],
+        grad_scale: f32,
+    ) -> Result<f32, S::Error> {
+        self.check_ids(
+            "token",
+            "tokens",
+            tokens.iter().map(|&t| Some(t)),
+            tokens.len(),
+        )?;
+        self.check_ids("target", "targets", targets.iter().copied(), targets.len())?;
+        let count = targets.iter().filter(|t| t.is_some()).count();
+        if count == 0 {
+            return Err(ModelError::NoTargets.into());
+        }
+        self.state = ArenaState::Empty;
+        self.run_forward(source, tokens)?;
+        let layout = &self.act_layout;
+        let [logits, losses] = split_spans_mut(&mut self.acts, [layout.logits, layout.losses]);
+        let dloss = grad_scale / count as f32;
+        crossentropy_forward_backward(logits, losses, targets, dloss);
+        let total: f64 = losses.iter().map(|&l| f64::from(l)).sum();
+        self.state = ArenaState::LogitGradients;
+        Ok((total / count as f64) as f32)
+    }
+
+    /// The attention sizes.
+    fn attention_dims(&self) -> AttentionDims {
+        AttentionDims {
+            batch: self.shape.batch,
+            seq_len: self.shape.seq_len,
+            n_head: self.config.num_attention_heads,
+            head_dim: self.config.head_dim,
+        }
+    }
+
+    /// Checks the length of `ids` and that each is in the vocabulary.
+    fn check_ids(
+        &self,
+        what: &'static str,
+        plural: &'static str,
+        ids: impl Iterator<Item = Option<u32>>,
+        len: usize,
+    ) -> Result<(), ModelError> {
+        let expected = self.shape.tokens();
+        if len != expected {
+            return Err(ModelError::BatchLength {
+                what: plural,
+                expected,
+                found: len,
+            });
+        }
+        let vocab_size = self.config.vocab_size;
+        for (position, id) in ids.enumerate() {
+            if let Some(id) = id
+                && id as usize >= vocab_size
+            {
+                return Err(ModelError::OutOfVocabulary {
+                    what,
+                    position,
+                    id,
+                    vocab_size,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A Llama-family decoder with its parameters, gradients and activation arena.
+#[derive(Debug, Clone)]
+pub struct Llama {
+    core: LlamaCore,
+    unit_spans: UnitSpans,
+    params: Vec<f32>,
+    grads: Vec<f32>,
+}
+
+impl Llama {
+    /// A model for `config` with `params` laid out as [`LlamaLayout::new`] says, sized for
+    /// batches of `shape`. Gradients start at zero.
+    pub fn new(
+        config: LlamaConfig,
+        params: Vec<f32>,
+        shape: BatchShape,
+    ) -> Result<Self, ModelError> {
+        let core = LlamaCore::new(config, shape)?;
+        let expected = core.param_layout.num_params();
+        if params.len() != expected {
+            return Err(ModelError::ParamCount {
+                expected,
+                found: params.len(),
+            });
+        }
+        Ok(Self {
+            unit_spans: core.unit_spans.clone(),
+            core,
+            grads: vec![0.0; params.len()],
+            params,
+        })
+    }
+
+    /// The passes (layouts, arena).
+    pub fn core(&self) -> &LlamaCore {
+        &self.core
+    }
+
+    /// The flat parameter buffer.
+    pub fn params(&self) -> &[f32] {
+        &self.params
+    }
+
+    /// The flat gradient buffer.
+    pub fn grads(&self) -> &[f32] {
+        &self.grads
+    }
+
+    /// Sets every gradient to zero (backward accumulates).
+    pub fn zero_grad(&mut self) {
+        self.grads.fill(0.0);
+    }
+
+    /// Inference forward: the logits `(B, T, V)` of `tokens` `(B, T)`.
+    pub fn forward_logits(&mut self, tokens: &[u32]) -> Result<&[f32], ModelError> {
+        let mut source = OwnedParams::new(&self.unit_spans, &self.params, &mut self.grads);
+        self.core.forward_logits_with(&mut source, tokens)
+    }
+
+    /// Training forward: the mean cross-entropy over positions that have a target (see
+    /// [`crate::model::next_token_targets`]), the logits' gradient prepared for backward.
+    pub fn forward(&mut self, tokens: &[u32], targets: &[Option<u32>]) -> Result<f32, ModelError> {
+        let mut source = OwnedParams::new(&self.unit_spans, &self.params, &mut self.grads);
+        self.core.forward_with(&mut source, tokens, targets, 1.0)
+    }
+
+    /// Backward: adds the gradient of the last training forward's loss to the gradients.
+    pub fn backward(&mut self) -> Result<(), ModelError> {
+        let mut source = OwnedParams::new(&self.unit_spans, &self.params, &mut self.grads);
+        self.core.backward_with(&mut source)
+    }
+}
