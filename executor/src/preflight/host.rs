@@ -81,7 +81,12 @@ pub fn cgroup_dirs(proc_cgroup: &str, root: &Path) -> Vec<(PathBuf, CgroupVersio
         };
         let mut relative = PathBuf::from(path.trim_start_matches('/'));
         loop {
-            dirs.push((base.join(&relative), version));
+            let dir = if relative.as_os_str().is_empty() {
+                base.clone()
+            } else {
+                base.join(&relative)
+            };
+            dirs.push((dir, version));
             if !relative.pop() {
                 break;
             }
