@@ -39,8 +39,11 @@ fn config(dir: &Path, stage: u8, precision: &str) -> String {
         "gradient_clipping": 1.0,
         "steps_per_print": 1,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}},
-        "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0},
+        "zero_optimization": {"stage": stage},
     });
+    if stage == 3 {
+        config["zero_optimization"]["stage3_param_persistence_threshold"] = json!(0);
+    }
     match precision {
         "bf16" => config["bf16"] = json!({"enabled": true}),
         "fp16" => config["fp16"] = json!({"enabled": true, "initial_scale_power": 8}),

@@ -255,7 +255,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     };
     let known_steps = args.steps.or(stored.map(|s| s.steps));
 
-    let mut resolved = resolve_config(args, &file, parsed, model_name, known_steps)?;
+    let mut resolved = resolve_config(args, world, &file, parsed, model_name, known_steps)?;
     if let Some(path) = &args.nvme_path
         && override_nvme_path(&mut resolved.typed, &path.to_string_lossy())
     {
@@ -582,14 +582,14 @@ fn checkpoint_failure(e: CheckpointError) -> Failure {
 /// note.
 fn resolve_config(
     args: &RunArgs,
+    world: usize,
     file: &SourceFile,
     mut diagnostics: Vec<Diagnostic>,
     model_name: &str,
     known_steps: Option<u64>,
 ) -> Result<Resolved, Failure> {
     let display = file.path().to_string();
-    let mut env =
-        environment(Some(args.world_size), &args.training, None).map_err(Failure::usage)?;
+    let mut env = environment(Some(world as u64), &args.training, None).map_err(Failure::usage)?;
     if env.training_args.num_training_steps.is_none()
         && schedule_length_is_auto(file.value())
         && let Some(steps) = known_steps
@@ -625,8 +625,7 @@ fn resolve_config(
     let Some(resolved) = resolved else {
         eprint!("{}", render::file_summary(&display, &shown));
         return Err(Failure::input(format!(
-            "{display} cannot be resolved for this run; `dsplan resolve {display} --world-size {}` explains it",
-            args.world_size
+            "{display} cannot be resolved for this run; `dsplan resolve {display} --world-size {world}` explains it"
         )));
     };
     if against_defaults > 0 {

@@ -40,7 +40,13 @@ pub fn optim_states(rank: usize, bf16: bool) -> String {
 
 /// Where a tag is written before it is complete.
 pub fn staging_name(tag: &str) -> String {
-    format!(".{tag}.partial-{}", std::process::id())
+    staging_name_of(tag, std::process::id())
+}
+
+/// [`staging_name`] as process `pid` names it: ranks that are processes all write into the
+/// directory of rank 0's process.
+pub fn staging_name_of(tag: &str, pid: u32) -> String {
+    format!(".{tag}.partial-{pid}")
 }
 
 /// Where a tag is moved aside while a save replaces it.

@@ -161,7 +161,16 @@ pub(super) fn save_from_rank(
     let started = Instant::now();
     let rank = engine.rank().rank();
     let state = template.at_step(global_step, engine.applied_steps(), engine.scaler());
-    let staging = policy.dir.join(layout::staging_name(&state.tag));
+    // Rank 0 opens the staging directory under its own process id; ranks that are other
+    // processes learn it (exact in an f64), so every rank writes into the same directory.
+    let own_pid = if rank == 0 { std::process::id() } else { 0 };
+    let root_pid = engine
+        .rank_mut()
+        .comm()
+        .all_reduce_scalar(f64::from(own_pid), ReduceOp::Max)? as u32;
+    let staging = policy
+        .dir
+        .join(layout::staging_name_of(&state.tag, root_pid));
     let begun = if rank == 0 {
         begin_save(&policy.dir, &state.tag).map(|_| ())
     } else {

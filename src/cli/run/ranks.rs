@@ -34,11 +34,13 @@ const DEFAULT_TIMEOUT_S: u64 = 1800;
 pub(super) enum Ranks {
     /// Every rank is a thread of this process.
     Threads,
-    /// This process is one rank of a job of processes.
+    /// This process is one rank of a job of processes (never made without MPI).
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
     Process(ProcessRank),
 }
 
 /// This process's place in a job of processes, and its connection to the others.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 pub(super) struct ProcessRank {
     env: LaunchEnv,
     #[cfg(feature = "mpi")]
