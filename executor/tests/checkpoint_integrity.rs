@@ -50,7 +50,7 @@ fn spec(stage: u8, precision: &Value, steps: u64) -> TrainSpec {
     }
     TrainSpec {
         settings: TrainSettings::from_config(&config, 2).expect("config"),
-        model: MODEL,
+        model: MODEL.into(),
         initial_params: init_params(&MODEL, &ParamLayout::new(&MODEL), 5),
         data: DataChoice::Bundled {
             order: WindowOrder::Shuffled { seed: 9 },
