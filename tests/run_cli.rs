@@ -334,9 +334,14 @@ fn refusals_say_why_with_the_contract_exit_codes() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("`Lamb` is not implemented"), "{stderr}");
 
-    let (code, _, stderr) = run(&["run", &zero2, "--model", "llama-2-7b", "--steps", "1"]);
+    // A family the executor does not train is a usage error; a Llama-family model it trains
+    // but that cannot fit this machine is refused by the memory pre-flight, before allocating.
+    let (code, _, stderr) = run(&["run", &zero2, "--model", "t5-3b", "--steps", "1"]);
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("GPT-2"), "{stderr}");
+    assert!(stderr.contains("Llama-family"), "{stderr}");
+    let (code, _, stderr) = run(&["run", &zero2, "--model", "llama-2-7b", "--steps", "1"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("memory pre-flight"), "{stderr}");
 
     // The NVMe config's `/local_nvme`, where it does not exist: an error on its nvme_path.
     if !std::path::Path::new("/local_nvme").exists() {
