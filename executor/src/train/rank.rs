@@ -105,6 +105,8 @@ pub(super) fn run_rank(
             saved.extend(written);
         }
     }
+    // Measured before the master is read back: that read goes through the swap files.
+    let nvme = engine.rank().nvme_usage()?;
     let master = engine.rank().owned_master()?;
     let memory = ledger.report();
     let gathered = match gather {
@@ -112,7 +114,7 @@ pub(super) fn run_rank(
         Gather::Everyone => gather_everyone(engine.rank_mut().comm(), &master, &memory)?,
     };
     Ok(RankOutcome {
-        nvme: engine.rank().nvme_usage()?,
+        nvme,
         master,
         memory,
         traffic: engine.rank().traffic(),
