@@ -1,5 +1,5 @@
 //! [`OwnedParams`]: the [`ParamSource`] of a model that owns its whole parameter and gradient
-//! buffers, cut into units (the Llama family's; GPT-2 has its twin in `gpt2/owned.rs`).
+//! buffers (a [`super::Gpt2`] or a Llama-family model), cut into units.
 
 use crate::model::ModelError;
 use crate::model::units::{ParamSource, ParamUnit, UnitSpans};

@@ -5,23 +5,22 @@
 //! fused, the gradient of the logits. `backward` walks the same layers in reverse and
 //! accumulates every parameter gradient into the gradient buffer. [`Gpt2Core`] is the model
 //! without its parameters (layouts, arena), reading them unit by unit through a
-//! [`ParamSource`]; [`Gpt2`] adds whole parameter and gradient buffers (`owned.rs` is its
+//! [`ParamSource`]; [`Gpt2`] adds whole parameter and gradient buffers (`model/owned.rs` is its
 //! source). With [`Recompute::EachLayer`] the arena keeps only each block's input and
 //! backward re-runs `block_forward` from it (see [`super::recompute`]). This file holds the types and their checks; `forward.rs` and `backward.rs` hold the
 //! two passes.
 
 mod backward;
 mod forward;
-mod owned;
 
 use super::activations::{ActivationLayout, BatchShape, planned_arena_len};
 use super::attention::AttentionDims;
 use super::classifier::crossentropy_forward_backward;
+use super::owned::OwnedParams;
 use super::recompute::Recompute;
 use super::units::{ParamSource, UnitSpans};
 use super::{Gpt2Config, ModelError, ParamLayout};
 use crate::tensor::split_spans_mut;
-use owned::OwnedParams;
 
 /// What the activation arena holds after the last call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
