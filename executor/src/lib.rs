@@ -1,11 +1,13 @@
-//! dsplan's executor: trains a GPT-2 the way a DeepSpeed config says, on the CPU.
+//! dsplan's executor: trains a GPT-2 or a Llama-family decoder the way a DeepSpeed config says.
 //!
-//! * [`model`]: the hand-written GPT-2 (forward and backward over flat buffers, matching
-//!   `transformers`), reading its parameters unit by unit so they can live sharded;
+//! * [`model`]: the hand-written GPT-2 and Llama family (forward and backward over flat
+//!   buffers, matching `transformers`), reading their parameters unit by unit so they can live
+//!   sharded, optionally recomputing each block in backward (activation checkpointing);
 //! * [`tensor`]: named spans of flat buffers; [`io`]: Hugging Face `config.json` and
 //!   `model.safetensors`;
 //! * [`optim`]: Adam/AdamW and gradient clipping on flat slices;
-//! * [`comm`]: collectives, with in-process ranks as threads ([`comm::LocalComm`]);
+//! * [`comm`]: collectives, with ranks as threads ([`comm::LocalComm`]) or, with the `mpi`
+//!   feature, as processes over MPI;
 //! * [`launch`]: where this process sits in a multi-process job, read from the environment
 //!   torchrun, the DeepSpeed launcher, `mpirun` or `srun` set;
 //! * [`data`]: token batches split across ranks and micro-steps as DeepSpeed's runs split them;
@@ -18,8 +20,8 @@
 //! * [`checkpoint`]: consolidating the fp32 master weights and writing them atomically;
 //! * [`preflight`]: the plan's memory against what the machine has, before allocating.
 //!
-//! * [`cuda`]: the CUDA pieces (device probe, kernels, cuBLASLt, NCCL), not yet wired into
-//!   training: runs train on the CPU.
+//! * [`cuda`]: the CUDA backend (device probe and inventory, kernels and their check against the
+//!   CPU, cuBLASLt, NCCL, a one-GPU device step), not yet run on hardware.
 //!
 //! Runs follow the execution plan (`planner::plan`): [`train`] compiles it from the resolved
 //! config and the engines read its layout, shards, buckets and stage 3 fetch units through
