@@ -17,6 +17,7 @@
 //! process manager, i.e. GPU ranks over NCCL; CPU jobs refuse it with the command to use.
 
 mod hosts;
+mod relay;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, ToSocketAddrs};
@@ -160,30 +161,23 @@ enum Stream {
     Err,
 }
 
-/// Copies `source` line by line, replacing Open MPI's `[job,rank]<stream>:` tag by
-/// `[rank R] ` (lines without a tag, mpirun's own, pass unchanged).
+/// Copies `source` line by line, giving each rank's text its `[rank R] ` prefix (see
+/// [`relay::RankLines`]; lines without a tag, mpirun's own, pass unchanged).
 fn relay(source: impl Read + Send + 'static, stream: Stream) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        for line in BufReader::new(source).lines().map_while(Result::ok) {
-            let line = retag(&line);
-            match stream {
-                Stream::Out => println!("{line}"),
-                Stream::Err => eprintln!("{line}"),
-            }
+        let mut ranks = relay::RankLines::default();
+        let print = |line: String| match stream {
+            Stream::Out => println!("{line}"),
+            Stream::Err => eprintln!("{line}"),
+        };
+        // Bytes, not `lines()`: one line that is not UTF-8 must not stop the relay (mpirun
+        // would block on a full pipe).
+        for line in BufReader::new(source).split(b'\n').map_while(Result::ok) {
+            let line = String::from_utf8_lossy(&line);
+            ranks.push_line(&line).into_iter().for_each(&print);
         }
+        ranks.finish().into_iter().for_each(&print);
     })
-}
-
-/// `[1,3]<stderr>:text` becomes `[rank 3] text`.
-fn retag(line: &str) -> String {
-    let tagged = line.strip_prefix('[').and_then(|rest| {
-        let (ids, rest) = rest.split_once(']')?;
-        let (_, rank) = ids.split_once(',')?;
-        let rank: usize = rank.parse().ok()?;
-        let (_, text) = rest.split_once(">:")?;
-        Some(format!("[rank {rank}] {text}"))
-    });
-    tagged.unwrap_or_else(|| line.to_string())
 }
 
 fn preflight(args: &LaunchArgs) -> Result<Job, String> {
@@ -309,17 +303,4 @@ fn mpirun_command() -> Result<Vec<String>, String> {
         command.extend(["--allow-run-as-root", "--oversubscribe"].map(String::from));
     }
     Ok(command)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn open_mpi_tags_become_rank_prefixes() {
-        assert_eq!(retag("[1,3]<stderr>:loss 2.5"), "[rank 3] loss 2.5");
-        assert_eq!(retag("[1,0]<stdout>:{}"), "[rank 0] {}");
-        assert_eq!(retag("mpirun noticed"), "mpirun noticed");
-        assert_eq!(retag("[Rank 0] step=1"), "[Rank 0] step=1");
-    }
 }
