@@ -113,11 +113,17 @@ def summarise(title, rounds, args):
     print(f"  machine: load average {fmt_range(loads, 2)}, other processes kept {fmt_range(others, 2)} CPUs busy")
 
 
+def torch_model_name(args):
+    if args.torch_model == "nn":
+        return "torch.nn in torch_step.py"
+    return "transformers LlamaForCausalLM" if args.preset.startswith("llama") else "transformers GPT2LMHeadModel"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dsplan-bin", required=True, help="path to the train_bench example binary")
     parser.add_argument("--python", required=True, help="python with torch installed")
-    parser.add_argument("--preset", choices=["gpt2", "tiny"], default="gpt2")
+    parser.add_argument("--preset", choices=["gpt2", "tiny", "llama-100m"], default="gpt2")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
@@ -148,8 +154,9 @@ def main():
     args = parser.parse_args()
 
     # cpu-anchors.md: 2 warm-up + 5 timed steps for gpt2, 15 timed for gpt2-tiny.
-    steps = args.steps or (5 if args.preset == "gpt2" else 15)
-    warmup = args.warmup if args.warmup is not None else (2 if args.preset == "gpt2" else 3)
+    small = args.preset == "tiny"
+    steps = args.steps or (15 if small else 5)
+    warmup = args.warmup if args.warmup is not None else (3 if small else 2)
     shape = ["--preset", args.preset, "--batch", str(args.batch), "--seq", str(args.seq)]
     shape += ["--steps", str(steps), "--warmup", str(warmup), "--threads", str(args.threads)]
 
@@ -166,7 +173,7 @@ def main():
     print(
         f"paired benchmark: {args.preset} B={args.batch} T={args.seq}, {args.threads} threads, "
         f"{args.rounds} rounds, {warmup} warm-up + {steps} timed steps per process, "
-        f"PyTorch model: {'transformers GPT2LMHeadModel' if args.torch_model == 'hf' else 'torch.nn in torch_step.py'} ({args.torch_attn} attention)",
+        f"PyTorch model: {torch_model_name(args)} ({args.torch_attn} attention)",
         flush=True,
     )
     rounds = []

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# dsplan's CPU GPT-2 training step against PyTorch's, in paired rounds (see bench/README.md).
+# dsplan's CPU training step (GPT-2 or a LLaMA-shaped decoder) against PyTorch's, in paired rounds (see bench/README.md).
 #
-#   bench/cpu_vs_pytorch.sh [--preset gpt2|tiny] [--batch B] [--seq T] [--threads N]
+#   bench/cpu_vs_pytorch.sh [--preset gpt2|tiny|llama-100m] [--batch B] [--seq T] [--threads N]
 #                           [--rounds R] [--steps S] [--warmup W] [--torch-model hf|nn]
 #                           [--json-out FILE]
 #

@@ -1,4 +1,4 @@
-"""One PyTorch measurement for bench/cpu_vs_pytorch.sh: GPT-2 fp32 training steps on the CPU.
+"""One PyTorch measurement for bench/cpu_vs_pytorch.sh: GPT-2 or LLaMA fp32 training steps on the CPU.
 
 A step is what dsplan's `train_bench` example times: zero_grad(set_to_none=True), forward with
 labels (Hugging Face's shifted mean cross-entropy), backward, and fused AdamW over all
@@ -26,7 +26,24 @@ PRESETS = {
     "gpt2": (50257, 1024, 768, 12, 12),
     "tiny": (256, 1024, 128, 4, 4),
 }
-PRESET_NAMES = {"gpt2": "gpt2", "tiny": "gpt2-tiny"}
+# LLaMA-shaped presets, built as transformers' LlamaForCausalLM (the shape of train_bench's).
+LLAMA_PRESETS = {
+    "llama-100m": dict(
+        vocab_size=32000,
+        max_position_embeddings=2048,
+        hidden_size=768,
+        num_hidden_layers=8,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        head_dim=64,
+        intermediate_size=2048,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        attention_bias=False,
+    ),
+}
+PRESET_NAMES = {"gpt2": "gpt2", "tiny": "gpt2-tiny", "llama-100m": "llama-100m"}
 
 
 class Block(nn.Module):
@@ -86,10 +103,26 @@ class Gpt2(nn.Module):
 
 
 def build_model(kind, preset, attn):
+    """The model, its loss, and what the FLOP count needs: (model, loss_of, looked_up_numel,
+    vocab, layers, attention_width); looked_up_numel is what is only looked up (GPT-2's
+    position embedding, an untied input embedding)."""
+    if preset in LLAMA_PRESETS:
+        if kind != "hf":
+            raise SystemExit(f"--model {kind}: {preset} is built only as transformers' LlamaForCausalLM (--model hf)")
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        shape = LLAMA_PRESETS[preset]
+        config = LlamaConfig(**shape, attention_dropout=0.0)
+        config._attn_implementation = attn
+        model = LlamaForCausalLM(config)
+        looked_up = 0 if shape["tie_word_embeddings"] else shape["vocab_size"] * shape["hidden_size"]
+        width = shape["num_attention_heads"] * shape["head_dim"]
+        loss_of = lambda tokens: model(input_ids=tokens, labels=tokens).loss  # noqa: E731
+        return model, loss_of, looked_up, shape["vocab_size"], shape["num_hidden_layers"], width
     vocab, positions, n_embd, n_layer, n_head = PRESETS[preset]
     if kind == "nn":
         model = Gpt2(vocab, positions, n_embd, n_layer, n_head, attn)
-        return model, lambda tokens: model(tokens), positions * n_embd
+        return model, lambda tokens: model(tokens), positions * n_embd, vocab, n_layer, n_embd
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(
@@ -107,7 +140,8 @@ def build_model(kind, preset, attn):
     )
     config._attn_implementation = attn
     model = GPT2LMHeadModel(config)
-    return model, lambda tokens: model(input_ids=tokens, labels=tokens).loss, positions * n_embd
+    loss_of = lambda tokens: model(input_ids=tokens, labels=tokens).loss  # noqa: E731
+    return model, loss_of, positions * n_embd, vocab, n_layer, n_embd
 
 
 def main():
@@ -119,7 +153,7 @@ def main():
         default="eager",
         help="eager: the full masked T x T square (cpu-anchors.md); sdpa: torch's fused causal attention",
     )
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="gpt2")
+    parser.add_argument("--preset", choices=sorted(PRESET_NAMES), default="gpt2")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--steps", type=int, default=5)
@@ -129,13 +163,12 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model, loss_of, wpe_numel = build_model(args.model, args.preset, args.attn)
+    model, loss_of, looked_up, vocab, n_layer, width = build_model(args.model, args.preset, args.attn)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, fused=True
     )
-    vocab, _, n_embd, n_layer, _ = PRESETS[args.preset]
     tokens = torch.randint(0, vocab, (args.batch, args.seq))
     n_tokens = args.batch * args.seq
 
@@ -166,8 +199,8 @@ def main():
 
     rates = [n_tokens / sum(ms) * 1e3 for ms in samples]
     rate = statistics.median(rates)
-    flops_6n = 6.0 * (n_params - wpe_numel)
-    flops_attn = flops_6n + 12.0 * n_layer * n_embd * args.seq
+    flops_6n = 6.0 * (n_params - looked_up)
+    flops_attn = flops_6n + 12.0 * n_layer * width * args.seq
     phase = [statistics.median(ms[i] for ms in samples) for i in range(4)]
     name = PRESET_NAMES[args.preset]
     print(

@@ -1,5 +1,6 @@
-//! Throughput of one CPU GPT-2 training step: `zero_grad` + forward (with loss) + backward +
-//! AdamW over every parameter, the step `bench/cpu_vs_pytorch.sh` compares with PyTorch.
+//! Throughput of one CPU training step (GPT-2, or a LLaMA-shaped decoder): `zero_grad` + forward
+//! (with loss) + backward + AdamW over every parameter, the step `bench/cpu_vs_pytorch.sh`
+//! compares with PyTorch.
 //!
 //! ```text
 //! cargo run --release -p dsplan-executor --example train_bench -- \
@@ -9,7 +10,7 @@
 //! Prints one line per timed step, a summary (median tokens/s, ms per phase, GFLOP/s counted as
 //! `6N` and `6N + 12 L C T` per token, as `research/cpu-anchors.md` defines them, `N` without
 //! the position embedding) and, last, the same figures as one JSON line starting with `{`.
-//! `--layers` instead times every layer function alone at the model's shapes (a profile).
+//! `--layers` instead times every GPT-2 layer function alone at the model's shapes (a profile).
 
 use std::time::Instant;
 
@@ -20,12 +21,15 @@ use dsplan_executor::model::classifier::{
 use dsplan_executor::model::encoder::{encoder_backward, encoder_forward};
 use dsplan_executor::model::gelu::{gelu_backward_inplace, gelu_forward};
 use dsplan_executor::model::layernorm::{layernorm_backward, layernorm_forward};
+use dsplan_executor::model::llama::{AttentionBias, Llama, LlamaConfig, LlamaFamily};
 use dsplan_executor::model::matmul::{matmul_backward, matmul_forward};
 use dsplan_executor::model::residual::residual_forward;
+use dsplan_executor::model::rope::{Rope, RopeScaling};
 use dsplan_executor::model::{
-    BatchShape, Gpt2, Gpt2Config, ParamLayout, init_params, next_token_targets,
+    BatchShape, Gpt2, Gpt2Config, ModelConfig, ModelError, ParamLayout, next_token_targets,
 };
 use dsplan_executor::optim::{AdamConfig, AdamState, BiasCorrection, WeightDecay};
+use dsplan_planner::model::Embeddings;
 
 /// The model shapes the bench knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,12 +38,16 @@ enum Preset {
     Gpt2,
     /// `gpt2-tiny` of `cpu-anchors.md`: V 256, C 128, L 4 (826,112 parameters without `wpe`).
     Tiny,
+    /// `llama-100m`: a LLaMA-shaped decoder of 99.6M parameters (V 32000, C 768, L 8, 12 heads
+    /// over 4 key/value heads, SwiGLU 2048, untied head, RoPE theta 10000), the shape
+    /// `torch_step.py` builds as transformers' `LlamaForCausalLM`.
+    Llama100m,
 }
 
 impl Preset {
-    fn config(self) -> Gpt2Config {
+    fn config(self) -> ModelConfig {
         match self {
-            Preset::Gpt2 => Gpt2Config::gpt2(),
+            Preset::Gpt2 => Gpt2Config::gpt2().into(),
             Preset::Tiny => Gpt2Config {
                 vocab_size: 256,
                 n_positions: 1024,
@@ -47,7 +55,28 @@ impl Preset {
                 n_layer: 4,
                 n_head: 4,
                 layer_norm_epsilon: 1e-5,
-            },
+            }
+            .into(),
+            Preset::Llama100m => LlamaConfig {
+                family: LlamaFamily::Llama,
+                vocab_size: 32_000,
+                max_position_embeddings: 2048,
+                hidden_size: 768,
+                num_hidden_layers: 8,
+                num_attention_heads: 12,
+                num_key_value_heads: 4,
+                head_dim: 64,
+                intermediate_size: 2048,
+                rms_norm_eps: 1e-5,
+                rope: Rope {
+                    theta: 10_000.0,
+                    scaling: RopeScaling::Default,
+                },
+                attention_bias: AttentionBias::Absent,
+                embeddings: Embeddings::Untied,
+                sliding_window: None,
+            }
+            .into(),
         }
     }
 
@@ -55,6 +84,51 @@ impl Preset {
         match self {
             Preset::Gpt2 => "gpt2",
             Preset::Tiny => "gpt2-tiny",
+            Preset::Llama100m => "llama-100m",
+        }
+    }
+}
+
+/// The model a bench step trains.
+enum BenchModel {
+    Gpt2(Box<Gpt2>),
+    Llama(Box<Llama>),
+}
+
+impl BenchModel {
+    fn new(config: ModelConfig, seed: u64, shape: BatchShape) -> Result<Self, ModelError> {
+        let params = config.init_params(seed);
+        Ok(match config {
+            ModelConfig::Gpt2(c) => BenchModel::Gpt2(Box::new(Gpt2::new(c, params, shape)?)),
+            ModelConfig::Llama(c) => BenchModel::Llama(Box::new(Llama::new(c, params, shape)?)),
+        })
+    }
+
+    fn zero_grad(&mut self) {
+        match self {
+            BenchModel::Gpt2(m) => m.zero_grad(),
+            BenchModel::Llama(m) => m.zero_grad(),
+        }
+    }
+
+    fn forward(&mut self, tokens: &[u32], targets: &[Option<u32>]) -> Result<f32, ModelError> {
+        match self {
+            BenchModel::Gpt2(m) => m.forward(tokens, targets),
+            BenchModel::Llama(m) => m.forward(tokens, targets),
+        }
+    }
+
+    fn backward(&mut self) -> Result<(), ModelError> {
+        match self {
+            BenchModel::Gpt2(m) => m.backward(),
+            BenchModel::Llama(m) => m.backward(),
+        }
+    }
+
+    fn params_and_grads_mut(&mut self) -> (&mut [f32], &mut [f32]) {
+        match self {
+            BenchModel::Gpt2(m) => m.params_and_grads_mut(),
+            BenchModel::Llama(m) => m.params_and_grads_mut(),
         }
     }
 }
@@ -79,7 +153,7 @@ struct Args {
     mode: Mode,
 }
 
-const USAGE: &str = "usage: train_bench [--preset gpt2|tiny] [--batch B] [--seq T] [--steps S] \
+const USAGE: &str = "usage: train_bench [--preset gpt2|tiny|llama-100m] [--batch B] [--seq T] [--steps S] \
                      [--warmup W] [--threads N] [--layers]";
 
 fn parse_args() -> Result<Args, String> {
@@ -114,7 +188,12 @@ fn parse_args() -> Result<Args, String> {
                 args.preset = match value.as_str() {
                     "gpt2" => Preset::Gpt2,
                     "tiny" | "gpt2-tiny" => Preset::Tiny,
-                    other => return Err(format!("unknown preset {other:?} (gpt2 or tiny)")),
+                    "llama-100m" => Preset::Llama100m,
+                    other => {
+                        return Err(format!(
+                            "unknown preset {other:?} (gpt2, tiny or llama-100m)"
+                        ));
+                    }
                 }
             }
             "--batch" => args.batch = number()?,
@@ -159,10 +238,21 @@ fn median(values: &[f64]) -> f64 {
     }
 }
 
-/// Per-token FLOPs: `(6N, 6N + 12 L C T)`, `N` without the position embedding.
-fn flops_per_token(config: &Gpt2Config, layout: &ParamLayout, seq: usize) -> (f64, f64) {
-    let n = (layout.num_params() - config.n_positions * config.n_embd) as f64;
-    let attention = 12.0 * (config.n_layer * config.n_embd * seq) as f64;
+/// Per-token FLOPs: `(6N, 6N + 12 L C T)`, `N` without the parameters that are only looked up
+/// (GPT-2's position embedding, an untied input embedding), `C` the attention width.
+fn flops_per_token(config: &ModelConfig, seq: usize) -> (f64, f64) {
+    let (looked_up, layers, width) = match config {
+        ModelConfig::Gpt2(c) => (c.n_positions * c.n_embd, c.n_layer, c.n_embd),
+        ModelConfig::Llama(c) => {
+            let input = match c.embeddings {
+                Embeddings::Untied => c.vocab_size * c.hidden_size,
+                Embeddings::Tied => 0,
+            };
+            (input, c.num_hidden_layers, c.q_width())
+        }
+    };
+    let n = (config.layout().num_params() - looked_up) as f64;
+    let attention = 12.0 * (layers * width * seq) as f64;
     (6.0 * n, 6.0 * n + attention)
 }
 
@@ -215,12 +305,11 @@ fn train(args: &Args) -> Result<(), String> {
         batch: args.batch,
         seq_len: args.seq,
     };
-    let layout = ParamLayout::new(&config);
-    let params = init_params(&config, &layout, 1);
-    let mut model = Gpt2::new(config, params, shape).map_err(|e| e.to_string())?;
+    let num_params = config.layout().num_params();
+    let mut model = BenchModel::new(config, 1, shape).map_err(|e| e.to_string())?;
     let mut rng = Lcg(42);
     let tokens: Vec<u32> = (0..shape.tokens())
-        .map(|_| rng.next_below(config.vocab_size))
+        .map(|_| rng.next_below(config.vocab_size()))
         .collect();
     let targets = next_token_targets(&tokens, shape.seq_len);
     // cpu-anchors.md §3/§4: AdamW(lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01).
@@ -232,7 +321,7 @@ fn train(args: &Args) -> Result<(), String> {
         decay: WeightDecay::Decoupled,
         bias_correction: BiasCorrection::Enabled,
     };
-    let mut state = AdamState::new(layout.num_params());
+    let mut state = AdamState::new(num_params);
 
     let mut times = Vec::with_capacity(args.steps);
     let mut losses = Vec::with_capacity(args.steps);
@@ -288,7 +377,7 @@ fn train(args: &Args) -> Result<(), String> {
     let rate = median(&tokens_per_s);
     let min = tokens_per_s.iter().copied().fold(f64::INFINITY, f64::min);
     let max = tokens_per_s.iter().copied().fold(0.0, f64::max);
-    let (flops_6n, flops_attn) = flops_per_token(&config, &layout, shape.seq_len);
+    let (flops_6n, flops_attn) = flops_per_token(&config, shape.seq_len);
     let gflops_6n = rate * flops_6n / 1e9;
     let gflops_attn = rate * flops_attn / 1e9;
     let threads = rayon::current_num_threads();
@@ -428,7 +517,12 @@ impl Profile {
 }
 
 fn layers(args: &Args) -> Result<(), String> {
-    let config = args.preset.config();
+    let config = *args.preset.config().gpt2().ok_or_else(|| {
+        format!(
+            "--layers profiles GPT-2's layer functions; {} is not GPT-2",
+            args.preset.name()
+        )
+    })?;
     let (b, t, c) = (args.batch, args.seq, config.n_embd);
     let (nh, v, l) = (config.n_head, config.vocab_size, config.n_layer);
     let n = b * t;

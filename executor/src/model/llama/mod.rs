@@ -285,6 +285,13 @@ impl Llama {
         self.grads.fill(0.0);
     }
 
+    /// Parameters and gradients at once, for an optimizer step (the activations cached by the
+    /// last forward are invalidated, since the parameters may change).
+    pub fn params_and_grads_mut(&mut self) -> (&mut [f32], &mut [f32]) {
+        self.core.invalidate();
+        (&mut self.params, &mut self.grads)
+    }
+
     /// Inference forward: the logits `(B, T, V)` of `tokens` `(B, T)`.
     pub fn forward_logits(&mut self, tokens: &[u32]) -> Result<&[f32], ModelError> {
         let mut source = OwnedParams::new(&self.unit_spans, &self.params, &mut self.grads);
