@@ -19,6 +19,7 @@
 //! | [`inventory`] | what the machine offers: driver, CUDA libraries, GPUs, CPU SIMD, MPI, kernel cache (`dsplan report`) | yes |
 //! | [`gemm`] | cuBLASLt products with fused bias | needs a GPU |
 //! | [`nccl`] | NCCL collectives (device and host-staged; the `Comm` trait) | needs a GPU |
+//! | [`id_broadcast`] | NCCL's unique id over a host `Comm` (MPI under `mpirun`) | yes |
 //! | [`train`] | the device training step: buffers, op lists, executor, runs | layouts and op lists yes; running needs a GPU |
 
 pub mod adamw;
@@ -27,6 +28,7 @@ pub mod device;
 pub mod encoder_buckets;
 mod error;
 pub mod gemm;
+pub mod id_broadcast;
 pub mod inventory;
 pub mod launch;
 pub mod modules;

@@ -1,8 +1,10 @@
 //! NCCL collectives for one process per GPU, set up from the launcher's environment.
 //!
-//! Rank 0 creates NCCL's unique id and hands it to the others through the TCP rendezvous on
-//! `MASTER_ADDR:MASTER_PORT` ([`super::rendezvous`]); every rank then joins the communicator
-//! with `ncclCommInitRank`. [`NcclComm`] offers the six operations of
+//! Rank 0 creates NCCL's unique id and hands it to the others, through the TCP rendezvous on
+//! `MASTER_ADDR:MASTER_PORT` ([`super::rendezvous`], [`NcclComm::from_env`]) or through a
+//! broadcast of the job's host `Comm`, MPI's under `mpirun` ([`super::id_broadcast`],
+//! [`NcclComm::from_host_comm`]); every rank then joins the communicator with
+//! `ncclCommInitRank`. [`NcclComm`] offers the six operations of
 //! [`crate::comm::Comm`] with the same contract (same calls on every rank, caller-side
 //! padding into equal shards, traffic counted with the same formulas):
 //!
@@ -25,12 +27,10 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
 use cudarc::nccl::{Comm as RawComm, Id, ReduceOp as NcclOp};
 
 use super::error::CudaError;
+use super::id_broadcast::{ID_BYTES, share_id_over};
 use super::rendezvous::share_from_root;
 use crate::comm::{Comm, CommError, CommTraffic, OpKind, ReduceOp};
 use crate::launch::LaunchEnv;
-
-/// Bytes in NCCL's unique id.
-const ID_BYTES: usize = 128;
 
 /// One rank's NCCL communicator.
 #[derive(Debug)]
@@ -58,27 +58,55 @@ pub fn nccl_present() -> bool {
     unsafe { cudarc::nccl::sys::is_culib_present() }
 }
 
+/// An error unless `libnccl` can be loaded.
+fn require_nccl() -> Result<(), CudaError> {
+    if nccl_present() {
+        Ok(())
+    } else {
+        Err(CudaError::Nccl(
+            "libnccl not found (pip install nvidia-nccl-cu13, and link libnccl.so -> \
+             libnccl.so.2 in a directory on LD_LIBRARY_PATH)"
+                .to_string(),
+        ))
+    }
+}
+
+/// NCCL's unique id, as bytes (rank 0 only).
+fn make_id() -> Result<Vec<u8>, String> {
+    let id = Id::new().map_err(|e| format!("ncclGetUniqueId: {e:?}"))?;
+    Ok(id.internal().iter().map(|&c| c as u8).collect())
+}
+
 impl NcclComm {
     /// Joins the job described by `env` on `stream`'s GPU (which should be GPU
-    /// `env.local_rank`), waiting at most `timeout` for the other ranks.
+    /// `env.local_rank`), waiting at most `timeout` for the other ranks; the id travels over
+    /// the TCP rendezvous on `MASTER_ADDR:MASTER_PORT`.
     pub fn from_env(
         stream: Arc<CudaStream>,
         env: &LaunchEnv,
         timeout: Duration,
     ) -> Result<Self, CudaError> {
-        if !nccl_present() {
-            return Err(CudaError::Nccl(
-                "libnccl not found (pip install nvidia-nccl-cu13, and link libnccl.so -> \
-                 libnccl.so.2 in a directory on LD_LIBRARY_PATH)"
-                    .to_string(),
-            ));
-        }
-        let make_id = || {
-            let id = Id::new().map_err(|e| format!("ncclGetUniqueId: {e:?}"))?;
-            Ok(id.internal().iter().map(|&c| c as u8).collect())
-        };
+        require_nccl()?;
         let bytes =
             share_from_root(env, make_id, timeout).map_err(|e| CudaError::Nccl(e.to_string()))?;
+        Self::join(stream, env.rank, env.world_size, &bytes)
+    }
+
+    /// Joins the job whose ranks already share `host` (MPI under `mpirun`), on `stream`'s GPU:
+    /// the id is broadcast over it, so no `MASTER_ADDR` or port is needed.
+    pub fn from_host_comm(stream: Arc<CudaStream>, host: &mut dyn Comm) -> Result<Self, CudaError> {
+        require_nccl()?;
+        let bytes = share_id_over(host, make_id).map_err(CudaError::Nccl)?;
+        Self::join(stream, host.rank(), host.world_size(), &bytes)
+    }
+
+    /// `ncclCommInitRank` with rank 0's id.
+    fn join(
+        stream: Arc<CudaStream>,
+        rank: usize,
+        world_size: usize,
+        bytes: &[u8],
+    ) -> Result<Self, CudaError> {
         if bytes.len() != ID_BYTES {
             return Err(CudaError::Nccl(format!(
                 "rank 0 sent a {}-byte id, NCCL's is {ID_BYTES}",
@@ -86,16 +114,11 @@ impl NcclComm {
             )));
         }
         let mut internal = [0 as c_char; ID_BYTES];
-        for (slot, byte) in internal.iter_mut().zip(&bytes) {
+        for (slot, byte) in internal.iter_mut().zip(bytes) {
             *slot = *byte as c_char;
         }
-        let comm = RawComm::from_rank(
-            stream.clone(),
-            env.rank,
-            env.world_size,
-            Id::uninit(internal),
-        )
-        .map_err(nccl_error)?;
+        let comm = RawComm::from_rank(stream.clone(), rank, world_size, Id::uninit(internal))
+            .map_err(nccl_error)?;
         Ok(Self {
             comm,
             stream,
