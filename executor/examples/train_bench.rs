@@ -38,7 +38,7 @@ enum Preset {
     Gpt2,
     /// `gpt2-tiny` of `cpu-anchors.md`: V 256, C 128, L 4 (826,112 parameters without `wpe`).
     Tiny,
-    /// `llama-100m`: a LLaMA-shaped decoder of 99.6M parameters (V 32000, C 768, L 8, 12 heads
+    /// `llama-100m`: a LLaMA-shaped decoder of 99.5M parameters (V 32000, C 768, L 8, 12 heads
     /// over 4 key/value heads, SwiGLU 2048, untied head, RoPE theta 10000), the shape
     /// `torch_step.py` builds as transformers' `LlamaForCausalLM`.
     Llama100m,
