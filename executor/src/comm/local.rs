@@ -55,11 +55,6 @@ use super::reduce::{BLOCK, combine, finish, reduce_scalars};
 use super::rendezvous::{BufferAddr, Posting, Rendezvous};
 use super::{Comm, CommTraffic, ReduceOp};
 
-/// Bytes per element moved by the slice collectives.
-const F32_BYTES: u64 = 4;
-/// Bytes of a scalar reduction's value.
-const F64_BYTES: u64 = 8;
-
 /// One rank of a group of in-process ranks. Create a group with [`LocalComm::group`] or run a
 /// closure on every rank with [`run_ranks`].
 ///
@@ -200,9 +195,7 @@ impl Comm for LocalComm {
                 }
             }
         })?;
-        let own_shard = shard.len() as u64;
-        let sent = (len as u64 - own_shard) + (world as u64 - 1) * own_shard;
-        self.traffic.record(kind, sent * F32_BYTES);
+        self.traffic.record_all_reduce(len, shard.len(), world);
         Ok(())
     }
 
@@ -232,8 +225,7 @@ impl Comm for LocalComm {
             // exclusive borrow, seen by no other rank.
             unsafe { reduce_into(&postings, start..start + shard_len, dest, 0, op, world) }
         })?;
-        let sent = (world as u64 - 1) * shard_len as u64;
-        self.traffic.record(kind, sent * F32_BYTES);
+        self.traffic.record_sharded(kind, shard_len, world);
         Ok(())
     }
 
@@ -258,8 +250,7 @@ impl Comm for LocalComm {
                 chunk.copy_from_slice(unsafe { shared(posting.input, 0, shard_len) });
             }
         })?;
-        let sent = (self.world as u64 - 1) * shard_len as u64;
-        self.traffic.record(kind, sent * F32_BYTES);
+        self.traffic.record_sharded(kind, shard_len, self.world);
         Ok(())
     }
 
@@ -280,12 +271,8 @@ impl Comm for LocalComm {
                 }
             }
         })?;
-        let sent = if is_root {
-            (self.world as u64 - 1) * len as u64
-        } else {
-            0
-        };
-        self.traffic.record(kind, sent * F32_BYTES);
+        self.traffic
+            .record_broadcast(len, root, self.rank, self.world);
         Ok(())
     }
 
@@ -301,8 +288,7 @@ impl Comm for LocalComm {
         let shape = Self::in_place(kind, Some(op), None, 1);
         let postings = self.open(shape, BufferAddr::NONE, value)?;
         let reduced = reduce_scalars(postings.iter().map(|p| p.scalar), op);
-        self.traffic
-            .record(kind, (self.world as u64 - 1) * F64_BYTES);
+        self.traffic.record_scalar(self.world);
         Ok(reduced)
     }
 

@@ -44,11 +44,6 @@ use super::error::{CallShape, CommError, OpKind};
 use super::reduce::{combine, finish, reduce_scalars};
 use super::{Comm, CommTraffic, ReduceOp};
 
-/// Bytes per element moved by the slice collectives.
-const F32_BYTES: u64 = 4;
-/// Bytes of a scalar reduction's value.
-const F64_BYTES: u64 = 8;
-
 /// What a process does when a collective times out; it must not return normally into MPI.
 pub type OnTimeout = Box<dyn Fn(CommError) + Send + Sync>;
 
@@ -220,9 +215,8 @@ impl Comm for MpiComm {
         self.guarded(kind, |w| w.all_gather_into(&own[..], &mut send[..]));
         data.copy_from_slice(&send[..len]);
         self.send = send;
-        let own_shard = chunk.min(len.saturating_sub(self.rank * chunk)) as u64;
-        let sent = (len as u64 - own_shard) + (world as u64 - 1) * own_shard;
-        self.traffic.record(kind, sent * F32_BYTES);
+        let own_shard = chunk.min(len.saturating_sub(self.rank * chunk));
+        self.traffic.record_all_reduce(len, own_shard, world);
         Ok(())
     }
 
@@ -239,8 +233,7 @@ impl Comm for MpiComm {
         self.guarded(kind, |w| w.all_to_all_into(input, &mut recv[..]));
         self.recv = recv;
         self.reduce_received(output, op);
-        let sent = (self.size as u64 - 1) * output.len() as u64;
-        self.traffic.record(kind, sent * F32_BYTES);
+        self.traffic.record_sharded(kind, output.len(), self.size);
         Ok(())
     }
 
@@ -248,8 +241,7 @@ impl Comm for MpiComm {
         let kind = OpKind::AllGather;
         self.agree(Self::shape(kind, None, None, input.len(), output.len()))?;
         self.guarded(kind, |w| w.all_gather_into(input, output));
-        let sent = (self.size as u64 - 1) * input.len() as u64;
-        self.traffic.record(kind, sent * F32_BYTES);
+        self.traffic.record_sharded(kind, input.len(), self.size);
         Ok(())
     }
 
@@ -260,12 +252,8 @@ impl Comm for MpiComm {
         self.guarded(kind, |w| {
             w.process_at_rank(root as mpi::Rank).broadcast_into(data)
         });
-        let sent = if root == self.rank {
-            (self.size as u64 - 1) * len as u64
-        } else {
-            0
-        };
-        self.traffic.record(kind, sent * F32_BYTES);
+        self.traffic
+            .record_broadcast(len, root, self.rank, self.size);
         Ok(())
     }
 
@@ -281,8 +269,7 @@ impl Comm for MpiComm {
         self.agree(Self::shape(kind, Some(op), None, 1, 1))?;
         let mut all = vec![0.0f64; self.size];
         self.guarded(kind, |w| w.all_gather_into(&value, &mut all[..]));
-        self.traffic
-            .record(kind, (self.size as u64 - 1) * F64_BYTES);
+        self.traffic.record_scalar(self.size);
         Ok(reduce_scalars(all, op))
     }
 

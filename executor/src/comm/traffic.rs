@@ -2,6 +2,11 @@
 
 use super::OpKind;
 
+/// Bytes of an `f32`, the element of every buffer collective.
+const F32_BYTES: u64 = 4;
+/// Bytes of the `f64` of a scalar all-reduce.
+const F64_BYTES: u64 = 8;
+
 /// Calls and bytes of one collective kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OpTraffic {
@@ -80,5 +85,33 @@ impl CommTraffic {
         };
         entry.calls += 1;
         entry.bytes_sent += bytes_sent;
+    }
+
+    /// An all-reduce of `len` `f32`s in which this rank reduced `own_shard` of them.
+    pub fn record_all_reduce(&mut self, len: usize, own_shard: usize, world: usize) {
+        let (len, own, world) = (len as u64, own_shard as u64, world as u64);
+        let sent = (len - own) + (world - 1) * own;
+        self.record(OpKind::AllReduce, sent * F32_BYTES);
+    }
+
+    /// A reduce-scatter or an all-gather whose per-rank shard is `shard_len` `f32`s.
+    pub fn record_sharded(&mut self, op: OpKind, shard_len: usize, world: usize) {
+        let sent = (world as u64 - 1) * shard_len as u64;
+        self.record(op, sent * F32_BYTES);
+    }
+
+    /// A broadcast of `len` `f32`s from `root`, as `rank` sees it (only the root sends).
+    pub fn record_broadcast(&mut self, len: usize, root: usize, rank: usize, world: usize) {
+        let sent = if rank == root {
+            (world as u64 - 1) * len as u64
+        } else {
+            0
+        };
+        self.record(OpKind::Broadcast, sent * F32_BYTES);
+    }
+
+    /// A scalar (`f64`) all-reduce.
+    pub fn record_scalar(&mut self, world: usize) {
+        self.record(OpKind::AllReduceScalar, (world as u64 - 1) * F64_BYTES);
     }
 }

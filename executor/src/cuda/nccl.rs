@@ -173,10 +173,8 @@ impl NcclComm {
         self.comm
             .reduce_scatter(input, output, &nccl_op(op))
             .map_err(nccl_error)?;
-        self.traffic.record(
-            OpKind::ReduceScatter,
-            (self.world() - 1) * output.len() as u64 * 4,
-        );
+        self.traffic
+            .record_sharded(OpKind::ReduceScatter, output.len(), self.world_size());
         Ok(())
     }
 
@@ -188,10 +186,8 @@ impl NcclComm {
     ) -> Result<(), CudaError> {
         self.check_shards(OpKind::AllGather, output.len(), input.len())?;
         self.comm.all_gather(input, output).map_err(nccl_error)?;
-        self.traffic.record(
-            OpKind::AllGather,
-            (self.world() - 1) * input.len() as u64 * 4,
-        );
+        self.traffic
+            .record_sharded(OpKind::AllGather, input.len(), self.world_size());
         Ok(())
     }
 
@@ -210,12 +206,8 @@ impl NcclComm {
         self.comm
             .broadcast_in_place(data, root as i32)
             .map_err(nccl_error)?;
-        let sent = if self.rank() == root {
-            (self.world() - 1) * data.len() as u64 * 4
-        } else {
-            0
-        };
-        self.traffic.record(OpKind::Broadcast, sent);
+        self.traffic
+            .record_broadcast(data.len(), root, self.rank(), self.world_size());
         Ok(())
     }
 
@@ -357,8 +349,7 @@ impl Comm for NcclComm {
             let mut host = [0.0f64];
             self.stream.memcpy_dtoh(&device, &mut host)?;
             self.stream.synchronize()?;
-            self.traffic
-                .record(OpKind::AllReduceScalar, (self.world() - 1) * 8);
+            self.traffic.record_scalar(self.world_size());
             Ok(host[0])
         };
         run().map_err(|e| self.backend_error(OpKind::AllReduceScalar, e))
