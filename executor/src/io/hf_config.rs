@@ -6,17 +6,15 @@
 
 use std::path::Path;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::LoadError;
+use super::config_keys::{number, parse_object, read_text, require, size, unsupported};
 use crate::model::Gpt2Config;
 
 /// Parses the text of a GPT-2 `config.json`.
 pub fn gpt2_config_from_json(text: &str) -> Result<Gpt2Config, LoadError> {
-    let value: Value = serde_json::from_str(text).map_err(|e| LoadError::Json(e.to_string()))?;
-    let Value::Object(object) = value else {
-        return Err(LoadError::Json("the top level is not an object".into()));
-    };
+    let object = parse_object(text)?;
     if let Some(model_type) = object.get("model_type")
         && model_type.as_str() != Some("gpt2")
     {
@@ -33,10 +31,7 @@ pub fn gpt2_config_from_json(text: &str) -> Result<Gpt2Config, LoadError> {
         n_head: size(&object, "n_head")?,
         layer_norm_epsilon: match object.get("layer_norm_epsilon") {
             None | Some(Value::Null) => 1e-5,
-            Some(value) => value.as_f64().ok_or_else(|| LoadError::ConfigKey {
-                key: "layer_norm_epsilon",
-                problem: format!("must be a number, found {value}"),
-            })? as f32,
+            Some(value) => number(value, "layer_norm_epsilon")? as f32,
         },
     };
     require(
@@ -81,46 +76,7 @@ pub fn gpt2_config_from_json(text: &str) -> Result<Gpt2Config, LoadError> {
 
 /// Reads and parses a GPT-2 `config.json` file.
 pub fn read_gpt2_config(path: &Path) -> Result<Gpt2Config, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| LoadError::Io {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    gpt2_config_from_json(&text)
-}
-
-/// A required positive integer.
-fn size(object: &Map<String, Value>, key: &'static str) -> Result<usize, LoadError> {
-    let value = object.get(key).ok_or_else(|| LoadError::ConfigKey {
-        key,
-        problem: "is missing".into(),
-    })?;
-    value
-        .as_u64()
-        .and_then(|v| usize::try_from(v).ok())
-        .ok_or_else(|| LoadError::ConfigKey {
-            key,
-            problem: format!("must be a non-negative integer, found {value}"),
-        })
-}
-
-/// An optional key that, when present (and not null where null means the default), must pass `ok`.
-fn require(
-    object: &Map<String, Value>,
-    key: &'static str,
-    ok: impl Fn(&Value) -> bool,
-    supported: &str,
-) -> Result<(), LoadError> {
-    match object.get(key) {
-        Some(value) if !ok(value) => Err(unsupported(key, value, supported)),
-        _ => Ok(()),
-    }
-}
-
-fn unsupported(key: &'static str, value: &Value, supported: &str) -> LoadError {
-    LoadError::ConfigKey {
-        key,
-        problem: format!("is {value}; only {supported} is implemented"),
-    }
+    gpt2_config_from_json(&read_text(path)?)
 }
 
 #[cfg(test)]

@@ -12,15 +12,13 @@ use dsplan_planner::model::Embeddings;
 use serde_json::{Map, Value, json};
 
 use super::LoadError;
+use super::config_keys::{number, optional_size, parse_object, read_text, size, unsupported};
 use crate::model::llama::{AttentionBias, LlamaConfig, LlamaFamily};
 use crate::model::rope::{Rope, RopeScaling};
 
 /// Parses the text of a Llama-family `config.json`.
 pub fn llama_config_from_json(text: &str) -> Result<LlamaConfig, LoadError> {
-    let value: Value = serde_json::from_str(text).map_err(|e| LoadError::Json(e.to_string()))?;
-    let Value::Object(object) = value else {
-        return Err(LoadError::Json("the top level is not an object".into()));
-    };
+    let object = parse_object(text)?;
     let family = match object.get("model_type").and_then(Value::as_str) {
         Some("llama") => LlamaFamily::Llama,
         Some("qwen2") => LlamaFamily::Qwen2,
@@ -212,11 +210,7 @@ fn rope(object: &Map<String, Value>, max_positions: usize) -> Result<Rope, LoadE
 
 /// Reads and parses a Llama-family `config.json` file.
 pub fn read_llama_config(path: &Path) -> Result<LlamaConfig, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| LoadError::Io {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    llama_config_from_json(&text)
+    llama_config_from_json(&read_text(path)?)
 }
 
 /// The `config.json` `save_pretrained` would write for `config` (transformers 5 layout:
@@ -305,54 +299,15 @@ pub fn llama_config_to_json(config: &LlamaConfig, dtype: &str) -> Value {
     out
 }
 
-fn number(value: &Value, key: &'static str) -> Result<f64, LoadError> {
-    value.as_f64().ok_or_else(|| LoadError::ConfigKey {
-        key,
-        problem: format!("must be a number, found {value}"),
-    })
-}
-
-fn size(object: &Map<String, Value>, key: &'static str) -> Result<usize, LoadError> {
-    optional_size(object, key)?.ok_or_else(|| LoadError::ConfigKey {
-        key,
-        problem: "is missing".into(),
-    })
-}
-
-fn optional_size(
-    object: &Map<String, Value>,
-    key: &'static str,
-) -> Result<Option<usize>, LoadError> {
-    match object.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(value) => value
-            .as_u64()
-            .and_then(|v| usize::try_from(v).ok())
-            .map(Some)
-            .ok_or_else(|| LoadError::ConfigKey {
-                key,
-                problem: format!("must be a non-negative integer, found {value}"),
-            }),
-    }
-}
-
+/// An optional key that, when present and not null (null means the default here, as in
+/// transformers), must pass `ok`.
 fn require(
     object: &Map<String, Value>,
     key: &'static str,
     ok: impl Fn(&Value) -> bool,
     supported: &str,
 ) -> Result<(), LoadError> {
-    match object.get(key) {
-        Some(value) if !value.is_null() && !ok(value) => Err(unsupported(key, value, supported)),
-        _ => Ok(()),
-    }
-}
-
-fn unsupported(key: &'static str, value: &Value, supported: &str) -> LoadError {
-    LoadError::ConfigKey {
-        key,
-        problem: format!("is {value}; only {supported} is implemented"),
-    }
+    super::config_keys::require(object, key, |v| v.is_null() || ok(v), supported)
 }
 
 #[cfg(test)]

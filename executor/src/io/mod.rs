@@ -11,6 +11,7 @@
 //!   FIFOs and character devices, never over anything else).
 //! * [`process_alive`]: whether the process that left a file behind still runs.
 
+mod config_keys;
 mod error;
 pub mod hf_config;
 pub mod hf_weights;
