@@ -769,6 +769,52 @@ fn activation_checkpointing_is_acted_on() {
     );
 }
 
+/// Activation checkpointing of a Llama-family model: `--model tiny-llama` with the
+/// checkpointing config recomputes each layer (a note says so, nothing "not acted on"), its
+/// measured activations equal the plan's and are below those of a run without it.
+#[test]
+fn tiny_llama_activation_checkpointing_is_acted_on() {
+    let activations = |stdout: &str| -> (u64, u64) {
+        let summary: Value = serde_json::from_str(stdout).expect("summary JSON");
+        let memory = &summary["memory"];
+        (
+            memory["ranks"][0]["peak"]["activations"]
+                .as_u64()
+                .expect("measured"),
+            memory["predicted"]["activations"]
+                .as_u64()
+                .expect("predicted"),
+        )
+    };
+    let common = [
+        "--model",
+        "tiny-llama",
+        "--steps",
+        "2",
+        "--seq-len",
+        "32",
+        "--format",
+        "json",
+    ];
+    let plain = config_path("zero2_fp16.json");
+    let (code, stdout, stderr) = run(&[&["run", plain.as_str()][..], &common].concat());
+    assert_eq!(code, 0, "{stderr}");
+    let (kept, kept_plan) = activations(&stdout);
+    assert_eq!(kept, kept_plan);
+    let checkpointed = config_path("zero2_activation_checkpointing.json");
+    let (code, stdout, stderr) = run(&[&["run", checkpointed.as_str()][..], &common].concat());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("not acted on"), "{stderr}");
+    assert!(!stderr.contains("has no effect"), "{stderr}");
+    assert!(
+        stderr.contains("note: activation checkpointing (`activation_checkpointing`)"),
+        "{stderr}"
+    );
+    let (measured, predicted) = activations(&stdout);
+    assert_eq!(measured, predicted);
+    assert!(measured < kept, "{measured} < {kept}");
+}
+
 /// The Llama family's main-job example: `--model tiny-llama` trains under ZeRO-3 bf16 on two
 /// ranks, and `--save-model` writes a Hugging Face directory that loads back.
 #[test]

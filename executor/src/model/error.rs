@@ -57,8 +57,6 @@ pub enum ModelError {
     NoTargets,
     /// `backward` was called without a preceding training `forward`.
     BackwardWithoutForward,
-    /// Activation checkpointing asked of a model family that does not recompute yet.
-    RecomputeUnsupported,
     /// The activation layout does not fill the arena the planner sizes
     /// (`planner::memory::cpu_arena`): the two formulas drifted apart.
     ArenaSize {
@@ -110,10 +108,6 @@ impl fmt::Display for ModelError {
             ModelError::BackwardWithoutForward => {
                 write!(f, "backward needs a forward pass with targets first")
             }
-            ModelError::RecomputeUnsupported => write!(
-                f,
-                "activation checkpointing recomputes GPT-2 layers only; the Llama family keeps every activation"
-            ),
             ModelError::ArenaSize { planned, laid_out } => write!(
                 f,
                 "the activation layout needs {laid_out} elements, the planner sizes the arena at {planned}"

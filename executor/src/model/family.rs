@@ -207,7 +207,7 @@ pub enum ModelCore {
 
 impl ModelCore {
     /// The passes of `config`, sized for batches of `shape`, recomputing what `recompute`
-    /// says during backward (GPT-2 only so far).
+    /// says during backward.
     pub fn new(
         config: ModelConfig,
         shape: BatchShape,
@@ -215,10 +215,9 @@ impl ModelCore {
     ) -> Result<Self, ModelError> {
         Ok(match config {
             ModelConfig::Gpt2(c) => ModelCore::Gpt2(Gpt2Core::with_recompute(c, shape, recompute)?),
-            ModelConfig::Llama(_) if recompute != Recompute::Nothing => {
-                return Err(ModelError::RecomputeUnsupported);
+            ModelConfig::Llama(c) => {
+                ModelCore::Llama(LlamaCore::with_recompute(c, shape, recompute)?)
             }
-            ModelConfig::Llama(c) => ModelCore::Llama(LlamaCore::new(c, shape)?),
         })
     }
 

@@ -17,6 +17,18 @@
 //! | logits (their gradient after the loss), per-position losses | `BTV + BT` |
 //! | backward: residual-stream gradient, `(B,T,C)` scratch | `2·BTC` |
 //! | backward: `(B,T,max(QKV, 2I))` and `(B,T,max(A, I))` scratch, attention-score scratch | `BT·max(QKV,2I) + BT·max(A,I) + B·NH·T²` |
+//!
+//! A layer's output (the residual stream after it, the next layer's input, `BTC`) is its own
+//! under either mode; the rest of a layer's rows above is its *working set*
+//! (`3·BTC + 2·BT + BT·(QKV + A + 3I) + B·NH·T²`). Without recomputation every layer has its
+//! own (`S = L` sets); with activation checkpointing ([`Recompute::EachLayer`]) all layers
+//! share one (`S = 1`) and backward re-runs each layer's forward into it, as for GPT-2
+//! ([`super::cpu_arena`]).
+//!
+//! Total: `BTC·(L + 3S + 4) + BT·(2S + 2) + S·BT·(QKV + A + 3I) + BT·max(QKV,2I) + BT·max(A,I)
+//! + B·NH·T²·(S + 1) + BTV`.
+
+use super::cpu_arena::Recompute;
 
 /// The dimensions the Llama arena depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +51,18 @@ pub struct LlamaArenaShape {
     pub batch: u64,
     /// Tokens per sequence `T`.
     pub seq_len: u64,
+    /// What forward keeps of each layer.
+    pub recompute: Recompute,
+}
+
+impl LlamaArenaShape {
+    /// Layer working sets in the arena, `S`: one per layer, or one shared by all.
+    pub fn working_sets(&self) -> u64 {
+        match self.recompute {
+            Recompute::Nothing => self.layers,
+            Recompute::EachLayer => self.layers.min(1),
+        }
+    }
 }
 
 /// Elements of the arena (see the [module documentation](self)); saturates at `u64::MAX`.
@@ -55,12 +79,64 @@ pub fn llama_arena_elements(shape: &LlamaArenaShape) -> u64 {
     let qkv = (nh + 2 * w(shape.kv_heads)) * w(shape.head_dim);
     let bt = w(shape.batch) * w(shape.seq_len);
     let scores = w(shape.batch) * nh * w(shape.seq_len) * w(shape.seq_len);
-    let total = bt * c * (4 * l + 4)
-        + bt * (2 * l + 2)
-        + l * bt * (qkv + a + 3 * i)
+    let sets = w(shape.working_sets());
+    let total = bt * c * (l + 3 * sets + 4)
+        + bt * (2 * sets + 2)
+        + sets * bt * (qkv + a + 3 * i)
         + bt * qkv.max(2 * i)
         + bt * a.max(i)
-        + scores * (l + 1)
+        + scores * (sets + 1)
         + bt * v;
     u64::try_from(total).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recomputing_keeps_one_working_set_and_every_layers_output() {
+        // B=2, T=3, C=4, NH=2, KV=1, hs=2 (A=4, QKV=8), I=6, V=10, L=5.
+        let kept = LlamaArenaShape {
+            layers: 5,
+            hidden: 4,
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 2,
+            intermediate: 6,
+            vocab: 10,
+            batch: 2,
+            seq_len: 3,
+            recompute: Recompute::Nothing,
+        };
+        let recomputed = LlamaArenaShape {
+            recompute: Recompute::EachLayer,
+            ..kept
+        };
+        let (bt, btc, scores) = (6, 24, 2 * 2 * 9);
+        // ln1, residual2, ln2; two rstd; qkv, atty, gate_up, swiglu; probabilities.
+        let working_set = 3 * btc + 2 * bt + bt * (8 + 4 + 3 * 6) + scores;
+        assert_eq!(
+            llama_arena_elements(&kept) - llama_arena_elements(&recomputed),
+            4 * working_set
+        );
+        // encoded + 5 layer outputs; one working set; norm and rstd; logits, losses;
+        // dresidual, dbtc, dwide (max(8, 12)), dmid (max(4, 6)), datt.
+        let expected = btc
+            + 5 * btc
+            + working_set
+            + (btc + bt)
+            + (bt * 10 + bt)
+            + (2 * btc + bt * 12 + bt * 6 + scores);
+        assert_eq!(llama_arena_elements(&recomputed), expected);
+        let one_layer = LlamaArenaShape { layers: 1, ..kept };
+        assert_eq!(
+            llama_arena_elements(&one_layer),
+            llama_arena_elements(&LlamaArenaShape {
+                recompute: Recompute::EachLayer,
+                ..one_layer
+            }),
+            "one layer: the shared working set is its own"
+        );
+    }
 }

@@ -83,8 +83,8 @@ pub fn executor_stage(settings: &Settings, shards: &Shards) -> ZeroStage {
     }
 }
 
-/// Why the CPU executor cannot run what `settings` plan for `model`: it runs GPT-2 only, and
-/// recomputes whole layers or nothing (no selective recomputation).
+/// Why the CPU executor cannot run what `settings` plan for `model`: it runs GPT-2 and the
+/// Llama family only, and recomputes whole layers or nothing (no selective recomputation).
 pub fn check_cpu_backend(model: &ModelGraph, settings: &Settings, found: &mut Vec<Diagnostic>) {
     let family = model.architecture.family;
     if !matches!(
@@ -99,19 +99,6 @@ pub fn check_cpu_backend(model: &ModelGraph, settings: &Settings, found: &mut Ve
                 family.model_type()
             ),
         ));
-    }
-    if family != Family::Gpt2 && settings.checkpointing == Checkpointing::Full {
-        found.push(
-            Diagnostic::error(
-                Code::IncompatibleSettings,
-                "",
-                format!(
-                    "the dsplan-cpu backend recomputes GPT-2 layers only; activation checkpointing of a `{}` model is not built yet",
-                    family.model_type()
-                ),
-            )
-            .with_help("remove the activation_checkpointing section (or --gradient-checkpointing)"),
-        );
     }
     if settings.checkpointing == Checkpointing::Selective {
         found.push(
@@ -350,6 +337,7 @@ pub fn model_arena_elements(model: &ModelGraph, settings: &Settings) -> u64 {
                 vocab: arch.vocab,
                 batch: settings.batch.micro_batch,
                 seq_len: settings.batch.sequence_length,
+                recompute: arena_recompute(settings.checkpointing),
             })
         }
         _ => arena_elements(&arena_shape(model, settings)),

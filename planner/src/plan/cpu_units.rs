@@ -22,12 +22,14 @@
 //!
 //! * forward: the embedding (its fetch units before the first block; staging at the first),
 //!   each block (staging at its first tick), then the final norm (from its tick to the head's)
-//!   and the embedding again for the logits (at the head's tick, with its staging);
-//! * backward: the embedding for the logits' backward (at the head's backward tick), its
+//!   and, when the head is tied, the embedding again for the logits (at the head's tick, with
+//!   its staging);
+//! * backward: a tied embedding for the logits' backward (at the head's backward tick), its
 //!   gradients from there to the end of backward (the position and token tables get theirs
-//!   last); the final norm with its gradients; each block: its staging at its first backward
-//!   tick, then its gradients over the rest (the executor fetches before it allocates the
-//!   gradients, and a block has several ticks).
+//!   last); an untied embedding (Llama's `lm_head` is then the final norm's) has its gradients
+//!   only over its own backward ticks, after every block; the final norm with its gradients;
+//!   each block: its staging at its first backward tick, then its gradients over the rest (the
+//!   executor fetches before it allocates the gradients, and a block has several ticks).
 //!
 //! Two of the executor's moments share a tick with a larger one and are left out: the fetch
 //! staging of the embedding and of the final norm in backward (their gradients, allocated right
@@ -285,16 +287,24 @@ pub fn pass_buffers(inputs: &PassInputs<'_>, list: &mut BufferList) {
         inputs.staging(list, unit, "forward", first);
     }
     if let Some(unit) = embedding {
-        inputs.gathered(list, unit, "logits", span(head_forward, head_forward));
-        inputs.staging(list, unit, "logits", head_forward);
-        inputs.gathered(
-            list,
-            unit,
-            "logits' backward",
-            span(head_backward, head_backward),
-        );
-        let end = backward_ticks(ticks, &pre).map_or(ticks.epilogue() - 1, |(_, last)| last);
-        inputs.gradients(list, unit, span(head_backward, end));
+        let own_backward = backward_ticks(ticks, &pre);
+        let end = own_backward.map_or(ticks.epilogue() - 1, |(_, last)| last);
+        if head.is_empty() {
+            // Untied: the head is the final norm's; the embedding's gradient is made by the
+            // lookup's backward, after every block.
+            let from = own_backward.map_or(end, |(first, _)| first);
+            inputs.gradients(list, unit, span(from, end));
+        } else {
+            inputs.gathered(list, unit, "logits", span(head_forward, head_forward));
+            inputs.staging(list, unit, "logits", head_forward);
+            inputs.gathered(
+                list,
+                unit,
+                "logits' backward",
+                span(head_backward, head_backward),
+            );
+            inputs.gradients(list, unit, span(head_backward, end));
+        }
     }
     if let Some(unit) = final_norm
         && let Some((first, last)) = backward_ticks(ticks, &unit.fetch_units)

@@ -1,6 +1,7 @@
 //! The backward pass of [`LlamaCore`]: the forward layers in reverse, each accumulating its
 //! parameter gradients into its unit's gradient buffer; the residual stream's gradient is
-//! carried in one buffer.
+//! carried in one buffer. Under activation checkpointing each layer's forward is re-run from
+//! its saved input just before its backward ([`crate::model::recompute`]).
 
 use super::{ArenaState, LlamaCore};
 use crate::model::ModelError;
@@ -9,6 +10,7 @@ use crate::model::classifier::logits_backward;
 use crate::model::embedding::embedding_backward;
 use crate::model::gemm::Accumulate;
 use crate::model::linear::linear_backward;
+use crate::model::recompute::recomputes;
 use crate::model::rmsnorm::rmsnorm_backward;
 use crate::model::rope::rope_backward;
 use crate::model::swiglu::swiglu_backward;
@@ -61,12 +63,16 @@ impl LlamaCore {
         source.release(head)?;
         source.grads_ready(head)?;
 
-        for l in (0..self.config.num_hidden_layers).rev() {
+        let layers = self.config.num_hidden_layers;
+        for l in (0..layers).rev() {
             let unit = ParamUnit::Block(l);
             source.fetch(unit)?;
             {
                 let base = self.unit_spans.span(unit).offset;
                 let (p, g) = source.params_and_grads(unit);
+                if recomputes(self.act_layout.recompute, l, layers) {
+                    self.block_forward(l, self.block_input(l), UnitParams::new(base, p));
+                }
                 self.block_backward(l, UnitParams::new(base, p), UnitGrads::new(base, g));
             }
             source.release(unit)?;
@@ -118,6 +124,15 @@ impl LlamaCore {
         rmsnorm_backward(dres, dw, dlnf, res, p.of(pl.norm), rstd);
     }
 
+    /// Where layer `l`'s input lives: the embeddings, or the previous layer's output.
+    fn block_input(&self, l: usize) -> Span {
+        let al = &self.act_layout;
+        match l.checked_sub(1) {
+            Some(previous) => al.blocks[previous].residual3,
+            None => al.encoded,
+        }
+    }
+
     /// Layer `l` in reverse; `dresidual` holds the gradient of its output on entry and of its
     /// input on exit.
     fn block_backward(&mut self, l: usize, p: UnitParams<'_>, mut g: UnitGrads<'_>) {
@@ -133,11 +148,7 @@ impl LlamaCore {
         let dswiglu = Span::new(al.dmid.offset, n * inner);
         let datty = Span::new(al.dmid.offset, n * qw);
         let (a, w) = (&al.blocks[l], &self.param_layout.blocks[l]);
-        let residual = if l == 0 {
-            al.encoded
-        } else {
-            al.blocks[l - 1].residual3
-        };
+        let residual = self.block_input(l);
         let acts = &mut self.acts;
 
         // MLP: residual3 = residual2 + down(swiglu(gate_up(ln2(residual2)))).

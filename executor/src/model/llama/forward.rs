@@ -68,8 +68,10 @@ impl LlamaCore {
         UnitParams::new(self.unit_spans.span(unit).offset, source.params(unit))
     }
 
-    /// Layer `l` on the residual stream at `residual`; returns where its output lives.
-    fn block_forward(&mut self, l: usize, residual: Span, p: UnitParams<'_>) -> Span {
+    /// Layer `l` on the residual stream at `residual` (its input); returns where its output
+    /// lives. Backward calls it again to recompute the layer from its saved input
+    /// ([`crate::model::recompute`]).
+    pub(super) fn block_forward(&mut self, l: usize, residual: Span, p: UnitParams<'_>) -> Span {
         let cfg = &self.config;
         let (c, inner) = (cfg.hidden_size, cfg.intermediate_size);
         let (qw, kvw, width) = (cfg.q_width(), cfg.kv_width(), cfg.qkv_width());

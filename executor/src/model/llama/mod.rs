@@ -5,7 +5,9 @@
 //! (`h += o_proj(attn(rope(qkv(rmsnorm(h)))))`, `h += down(silu(gate(x)) * up(x))` with
 //! `x = rmsnorm(h)`), the final RMSNorm and `lm_head` (tied or not); with targets, the mean
 //! cross-entropy and, fused, the gradient of the logits. `backward` walks the same layers in
-//! reverse. [`LlamaCore`] reads its parameters unit by unit through a [`ParamSource`] (as
+//! reverse. With [`Recompute::EachLayer`] the arena keeps only each layer's output and
+//! backward re-runs the layer's forward from its saved input (see [`super::recompute`]).
+//! [`LlamaCore`] reads its parameters unit by unit through a [`ParamSource`] (as
 //! [`crate::model::Gpt2Core`] does), so the ZeRO ranks drive it unchanged; [`Llama`] owns
 //! whole buffers. This file holds the types and checks; `forward.rs` and `backward.rs` the two
 //! passes. Vocabulary as in [`crate::model`], plus `KV` key/value heads and `I` the MLP width.
@@ -25,6 +27,7 @@ pub use params::{LlamaBlockParams, LlamaLayout};
 use super::attention::AttentionDims;
 use super::classifier::crossentropy_forward_backward;
 use super::owned::OwnedParams;
+use super::recompute::Recompute;
 use super::rope::RopeTable;
 use super::units::{ParamSource, UnitSpans};
 use super::{BatchShape, ModelError};
@@ -57,8 +60,19 @@ pub struct LlamaCore {
 }
 
 impl LlamaCore {
-    /// The passes of a model for `config`, sized for batches of `shape`.
+    /// The passes of a model for `config`, sized for batches of `shape`, keeping every
+    /// activation.
     pub fn new(config: LlamaConfig, shape: BatchShape) -> Result<Self, ModelError> {
+        Self::with_recompute(config, shape, Recompute::Nothing)
+    }
+
+    /// The passes of a model for `config`, sized for batches of `shape`, keeping or
+    /// recomputing each layer's activations as `recompute` says.
+    pub fn with_recompute(
+        config: LlamaConfig,
+        shape: BatchShape,
+        recompute: Recompute,
+    ) -> Result<Self, ModelError> {
         config.validate()?;
         if shape.batch == 0 || shape.seq_len == 0 {
             return Err(ModelError::EmptyBatch);
@@ -78,9 +92,9 @@ impl LlamaCore {
             });
         }
         let param_layout = LlamaLayout::new(&config);
-        let act_layout = LlamaActivations::new(&config, shape);
+        let act_layout = LlamaActivations::new(&config, shape, recompute);
         // The arena is the size the planner lists; the layout must fill it exactly.
-        let planned = planned_llama_arena_len(&config, shape);
+        let planned = planned_llama_arena_len(&config, shape, recompute);
         if planned != act_layout.total_len() {
             return Err(ModelError::ArenaSize {
                 planned,
@@ -118,6 +132,11 @@ impl LlamaCore {
     /// The activation arena layout.
     pub fn activation_layout(&self) -> &LlamaActivations {
         &self.act_layout
+    }
+
+    /// What forward keeps of each layer.
+    pub fn recompute(&self) -> Recompute {
+        self.act_layout.recompute
     }
 
     /// The rotary table of this sequence length.
@@ -243,13 +262,23 @@ pub struct Llama {
 
 impl Llama {
     /// A model for `config` with `params` laid out as [`LlamaLayout::new`] says, sized for
-    /// batches of `shape`. Gradients start at zero.
+    /// batches of `shape`, keeping every activation. Gradients start at zero.
     pub fn new(
         config: LlamaConfig,
         params: Vec<f32>,
         shape: BatchShape,
     ) -> Result<Self, ModelError> {
-        let core = LlamaCore::new(config, shape)?;
+        Self::with_recompute(config, params, shape, Recompute::Nothing)
+    }
+
+    /// As [`Llama::new`], keeping or recomputing each layer's activations as `recompute` says.
+    pub fn with_recompute(
+        config: LlamaConfig,
+        params: Vec<f32>,
+        shape: BatchShape,
+        recompute: Recompute,
+    ) -> Result<Self, ModelError> {
+        let core = LlamaCore::with_recompute(config, shape, recompute)?;
         let expected = core.param_layout.num_params();
         if params.len() != expected {
             return Err(ModelError::ParamCount {
@@ -301,8 +330,20 @@ impl Llama {
     /// Training forward: the mean cross-entropy over positions that have a target (see
     /// [`crate::model::next_token_targets`]), the logits' gradient prepared for backward.
     pub fn forward(&mut self, tokens: &[u32], targets: &[Option<u32>]) -> Result<f32, ModelError> {
+        self.forward_scaled(tokens, targets, 1.0)
+    }
+
+    /// As [`Llama::forward`], but backward will compute the gradient of `grad_scale * loss`
+    /// (gradient accumulation divides by the number of micro-batches).
+    pub fn forward_scaled(
+        &mut self,
+        tokens: &[u32],
+        targets: &[Option<u32>],
+        grad_scale: f32,
+    ) -> Result<f32, ModelError> {
         let mut source = OwnedParams::new(&self.unit_spans, &self.params, &mut self.grads);
-        self.core.forward_with(&mut source, tokens, targets, 1.0)
+        self.core
+            .forward_with(&mut source, tokens, targets, grad_scale)
     }
 
     /// Backward: adds the gradient of the last training forward's loss to the gradients.
