@@ -26,6 +26,8 @@ fn cases(dir: &tempfile::TempDir) -> Vec<PathBuf> {
         ("alias.json", br#"{"train_batch_size": 8, "zero_optimization": {"stage": 3, "max_live_parameters": 1, "stage3_max_live_parameters": 2}}"#.to_vec()),
         ("auto.json", br#"{"train_batch_size": "auto", "fp16": {"enabled": "auto", "loss_scale": 4, "hysteresis": 1}}"#.to_vec()),
         ("cut.json", br#"{"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr""#.to_vec()),
+        ("closed.json", br#"{"train_batch_size": 8, "autotuning": {"enabeld": true, "model_info": {"num_layer": 2}}, "timers": {"throughputs": {}}, "checkpoint": {"writer": {"decouple": true}}, "optimizer": {"type": "AdamW", "param": {"lr": 1}}, "scheduler": {"type": "OneCycle", "params": {"cycle_min_mom": 1.5, "decay_lr_rate": -1, "cycle_min_lr": -1}}, "pipeline": {"pipe_partitoned": true, "chunks": 4}, "expert_parallel": {"autoep_sise": 2}, "aio": {"block_size": 0, "queue_depth": 0, "intra_op_parallelism": 0}}"#.to_vec()),
+        ("nested.json", br#"{"train_batch_size": 8, "zero_optimization": {"stage": 3, "sub_group_size": 0, "offload_optimizer": {"device": "cpu", "buffer_count": -1}}}"#.to_vec()),
     ];
     let mut paths: Vec<PathBuf> = texts
         .into_iter()
@@ -81,5 +83,5 @@ fn every_sample_exits_0_1_or_2_and_prints_no_control_character() {
         }
     }
     eprintln!("front-end fuzz through the binary: {runs} runs");
-    assert!(runs >= 28, "{runs}");
+    assert!(runs >= 32, "{runs}");
 }

@@ -196,3 +196,76 @@ fn the_binary_matches_deepspeeds_reference() {
     );
     assert!(matched >= 30);
 }
+
+#[test]
+fn the_step_count_is_bounded_and_stated() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write(
+        dir.path(),
+        "warmup.json",
+        &json!({"optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+                "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}}),
+    );
+    // Above the bound: a usage error naming the range, before any work.
+    let (code, stdout, stderr) = run(&[
+        "schedule", &config, "--format", "json", "--steps", "10000001",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains("10000001 is not in 1..=10000000"),
+        "{stderr}"
+    );
+    // A longer run from the training arguments is shown up to the bound, and says so.
+    let (code, stdout, stderr) = run(&["schedule", &config, "--num-training-steps", "20000000"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(
+            "the run has 20000000 steps; `dsplan schedule` shows at most 10000000, so these are the first 10000000"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stdout.starts_with("WarmupLR over 10000000 training steps"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("   9999999  0.001"), "{stdout}");
+    // A chart of a million steps is drawn from a bounded number of points (it was 27 MB).
+    let (code, svg, stderr) = run(&["schedule", &config, "--format", "svg", "--steps", "1000000"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(svg.starts_with("<svg"), "{svg}");
+    assert!(svg.len() < 1_000_000, "{} bytes of SVG", svg.len());
+}
+
+#[test]
+fn a_value_every_command_refuses_is_refused_here_too() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("negative.json");
+    std::fs::write(
+        &path,
+        "{\"optimizer\": {\"type\": \"AdamW\",\n  \"params\": {\"lr\": -0.001}},\n \"scheduler\": {\"type\": \"WarmupLR\", \"paramz\": {}}}\n",
+    )
+    .expect("written");
+    let config = path.to_str().expect("utf-8").to_string();
+    let (code, stdout, stderr) = run(&["schedule", &config, "--format", "json"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains(
+            "error[out-of-range]: `optimizer.params.lr` is -0.001, but it must be at least 0"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("negative.json:2:14 (/optimizer/params/lr)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("error[unknown-key]: unknown key `paramz` in `scheduler`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("negative.json:3:36 (/scheduler/paramz)"),
+        "{stderr}"
+    );
+}

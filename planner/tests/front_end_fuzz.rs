@@ -53,6 +53,16 @@ const FRAGMENTS: &[&[u8]] = &[
     b"// comment\n",
     b",}",
     b"\"\\ud800\"",
+    // The sections closed later, and the range table's knobs.
+    b"\"autotuning\": {\"enabeld\": true, \"model_info\": {\"num_layer\": 2}},",
+    b"\"timers\": {\"throughputs\": {}},",
+    b"\"checkpoint\": {\"writer\": {\"decouple\": true}},",
+    b"\"optimizer\": {\"type\": \"AdamW\", \"param\": {\"lr\": 1}},",
+    b"\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_mom\": 1.5, \"decay_lr_rate\": -1, \"cycle_min_lr\": -1}},",
+    b"\"pipeline\": {\"pipe_partitoned\": true, \"chunks\": 4},",
+    b"\"expert_parallel\": {\"autoep_sise\": 2, \"expert_w3\": null},",
+    b"\"aio\": {\"block_size\": 0, \"queue_depth\": 0, \"intra_op_parallelism\": 0},",
+    b"\"zero_optimization\": {\"stage\": 3, \"sub_group_size\": 0, \"max_live_parameters\": 0, \"offload_param\": {\"device\": \"nvme\", \"buffer_count\": 0}},",
 ];
 
 fn mutate(rng: &mut Rng, original: &[u8]) -> Vec<u8> {
@@ -94,6 +104,10 @@ fn shapes() -> Vec<Vec<u8>> {
         b"{\"a\": 1,\x1b[2J \x07}".to_vec(),
         vec![0; 4096],
         Vec::new(),
+        // Every closed section with a typo and every range entry broken, in one file.
+        format!("{{{} \"train_batch_size\": 8}}", FRAGMENTS[15..].iter().map(|f| String::from_utf8_lossy(f)).collect::<String>()).into_bytes(),
+        // A refused value three levels down.
+        b"{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"buffer_count\": -1}}}".to_vec(),
     ]
 }
 
@@ -118,7 +132,13 @@ fn check(name: &str, bytes: &[u8]) {
                     world_size: Some(8),
                     ..Environment::default()
                 };
-                let _ = resolve(file.value(), &env);
+                // Every error resolve gives is placed in the file, however deep its field.
+                if let Err(mut errors) = resolve(file.value(), &env) {
+                    file.locate_all(&mut errors);
+                    for error in &errors {
+                        assert!(error.line.is_some(), "{name}: unlocated {error:?}");
+                    }
+                }
             }
         }
         Err(fatal) => {

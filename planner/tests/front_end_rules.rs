@@ -158,13 +158,25 @@ fn typos_in_the_sections_deepspeed_reads_key_by_key_are_unknown_keys() {
         ("flops_profiler", "enable", "enabled"),
         ("torch_autocast", "enable", "enabled"),
         ("data_types", "grad_accum_dtyp", "grad_accum_dtype"),
+        ("autotuning", "enabeld", "enabled"),
+        ("autotuning.model_info", "num_layer", "num_layers"),
+        ("timers", "throughputs", "throughput"),
+        ("checkpoint.writer", "decouple", "decoupled"),
+        ("optimizer", "param", "params"),
+        ("scheduler", "parms", "params"),
+        ("expert_parallel", "autoep_sise", "autoep_size"),
     ] {
-        let found = diagnose(&format!(
-            r#"{{"train_batch_size": 8, "{section}": {{"{typo}": true}}}}"#
-        ));
+        let section_pointer = format!("/{}", section.replace('.', "/"));
+        let mut document = serde_json::json!({"train_batch_size": 8});
+        let mut at = &mut document;
+        for part in section.split('.') {
+            at = &mut at[part];
+        }
+        at[typo] = serde_json::json!(true);
+        let found = diagnose(&serde_json::to_string_pretty(&document).expect("JSON"));
         let unknown = only_at(
             &found,
-            &format!("/{section}/{typo}"),
+            &format!("{section_pointer}/{typo}"),
             Code::UnknownKey,
             Severity::Error,
         );
@@ -233,5 +245,196 @@ fn impossible_numeric_values_are_reported_with_their_reason() {
             .iter()
             .all(|d| d.pointer != "/optimizer/params/betas/0"),
         "0.9 is fine: {found:#?}"
+    );
+}
+
+#[test]
+fn pipeline_keys_deepspeed_never_reads_are_typos_or_ignored() {
+    let found = diagnose(
+        r#"{"train_batch_size": 8, "pipeline": {"pipe_partitoned": false, "chunks": 4, "stages": "auto"}}"#,
+    );
+    let typo = only_at(
+        &found,
+        "/pipeline/pipe_partitoned",
+        Code::UnknownKey,
+        Severity::Error,
+    );
+    assert_eq!(typo.message, "unknown key `pipe_partitoned` in `pipeline`");
+    assert_eq!(
+        typo.help.as_deref(),
+        Some("did you mean `pipe_partitioned`?")
+    );
+    let own = only_at(
+        &found,
+        "/pipeline/chunks",
+        Code::IgnoredSetting,
+        Severity::Warning,
+    );
+    assert_eq!(
+        own.message,
+        "`pipeline.chunks` is not a DeepSpeed key; DeepSpeed ignores it"
+    );
+    assert!(found.iter().all(|d| d.pointer != "/pipeline/stages"));
+}
+
+#[test]
+fn scheduler_bucket_and_aio_values_that_cannot_work_are_reported() {
+    let cases: &[(&str, &str, Severity, &str)] = &[
+        (
+            r#"{"scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": -0.1}}}"#,
+            "/scheduler/params/warmup_min_lr",
+            Severity::Error,
+            "`scheduler.params.warmup_min_lr` is -0.1, but it must be at least 0: the warm-up starts at this rate",
+        ),
+        (
+            r#"{"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": [0.1, -0.2]}}}"#,
+            "/scheduler/params/warmup_max_lr/1",
+            Severity::Error,
+            "`scheduler.params.warmup_max_lr.1` is -0.2, but it must be at least 0",
+        ),
+        (
+            r#"{"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10, "warmup_min_ratio": -0.5}}}"#,
+            "/scheduler/params/warmup_min_ratio",
+            Severity::Error,
+            "`scheduler.params.warmup_min_ratio` is -0.5, but it must be at least 0",
+        ),
+        (
+            r#"{"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10, "warmup_min_ratio": 2}}}"#,
+            "/scheduler/params/warmup_min_ratio",
+            Severity::Warning,
+            "`scheduler.params.warmup_min_ratio` is 2, but it must be at most 1: the warm-up starts above",
+        ),
+        (
+            r#"{"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10, "cos_min_ratio": -0.1}}}"#,
+            "/scheduler/params/cos_min_ratio",
+            Severity::Warning,
+            "`scheduler.params.cos_min_ratio` is -0.1, but it must be at least 0: the cosine aims below 0",
+        ),
+        (
+            r#"{"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10, "cos_min_ratio": 1.5}}}"#,
+            "/scheduler/params/cos_min_ratio",
+            Severity::Warning,
+            "`scheduler.params.cos_min_ratio` is 1.5, but it must be at most 1",
+        ),
+        (
+            r#"{"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": -1e-4, "cycle_max_lr": 1e-3}}}"#,
+            "/scheduler/params/cycle_min_lr",
+            Severity::Error,
+            "`scheduler.params.cycle_min_lr` is -0.0001, but it must be at least 0",
+        ),
+        (
+            r#"{"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": -1e-3}}}"#,
+            "/scheduler/params/cycle_max_lr",
+            Severity::Error,
+            "`scheduler.params.cycle_max_lr` is -0.001, but it must be at least 0",
+        ),
+        (
+            r#"{"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3, "decay_lr_rate": -0.5}}}"#,
+            "/scheduler/params/decay_lr_rate",
+            Severity::Error,
+            "`scheduler.params.decay_lr_rate` is -0.5, but it must be at least 0: after the cycle",
+        ),
+        (
+            r#"{"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3, "cycle_min_mom": 1.0}}}"#,
+            "/scheduler/params/cycle_min_mom",
+            Severity::Error,
+            "`scheduler.params.cycle_min_mom` is 1, but it must be in [0, 1): it becomes the optimizer's beta1",
+        ),
+        (
+            r#"{"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3, "cycle_max_mom": -0.9}}}"#,
+            "/scheduler/params/cycle_max_mom",
+            Severity::Error,
+            "`scheduler.params.cycle_max_mom` is -0.9, but it must be in [0, 1)",
+        ),
+        (
+            r#"{"scheduler": {"type": "LRRangeTest", "params": {"lr_range_test_min_lr": -1e-3}}}"#,
+            "/scheduler/params/lr_range_test_min_lr",
+            Severity::Error,
+            "`scheduler.params.lr_range_test_min_lr` is -0.001, but it must be at least 0",
+        ),
+        (
+            r#"{"scheduler": {"type": "LRRangeTest", "params": {"lr_range_test_step_rate": -2}}}"#,
+            "/scheduler/params/lr_range_test_step_rate",
+            Severity::Error,
+            "`scheduler.params.lr_range_test_step_rate` is -2, but it must be at least 0: the factor",
+        ),
+        (
+            r#"{"zero_optimization": {"stage": 3, "sub_group_size": 0}}"#,
+            "/zero_optimization/sub_group_size",
+            Severity::Warning,
+            "`zero_optimization.sub_group_size` is 0, but it must be above 0: every parameter becomes its own optimizer sub-group",
+        ),
+        (
+            r#"{"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 0}}"#,
+            "/zero_optimization/stage3_max_live_parameters",
+            Severity::Warning,
+            "`zero_optimization.stage3_max_live_parameters` is 0, but it must be above 0: the prefetch budget",
+        ),
+        (
+            r#"{"zero_optimization": {"stage": 3, "max_live_parameters": 0}}"#,
+            "/zero_optimization/max_live_parameters",
+            Severity::Warning,
+            "`zero_optimization.max_live_parameters` is 0, but it must be above 0",
+        ),
+        (
+            r#"{"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp", "buffer_count": 0}}}"#,
+            "/zero_optimization/offload_param/buffer_count",
+            Severity::Error,
+            "`zero_optimization.offload_param.buffer_count` is 0, but it must be above 0: the parameter swapper has no buffer",
+        ),
+        (
+            r#"{"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp", "buffer_size": 0}}}"#,
+            "/zero_optimization/offload_param/buffer_size",
+            Severity::Error,
+            "`zero_optimization.offload_param.buffer_size` is 0, but it must be above 0",
+        ),
+        (
+            r#"{"aio": {"block_size": 0}}"#,
+            "/aio/block_size",
+            Severity::Error,
+            "`aio.block_size` is 0, but it must be above 0: each transfer is cut into num_bytes / block_size requests",
+        ),
+        (
+            r#"{"aio": {"queue_depth": 0}}"#,
+            "/aio/queue_depth",
+            Severity::Error,
+            "`aio.queue_depth` is 0, but it must be above 0: the submit loop advances by queue_depth",
+        ),
+        (
+            r#"{"aio": {"intra_op_parallelism": 0}}"#,
+            "/aio/intra_op_parallelism",
+            Severity::Error,
+            "`aio.intra_op_parallelism` is 0, but it must be above 0",
+        ),
+    ];
+    for (config, pointer, severity, start) in cases {
+        let mut document: serde_json::Value = serde_json::from_str(config).expect("JSON");
+        document["train_batch_size"] = serde_json::json!(8);
+        let found = diagnose(&serde_json::to_string_pretty(&document).expect("JSON"));
+        let diagnostic = only_at(&found, pointer, Code::OutOfRange, *severity);
+        assert!(
+            diagnostic.message.starts_with(start),
+            "{pointer}: {}",
+            diagnostic.message
+        );
+        let help = diagnostic.help.as_deref().unwrap_or_default();
+        assert!(
+            help.starts_with("DeepSpeed 0.19.8 uses it in deepspeed/")
+                || help.starts_with("DeepSpeed 0.19.8 uses it in csrc/"),
+            "{pointer}: {help}"
+        );
+        assert!(help.contains(".py:") || help.contains(".cpp:"), "{help}");
+    }
+}
+
+#[test]
+fn stage3_and_nvme_knobs_are_not_checked_where_deepspeed_does_not_use_them() {
+    let found = diagnose(
+        r#"{"train_batch_size": 8, "zero_optimization": {"stage": 2, "sub_group_size": 0,
+            "offload_param": {"device": "cpu", "buffer_count": 0}}}"#,
+    );
+    assert!(
+        found.iter().all(|d| d.code != Code::OutOfRange),
+        "{found:#?}"
     );
 }

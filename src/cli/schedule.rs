@@ -2,8 +2,9 @@
 //! executor will step it: the Trainer's `"auto"` pass, then DeepSpeed 0.19.8's scheduler.
 //!
 //! `json` prints `[{"step": k, "lr": x, "momentum": m_or_null}, ...]` where step k runs with
-//! `lr` (k = 0 before any scheduler step); `human` prints the phases and a compact table; `svg`
-//! draws the curve.
+//! `lr` (k = 0 before any scheduler step), written row by row; `human` prints the phases and a
+//! compact table; `svg` draws the curve from at most [`CHART_POINTS`] points per line. Memory
+//! does not grow with `--steps`, which is at most [`MAX_STEPS`].
 
 use std::path::PathBuf;
 
@@ -11,8 +12,9 @@ use clap::{Args, ValueEnum};
 use dsplan_planner::resolve::ResolvedSchedule;
 use dsplan_planner::resolve::phases::{default_steps, phases};
 use dsplan_planner::resolve::schedule::schedule;
+use dsplan_planner::schedule::py_float_repr;
+use dsplan_planner::schedule::rows::{MAX_STEPS, curve, write_json_rows};
 use dsplan_planner::schedule::svg::lr_curve_svg;
-use dsplan_planner::schedule::{LrSchedule, py_float_repr};
 use dsplan_planner::source::SourceFile;
 
 use super::Outcome;
@@ -20,8 +22,8 @@ use super::resolve::print_stdout;
 use super::training_args::{TrainingArgsFlags, environment};
 use crate::render;
 
-/// The most steps one run prints.
-const MAX_STEPS: u64 = 10_000_000;
+/// The most points per line of the SVG chart (the chart is 800 pixels wide).
+const CHART_POINTS: u64 = 4_000;
 
 /// Rows of the compact human table (besides phase boundaries).
 const TABLE_ROWS: u64 = 12;
@@ -46,7 +48,8 @@ pub struct ScheduleArgs {
     file: PathBuf,
     #[command(flatten)]
     training: TrainingArgsFlags,
-    /// Training steps to show (default: --num-training-steps, else the schedule's whole shape).
+    /// Training steps to show, at most 10,000,000 (default: --num-training-steps, else the
+    /// schedule's whole shape).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_STEPS))]
     steps: Option<u64>,
     /// Output format.
@@ -95,60 +98,37 @@ pub fn run(args: ScheduleArgs) -> Outcome {
     if !diagnostics.is_empty() {
         eprint!("{}", render::human(&file, &diagnostics));
     }
-    let steps = args
+    let wanted = args
         .steps
         .or(env.training_args.num_training_steps.map(|n| n.value))
-        .unwrap_or_else(|| default_steps(&resolved.schedule))
-        .min(MAX_STEPS);
-    if args.format == ScheduleFormat::Json {
-        return stream_json_rows(&resolved.schedule, steps);
+        .unwrap_or_else(|| default_steps(&resolved.schedule));
+    let steps = wanted.min(MAX_STEPS);
+    if steps < wanted {
+        eprintln!(
+            "note: {display}: the run has {wanted} steps; `dsplan schedule` shows at most {MAX_STEPS}, so these are the first {MAX_STEPS}"
+        );
     }
-    let points: Vec<(u64, f64)> = (0..steps)
-        .map(|k| (k, resolved.schedule.lr_at(k)))
-        .collect();
-    let momentum: Option<Vec<(u64, f64)>> = (0..steps)
-        .map(|k| {
-            resolved
-                .schedule
-                .momentum_at(k)
-                .map(|(beta1, _)| (k, beta1))
-        })
-        .collect();
     let out = match args.format {
-        ScheduleFormat::Json => return stream_json_rows(&resolved.schedule, steps),
-        ScheduleFormat::Svg => lr_curve_svg(
-            &points,
-            momentum.as_deref(),
-            &format!("{} ({display})", resolved.schedule.type_name()),
-        ),
-        ScheduleFormat::Human => human(&resolved, &points, momentum.as_deref()),
+        ScheduleFormat::Json => return stream_json_rows(&resolved, steps),
+        ScheduleFormat::Svg => {
+            let chart = curve(&resolved.schedule, steps, CHART_POINTS);
+            lr_curve_svg(
+                &chart.lr,
+                chart.momentum.as_deref(),
+                &format!("{} ({display})", resolved.schedule.type_name()),
+            )
+        }
+        ScheduleFormat::Human => human(&resolved, steps),
     };
     print_stdout(&out);
     Outcome::Success
 }
 
-/// Writes the JSON list of every step's rates row by row as it computes them, so that 10^7
-/// steps take constant memory (building the whole list first took 6 GB).
-fn stream_json_rows(schedule: &LrSchedule, steps: u64) -> Outcome {
-    use std::io::Write;
+/// Writes the JSON list of every step's rates as it computes them (constant memory).
+fn stream_json_rows(resolved: &ResolvedSchedule, steps: u64) -> Outcome {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let mut write = || -> std::io::Result<()> {
-        out.write_all(b"[")?;
-        for k in 0..steps {
-            let beta1 = schedule.momentum_at(k).map(|(beta1, _)| beta1);
-            let separator = if k == 0 { "\n  " } else { ",\n  " };
-            // Numbers through serde_json (its float formatting), no JSON value per row.
-            write!(out, "{separator}{{\"step\": {k}, \"lr\": ")?;
-            serde_json::to_writer(&mut out, &schedule.lr_at(k))?;
-            out.write_all(b", \"momentum\": ")?;
-            serde_json::to_writer(&mut out, &beta1)?;
-            out.write_all(b"}")?;
-        }
-        out.write_all(b"\n]\n")?;
-        out.flush()
-    };
-    match write() {
+    match write_json_rows(&resolved.schedule, steps, &mut out) {
         Ok(()) => Outcome::Success,
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Outcome::Success,
         Err(error) => {
@@ -158,16 +138,13 @@ fn stream_json_rows(schedule: &LrSchedule, steps: u64) -> Outcome {
     }
 }
 
-fn human(
-    resolved: &ResolvedSchedule,
-    points: &[(u64, f64)],
-    momentum: Option<&[(u64, f64)]>,
-) -> String {
+/// The phases and a table of about [`TABLE_ROWS`] steps (plus the phase boundaries), each
+/// computed on its own.
+fn human(resolved: &ResolvedSchedule, steps: u64) -> String {
     let schedule = &resolved.schedule;
     let mut out = format!(
-        "{} over {} training steps; the optimizer's lr is {}\n\nphases (step k runs with the rate after k scheduler steps):\n",
+        "{} over {steps} training steps; the optimizer's lr is {}\n\nphases (step k runs with the rate after k scheduler steps):\n",
         schedule.type_name(),
-        points.len(),
         resolved.base_lr_source
     );
     let phase_list = phases(schedule);
@@ -178,7 +155,8 @@ fn human(
         };
         out.push_str(&format!("  {span:<18} {}\n", phase.description));
     }
-    let last = points.len() as u64;
+    let last = steps;
+    let cycles_momentum = schedule.momentum_at(0).is_some();
     let mut shown: Vec<u64> = (0..TABLE_ROWS).map(|i| i * last / TABLE_ROWS).collect();
     for phase in &phase_list {
         shown.extend([phase.from_step, phase.to_step.unwrap_or(0)]);
@@ -191,14 +169,14 @@ fn human(
         "{:>10}  {:<24}{}",
         "step",
         "lr",
-        if momentum.is_some() { "β₁" } else { "" }
+        if cycles_momentum { "β₁" } else { "" }
     );
     out.push_str(&format!("\n{}\n", header.trim_end()));
     for step in shown {
-        let (_, lr) = points[step as usize];
-        let beta1 = momentum
-            .and_then(|m| m.get(step as usize))
-            .map(|(_, b)| py_float_repr(*b))
+        let lr = schedule.lr_at(step);
+        let beta1 = schedule
+            .momentum_at(step)
+            .map(|(b, _)| py_float_repr(b))
             .unwrap_or_default();
         out.push_str(format!("{step:>10}  {:<24}{beta1}", py_float_repr(lr)).trim_end());
         out.push('\n');

@@ -4,8 +4,9 @@
 //! Both are plain dictionary lookups in DeepSpeed: string choices are upper-cased before they
 //! are compared, and unknown keys are ignored, so a misspelt key silently keeps its default.
 //! dsplan refuses unknown keys in `checkpoint`, `checkpoint.parallel_write` (`runtime/config.py`
-//! 387-401 and 545-569 in 0.19.8) and `aio` (`runtime/swap_tensor/aio_config.py:25-35`), as
-//! in the pydantic sections.
+//! 387-401 and 545-569 in 0.19.8), `checkpoint.writer`
+//! (`runtime/model_checkpointing/config.py:35-58`) and `aio`
+//! (`runtime/swap_tensor/aio_config.py:25-35`), as in the pydantic sections.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -92,7 +93,7 @@ case_insensitive_enum! {
 
 /// `checkpoint.writer`: the checkpoint writer engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct CheckpointWriterConfig {
     /// The writer implementation.
     #[serde(rename = "type")]

@@ -1,8 +1,10 @@
 //! `activation_checkpointing` and `autotuning`: two plain dictionary-lookup sections in
 //! DeepSpeed. DeepSpeed ignores unknown keys in them; dsplan refuses an unknown key in
 //! `activation_checkpointing` (its six keys: `runtime/activation_checkpointing/config.py:77-94`
-//! in 0.19.8), because a misspelt one silently keeps the default (`partition_activation` trains
-//! without partitioned activations).
+//! in 0.19.8), `autotuning` (`autotuning/config.py:33-86`) and `autotuning.model_info`
+//! (`autotuning/config.py:88-94`, the keys of `MODEL_INFO_KEY_DEFAULT_DICT`), because a
+//! misspelt one silently keeps the default (`partition_activation` trains without partitioned
+//! activations).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -60,7 +62,7 @@ pub enum TunerType {
 /// `autotuning`: the autotuner started by `deepspeed --autotuning {tune,run}`, which searches
 /// ZeRO stages and micro-batch sizes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct AutotuningConfig {
     /// Turn the autotuner on.
     pub enabled: bool,
@@ -142,7 +144,7 @@ impl Default for AutotuningConfig {
 
 /// `autotuning.model_info`: the model facts the autotuner would otherwise profile.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ModelInfoConfig {
     /// Profile the model to fill the other fields.
     pub profile: bool,

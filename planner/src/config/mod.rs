@@ -13,15 +13,20 @@
 //! | [`monitors`] | `tensorboard`, `wandb`, `csv_monitor`, `comet`, `comms_logger`, `flops_profiler`, `timers` |
 //! | [`checkpoint`] | `checkpoint`, `aio` |
 //! | [`parallel`] | `tensor_parallel`, `hybrid_engine`, `weight_quantization`, `compile` |
+//! | [`expert_parallel`] | `expert_parallel` (AutoEP) |
 //! | [`misc`] | `activation_checkpointing`, `autotuning` |
 //!
 //! [`primitives`] holds the shared value types ([`AutoOr`], [`NonNegativeInt`], ...),
 //! [`registry`] the data tables (deprecated and removed keys, aliases, optimizers, schedulers,
 //! `"auto"` keys), [`schema`](mod@schema) the schema generation and [`from_value`] the typed parse.
-//! `pipeline`, `data_efficiency`, `expert_parallel` and `datastates_ckpt` stay free-form: DeepSpeed
-//! passes them on to other components.
+//! `pipeline`, `data_efficiency` and `datastates_ckpt` stay free-form: DeepSpeed passes them on
+//! to other components (`datastates_ckpt` to the DataStates library, `data_efficiency` to the
+//! curriculum and routing samplers), and real configs keep their own script's keys in `pipeline`
+//! (`chunks`, `partition_method`, ...), which DeepSpeed ignores; dsplan warns about those
+//! ([`crate::validate::rules::keys`]).
 
 pub mod checkpoint;
+pub mod expert_parallel;
 pub mod misc;
 pub mod monitors;
 pub mod offload;
@@ -38,6 +43,7 @@ pub mod zenflow;
 pub mod zero;
 
 pub use checkpoint::{AioConfig, CheckpointConfig, TagValidation};
+pub use expert_parallel::ExpertParallelConfig;
 pub use misc::{ActivationCheckpointingConfig, AutotuningConfig};
 pub use monitors::{
     CometConfig, CommsLoggerConfig, CsvMonitorConfig, FlopsProfilerConfig, TensorBoardConfig,

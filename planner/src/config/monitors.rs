@@ -212,8 +212,11 @@ impl Default for FlopsProfilerConfig {
 }
 
 /// `timers`: DeepSpeed's internal timers.
+///
+/// DeepSpeed reads only `timers.throughput` (`utils/config.py:27-32` in 0.19.8) and ignores any
+/// other key; dsplan refuses one, so that a misspelt `throughput` is not silently dropped.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct TimersConfig {
     /// The throughput timer (samples per second in the progress log).
     pub throughput: ThroughputTimerConfig,

@@ -14,8 +14,12 @@ use serde_json::{Map, Value};
 use super::primitives::AutoOr;
 
 /// `optimizer`: absent means the training script passes its own optimizer (or none).
+///
+/// DeepSpeed reads `type`, `params` and `legacy_fusion` by name (`runtime/config.py:288-313` in
+/// 0.19.8) and ignores any other key; dsplan refuses one, since a misspelt `params` silently
+/// trains with the optimizer's default learning rate.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct OptimizerConfig {
     /// The optimizer: a DeepSpeed name (`Adam`, `AdamW`, `Adagrad`, `Lamb`, `Lion`, `MuAdam`,
     /// `MuAdamW`, `MuSGD`, `Muon`; any letter case) or an exact `torch.optim` class name.

@@ -73,32 +73,38 @@ fn locate(top: &Map<String, Value>, error: serde_json::Error) -> String {
 }
 
 /// The JSON pointer of what [`from_value`] refused, as deep as it can be told: the top-level
-/// key whose value does not read, then the member of that section without which it reads
-/// (`/zero_optimization/stage`). `""` when no single key is to blame.
+/// key whose value does not read, then, level by level, the member without which its object
+/// reads (`/zero_optimization/offload_optimizer/buffer_count`). `""` when no single key is to
+/// blame.
 pub fn refused_pointer(value: &Value) -> String {
     let Some(top) = value.as_object() else {
         return String::new();
     };
-    let reads = |key: &str, member: Value| {
+    let reads = |key: &str, member: &Value| {
         let mut alone = Map::new();
-        alone.insert(key.to_string(), member);
+        alone.insert(key.to_string(), member.clone());
         serde_json::from_value::<DsConfig>(Value::Object(alone)).is_ok()
     };
     for (key, member) in top {
-        if reads(key, member.clone()) {
+        if reads(key, member) {
             continue;
         }
-        let section = crate::json_pointer::child("", key);
-        if let Value::Object(fields) = member {
-            for field in fields.keys() {
-                let mut without = fields.clone();
-                without.remove(field);
-                if reads(key, Value::Object(without)) {
-                    return crate::json_pointer::child(&section, field);
+        let mut pointer = crate::json_pointer::child("", key);
+        // `inside`: where the blamed value sits inside `member` (`""` is `member` itself).
+        let mut inside = String::new();
+        while let Some(Value::Object(fields)) = member.pointer(&inside) {
+            let culprit = fields.keys().find(|field| {
+                let mut trimmed = member.clone();
+                if let Some(Value::Object(object)) = trimmed.pointer_mut(&inside) {
+                    object.remove(field.as_str());
                 }
-            }
+                reads(key, &trimmed)
+            });
+            let Some(field) = culprit else { break };
+            inside = crate::json_pointer::child(&inside, field);
+            pointer = crate::json_pointer::child(&pointer, field);
         }
-        return section;
+        return pointer;
     }
     String::new()
 }

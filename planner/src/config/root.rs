@@ -11,6 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 use super::checkpoint::{AioConfig, CheckpointConfig};
+use super::expert_parallel::ExpertParallelConfig;
 use super::misc::{ActivationCheckpointingConfig, AutotuningConfig};
 use super::monitors::{
     CometConfig, CommsLoggerConfig, CsvMonitorConfig, FlopsProfilerConfig, TensorBoardConfig,
@@ -139,10 +140,9 @@ pub struct DsConfig {
     pub pipeline: Map<String, Value>,
     /// AutoTP tensor parallelism for training.
     pub tensor_parallel: TensorParallelConfig,
-    /// AutoEP expert parallelism (free-form: `enabled`, `autoep_size`,
-    /// `expert_tensor_parallel_size`, `preset_model`, routing settings, ...).
-    #[serde(skip_serializing_if = "Map::is_empty")]
-    pub expert_parallel: Map<String, Value>,
+    /// AutoEP expert parallelism.
+    #[serde(skip_serializing_if = "ExpertParallelConfig::is_empty")]
+    pub expert_parallel: ExpertParallelConfig,
     /// MoE: order the data-parallel groups before the expert-parallel ones.
     pub use_data_before_expert_parallelism: bool,
     /// Sequence-parallel degree; read only to derive the data-parallel world size when
@@ -242,7 +242,7 @@ impl Default for DsConfig {
             activation_checkpointing: ActivationCheckpointingConfig::default(),
             pipeline: Map::new(),
             tensor_parallel: TensorParallelConfig::default(),
-            expert_parallel: Map::new(),
+            expert_parallel: ExpertParallelConfig::default(),
             use_data_before_expert_parallelism: false,
             sequence_parallel_size: None,
             hybrid_engine: HybridEngineConfig::default(),

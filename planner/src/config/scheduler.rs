@@ -14,8 +14,12 @@ use serde_json::{Map, Value};
 use super::primitives::{AutoOr, NonNegativeInt, PositiveInt};
 
 /// `scheduler`: absent means no DeepSpeed scheduler (the script may pass its own).
+///
+/// DeepSpeed reads `type` and `params` by name (`runtime/config.py:325-335` in 0.19.8) and
+/// ignores any other key; dsplan refuses one, since a misspelt `params` silently builds the
+/// scheduler with its defaults.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SchedulerConfig {
     /// The scheduler class: `WarmupLR`, `WarmupDecayLR`, `WarmupCosineLR`, `OneCycle`,
     /// `LRRangeTest` (case-sensitive) or a `torch.optim.lr_scheduler` class.

@@ -554,3 +554,63 @@ fn a_refused_config_names_the_nested_key_to_blame() {
     );
     assert_eq!(super::refused_pointer(&json!({"train_batch_size": 8})), "");
 }
+
+#[test]
+fn a_refused_config_is_blamed_at_any_depth() {
+    let document = json!({
+        "train_batch_size": 8,
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "buffer_count": -1}}
+    });
+    assert!(super::from_value(&document).is_err());
+    assert_eq!(
+        super::refused_pointer(&document),
+        "/zero_optimization/offload_optimizer/buffer_count"
+    );
+    let deeper = json!({"autotuning": {"model_info": {"num_layers": "many"}}});
+    assert!(super::from_value(&deeper).is_err());
+    assert_eq!(
+        super::refused_pointer(&deeper),
+        "/autotuning/model_info/num_layers"
+    );
+}
+
+#[test]
+fn the_sections_deepspeed_reads_key_by_key_refuse_unknown_keys_in_the_typed_parse_too() {
+    for (document, key) in [
+        (json!({"autotuning": {"enabld": true}}), "enabld"),
+        (
+            json!({"autotuning": {"model_info": {"num_layer": 2}}}),
+            "num_layer",
+        ),
+        (
+            json!({"timers": {"throughput": {"enabled": true}, "throughputs": {}}}),
+            "throughputs",
+        ),
+        (
+            json!({"checkpoint": {"writer": {"decouple": true}}}),
+            "decouple",
+        ),
+        (
+            json!({"optimizer": {"type": "AdamW", "param": {"lr": 0.1}}}),
+            "param",
+        ),
+        (
+            json!({"scheduler": {"type": "WarmupLR", "parms": {}}}),
+            "parms",
+        ),
+        (
+            json!({"expert_parallel": {"enabled": true, "autoep_sise": 2}}),
+            "autoep_sise",
+        ),
+    ] {
+        let error = super::from_value(&document).expect_err("unknown key");
+        assert!(error.contains(key), "{error}");
+    }
+    let ep = super::from_value(&json!({"expert_parallel": {"enabled": true, "expert_w3": null}}))
+        .expect("known keys");
+    assert_eq!(ep.expert_parallel.expert_w3, Some(serde_json::Value::Null));
+    assert_eq!(
+        serde_json::to_value(ep).expect("serialises")["expert_parallel"],
+        json!({"enabled": true, "expert_w3": null})
+    );
+}

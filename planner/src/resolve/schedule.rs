@@ -18,6 +18,9 @@ use crate::schedule::lr::DEEPSPEED_SCHEDULERS;
 use crate::schedule::{
     BetasSupport, LrSchedule, OptimizerGroups, ScheduleError, ScheduleWarning, py_float_repr,
 };
+use crate::validate::rules::ranges;
+use crate::validate::view::View;
+use crate::validate::{ValidateOptions, validate_document};
 
 /// A schedule ready to step, with the learning rate it scales.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,12 +37,21 @@ pub struct ResolvedSchedule {
 }
 
 /// `dsplan schedule`: the Trainer's pass over `raw`, then the schedule. Only problems in
-/// `optimizer` and `scheduler` matter here (the batch sizes do not change the schedule).
+/// `optimizer` and `scheduler` matter here (the batch sizes do not change the schedule): the
+/// Trainer's, and the value ranges and unknown keys `dsplan validate` reports there, so that a
+/// value every other command refuses is refused here too.
 pub fn schedule(raw: &Value, env: &Environment) -> Result<ResolvedSchedule, Vec<Diagnostic>> {
     let filled = fill_auto(raw, env);
+    let unknown_keys = validate_document(&filled.document, ValidateOptions::default())
+        .into_iter()
+        .filter(|d| d.code == Code::UnknownKey);
+    let shared_rules = ranges::check(View::new(&filled.document))
+        .into_iter()
+        .chain(unknown_keys);
     let relevant: Vec<Diagnostic> = filled
         .diagnostics
         .into_iter()
+        .chain(shared_rules)
         .filter(|d| d.pointer.starts_with("/optimizer") || d.pointer.starts_with("/scheduler"))
         .collect();
     if relevant.iter().any(Diagnostic::is_error) {

@@ -1,12 +1,13 @@
 //! Math shared by the planner and the executor: learning-rate schedules, the fp16 loss-scale
 //! state machine and gradient clipping, exactly as DeepSpeed 0.19.8 computes them, plus a small
-//! SVG chart of a schedule.
+//! SVG chart of a schedule and its steps written out in bounded memory ([`rows`]).
 
 pub mod clip;
 pub mod error;
 pub mod loss_scale;
 pub mod lr;
 mod params;
+pub mod rows;
 pub mod svg;
 
 pub use error::{ScheduleError, ScheduleErrorKind, ScheduleWarning};

@@ -1,20 +1,68 @@
 //! Key-level rules from the registry: features DeepSpeed 0.19.8 removed (it refuses the file),
 //! deprecated spellings (they still work), and a deprecated key given with its replacement
-//! (DeepSpeed asserts), and a key given under both of its spellings with different values
-//! (pydantic keeps one of them silently).
+//! (DeepSpeed asserts), a key given under both of its spellings with different values
+//! (pydantic keeps one of them silently), and keys of `pipeline` DeepSpeed never reads.
 
 use serde_json::Value;
 
 use crate::config::registry::{self, ALIASES, DeprecatedKey, WithReplacement};
 use crate::diagnostics::{Code, Diagnostic};
 use crate::json_pointer;
+use crate::validate::suggest;
 
 /// Every removed or deprecated key anywhere in `document`.
 pub fn check(document: &Value) -> Vec<Diagnostic> {
     let mut found = Vec::new();
     walk(document, "", &mut found);
     spellings(document, &mut found);
+    pipeline_keys(document, &mut found);
     found
+}
+
+/// The keys of `pipeline` DeepSpeed 0.19.8 knows: its defaults (`runtime/config.py:272-285`)
+/// and `use_reentrant`, read by the pipeline engine (`runtime/pipe/engine.py:210`).
+pub const PIPELINE_KEYS: &[&str] = &[
+    "stages",
+    "partition",
+    "seed_layers",
+    "activation_checkpoint_interval",
+    "pipe_partitioned",
+    "grad_partitioned",
+    "use_reentrant",
+];
+
+/// `pipeline` is copied key by key over DeepSpeed's defaults and read with `dict` lookups, so
+/// any other key is silently ignored. Real configs keep their own script's settings there
+/// (`chunks`, `partition_method`, ...), so a key far from every known one is a warning; a near
+/// miss of a known key (`pipe_partitoned`) is a typo and an error, as in the closed sections.
+fn pipeline_keys(document: &Value, found: &mut Vec<Diagnostic>) {
+    let Some(Value::Object(section)) = document.get("pipeline") else {
+        return;
+    };
+    for key in section
+        .keys()
+        .filter(|k| !PIPELINE_KEYS.contains(&k.as_str()))
+    {
+        let pointer = json_pointer::child("/pipeline", key);
+        let nearest = suggest::nearest(key, PIPELINE_KEYS.iter().copied(), suggest::NEAR_MISS);
+        found.push(match nearest {
+            Some(meant) => Diagnostic::error(
+                Code::UnknownKey,
+                &pointer,
+                format!("unknown key `{key}` in `pipeline`"),
+            )
+            .with_help(format!("did you mean `{meant}`?")),
+            None => Diagnostic::warning(
+                Code::IgnoredSetting,
+                &pointer,
+                format!("`pipeline.{key}` is not a DeepSpeed key; DeepSpeed ignores it"),
+            )
+            .with_help(format!(
+                "fine if your own code reads it; DeepSpeed reads only {}",
+                PIPELINE_KEYS.join(", ")
+            )),
+        });
+    }
 }
 
 /// An alias and its canonical name both given, with different values.
