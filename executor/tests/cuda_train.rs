@@ -18,7 +18,7 @@
 
 use dsplan_executor::cuda::check::step::{one_step_vs_cpu, small_spec};
 use dsplan_executor::cuda::check::{CheckRow, Verdict};
-use dsplan_executor::cuda::train::{CudaTrainReport, train_cuda};
+use dsplan_executor::cuda::train::train_cuda;
 use dsplan_executor::cuda::{CudaAvailability, DeviceChoice, probe, resolve_backend};
 use dsplan_executor::data::WindowOrder;
 use dsplan_executor::metrics::{Category, PlanMemory};
@@ -63,7 +63,7 @@ fn spec(
     }
 }
 
-fn run_both(spec: &TrainSpec) -> (CudaTrainReport, TrainReport) {
+fn run_both(spec: &TrainSpec) -> (TrainReport, TrainReport) {
     let gpu = train_cuda(spec, 0, &|step, r| {
         eprintln!(
             "gpu step {step}: loss {:.6} scale {} norm {:?}",
@@ -190,17 +190,19 @@ fn gpt2_bf16_stages_0_to_3_report_mfu_and_memory() {
             )
         })
         .expect("GPU run");
+        let device = report.device.clone().expect("a GPU run names its device");
+        let allocated = report.memory[0].peak;
         eprintln!(
             "stage {stage} on {}: MFU {:?} (whole run, compilation included); driver in use {:.2} GiB",
-            report.device,
-            report.mfu,
-            report.device_used_bytes as f64 / 2f64.powi(30)
+            device.name,
+            device.mfu,
+            device.driver_used_bytes as f64 / 2f64.powi(30)
         );
         for category in Category::ALL {
             eprintln!(
                 "  {:<14} allocated {:>9.1} MB  plan {:>9.1} MB",
                 category.name(),
-                report.allocated.get(category) as f64 / 1e6,
+                allocated.get(category) as f64 / 1e6,
                 predicted.peak.get(category) as f64 / 1e6
             );
         }
@@ -209,14 +211,14 @@ fn gpt2_bf16_stages_0_to_3_report_mfu_and_memory() {
         assert!((losses[0] - 50257f64.ln()).abs() < 1.0, "{losses:?}");
         for category in [Category::Params, Category::Master, Category::Optimizer] {
             let (a, b) = (
-                report.allocated.get(category) as f64,
+                allocated.get(category) as f64,
                 predicted.peak.get(category) as f64,
             );
             assert!((a / b - 1.0).abs() < 0.05, "{category:?}: {a} vs {b}");
         }
-        assert!(report.device_used_bytes >= report.allocated.total());
-        if report.device.contains("H100") || report.device.contains("H200") {
-            let mfu = report.mfu.expect("a known peak");
+        assert!(device.driver_used_bytes >= allocated.total());
+        if device.name.contains("H100") || device.name.contains("H200") {
+            let mfu = device.mfu.expect("a known peak");
             assert!(mfu > 0.0 && mfu < 1.0, "{mfu}");
         }
         trajectories.push(losses);

@@ -462,3 +462,91 @@ fn a_head_size_without_attention_kernels_is_refused_before_allocating() {
         "{error}"
     );
 }
+
+/// The GPU's checkpoints are the CPU rank's files: the device's whole flat state, cut by
+/// `owned_from_whole` / `held_from_whole`, is what a single CPU rank of the same plan holds
+/// (master and parameters, fp32 and bf16, stages 0-3), and consolidating the cuts of every
+/// rank gives the whole back (W = 1, 2 and 4). The `dsplan-cuda` plan lays the state out as
+/// the `dsplan-cpu` plan does, so a checkpoint moves between the backends unresharded.
+#[test]
+fn the_device_state_is_cut_as_a_cpu_rank_holds_it_for_checkpoints() {
+    use std::sync::Arc;
+
+    use dsplan_executor::checkpoint::consolidate;
+    use dsplan_executor::comm::LocalComm;
+    use dsplan_executor::cuda::train::{held_from_whole, owned_from_whole};
+    use dsplan_executor::metrics::MemoryLedger;
+    use dsplan_executor::model::{ParamLayout, init_params};
+    use dsplan_executor::train::compile_plan;
+    use dsplan_executor::zero::{EnginePlan, RankOptions, ZeroRank};
+
+    let model = choose_model(None, 2).expect("tiny");
+    let gpt2 = model.config.gpt2().copied().expect("a GPT-2");
+    let params = ParamLayout::new(&gpt2);
+    let whole = init_params(&gpt2, &params, 4);
+    for dtype in [Dtype::F32, Dtype::Bf16] {
+        for stage in 0..=3u8 {
+            for world in [1usize, 2, 4] {
+                let what = format!("{dtype:?} stage {stage} W={world}");
+                let settings =
+                    TrainSettings::from_config(&train_config(stage, dtype), world).expect("config");
+                let (cpu_plan, graph) =
+                    compile_plan(&settings, &model.config, 16, world).expect("cpu plan");
+                let engine_plan = EnginePlan::from_plan(&cpu_plan, &graph, &params).expect("fits");
+                let cuts: Vec<Vec<f32>> = (0..world)
+                    .map(|rank| owned_from_whole(&engine_plan, rank, &whole))
+                    .collect();
+                assert_eq!(
+                    consolidate(&engine_plan, engine_plan.stage(), &cuts),
+                    whole,
+                    "{what}: the cuts consolidate to the whole"
+                );
+                if world != 1 {
+                    continue;
+                }
+                let (cuda_plan, cuda_graph) =
+                    compile_cuda_plan(&settings, &model.config, 16, 1).expect("cuda plan");
+                let on_device =
+                    EnginePlan::from_plan(&cuda_plan, &cuda_graph, &params).expect("fits");
+                assert_eq!(on_device.stage(), engine_plan.stage(), "{what}");
+                assert_eq!(on_device.flat(), engine_plan.flat(), "{what}");
+                assert_eq!(on_device.owned(0), engine_plan.owned(0), "{what}");
+                assert_eq!(on_device.shards(), engine_plan.shards(), "{what}");
+
+                let engine_plan = Arc::new(engine_plan);
+                let ledger = MemoryLedger::new();
+                let comm = LocalComm::group(1).expect("a group").remove(0);
+                let options = RankOptions::from_plan(&engine_plan, settings.scaling);
+                let mut rank = ZeroRank::new(
+                    Box::new(comm),
+                    Arc::clone(&engine_plan),
+                    options,
+                    &whole,
+                    &ledger,
+                )
+                .expect("a rank");
+                // The CPU rank builds its fp32 master from the model-dtype parameters, as
+                // DeepSpeed does.
+                let rounded: Vec<f32> = match dtype {
+                    Dtype::Bf16 => whole
+                        .iter()
+                        .map(|&x| half::bf16::from_f32(x).to_f32())
+                        .collect(),
+                    _ => whole.clone(),
+                };
+                let owned = rank.export_owned().expect("owned");
+                assert_eq!(
+                    owned.master,
+                    owned_from_whole(&on_device, 0, &rounded),
+                    "{what}: master"
+                );
+                let (_, held) = rank.held_params().expect("held");
+                assert_eq!(
+                    held,
+                    held_from_whole(&on_device, 0, &rounded),
+                    "{what}: parameters"
+                );
+            }
+        }
+    }
+}

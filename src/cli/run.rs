@@ -50,9 +50,11 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use dsplan_executor::checkpoint::{CheckpointError, NonFinite, load_checkpoint_with};
 use dsplan_executor::cuda::Backend;
+use dsplan_executor::cuda::train::CudaTrainError;
 use dsplan_executor::data::{WindowOrder, check_data_file, resident_bytes};
 use dsplan_executor::io::OutputTarget;
 use dsplan_executor::io::llama_pretrained::{SavedTo, save_trained};
+use dsplan_executor::metrics::StepMetrics;
 use dsplan_executor::train::plan::architecture;
 use dsplan_executor::train::settings::override_nvme_path;
 use dsplan_executor::train::{
@@ -305,12 +307,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         steps,
         world,
     };
-    let checkpoint_flag = if args.resume.is_some() {
-        Some("--resume")
-    } else {
-        args.save_checkpoint.as_ref().map(|_| "--save-checkpoint")
-    };
-    let backend = cuda::settle(backend, args.device, &spec, checkpoint_flag)?;
+    let backend = cuda::settle(backend, args.device, &spec)?;
     // The GPU run measures against the CUDA executor's buffers, the CPU run against its own.
     let compile = match backend {
         Backend::Cuda(_) => compile_cuda_plan,
@@ -412,19 +409,6 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     };
 
     ranks.check_backend(&backend)?;
-    if let Backend::Cuda(device) = &backend {
-        let run = cuda::GpuRun {
-            metrics: args.metrics.as_deref(),
-            save_model: args.save_model.as_deref(),
-            format: args.format,
-            facts: RunFacts {
-                config: &display,
-                model: &model.description,
-                num_params,
-            },
-        };
-        return cuda::train(&run, &spec, &plan, device);
-    }
     let metrics = match args.metrics.as_ref().filter(|_| ranks.reports()) {
         Some(path) => Some(MetricsFile::create(path)?),
         None => None,
@@ -433,9 +417,19 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     if let Some(point) = &checkpoints.resume {
         progress.resume_at(point.global_step, point.applied_steps);
     }
-    let result = ranks.train(&spec, &plan, &graph, &checkpoints, &|m| progress.observe(m));
+    let observer = |m: &StepMetrics| progress.observe(m);
+    let result = match &backend {
+        Backend::Cuda(device) => cuda::train(&spec, &plan, &graph, &checkpoints, device, &observer)
+            .map_err(|e| match e {
+                CudaTrainError::Run(e) => train_failure(e, &display),
+                other => Failure::input(format!("--device cuda: {other}")),
+            }),
+        Backend::Cpu => ranks
+            .train(&spec, &plan, &graph, &checkpoints, &observer)
+            .map_err(|e| train_failure(e, &display)),
+    };
     let metrics = progress.finish();
-    let report = result.map_err(|e| train_failure(e, &display));
+    let report = result;
     if let Some(metrics) = metrics {
         metrics.commit()?;
     }

@@ -1,8 +1,20 @@
-//! [`StepMetrics`]: one optimizer step as the run reports it.
+//! [`StepMetrics`]: one optimizer step as the run reports it, whichever backend ran it (the
+//! one step record of a run), and where its time went ([`PhaseTimes`]).
 
 use serde::Serialize;
 
-use crate::zero::PhaseTimes;
+/// Seconds spent in each phase of a step, on this rank.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PhaseTimes {
+    /// Forward passes (including stage 3's gathers).
+    pub forward: f64,
+    /// Backward passes (including stage 2/3's bucket reductions).
+    pub backward: f64,
+    /// Boundary reduction, overflow check, norm and clipping.
+    pub reduce: f64,
+    /// Optimizer step and parameter refresh/gather.
+    pub step: f64,
+}
 
 /// One optimizer step: the keys of a `--metrics` line, plus rank 0's phase times.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

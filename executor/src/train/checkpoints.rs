@@ -8,14 +8,14 @@ use std::time::Instant;
 
 use dsplan_planner::plan::{ModelGraph, Plan};
 
-use super::{TrainError, TrainSpec};
+use super::{StepBackend, StepControl, TrainError, TrainSpec};
 use crate::checkpoint::{
     CheckpointError, CheckpointLocation, EngineState, LoadedCheckpoint, ResumePoint, SaveFault,
     SavedCheckpoint, abandon_on_error, begin_save, finish_save, layout, prepare_resume,
     write_rank_files,
 };
 use crate::comm::{Comm, ReduceOp};
-use crate::zero::{EnginePlan, RankEngine, ZeroError};
+use crate::zero::{EnginePlan, ZeroError};
 
 /// Where and how often a run saves checkpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +84,7 @@ pub(super) fn fresh_scaler(
 
 /// Why a rank stopped.
 #[derive(Debug)]
-pub(super) enum RankFailure {
+pub(crate) enum RankFailure {
     /// Training failed.
     Zero(ZeroError),
     /// A checkpoint could not be written or taken back.
@@ -104,7 +104,7 @@ impl RankFailure {
     }
 
     /// The run's error for this failure of rank `rank`.
-    pub(super) fn into_train_error(self, rank: usize) -> TrainError {
+    pub(crate) fn into_train_error(self, rank: usize) -> TrainError {
         match self {
             RankFailure::Zero(error) => TrainError::Rank { rank, error },
             RankFailure::Checkpoint(error) => TrainError::from(error),
@@ -153,19 +153,19 @@ fn agree<T>(
 /// Saves the checkpoint after `global_step` steps, together with the other ranks; rank 0
 /// returns what was written. `template` is the run's state before its first step.
 pub(super) fn save_from_rank(
-    engine: &mut RankEngine,
+    engine: &mut dyn StepBackend,
+    control: &StepControl,
     template: &EngineState,
     policy: &SavePolicy,
     global_step: u64,
 ) -> Result<Option<SavedCheckpoint>, RankFailure> {
     let started = Instant::now();
-    let rank = engine.rank().rank();
-    let state = template.at_step(global_step, engine.applied_steps(), engine.scaler());
+    let rank = engine.rank();
+    let state = template.at_step(global_step, control.applied_steps, &control.scaler);
     // Rank 0 opens the staging directory under its own process id; ranks that are other
     // processes learn it (exact in an f64), so every rank writes into the same directory.
     let own_pid = if rank == 0 { std::process::id() } else { 0 };
     let root_pid = engine
-        .rank_mut()
         .comm()
         .all_reduce_scalar(f64::from(own_pid), ReduceOp::Max)? as u32;
     let staging = policy
@@ -176,23 +176,23 @@ pub(super) fn save_from_rank(
     } else {
         Ok(())
     };
-    agree(engine.rank_mut().comm(), begun)??;
+    agree(engine.comm(), begun)??;
 
     let written = {
-        let owned = engine.rank().export_owned()?;
+        let owned = engine.export_owned()?;
         let shard = state
             .layout
             .is_sharded()
-            .then(|| engine.rank_mut().held_params())
+            .then(|| engine.held_params())
             .transpose()?
             .map(|(_, values)| values);
         write_rank_files(&staging, &state, rank, &owned, shard.as_deref())
     };
-    let written = agree(engine.rank_mut().comm(), written)?;
+    let written = agree(engine.comm(), written)?;
     let finished = match written {
         Ok(bytes) if rank == 0 => {
             let flat = (!state.layout.is_sharded())
-                .then(|| engine.rank_mut().held_params())
+                .then(|| engine.held_params())
                 .transpose()?
                 .map(|(_, values)| values);
             finish_save(&policy.dir, &staging, &state, flat.as_deref(), policy.fault)
@@ -205,9 +205,8 @@ pub(super) fn save_from_rank(
     } else {
         finished
     };
-    let bytes = agree(engine.rank_mut().comm(), finished)??;
+    let bytes = agree(engine.comm(), finished)??;
     let total = engine
-        .rank_mut()
         .comm()
         .all_reduce_scalar(bytes as f64, ReduceOp::Sum)?;
     Ok((rank == 0).then(|| SavedCheckpoint {

@@ -7,28 +7,40 @@
 //!   ranks);
 //! * [`plan`]: the run's execution plan ([`compile_plan`]), compiled by `planner::plan`;
 //! * [`train`]: compiles the plan and runs it ([`train_planned`]): one thread per rank
-//!   ([`crate::comm::run_ranks`]), each with its own [`crate::zero::RankEngine`] driven by the
+//!   ([`crate::comm::run_ranks`]), each with its own [`crate::zero::CpuStep`] built from the
 //!   plan, reports every step of rank 0 to an observer, and consolidates the fp32 master
 //!   weights at the end;
+//! * `step.rs`: the one training loop of every backend (the step's order, loss scaler,
+//!   schedule, clipping, metrics, divergence, checkpoints, resume) over a [`StepBackend`]
+//!   (the CPU's [`crate::zero::CpuStep`], the GPU's `crate::cuda::train::trainer::CudaStep`),
+//!   with the host decisions in [`StepControl`]; [`TrainReport`] is every backend's report;
 //! * [`train_planned_with`]: the same, saving checkpoints ([`SavePolicy`]) and resuming from
 //!   one ([`resume_point`]), see [`crate::checkpoint`].
 
+mod backend;
 mod checkpoints;
+mod control;
 mod divergence;
 mod error;
 pub mod model;
 pub mod plan;
 mod rank;
-mod run;
+mod report;
+pub(crate) mod run;
 pub mod settings;
 mod spec;
+pub(crate) mod step;
 
+pub use backend::StepBackend;
 pub use checkpoints::{CheckpointOptions, SavePolicy, resume_point};
+pub use control::StepControl;
 pub use divergence::{Diverged, check_loss};
 pub use error::TrainError;
 pub use model::{DEFAULT_PRESET, ModelChoiceError, ModelSource, choose_model, model_config};
 pub use plan::{compile_cuda_plan, compile_plan};
 pub use rank::train_planned_as_rank;
-pub use run::{TrainReport, train, train_planned, train_planned_with};
+pub use report::TrainReport;
+pub(crate) use run::check_model;
+pub use run::{train, train_planned, train_planned_with};
 pub use settings::{BatchSizes, OptimizerSettings, SettingsError, TrainSettings};
 pub use spec::{DataChoice, StoredShape, TrainSpec, stored_shape};

@@ -6,17 +6,18 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use dsplan_planner::plan::{ModelGraph, Plan};
+use dsplan_planner::plan::{ModelGraph, Plan, PlanBackend};
 
-use super::checkpoints::{CheckpointOptions, RankFailure, save_from_rank};
-use super::run::{Prepared, TrainReport, prepare};
-use super::{TrainError, TrainSpec, check_loss};
-use crate::checkpoint::{CheckpointError, SavedCheckpoint, consolidate};
+use super::checkpoints::{CheckpointOptions, RankFailure};
+use super::run::{Prepared, prepare};
+use super::step::drive;
+use super::{TrainError, TrainReport, TrainSpec};
+use crate::checkpoint::{SavedCheckpoint, consolidate};
 use crate::comm::{Comm, CommTraffic, ReduceOp};
 use crate::metrics::{ByCategory, MemoryLedger, MemoryReport, StepMetrics};
 use crate::model::ModelCore;
 use crate::zero::swap::{NvmeReport, NvmeUsage};
-use crate::zero::{RankEngine, ZeroError, ZeroRank};
+use crate::zero::{CpuStep, ZeroError, ZeroRank};
 
 /// What one rank hands back.
 pub(super) struct RankOutcome {
@@ -60,67 +61,24 @@ pub(super) fn run_rank(
         prepared.initial_params,
         &ledger,
     )?;
-    let is_reporter = rank.rank() == 0;
-    let mut engine = RankEngine::new(core, rank, prepared.engine_options.clone(), &ledger);
-    if let Some(resume) = prepared.resume {
-        let id = engine.rank().rank();
-        engine
-            .rank()
-            .check_owned(&resume.ranks[id])
-            .map_err(|e| CheckpointError::Corrupt {
-                path: resume.location.path(),
-                field: e.field.to_string(),
-                message: e.to_string(),
-            })?;
-        engine.rank_mut().import_owned(&resume.ranks[id])?;
-        engine.resume(resume.applied_steps, resume.scaler.clone());
-    }
-    let batches = |at| prepared.batch(at);
-    let mut steps = Vec::new();
-    let mut saved = Vec::new();
-    for step in prepared.first_step..spec.steps {
-        let step_started = Instant::now();
-        let record = engine.step(step, &batches)?;
-        let seconds = step_started.elapsed().as_secs_f64();
-        if is_reporter {
-            let metrics = StepMetrics {
-                step,
-                loss: record.loss,
-                lr: record.lr,
-                grad_norm: record.grad_norm,
-                loss_scale: record.loss_scale,
-                skipped: record.skipped,
-                tokens_per_s: prepared.tokens_per_step as f64 / seconds.max(1e-9),
-                times: record.times,
-                seconds,
-            };
-            observer(&metrics);
-            steps.push(metrics);
-        }
-        check_loss(step, record.loss, record.skipped, engine.scaler())?;
-        if let Some(policy) = &checkpoints.save
-            && policy.saves_after(step + 1, spec.steps)
-        {
-            let written = save_from_rank(&mut engine, &prepared.template, policy, step + 1)?;
-            saved.extend(written);
-        }
-    }
+    let mut engine = CpuStep::new(core, rank, &ledger);
+    let driven = drive(&mut engine, prepared, checkpoints, observer)?;
     // Measured before the master is read back: that read goes through the swap files.
-    let nvme = engine.rank().nvme_usage()?;
-    let master = engine.rank().owned_master()?;
+    let nvme = engine.zero_rank().nvme_usage()?;
+    let master = engine.zero_rank().owned_master()?;
     let memory = ledger.report();
     let gathered = match gather {
         Gather::Nothing => Vec::new(),
-        Gather::Everyone => gather_everyone(engine.rank_mut().comm(), &master, &memory)?,
+        Gather::Everyone => gather_everyone(engine.zero_rank_mut().comm(), &master, &memory)?,
     };
     Ok(RankOutcome {
         nvme,
         master,
         memory,
-        traffic: engine.rank().traffic(),
-        applied_steps: engine.applied_steps(),
-        steps,
-        checkpoints: saved,
+        traffic: engine.zero_rank().traffic(),
+        applied_steps: driven.applied_steps,
+        steps: driven.steps,
+        checkpoints: driven.checkpoints,
         gathered,
     })
 }
@@ -190,7 +148,7 @@ pub fn train_planned_as_rank(
             ),
         }));
     }
-    let prepared = prepare(spec, plan, graph, checkpoints)?;
+    let prepared = prepare(spec, plan, graph, checkpoints, PlanBackend::DsplanCpu)?;
     let started = Instant::now();
     let mut outcome = run_rank(&prepared, comm, checkpoints, observer, Gather::Everyone)
         .map_err(|failure| failure.into_train_error(rank))?;
@@ -221,5 +179,6 @@ pub fn train_planned_as_rank(
         first_step: prepared.first_step,
         checkpoints: outcome.checkpoints,
         nvme,
+        device: None,
     })
 }

@@ -5,54 +5,20 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use dsplan_planner::plan::{ModelGraph, Plan};
+use dsplan_planner::plan::{ModelGraph, Plan, PlanBackend};
 
 use super::checkpoints::{CheckpointOptions, RankFailure, fresh_scaler};
 use super::plan::compile_plan;
 use super::rank::{Gather, run_rank};
-use super::{TrainError, TrainSpec};
-use crate::checkpoint::{CheckpointError, EngineState, ResumePoint, SavedCheckpoint, consolidate};
-use crate::comm::{CommTraffic, run_ranks};
+use super::{StepControl, TrainError, TrainReport, TrainSpec};
+use crate::checkpoint::{CheckpointError, EngineState, ResumePoint, consolidate};
+use crate::comm::run_ranks;
 use crate::data::{BatchLayout, DataError, MicroBatchIndex, TokenBatch, TokenSource};
-use crate::metrics::{ByCategory, Category, MemoryReport, PlanMemory, StepMetrics};
+use crate::metrics::{ByCategory, Category, PlanMemory, StepMetrics};
 use crate::model::{BatchShape, ModelError};
 use crate::zero::predict::correspondence;
 use crate::zero::swap::{NvmeReport, NvmeUsage};
-use crate::zero::{ClipRule, Correspondence, EngineOptions, EnginePlan, RankOptions};
-
-/// What a finished run reports.
-#[derive(Debug, Clone)]
-pub struct TrainReport {
-    /// Every step, as rank 0 saw it.
-    pub steps: Vec<StepMetrics>,
-    /// The trained fp32 parameters (the consolidated master weights), flat.
-    pub final_params: Vec<f32>,
-    /// Each rank's measured memory.
-    pub memory: Vec<MemoryReport>,
-    /// The plan's peak per category (the same on every rank; with a `dsplan-cpu` plan the
-    /// measured peaks equal it): `plan_memory.peak`.
-    pub predicted: ByCategory,
-    /// The plan's predicted memory per rank, in the same categories.
-    pub plan_memory: PlanMemory,
-    /// For each category of [`Category::ALL`], how the executor's buffers relate to the
-    /// plan's.
-    pub correspondence: Vec<(Category, Correspondence)>,
-    /// What each rank sent.
-    pub traffic: Vec<CommTraffic>,
-    /// Optimizer steps applied (skipped ones excluded).
-    pub applied_steps: u64,
-    /// Wall-clock seconds of the training loop.
-    pub seconds: f64,
-    /// Tokens trained on (predicted positions over the steps run).
-    pub tokens: u64,
-    /// Stage 3 offload to NVMe: the plan's bytes there and each rank's measured use (`None`
-    /// without NVMe offload).
-    pub nvme: Option<NvmeReport>,
-    /// The index of the first step run (non-zero when resumed).
-    pub first_step: u64,
-    /// The checkpoints written, in order.
-    pub checkpoints: Vec<SavedCheckpoint>,
-}
+use crate::zero::{Correspondence, EnginePlan, RankOptions};
 
 /// Compiles the plan of `spec` ([`compile_plan`]) and runs it, calling `observer` with every
 /// step of rank 0 as it finishes.
@@ -68,7 +34,7 @@ pub fn train(
 
 /// Checked once before anything else, so that a bad shape is an error, not a failure on every
 /// rank (nor a plan of a model that cannot run).
-fn check_model(spec: &TrainSpec) -> Result<(), TrainError> {
+pub(crate) fn check_model(spec: &TrainSpec) -> Result<(), TrainError> {
     spec.model.validate().map_err(ModelError::Config)?;
     if spec.seq_len > spec.model.max_positions() {
         return Err(TrainError::Model(ModelError::SequenceTooLong {
@@ -101,7 +67,7 @@ pub fn train_planned_with(
     checkpoints: &CheckpointOptions,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, TrainError> {
-    let prepared = prepare(spec, plan, graph, checkpoints)?;
+    let prepared = prepare(spec, plan, graph, checkpoints, PlanBackend::DsplanCpu)?;
     let world = prepared.world;
     let started = Instant::now();
     let outcomes = run_ranks(world, |comm| {
@@ -167,32 +133,33 @@ pub fn train_planned_with(
             .map(|r| std::mem::take(&mut r.checkpoints))
             .unwrap_or_default(),
         nvme,
+        device: None,
     })
 }
 
 /// What every rank of a run shares, checked and built once before any rank starts.
-pub(super) struct Prepared<'a> {
-    pub(super) spec: &'a TrainSpec,
-    pub(super) world: usize,
-    pub(super) shape: BatchShape,
-    pub(super) engine_plan: Arc<EnginePlan>,
-    pub(super) rank_options: RankOptions,
-    pub(super) plan_memory: PlanMemory,
-    pub(super) predicted: ByCategory,
-    pub(super) correspondence: Vec<(Category, Correspondence)>,
-    pub(super) template: EngineState,
-    pub(super) engine_options: EngineOptions,
-    pub(super) tokens_per_step: u64,
-    pub(super) first_step: u64,
-    pub(super) initial_params: &'a [f32],
-    pub(super) resume: Option<&'a ResumePoint>,
+pub(crate) struct Prepared<'a> {
+    pub(crate) spec: &'a TrainSpec,
+    pub(crate) world: usize,
+    pub(crate) shape: BatchShape,
+    pub(crate) engine_plan: Arc<EnginePlan>,
+    pub(crate) rank_options: RankOptions,
+    pub(crate) plan_memory: PlanMemory,
+    pub(crate) predicted: ByCategory,
+    pub(crate) correspondence: Vec<(Category, Correspondence)>,
+    pub(crate) template: EngineState,
+    pub(crate) control: StepControl,
+    pub(crate) tokens_per_step: u64,
+    pub(crate) first_step: u64,
+    pub(crate) initial_params: &'a [f32],
+    pub(crate) resume: Option<&'a ResumePoint>,
     /// The run's data; each rank asks only for its own micro-batches.
-    pub(super) source: Mutex<Box<dyn TokenSource + Send>>,
+    pub(crate) source: Mutex<Box<dyn TokenSource + Send>>,
 }
 
 impl Prepared<'_> {
     /// Rank `at.rank`'s micro-batch `at`.
-    pub(super) fn batch(&self, at: MicroBatchIndex) -> Result<TokenBatch, DataError> {
+    pub(crate) fn batch(&self, at: MicroBatchIndex) -> Result<TokenBatch, DataError> {
         let mut source = self
             .source
             .lock()
@@ -203,11 +170,12 @@ impl Prepared<'_> {
 
 /// Checks `spec` against `plan` and the resume point, opens the data and builds what every
 /// rank shares.
-pub(super) fn prepare<'a>(
+pub(crate) fn prepare<'a>(
     spec: &'a TrainSpec,
     plan: &Plan,
     graph: &ModelGraph,
     checkpoints: &'a CheckpointOptions,
+    runs_on: PlanBackend,
 ) -> Result<Prepared<'a>, TrainError> {
     check_model(spec)?;
     let settings = &spec.settings;
@@ -254,7 +222,7 @@ pub(super) fn prepare<'a>(
     let predicted = plan_memory.peak;
     let correspondence = Category::ALL
         .iter()
-        .map(|&c| (c, correspondence(plan)))
+        .map(|&c| (c, correspondence(plan, runs_on)))
         .collect();
     let scaler = fresh_scaler(spec)?;
     let resume = checkpoints.resume.as_ref();
@@ -275,16 +243,7 @@ pub(super) fn prepare<'a>(
     let first_step = resume.map_or(0, |r| r.global_step);
     let initial_params = resume.map_or(&spec.initial_params, |r| &r.params);
     let template = EngineState::for_run(spec, &engine_plan, &param_layout, &scaler);
-    let engine_options = EngineOptions {
-        grad_accum: batch.grad_accum,
-        clip: settings.gradient_clipping,
-        clip_rule: ClipRule::for_stage(settings.stage, settings.precision.model_dtype()),
-        adam: settings.optimizer.adam,
-        base_lr: settings.optimizer.lr,
-        schedule: settings.schedule.clone(),
-        precision: settings.precision,
-        scaler,
-    };
+    let control = StepControl::of_run(settings, scaler);
     let tokens_per_step = (batch.train_batch * spec.seq_len) as u64;
     Ok(Prepared {
         spec,
@@ -296,7 +255,7 @@ pub(super) fn prepare<'a>(
         predicted,
         correspondence,
         template,
-        engine_options,
+        control,
         tokens_per_step,
         first_step,
         initial_params,

@@ -25,6 +25,8 @@ pub enum ZeroError {
     LossScale(LossScaleError),
     /// NVMe offload: a swap file or directory could not be made, read or written.
     Swap(SwapError),
+    /// The device backend failed (its CUDA error, in words).
+    Device(String),
     /// Owned state handed to the rank has the wrong length.
     StateLength {
         /// Which state (`master`, `exp_avg`, `exp_avg_sq`).
@@ -45,6 +47,7 @@ impl fmt::Display for ZeroError {
             ZeroError::Adam(e) => write!(f, "optimizer step failed: {e}"),
             ZeroError::LossScale(e) => write!(f, "fp16 loss scaling: {e}"),
             ZeroError::Swap(e) => write!(f, "NVMe offload: {e}"),
+            ZeroError::Device(e) => write!(f, "GPU: {e}"),
             ZeroError::StateLength {
                 what,
                 found,

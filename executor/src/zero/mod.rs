@@ -1,7 +1,7 @@
 //! ZeRO over in-process ranks: stages 0-3 with mixed precision, on the CPU model.
 //!
 //! Each rank is a thread with its own [`ZeroRank`] (what its stage lets it hold) and
-//! [`RankEngine`] (the step), talking to the others only through [`crate::comm::Comm`]:
+//! [`CpuStep`] (its step operations), talking to the others only through [`crate::comm::Comm`]:
 //!
 //! * [`partition`]: the execution plan (`planner::plan`) as the engines read it
 //!   ([`EnginePlan`]): its flat layout and padding, each rank's share, the gradient buckets,
@@ -18,7 +18,9 @@
 //!   parameter slices in files under `nvme_path`, swapped through fixed buffers;
 //! * [`clip`]: each stage's norm and clip arithmetic;
 //! * `snapshot.rs`: a rank's owned state out and back in, for checkpoints ([`OwnedState`]);
-//! * [`engine`]: the order of a step (micro-steps, boundary, loss scale, clip, Adam, schedule).
+//! * [`engine`]: the rank as the training loop's CPU backend ([`CpuStep`]); the order of a
+//!   step and the loss scale, clip, Adam and schedule decisions are the loop's
+//!   (`crate::train::StepBackend`).
 //!
 //! Every buffer is counted in the rank's [`crate::metrics::MemoryLedger`] by category, so the
 //! measured peak per rank can be checked against the plan's, which lists exactly these buffers
@@ -41,7 +43,7 @@ mod stage3;
 pub mod swap;
 
 pub use clip::{ClipRule, Scales};
-pub use engine::{EngineOptions, PhaseTimes, RankEngine, StepRecord};
+pub use engine::CpuStep;
 pub use error::ZeroError;
 pub use partition::{EnginePlan, NvmeLayout, PlanMismatch};
 pub use precision::{Dtype, DtypeVec, MixedPrecision};

@@ -6,7 +6,8 @@
 //! gradients, the buckets and collective staging, the step scratch, the activation arena), each
 //! over the ticks at which the executor holds it. Every category's peak and the peak total are
 //! then the plan's, to the byte (`tests/zero_plan_memory.rs`). A plan compiled for DeepSpeed on
-//! GPUs lists DeepSpeed's buffers instead, and nothing is promised.
+//! GPUs lists DeepSpeed's buffers instead, and nothing is promised. A run on one GPU compiles
+//! its plan with the `dsplan-cuda` backend, whose buffers are the device step's.
 
 use dsplan_planner::plan::{Plan, PlanBackend};
 
@@ -34,15 +35,19 @@ impl Correspondence {
     }
 }
 
-/// How the executor's buffers relate to those `plan` lists: the same for a `dsplan-cpu` plan.
-pub fn correspondence(plan: &Plan) -> Correspondence {
+/// How the buffers of the executor backend `runs_on` (`DsplanCpu` or `DsplanCuda`) relate to
+/// those `plan` lists: the same when the plan was compiled for that backend.
+pub fn correspondence(plan: &Plan, runs_on: PlanBackend) -> Correspondence {
     match plan.settings.backend {
-        PlanBackend::DsplanCpu => Correspondence::Same,
+        listed if listed == runs_on => Correspondence::Same,
         PlanBackend::DeepspeedGpu => Correspondence::Differs(
-            "the plan lists DeepSpeed's GPU buffers; compile it with `--backend dsplan-cpu` to list the CPU executor's",
+            "the plan lists DeepSpeed's GPU buffers; compile it with the `--backend` of the executor that runs (dsplan-cpu or dsplan-cuda) to list its own",
         ),
         PlanBackend::DsplanCuda => Correspondence::Differs(
             "the plan lists the CUDA executor's device buffers; compile it with `--backend dsplan-cpu` to list the CPU executor's",
+        ),
+        PlanBackend::DsplanCpu => Correspondence::Differs(
+            "the plan lists the CPU executor's buffers; compile it with `--backend dsplan-cuda` to list the CUDA executor's",
         ),
     }
 }

@@ -29,6 +29,26 @@ pub struct OwnedState {
     pub adam_step: u64,
 }
 
+impl OwnedState {
+    /// Whether every vector has `expected` elements (the owned region's length).
+    pub fn check_len(&self, expected: usize) -> Result<(), SnapshotMismatch> {
+        for (field, found) in [
+            ("master", self.master.len()),
+            ("exp_avg", self.exp_avg.len()),
+            ("exp_avg_sq", self.exp_avg_sq.len()),
+        ] {
+            if found != expected {
+                return Err(SnapshotMismatch {
+                    field,
+                    expected,
+                    found,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A snapshot that does not fit the rank it is imported into.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotMismatch {
@@ -66,21 +86,7 @@ impl ZeroRank {
 
     /// Whether `state` fits this rank's optimizer partition.
     pub fn check_owned(&self, state: &OwnedState) -> Result<(), SnapshotMismatch> {
-        let expected = self.owned_len();
-        for (field, found) in [
-            ("master", state.master.len()),
-            ("exp_avg", state.exp_avg.len()),
-            ("exp_avg_sq", state.exp_avg_sq.len()),
-        ] {
-            if found != expected {
-                return Err(SnapshotMismatch {
-                    field,
-                    expected,
-                    found,
-                });
-            }
-        }
-        Ok(())
+        state.check_len(self.owned_len())
     }
 
     /// Takes `state` (checked with [`ZeroRank::check_owned`]) as the rank's optimizer

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use dsplan_executor::io::open_stream;
+use dsplan_executor::metrics::PhaseTimes;
 use dsplan_executor::metrics::StepMetrics;
 use dsplan_executor::train::TrainSettings;
-use dsplan_executor::zero::PhaseTimes;
 use dsplan_planner::schedule::LrSchedule;
 use indicatif::{ProgressBar, ProgressStyle};
 

@@ -4,9 +4,14 @@
 //! the totals agree; a note appears only for a category whose plan lists other buffers (a
 //! DeepSpeed GPU plan), and for plan buffers with no CPU counterpart (offload staging). Under
 //! NVMe offload it adds the bytes each rank kept in its swap files (their sizes) and moved per
-//! step next to the plan's NVMe bytes. `--format json` prints the same as one object.
+//! step next to the plan's NVMe bytes. A run on a GPU (the same report, from the same loop)
+//! measures what dsplan allocated on the device against its `dsplan-cuda` plan, and adds the
+//! device, its MFU and what the driver reports in use (`--format json`: `device`, `mfu` and
+//! `device_memory` with `peak_total`, `by_category`, `plan`, `plan_peak_total` and
+//! `driver_used`). `--format json` prints the same as one object.
 
-use dsplan_executor::metrics::Category;
+use dsplan_executor::cuda::train::mfu::peak_flops;
+use dsplan_executor::metrics::{Category, DeviceRun};
 use dsplan_executor::train::{TrainReport, TrainSpec};
 use serde_json::{Value, json};
 
@@ -70,7 +75,48 @@ pub(super) fn summary(facts: &RunFacts<'_>, spec: &TrainSpec, report: &TrainRepo
         "nvme": report.nvme.as_ref().map(nvme_summary),
         "notices": spec.settings.notices,
     })));
+    if let Some(device) = &report.device {
+        summary.extend(json_map(device_summary(device, report)));
+    }
     Value::Object(summary)
+}
+
+/// What a GPU run adds: the device, its MFU and its memory (what dsplan allocated, the plan's,
+/// and the driver's figure).
+fn device_summary(device: &DeviceRun, report: &TrainReport) -> Value {
+    let allocated = report.memory.first().copied().unwrap_or_default();
+    json!({
+        "device": device.name,
+        "mfu": device.mfu,
+        "device_memory": {
+            "peak_total": allocated.peak_total,
+            "by_category": allocated.peak,
+            "plan": report.plan_memory.peak,
+            "plan_peak_total": report.plan_memory.peak_total,
+            "driver_used": device.driver_used_bytes,
+        },
+    })
+}
+
+/// The device and MFU line, and the driver's figure, of a GPU run.
+fn device_lines(device: &DeviceRun) -> String {
+    let mut out = match (device.mfu, peak_flops(&device.name)) {
+        (Some(mfu), Some(peak)) => format!(
+            "device: {}; MFU {:.1}% of its {:.0} TFLOP/s dense 16-bit peak (over the whole run, first steps' kernel compilation included)\n",
+            device.name,
+            100.0 * mfu,
+            peak / 1e12
+        ),
+        _ => format!(
+            "device: {}; MFU unknown (the device is not in dsplan's table of peaks)\n",
+            device.name
+        ),
+    };
+    out.push_str(&format!(
+        "  in use on the device after the run (driver: total - free; with the CUDA context and library workspaces): {}\n",
+        bytes(device.driver_used_bytes)
+    ));
+    out
 }
 
 /// The step counts, losses and throughput every run's summary starts with.
@@ -161,6 +207,9 @@ pub(super) fn human(report: &TrainReport, summary: &Value) -> String {
         summary["first_loss"].as_f64().unwrap_or(f64::NAN),
         summary["final_loss"].as_f64().unwrap_or(f64::NAN),
     ));
+    if let Some(device) = &report.device {
+        out.push_str(&device_lines(device));
+    }
     out.push_str(&memory_table(report));
     if let Some(nvme) = &report.nvme {
         out.push_str(&nvme_lines(nvme, report.steps.len()));
@@ -245,9 +294,14 @@ fn memory_table(report: &TrainReport) -> String {
             format!("plan only [{}]", notes.len()),
         ));
     }
-    let mut out = String::from(
-        "peak memory per rank, measured by the executor vs predicted by the plan (`dsplan plan --backend dsplan-cpu`, one rank):\n",
-    );
+    let mut out = String::from(match report.device {
+        None => {
+            "peak memory per rank, measured by the executor vs predicted by the plan (`dsplan plan --backend dsplan-cpu`, one rank):\n"
+        }
+        Some(_) => {
+            "device memory, allocated by dsplan vs predicted by the plan (`dsplan plan --backend dsplan-cuda --world-size 1`):\n"
+        }
+    });
     let name_width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(8);
     let widths: Vec<usize> = (0..columns.len())
         .map(|c| {

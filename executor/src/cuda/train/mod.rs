@@ -5,7 +5,8 @@
 //! ([`DeviceLayout`], bytes per memory category before any allocation); [`forward`],
 //! [`backward`] and [`step`] build the step as lists of [`Op`]s in the CPU model's order;
 //! [`execute`] runs those same lists on the GPU, one op per launcher or cuBLASLt call, and
-//! [`trainer`] drives a run (data, loss scaling, schedule, reporting). Host tests read the
+//! [`trainer`] is the GPU's backend of the one training loop (`crate::train::step`: data,
+//! loss scaling, schedule, clipping, reporting, checkpoints). Host tests read the
 //! lists (shapes, aliasing, launch counts, kernel signatures) without a GPU.
 //!
 //! | module | job | runs without a GPU |
@@ -13,10 +14,10 @@
 //! | [`buffers`] | every device buffer, sized from the model and micro-batch | yes |
 //! | [`program`] | [`Op`]: one operation as data, its shape checks and kernel launches | yes |
 //! | [`forward`], [`backward`] | the passes as ops | yes |
-//! | [`step`] | phases of a step; loss scale, LR, clip and Adam scalars on the host | yes |
+//! | [`step`] | the op lists of a step's phases | yes |
 //! | [`mfu`] | FLOPs per token and device peaks | yes |
 //! | [`execute`] | allocations and the op interpreter | needs a GPU |
-//! | [`trainer`] | a run on one GPU | needs a GPU |
+//! | [`trainer`] | the step's operations on one GPU ([`CudaStep`]), and a run | needs a GPU (its checkpoint layout does not) |
 //!
 //! World size 1 only: for ZeRO stages 0-3 on one GPU the math is the same step. Several GPUs
 //! (one process each, NCCL bucket all-reduce overlapping backward) are not built; the trainer
@@ -33,5 +34,8 @@ pub mod trainer;
 
 pub use buffers::{DeviceLayout, Region, TensorRef};
 pub use program::{Launch, Op, ShapeError};
-pub use step::{Boundary, StepControl, StepProgram};
-pub use trainer::{CudaStepRecord, CudaTrainError, CudaTrainReport, check_spec, train_cuda};
+pub use step::StepProgram;
+pub use trainer::{
+    CudaStep, CudaTrainError, check_spec, held_from_whole, owned_from_whole, train_cuda,
+    train_cuda_planned,
+};

@@ -1,0 +1,84 @@
+//! [`StepControl`]: the host side of every step, the same whichever backend computes it: the
+//! loss scaler, the learning-rate schedule (with OneCycle's momentum), gradient clipping, and
+//! the count of applied steps (the schedule's position).
+
+use dsplan_planner::schedule::LrSchedule;
+use dsplan_planner::schedule::loss_scale::LossScaler;
+
+use super::TrainSettings;
+use crate::optim::AdamConfig;
+use crate::zero::{ClipRule, MixedPrecision};
+
+/// What decides a step besides the gradients.
+#[derive(Debug, Clone)]
+pub struct StepControl {
+    /// Micro-steps per optimizer step (`gradient_accumulation_steps`).
+    pub grad_accum: usize,
+    /// `gradient_clipping` (0: off).
+    pub clip: f64,
+    /// How the CPU backend computes the norm and clip factor of its stage.
+    pub clip_rule: ClipRule,
+    /// Adam's hyperparameters (betas overridden per step by OneCycle's momentum cycling).
+    pub adam: AdamConfig,
+    /// The optimizer's `lr`, used when there is no scheduler.
+    pub base_lr: f64,
+    /// The learning-rate schedule, if any.
+    pub schedule: Option<LrSchedule>,
+    /// The precision, for overflow checks.
+    pub precision: MixedPrecision,
+    /// The loss scaler as it stands.
+    pub scaler: LossScaler,
+    /// Optimizer steps applied so far (skipped steps excluded).
+    pub applied_steps: u64,
+}
+
+impl StepControl {
+    /// The control of a run of `settings`, starting with `scaler`.
+    pub fn of_run(settings: &TrainSettings, scaler: LossScaler) -> Self {
+        Self {
+            grad_accum: settings.batch.grad_accum.max(1),
+            clip: settings.gradient_clipping,
+            clip_rule: ClipRule::for_stage(settings.stage, settings.precision.model_dtype()),
+            adam: settings.optimizer.adam,
+            base_lr: settings.optimizer.lr,
+            schedule: settings.schedule.clone(),
+            precision: settings.precision,
+            scaler,
+            applied_steps: 0,
+        }
+    }
+
+    /// Continues a run from a checkpoint: `applied_steps` optimizer steps already applied and
+    /// the loss scaler as it was saved.
+    pub fn resume(&mut self, applied_steps: u64, scaler: LossScaler) {
+        self.applied_steps = applied_steps;
+        self.scaler = scaler;
+    }
+
+    /// The learning rate of the next applied step.
+    pub fn lr(&self) -> f64 {
+        match &self.schedule {
+            Some(schedule) => schedule.lr_at(self.applied_steps),
+            None => self.base_lr,
+        }
+    }
+
+    /// Adam's hyperparameters for the next applied step (OneCycle cycles the betas).
+    pub fn adam(&self) -> AdamConfig {
+        let mut adam = self.adam;
+        if let Some((beta1, beta2)) = self
+            .schedule
+            .as_ref()
+            .and_then(|s| s.momentum_at(self.applied_steps))
+        {
+            adam.beta1 = beta1;
+            adam.beta2 = beta2;
+        }
+        adam
+    }
+
+    /// The loss multiplier of each micro-step's backward: `S / G`.
+    pub fn grad_scale(&self) -> f32 {
+        (self.scaler.scale() / self.grad_accum as f64) as f32
+    }
+}

@@ -1,0 +1,165 @@
+//! The one training loop: [`run_step`] is an optimizer step in DeepSpeed's order over any
+//! [`StepBackend`], [`drive`] runs the steps of a rank (resume, metrics, progress, divergence,
+//! checkpoints).
+//!
+//! For each micro-step `k < G`: forward with the loss multiplied by `S / G` (`S` the loss
+//! scale, 1 unless fp16), backward (stages 2 and 3 reduce gradient buckets as they fill). At
+//! the boundary:
+//!
+//! 1. the gradients are reduced (stages 0 and 1: all-reduced) and readied for the optimizer
+//!    (16-bit runs: widened to `f32`);
+//! 2. fp16, and bf16 with `check_grad_overflow`: any inf/NaN on any rank is an overflow;
+//! 3. the loss scaler is updated; on an overflow the step is skipped: no optimizer step, no
+//!    learning-rate scheduler step, gradients discarded;
+//! 4. otherwise the global norm is computed, the gradients are unscaled and clipped in one
+//!    multiplication ([`crate::zero::clip`]), Adam steps the fp32 master with the scheduler's
+//!    learning rate, the model-dtype parameters are refreshed (and gathered), and the
+//!    scheduler advances.
+//!
+//! The step's loss is the mean over micro-steps, then over ranks (in f64).
+
+use std::time::Instant;
+
+use dsplan_planner::schedule::loss_scale::StepOutcome;
+
+use super::checkpoints::{CheckpointOptions, RankFailure, save_from_rank};
+use super::run::Prepared;
+use super::{StepBackend, StepControl, check_loss};
+use crate::checkpoint::{CheckpointError, SavedCheckpoint};
+use crate::comm::ReduceOp;
+use crate::data::{DataError, MicroBatchIndex, TokenBatch};
+use crate::metrics::{PhaseTimes, StepMetrics};
+use crate::zero::{Scales, ZeroError};
+
+/// Where a rank's micro-batches come from.
+pub(crate) type Batches<'a> = &'a dyn Fn(MicroBatchIndex) -> Result<TokenBatch, DataError>;
+
+/// Runs optimizer step `step` on `backend`, reading micro-batch `(step, rank, k)` from
+/// `batches`. The record's `tokens_per_s` and `seconds` are left at 0 for the caller.
+pub(crate) fn run_step(
+    backend: &mut dyn StepBackend,
+    control: &mut StepControl,
+    step: u64,
+    batches: Batches<'_>,
+) -> Result<StepMetrics, ZeroError> {
+    let mut times = PhaseTimes::default();
+    let grad_accum = control.grad_accum;
+    let loss_scale = control.scaler.scale();
+    let lr = control.lr();
+    let adam = control.adam();
+    let grad_scale = control.grad_scale();
+
+    backend.begin_step()?;
+    let mut loss_sum = 0.0f64;
+    for micro_step in 0..grad_accum {
+        let batch = batches(MicroBatchIndex {
+            step,
+            rank: backend.rank(),
+            micro_step,
+        })?;
+        loss_sum += backend.micro_step(&batch, grad_scale, &mut times)?;
+    }
+    let rank_loss = loss_sum / grad_accum as f64;
+
+    let started = Instant::now();
+    backend.reduce_gradients(loss_scale)?;
+    let overflow = control.precision.checks_overflow() && backend.any_overflow()?;
+    let (grad_norm, skipped) = match control.scaler.update(overflow)? {
+        StepOutcome::Skipped { .. } => {
+            backend.discard();
+            times.reduce += started.elapsed().as_secs_f64();
+            (None, true)
+        }
+        StepOutcome::Applied {
+            grad_scale,
+            unscale_by,
+        } => {
+            let scales = Scales {
+                grad_scale,
+                unscale_by,
+            };
+            let norm = backend.unscale_and_clip(control.clip_rule, scales, control.clip)?;
+            times.reduce += started.elapsed().as_secs_f64();
+            let started = Instant::now();
+            backend.optimizer_step(&adam, lr)?;
+            control.applied_steps += 1;
+            times.step += started.elapsed().as_secs_f64();
+            (Some(norm), false)
+        }
+    };
+    let comm = backend.comm();
+    let world = comm.world_size() as f64;
+    let loss = comm.all_reduce_scalar(rank_loss, ReduceOp::Sum)? / world;
+    Ok(StepMetrics {
+        step,
+        loss,
+        lr,
+        grad_norm,
+        loss_scale,
+        skipped,
+        tokens_per_s: 0.0,
+        times,
+        seconds: 0.0,
+    })
+}
+
+/// What the loop hands back: rank 0's steps and checkpoints (empty elsewhere), and the
+/// optimizer steps applied.
+pub(crate) struct Driven {
+    pub(crate) steps: Vec<StepMetrics>,
+    pub(crate) checkpoints: Vec<SavedCheckpoint>,
+    pub(crate) applied_steps: u64,
+}
+
+/// Runs the steps of `prepared` on `backend` (resumed first when `checkpoints.resume` is
+/// set): rank 0 calls `observer` with every step; a loss that stops being finite ends the
+/// run; the checkpoints are saved as `checkpoints.save` says.
+pub(crate) fn drive(
+    backend: &mut dyn StepBackend,
+    prepared: &Prepared<'_>,
+    checkpoints: &CheckpointOptions,
+    observer: &dyn Fn(&StepMetrics),
+) -> Result<Driven, RankFailure> {
+    let mut control = prepared.control.clone();
+    let batches = |at| prepared.batch(at);
+    let id = backend.rank();
+    if let Some(resume) = prepared.resume {
+        let state = &resume.ranks[id];
+        state
+            .check_len(backend.owned_len())
+            .map_err(|e| CheckpointError::Corrupt {
+                path: resume.location.path(),
+                field: e.field.to_string(),
+                message: e.to_string(),
+            })?;
+        backend.import_owned(state)?;
+        control.resume(resume.applied_steps, resume.scaler.clone());
+    }
+    let is_reporter = id == 0;
+    let mut steps = Vec::new();
+    let mut saved = Vec::new();
+    let steps_total = prepared.spec.steps;
+    for step in prepared.first_step..steps_total {
+        let step_started = Instant::now();
+        let mut metrics = run_step(backend, &mut control, step, &batches)?;
+        let seconds = step_started.elapsed().as_secs_f64();
+        if is_reporter {
+            metrics.seconds = seconds;
+            metrics.tokens_per_s = prepared.tokens_per_step as f64 / seconds.max(1e-9);
+            observer(&metrics);
+            steps.push(metrics);
+        }
+        check_loss(step, metrics.loss, metrics.skipped, &control.scaler)?;
+        if let Some(policy) = &checkpoints.save
+            && policy.saves_after(step + 1, steps_total)
+        {
+            let written = save_from_rank(backend, &control, &prepared.template, policy, step + 1)?;
+            saved.extend(written);
+        }
+    }
+    Ok(Driven {
+        steps,
+        checkpoints: saved,
+        applied_steps: control.applied_steps,
+    })
+}

@@ -1,0 +1,195 @@
+//! The executor follows the plan: a plan field changed through the config key that sets it
+//! (the gradient bucket size, stage 3's persistence threshold) changes what the executor does
+//! in the same way. Its collectives (counted per kind by the rank's `Comm`, `CommTraffic`) are
+//! the plan's, one per planned bucket per step with the planned collective, and fewer gathered
+//! bytes when the plan keeps more tensors whole; its measured memory moves with the plan's, to
+//! the byte.
+//!
+//! (The plan's stage 3 `prefetch` and `max_live_parameters` decisions are not followed on the
+//! CPU, see `zero::partition`: one thread per rank has no second stream to prefetch on.)
+
+use dsplan_executor::comm::CommTraffic;
+use dsplan_executor::data::WindowOrder;
+use dsplan_executor::metrics::Category;
+use dsplan_executor::model::{Gpt2Config, ParamLayout, init_params};
+use dsplan_executor::train::{
+    DataChoice, TrainReport, TrainSettings, TrainSpec, compile_plan, train_planned,
+};
+use dsplan_planner::plan::{Collective, Plan};
+use serde_json::{Value, json};
+
+const MODEL: Gpt2Config = Gpt2Config {
+    vocab_size: 256,
+    n_positions: 64,
+    n_embd: 64,
+    n_layer: 2,
+    n_head: 4,
+    layer_norm_epsilon: 1e-5,
+};
+const WORLD: usize = 2;
+const STEPS: u64 = 2;
+
+/// Compiles the plan of `zero` and runs it.
+fn run(zero: Value) -> (Plan, TrainReport) {
+    let config = json!({
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 1,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+        "zero_optimization": zero,
+    });
+    let settings = TrainSettings::from_config(&config, WORLD).expect("config");
+    let spec = TrainSpec {
+        settings,
+        model: MODEL.into(),
+        initial_params: init_params(&MODEL, &ParamLayout::new(&MODEL), 3),
+        data: DataChoice::Bundled {
+            order: WindowOrder::Sequential,
+        },
+        seq_len: 32,
+        steps: STEPS,
+        world: WORLD,
+    };
+    let (plan, graph) =
+        compile_plan(&spec.settings, &spec.model, spec.seq_len, WORLD).expect("the plan compiles");
+    let report = train_planned(&spec, &plan, &graph, &|_| {}).expect("training runs");
+    assert_eq!(report.applied_steps, STEPS);
+    (plan, report)
+}
+
+/// Every rank's measured peak, per category and in total, is the plan's.
+fn assert_memory_is_the_plans(label: &str, report: &TrainReport) {
+    for (rank, measured) in report.memory.iter().enumerate() {
+        for category in Category::ALL {
+            assert_eq!(
+                measured.peak.get(category),
+                report.plan_memory.peak.get(category),
+                "{label}: rank {rank}, {}",
+                category.name()
+            );
+        }
+        assert_eq!(
+            measured.peak_total, report.plan_memory.peak_total,
+            "{label}"
+        );
+    }
+}
+
+/// Reduce-scatter and all-reduce calls a rank makes per step for the plan's gradient buckets
+/// (`Reduce` runs as an all-reduce on the CPU).
+fn planned_bucket_calls(plan: &Plan) -> (u64, u64) {
+    let count = |wanted: &[Collective]| {
+        plan.buckets
+            .reduce
+            .iter()
+            .filter(|b| wanted.contains(&b.collective))
+            .count() as u64
+    };
+    (
+        count(&[Collective::ReduceScatter]),
+        count(&[Collective::AllReduce, Collective::Reduce]),
+    )
+}
+
+fn bucket_calls(traffic: &CommTraffic) -> (u64, u64) {
+    (traffic.reduce_scatter.calls, traffic.all_reduce.calls)
+}
+
+/// Stage 2: the gradient bucket size decides how many buckets the plan reduces per step, and
+/// so how many reductions every rank makes and how large its bucket buffer is. Besides the
+/// buckets a rank makes the same other collectives in both runs (fp32 stage 2: one all-reduce
+/// of the gradient norm per step), so the counts differ by exactly the planned buckets.
+#[test]
+fn the_bucket_size_of_the_plan_sets_the_reductions_and_the_bucket_memory() {
+    let mut seen = Vec::new();
+    for bucket in [4_000u64, 40_000] {
+        let label = format!("stage 2, reduce_bucket_size {bucket}");
+        let (plan, report) = run(json!({"stage": 2, "reduce_bucket_size": bucket}));
+        assert_eq!(
+            plan.buckets.bucket_size, bucket,
+            "{label}: the plan's field"
+        );
+        let planned = planned_bucket_calls(&plan);
+        for (rank, traffic) in report.traffic.iter().enumerate() {
+            assert_eq!(
+                bucket_calls(traffic),
+                bucket_calls(&report.traffic[0]),
+                "{label}: rank {rank} as rank 0"
+            );
+        }
+        assert_memory_is_the_plans(&label, &report);
+        let done = bucket_calls(&report.traffic[0]);
+        eprintln!(
+            "{label}: {} buckets per step (reduce-scatter, all-reduce) {planned:?}; rank 0 made {done:?} over {STEPS} steps; bucket memory {} B",
+            plan.buckets.reduce.len(),
+            report.memory[0].peak.get(Category::Buckets)
+        );
+        seen.push((planned, done, report.memory[0].peak.get(Category::Buckets)));
+    }
+    let (small, large) = (seen[0], seen[1]);
+    let (planned_small, planned_large) = (small.0, large.0);
+    assert!(
+        planned_small.0 + planned_small.1 > planned_large.0 + planned_large.1,
+        "smaller buckets, more of them: {seen:?}"
+    );
+    assert_eq!(
+        (small.1.0 - large.1.0, small.1.1 - large.1.1,),
+        (
+            (planned_small.0 - planned_large.0) * STEPS,
+            (planned_small.1 - planned_large.1) * STEPS,
+        ),
+        "the reductions differ by the planned buckets: {seen:?}"
+    );
+    assert!(
+        small.2 < large.2,
+        "smaller buckets, less bucket memory: {seen:?}"
+    );
+}
+
+/// Stage 3: a higher persistence threshold makes the plan keep more tensors whole on every
+/// rank, so the executor gathers fewer bytes and holds more parameter memory, as planned.
+#[test]
+fn the_persistence_threshold_of_the_plan_sets_the_gathers_and_the_parameter_memory() {
+    let mut seen = Vec::new();
+    for threshold in [0u64, 20_000] {
+        let label = format!("stage 3, stage3_param_persistence_threshold {threshold}");
+        let (plan, report) = run(json!({"stage": 3, "reduce_bucket_size": 20_000,
+            "stage3_param_persistence_threshold": threshold}));
+        let persistent = plan.shards.persistent.as_ref().map_or(0, |p| p.numel);
+        let (scatters, reduces) = planned_bucket_calls(&plan);
+        for (rank, traffic) in report.traffic.iter().enumerate() {
+            assert_eq!(
+                bucket_calls(traffic),
+                (scatters * STEPS, reduces * STEPS),
+                "{label}, rank {rank}: bucket reductions"
+            );
+        }
+        assert_memory_is_the_plans(&label, &report);
+        let gathered = report.traffic[0].all_gather;
+        eprintln!(
+            "{label}: {persistent} persistent elements, rank 0 all-gathered {} times, {} B; params {} B, gathered {} B",
+            gathered.calls,
+            gathered.bytes_sent,
+            report.memory[0].peak.get(Category::Params),
+            report.memory[0].peak.get(Category::Gathered)
+        );
+        seen.push((
+            persistent,
+            gathered.bytes_sent,
+            report.memory[0].peak.get(Category::Params),
+        ));
+    }
+    let (none, most) = (seen[0], seen[1]);
+    assert_eq!(none.0, 0, "threshold 0: nothing persistent ({seen:?})");
+    assert!(
+        most.0 > 0,
+        "a higher threshold keeps tensors whole ({seen:?})"
+    );
+    assert!(
+        most.1 < none.1,
+        "persistent tensors are not gathered: fewer bytes ({seen:?})"
+    );
+    assert!(
+        most.2 > none.2,
+        "persistent tensors are held whole: more parameter memory ({seen:?})"
+    );
+}
