@@ -371,18 +371,9 @@ fn zero_setup(config: &DsConfig) -> ZeroSetup {
     let size = |value: &AutoOr<config::NonNegativeInt>, default: u64| {
         value.value().map_or(default, |v| v.get())
     };
+    // Resolution has turned `cpu_offload` and `cpu_offload_param` into these sections.
     let optimizer_section = zero.offload_optimizer.clone().unwrap_or_default();
-    let optimizer_device = if zero.cpu_offload == Some(true) {
-        OffloadDevice::Cpu
-    } else {
-        optimizer_section.device
-    };
     let param_section = zero.offload_param.clone().unwrap_or_default();
-    let param_device = if zero.cpu_offload_param == Some(true) {
-        OffloadDevice::Cpu
-    } else {
-        param_section.device
-    };
     setup.contiguous_gradients = zero.contiguous_gradients;
     setup.overlap_comm = zero.overlap_comm_resolved();
     setup.reduce_bucket_size = zero
@@ -402,7 +393,7 @@ fn zero_setup(config: &DsConfig) -> ZeroSetup {
         device: if zero.stage == ZeroStage::Disabled {
             OffloadDevice::None
         } else {
-            optimizer_device
+            optimizer_section.device
         },
         ratio: if zero.stage == ZeroStage::Weights {
             optimizer_section.ratio.clamp(0.0, 1.0)
@@ -413,7 +404,7 @@ fn zero_setup(config: &DsConfig) -> ZeroSetup {
         buffer_count: optimizer_section.buffer_count.get(),
     };
     setup.offload_param = OffloadParam {
-        device: param_device,
+        device: param_section.device,
         pinning: Pinning::from_flag(param_section.pin_memory),
         buffer_count: param_section.buffer_count.get(),
         buffer_size: param_section.buffer_size.get(),
