@@ -106,7 +106,7 @@ fn cases() -> Vec<Case> {
             let estimate =
                 estimate_reading(&model, hardware, &reading, &shape, &Margins::default())
                     .unwrap_or_else(|e| panic!("{name}: {e}"));
-            let plan = compile_plan(&model, hardware, &reading.setup, &shape, &reading.document)
+            let plan = compile_plan(&model, hardware, &reading.setup, &shape, &reading.config)
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             Case {
                 name,

@@ -14,7 +14,7 @@ use crate::units;
 use clap::{ArgGroup, Args, ValueEnum};
 use dsplan_planner::config::{OffloadDevice, ZeroStage};
 use dsplan_planner::estimate::full::{
-    AttentionKernel, Checkpointing, Device, Margins, Overrides, Phase, Precision, Row,
+    AttentionKernel, Checkpointing, Device, Margins, Overrides, Phase, Precision, Row, SetupError,
     TrainingShape, read_config,
 };
 use dsplan_planner::estimate::{
@@ -393,8 +393,14 @@ fn full_estimate(
         zero_init: full.zero_init.map(ZeroInit::from),
     };
     let hidden = spec.architecture.map(|arch| arch.hidden);
-    let reading = read_config(file.value(), hardware, hidden, &overrides)
-        .map_err(|error| (Outcome::InputRejected, format!("{display}: {error}")))?;
+    let reading = read_config(file.value(), hardware, hidden, &overrides).map_err(|error| {
+        if let SetupError::Refused(found) = &error {
+            let mut found = found.clone();
+            file.locate_all(&mut found);
+            eprint!("{}", crate::render::human(&file, &found));
+        }
+        (Outcome::InputRejected, format!("{display}: {error}"))
+    })?;
     let shape = TrainingShape {
         seq_len: full
             .seq_len

@@ -25,8 +25,8 @@ use dsplan_planner::plan::buckets::FlushPoint;
 use dsplan_planner::plan::shards::ShardRule;
 use dsplan_planner::plan::stage3::Pass;
 use dsplan_planner::plan::{
-    self, AllGatherIntoTensor, AttentionKernel, CheckpointPlacement, Checkpointing, Cluster,
-    Device, ModelGraph, Plan, PlanBackend, Workload,
+    self, AttentionKernel, CheckpointPlacement, Checkpointing, Cluster, Device, ModelGraph, Plan,
+    PlanBackend, Workload,
 };
 use dsplan_planner::validate::{self, ValidateOptions};
 
@@ -196,23 +196,13 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
             }
             None => Checkpointing::None,
         },
-        checkpoint_placement: if config.activation_checkpointing.cpu_checkpointing {
-            CheckpointPlacement::Cpu
-        } else {
-            CheckpointPlacement::Gpu
-        },
         attention: if args.flash_attention {
             AttentionKernel::Flash
         } else {
             AttentionKernel::Eager
         },
         zero_init: args.zero_init.map_or(ZeroInit::Enabled, ZeroInit::from),
-        // The CPU executor's in-process collectives have no all_gather_into_tensor.
-        all_gather_into_tensor: match backend {
-            PlanBackend::DeepspeedGpu | PlanBackend::DsplanCuda => AllGatherIntoTensor::Available,
-            PlanBackend::DsplanCpu => AllGatherIntoTensor::Unavailable,
-        },
-        backend,
+        ..Workload::for_backend(backend, &config)
     };
     let mut plan = plan::compile(&config, &graph, &cluster, &workload).map_err(|mut refused| {
         file.locate_all(&mut refused);

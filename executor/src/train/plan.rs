@@ -24,12 +24,10 @@
 //!
 //! [`ParamLayout`]: crate::model::ParamLayout
 
+use dsplan_planner::config::DsConfig;
 use dsplan_planner::diagnostics::Diagnostic;
 use dsplan_planner::model::Architecture;
-use dsplan_planner::plan::{
-    self, AllGatherIntoTensor, CheckpointPlacement, Checkpointing, Cluster, ModelGraph, Plan,
-    PlanBackend, Workload,
-};
+use dsplan_planner::plan::{self, Checkpointing, Cluster, ModelGraph, Plan, PlanBackend, Workload};
 
 use super::TrainSettings;
 use crate::model::{ModelConfig, Recompute};
@@ -50,27 +48,25 @@ pub fn model_graph(config: &ModelConfig) -> Result<ModelGraph, Vec<Diagnostic>> 
     })
 }
 
-/// The workload of a CPU run with rows of `seq_len` tokens.
-/// Without recomputation the executor stores every activation (no checkpointing) and runs
-/// eager attention, which are the planner's defaults ([`compile_plan`] sets the run's
-/// checkpointing); the in-process collectives have no `all_gather_into_tensor`;
-/// the buffers are the CPU executor's.
+/// The workload of a CPU run with rows of `seq_len` tokens ([`Workload::for_backend`] of
+/// `dsplan-cpu`: the in-process collectives have no `all_gather_into_tensor`; the buffers are
+/// the CPU executor's). Without recomputation the executor stores every activation (no
+/// checkpointing) and runs eager attention, which are the planner's defaults
+/// ([`compile_plan`] sets the run's checkpointing).
 pub fn cpu_workload(seq_len: usize) -> Workload {
-    Workload {
-        sequence_length: Some(seq_len as u64),
-        all_gather_into_tensor: AllGatherIntoTensor::Unavailable,
-        backend: PlanBackend::DsplanCpu,
-        ..Workload::default()
-    }
+    run_workload(PlanBackend::DsplanCpu, &DsConfig::default(), seq_len)
 }
 
 /// The workload of a run on one GPU with rows of `seq_len` tokens: the CUDA executor's
 /// buffers (`dsplan-cuda`).
 pub fn cuda_workload(seq_len: usize) -> Workload {
+    run_workload(PlanBackend::DsplanCuda, &DsConfig::default(), seq_len)
+}
+
+fn run_workload(backend: PlanBackend, config: &DsConfig, seq_len: usize) -> Workload {
     Workload {
         sequence_length: Some(seq_len as u64),
-        backend: PlanBackend::DsplanCuda,
-        ..Workload::default()
+        ..Workload::for_backend(backend, config)
     }
 }
 
@@ -82,7 +78,7 @@ pub fn compile_plan(
     seq_len: usize,
     world: usize,
 ) -> Result<(Plan, ModelGraph), Vec<Diagnostic>> {
-    compile_with(settings, model, world, &cpu_workload(seq_len))
+    compile_with(settings, model, world, PlanBackend::DsplanCpu, seq_len)
 }
 
 /// The plan of a run of `settings` training `model` on one GPU with rows of `seq_len` tokens
@@ -94,14 +90,15 @@ pub fn compile_cuda_plan(
     seq_len: usize,
     world: usize,
 ) -> Result<(Plan, ModelGraph), Vec<Diagnostic>> {
-    compile_with(settings, model, world, &cuda_workload(seq_len))
+    compile_with(settings, model, world, PlanBackend::DsplanCuda, seq_len)
 }
 
 fn compile_with(
     settings: &TrainSettings,
     model: &ModelConfig,
     world: usize,
-    workload: &Workload,
+    backend: PlanBackend,
+    seq_len: usize,
 ) -> Result<(Plan, ModelGraph), Vec<Diagnostic>> {
     let graph = model_graph(model)?;
     let world = world.max(1) as u64;
@@ -117,12 +114,7 @@ fn compile_with(
             Recompute::Nothing => Checkpointing::None,
             Recompute::EachLayer => Checkpointing::Full,
         },
-        checkpoint_placement: if settings.config.activation_checkpointing.cpu_checkpointing {
-            CheckpointPlacement::Cpu
-        } else {
-            CheckpointPlacement::Gpu
-        },
-        ..*workload
+        ..run_workload(backend, &settings.config, seq_len)
     };
     let plan = plan::compile(&settings.config, &graph, &cluster, &workload)?;
     Ok((plan, graph))

@@ -7,18 +7,18 @@
 //! makes `allgather_bucket_size` moot, stage 0 reduces in fixed 5e8-element buckets. Here each
 //! one is a setting plus a warning or note kept in the plan.
 //!
-//! The input must be resolved: `"auto"` anywhere is an error. (`planner::resolve` fills
-//! defaults, `"auto"` and the batch triangle; until it lands, `batch` derives the missing
-//! batch key the way DeepSpeed does.)
+//! The input must be resolved: `"auto"` anywhere is an error (`planner::resolve` fills
+//! defaults, `"auto"` and the batch triangle). A config given unresolved (`dsplan plan`) has its
+//! missing batch key derived by the one solver, [`crate::validate::batch::derive`]; its
+//! precision and dtypes come from the one rule, [`super::precision`].
 
 use serde_json::Value;
 
 use super::backend::PlanBackend;
 use super::cluster::Cluster;
-use super::dtype::Dtype;
 use super::model_graph::ModelGraph;
 use super::settings::{
-    AttentionKernel, Batch, CheckpointPlacement, Checkpointing, Dtypes, FlatOrder, GradientStorage,
+    AttentionKernel, Batch, CheckpointPlacement, Checkpointing, FlatOrder, GradientStorage,
     OffloadTarget, OptimizerChoice, Overlap, ParamGatherMode, Pinning, Precision, ReduceTiming,
     Settings, Stage3Settings,
 };
@@ -30,6 +30,7 @@ use crate::config::{
 use crate::diagnostics::{Code, Diagnostic};
 use crate::estimate::ZeroInit;
 use crate::memory::{MAX_SHAPE_DIMENSION, states_per_param};
+use crate::validate::batch::{self, GivenBatch};
 
 /// DeepSpeed's stage-0 all-reduce bucket (`MEMORY_OPT_ALLREDUCE_SIZE`), in elements.
 pub const STAGE0_ALLREDUCE_BUCKET: u64 = 500_000_000;
@@ -70,6 +71,32 @@ impl Default for Workload {
     }
 }
 
+impl Workload {
+    /// The workload of a run on `backend` of `config`, the one place a command derives it
+    /// from: the backend's buffers and collectives (the CPU executor's in-process collectives
+    /// have no `all_gather_into_tensor`; NCCL has), and full checkpointing's inputs where
+    /// `activation_checkpointing.cpu_checkpointing` puts them. What the script decides beyond the
+    /// config (sequence length, checkpointing, attention, `zero.Init`) keeps its default; set
+    /// it with `Workload { field: ..., ..Workload::for_backend(backend, config) }`.
+    pub fn for_backend(backend: PlanBackend, config: &DsConfig) -> Workload {
+        Workload {
+            checkpoint_placement: if config.activation_checkpointing.cpu_checkpointing {
+                CheckpointPlacement::Cpu
+            } else {
+                CheckpointPlacement::Gpu
+            },
+            all_gather_into_tensor: match backend {
+                PlanBackend::DeepspeedGpu | PlanBackend::DsplanCuda => {
+                    AllGatherIntoTensor::Available
+                }
+                PlanBackend::DsplanCpu => AllGatherIntoTensor::Unavailable,
+            },
+            backend,
+            ..Workload::default()
+        }
+    }
+}
+
 /// Whether the collective backend offers `all_gather_into_tensor`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AllGatherIntoTensor {
@@ -95,7 +122,7 @@ pub fn decide(
     let stage = zero.stage;
     let precision = precision(config, &mut found);
     let batch = batch(config, model, cluster.world_size, workload, &mut found);
-    let dtypes = dtypes(config, precision, stage);
+    let dtypes = super::precision::dtypes(config, precision, stage);
     let optimizer = optimizer(config, &mut found);
     let offload_optimizer = offload_optimizer(zero, &mut found);
     let offload_param = offload_param(zero, &mut found);
@@ -187,30 +214,21 @@ fn unresolved(config: &DsConfig) -> Vec<Diagnostic> {
         .collect()
 }
 
+/// The precision ([`super::precision::precision`]); both fp16 and bf16 is an error.
 fn precision(config: &DsConfig, found: &mut Vec<Diagnostic>) -> Precision {
-    let fp16 = config.fp16.enabled.value().copied().unwrap_or(false);
-    let legacy_bf16 = config
-        .bfloat16
-        .as_ref()
-        .and_then(|b| b.0.enabled.value().copied())
-        .unwrap_or(false);
-    let bf16 = config.bf16.enabled.value().copied().unwrap_or(false) || legacy_bf16;
-    match (fp16, bf16) {
-        (true, true) => {
-            found.push(Diagnostic::error(
-                Code::ConflictingPrecision,
-                "/bf16/enabled",
-                "fp16 and bf16 are both enabled (DeepSpeed asserts)",
-            ));
-            Precision::Fp16
-        }
-        (true, false) => Precision::Fp16,
-        (false, true) => Precision::Bf16,
-        (false, false) => Precision::Fp32,
-    }
+    super::precision::precision(config).unwrap_or_else(|_| {
+        found.push(Diagnostic::error(
+            Code::ConflictingPrecision,
+            "/bf16/enabled",
+            "fp16 and bf16 are both enabled (DeepSpeed asserts)",
+        ));
+        Precision::Fp16
+    })
 }
 
-/// The batch triangle: train_batch_size = micro × accumulation × world size.
+/// The batch triangle (train_batch_size = micro × accumulation × world size), solved by
+/// DeepSpeed's derivation ([`batch::derive`]); what it refuses is reported as validation
+/// reports it ([`batch::check`]).
 fn batch(
     config: &DsConfig,
     model: &ModelGraph,
@@ -218,53 +236,46 @@ fn batch(
     workload: &Workload,
     found: &mut Vec<Diagnostic>,
 ) -> Option<Batch> {
-    let get = |key: &Option<crate::config::AutoOr<crate::config::primitives::PositiveInt>>| {
-        key.as_ref().and_then(|v| v.value()).map(|v| v.get())
+    let keys = [
+        (batch::TRAIN_BATCH, &config.train_batch_size),
+        (batch::MICRO_BATCH, &config.train_micro_batch_size_per_gpu),
+        (batch::GRAD_ACCUM, &config.gradient_accumulation_steps),
+    ]
+    .map(|(pointer, key)| {
+        (
+            pointer,
+            key.as_ref().and_then(|v| v.value()).map(|v| v.get()),
+        )
+    });
+    let [(_, train), (_, micro), (_, accumulation)] = keys;
+    let given = GivenBatch {
+        train: train.map(i128::from),
+        micro: micro.map(i128::from),
+        accumulation: accumulation.map(i128::from),
     };
-    let total = get(&config.train_batch_size);
-    let micro = get(&config.train_micro_batch_size_per_gpu);
-    let accumulation = get(&config.gradient_accumulation_steps);
-    let mismatch = |found: &mut Vec<Diagnostic>, message: String| {
-        found.push(Diagnostic::error(
-            Code::BatchSizeMismatch,
-            "/train_batch_size",
-            message,
-        ));
-        None
-    };
-    let (micro, accumulation) = match (total, micro, accumulation) {
-        (Some(t), Some(m), Some(g)) if t == m * g * world => (m, g),
-        (Some(t), Some(m), Some(g)) => {
-            return mismatch(
-                found,
-                format!(
-                    "train_batch_size {t} ≠ micro batch {m} × accumulation {g} × world size {world}"
-                ),
-            );
+    let solved = batch::derive(given, i128::from(world))
+        .ok()
+        .and_then(|solved| {
+            Some((
+                u64::try_from(solved.micro).ok()?,
+                u64::try_from(solved.accumulation).ok()?,
+            ))
+        });
+    let Some((micro, accumulation)) = solved else {
+        let written: serde_json::Map<String, Value> = keys
+            .iter()
+            .filter_map(|(pointer, value)| Some((pointer[1..].to_owned(), Value::from((*value)?))))
+            .collect();
+        let mut errors = batch::check(&Value::Object(written), Some(world));
+        if errors.is_empty() {
+            errors.push(Diagnostic::error(
+                Code::BatchSizeMismatch,
+                batch::TRAIN_BATCH,
+                format!("the batch sizes do not add up at world size {world}"),
+            ));
         }
-        (Some(t), Some(m), None) if t % (m * world) == 0 && t >= m * world => (m, t / (m * world)),
-        (Some(t), None, Some(g)) if t % (g * world) == 0 && t >= g * world => (t / (g * world), g),
-        (Some(t), None, None) if t % world == 0 && t >= world => (t / world, 1),
-        (Some(t), _, _) => {
-            return mismatch(
-                found,
-                format!(
-                    "train_batch_size {t} does not divide evenly over world size {world} and the given batch keys"
-                ),
-            );
-        }
-        (None, Some(m), g) => (m, g.unwrap_or(1)),
-        (None, None, _) => {
-            found.push(
-                Diagnostic::error(
-                    Code::BatchSizeMissing,
-                    "",
-                    "neither train_batch_size nor train_micro_batch_size_per_gpu is given",
-                )
-                .with_help("set train_micro_batch_size_per_gpu"),
-            );
-            return None;
-        }
+        found.extend(errors);
+        return None;
     };
     let sequence_length = workload
         .sequence_length
@@ -290,56 +301,6 @@ fn batch(
         train_batch_size: micro * accumulation * world,
         sequence_length,
     })
-}
-
-fn dtypes(config: &DsConfig, precision: Precision, stage: ZeroStage) -> Dtypes {
-    let model = match precision {
-        Precision::Fp32 => Dtype::Fp32,
-        Precision::Fp16 => Dtype::Fp16,
-        Precision::Bf16 => Dtype::Bf16,
-    };
-    let zero = stage != ZeroStage::Disabled;
-    let default_accum = if precision == Precision::Bf16 && !zero {
-        Dtype::Fp32
-    } else {
-        model
-    };
-    let grad_accum = config
-        .data_types
-        .grad_accum_dtype
-        .and_then(Dtype::from_name)
-        .unwrap_or(default_accum);
-    let communication = config
-        .communication_data_type
-        .map(Dtype::from_comm)
-        .unwrap_or(model);
-    let bf16 = &config.bf16;
-    // `*_master_weights_and_grads` keep the master (and the gradients the step reads) 16-bit.
-    let master = match precision {
-        Precision::Bf16 if zero && bf16.bf16_master_weights_and_grads => Dtype::Bf16,
-        Precision::Fp16 if zero && config.fp16.fp16_master_weights_and_grads => Dtype::Fp16,
-        _ => Dtype::Fp32,
-    };
-    // bf16 states need a bf16 master; DeepSpeedCPUAdam keeps 16-bit states for a 16-bit master
-    // only with `fp32_optimizer_states: false` (deepspeed-facts §5.5, §6).
-    let fp32_states = config
-        .optimizer
-        .as_ref()
-        .and_then(|o| o.params.fp32_optimizer_states)
-        .unwrap_or(true);
-    let optimizer_states = match master {
-        Dtype::Bf16 if bf16.bf16_optimizer_states => Dtype::Bf16,
-        Dtype::Fp16 if !fp32_states => Dtype::Fp16,
-        _ => Dtype::Fp32,
-    };
-    Dtypes {
-        params: model,
-        gradients: model,
-        grad_accum,
-        communication,
-        master,
-        optimizer_states,
-    }
 }
 
 /// State tensors per parameter of the optimizers DeepSpeed builds.
@@ -712,4 +673,77 @@ fn refused(config: &DsConfig, found: &mut Vec<Diagnostic>) {
         "/zero_optimization/legacy_stage1",
         "the deprecated ZeRO stage 1 (legacy_stage1) is not supported by DeepSpeed >= 0.5.9",
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Architecture, Embeddings, Family};
+    use serde_json::json;
+
+    fn decided(config: Value, world: u64) -> (Option<Settings>, Vec<Diagnostic>) {
+        let arch = Architecture {
+            family: Family::Gpt2,
+            layers: 1,
+            hidden: 8,
+            heads: 2,
+            kv_heads: 2,
+            head_dim: 4,
+            intermediate: 32,
+            vocab: 16,
+            positions: Some(8),
+            embeddings: Embeddings::Tied,
+        };
+        let graph = ModelGraph::from_architecture("gpt2", &arch).expect("graph");
+        let cluster = Cluster::new(world, world).expect("cluster");
+        let config = crate::config::from_value(&config).expect("typed");
+        decide(&config, &graph, &cluster, &Workload::default())
+    }
+
+    #[test]
+    fn the_batch_triangle_is_validations_solver() {
+        let (settings, _) = decided(
+            json!({"train_batch_size": 64, "gradient_accumulation_steps": 2}),
+            4,
+        );
+        let batch = settings.expect("solved").batch;
+        assert_eq!(
+            (batch.micro_batch, batch.gradient_accumulation_steps),
+            (8, 2)
+        );
+        let (settings, found) = decided(
+            json!({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 2}),
+            4,
+        );
+        assert!(settings.is_none());
+        let error = found.iter().find(|d| d.is_error()).expect("an error");
+        assert_eq!(error.code, Code::BatchSizeMismatch);
+        assert!(
+            error.message.contains("DeepSpeed derives"),
+            "{}",
+            error.message
+        );
+        let (_, found) = decided(json!({}), 1);
+        assert!(found.iter().any(|d| d.code == Code::BatchSizeMissing));
+    }
+
+    #[test]
+    fn each_backend_has_one_workload() {
+        let config = crate::config::from_value(
+            &json!({"activation_checkpointing": {"cpu_checkpointing": true}}),
+        )
+        .expect("typed");
+        let cpu = Workload::for_backend(PlanBackend::DsplanCpu, &config);
+        assert_eq!(cpu.all_gather_into_tensor, AllGatherIntoTensor::Unavailable);
+        assert_eq!(cpu.checkpoint_placement, CheckpointPlacement::Cpu);
+        for backend in [PlanBackend::DeepspeedGpu, PlanBackend::DsplanCuda] {
+            let workload = Workload::for_backend(backend, &DsConfig::default());
+            assert_eq!(workload.backend, backend);
+            assert_eq!(
+                workload.all_gather_into_tensor,
+                AllGatherIntoTensor::Available
+            );
+            assert_eq!(workload.checkpoint_placement, CheckpointPlacement::Gpu);
+        }
+    }
 }

@@ -7,6 +7,7 @@
 //! | part | module |
 //! |---|---|
 //! | decided settings and diagnostics (fallbacks, refusals) | [`decide`], [`settings`] |
+//! | the precision and the element type of every state (the one rule) | [`precision`] |
 //! | tensors with shapes, fetch units in execution order | [`model_graph`] |
 //! | offsets in the flat 16-bit and fp32 master buffers | [`layout`] |
 //! | per-rank ownership rules, persistent set, sub-groups | [`shards`] |
@@ -20,9 +21,9 @@
 //! | op graph, cost model, critical path, step time | [`graph`], [`cost`], [`cluster`] |
 //! | Chrome trace of a step | [`trace`] |
 //!
-//! `planner::resolve` (defaults, `"auto"`, the batch triangle) plugs in before [`compile`]: its
-//! output is the `DsConfig` given here. Until then [`decide`] refuses `"auto"` and derives the
-//! missing batch key itself.
+//! `planner::resolve` (defaults, `"auto"`, the batch triangle) runs before [`compile`]: its
+//! output is the `DsConfig` given here; [`decide`] refuses any `"auto"` left. The script's side
+//! of a run is a [`Workload`], derived per backend by [`Workload::for_backend`].
 
 pub mod activations;
 pub mod assumed;
@@ -40,6 +41,7 @@ pub mod graph;
 pub mod layout;
 pub mod model_graph;
 pub mod offload;
+pub mod precision;
 pub mod settings;
 pub mod shards;
 pub mod stage3;

@@ -426,13 +426,13 @@ fn offload_ratios(
         accumulation: 1,
         offload_ratio: None,
     };
-    let (reading, shape) = read_back(request, dims, &plan)?;
+    let (_, reading, shape) = read_back(request, dims, &plan)?;
     let compiled = compile_plan(
         &request.model,
         request.cluster.hardware,
         &reading.setup,
         &shape,
-        &reading.document,
+        &reading.config,
     )
     .map_err(RecommendError::Estimate)?;
     let groups = compiled.shards.sub_groups.len().max(1);
@@ -448,7 +448,7 @@ fn read_back(
     request: &Request,
     dims: &ModelDims,
     plan: &Plan,
-) -> Result<(crate::estimate::full::ConfigReading, TrainingShape), RecommendError> {
+) -> Result<(Value, crate::estimate::full::ConfigReading, TrainingShape), RecommendError> {
     let hardware = request.cluster.hardware;
     let inputs = ConfigInputs {
         precision: request.precision,
@@ -473,14 +473,13 @@ fn read_back(
         checkpoint_placement: reading.checkpoint_placement,
         attention: request.attention,
     };
-    Ok((reading, shape))
+    Ok((config, reading, shape))
 }
 
 fn try_plan(request: &Request, dims: &ModelDims, plan: Plan) -> Result<Tried, RecommendError> {
     let cluster = &request.cluster;
     let hardware = cluster.hardware;
-    let (reading, shape) = read_back(request, dims, &plan)?;
-    let config = reading.document.clone();
+    let (config, reading, shape) = read_back(request, dims, &plan)?;
     let estimate = estimate_reading(&request.model, hardware, &reading, &shape, &request.margins)
         .map_err(RecommendError::Estimate)?;
     let gpu = estimate.peaks.gpu.bytes;

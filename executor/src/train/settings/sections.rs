@@ -3,6 +3,7 @@
 //! offload (NVMe paths checked; `--nvme-path` overrides them).
 
 use dsplan_planner::config::{AutoOr, DsConfig, OffloadDevice, ZeroStage};
+use dsplan_planner::plan::{Precision, precision};
 use dsplan_planner::resolve::{Provenance, Resolved};
 use dsplan_planner::schedule::LrSchedule;
 use dsplan_planner::schedule::loss_scale::{Fp16ScaleSettings, LossScaleErrorKind, OverflowCheck};
@@ -16,10 +17,6 @@ use crate::zero::MixedPrecision;
 
 pub(super) fn to_usize(value: u64) -> usize {
     usize::try_from(value).unwrap_or(usize::MAX)
-}
-
-pub(super) fn enabled(flag: &AutoOr<bool>) -> bool {
-    flag.value().copied().unwrap_or(false)
 }
 
 /// Whether the config file itself wrote the value at `pointer` (rather than a default or the
@@ -37,9 +34,6 @@ pub(super) fn precision(
     stage: ZeroStage,
 ) -> Result<MixedPrecision, SettingsError> {
     let config = &resolved.typed;
-    // Resolution has already moved a legacy `bfloat16` section into `bf16`.
-    let bf16 = enabled(&config.bf16.enabled);
-    let fp16 = enabled(&config.fp16.enabled);
     if config.torch_autocast.enabled {
         return Err(SettingsError::new(
             "/torch_autocast/enabled",
@@ -47,20 +41,23 @@ pub(super) fn precision(
         )
         .with_help("use the `bf16` or `fp16` section"));
     }
-    match (fp16, bf16) {
-        (true, true) => Err(SettingsError::new(
+    // The planner's one precision rule.
+    let chosen = precision::precision(config).map_err(|_| {
+        SettingsError::new(
             "/fp16/enabled",
             "fp16 and bf16 are both enabled; DeepSpeed refuses this",
-        )),
-        (false, false) => Ok(MixedPrecision::Fp32),
-        (false, true) => Ok(MixedPrecision::Bf16 {
+        )
+    })?;
+    match chosen {
+        Precision::Fp32 => Ok(MixedPrecision::Fp32),
+        Precision::Bf16 => Ok(MixedPrecision::Bf16 {
             overflow: if config.bf16.check_grad_overflow {
                 OverflowCheck::SkipStep
             } else {
                 OverflowCheck::Ignore
             },
         }),
-        (true, false) => {
+        Precision::Fp16 => {
             let fp16 = &config.fp16;
             let scaler_keys = [
                 "initial_scale_power",

@@ -1,21 +1,30 @@
-//! Reading a `ds_config.json` into a [`TrainingSetup`] and the micro-batch.
+//! Reading a `ds_config.json` for the full estimate: the config goes through
+//! [`crate::resolve::resolve`], as `dsplan run` reads it, and the plan is compiled from the
+//! resolved config; the [`TrainingSetup`] the estimate reports is read from it with the plan's
+//! own precision rule ([`crate::plan::precision`]).
 //!
-//! Only the keys that change memory are read. A key still `"auto"` (a Hugging Face
+//! Before resolution, a key that changes memory and is still `"auto"` (a Hugging Face
 //! placeholder) is an error that says what fills it: a flag of this command (`--precision`,
-//! `--micro-batch`) or the model's hidden size, which `dsplan resolve` will fill. The batch keys
-//! are covered by `--micro-batch`.
+//! `--micro-batch`) or the model's hidden size, which `dsplan resolve` will fill. The flags are
+//! written into the document (they fill or override the precision and the batch keys), and
+//! every other `"auto"` (learning rate, betas, clipping, ...) and the scheduler section are
+//! dropped: none of them changes memory, and the command has no training arguments to fill
+//! them from.
 //!
 //! Activation checkpointing is a model setting, not a DeepSpeed one; a config that has an
 //! `activation_checkpointing` section is read as full checkpointing (with `cpu_checkpointing`
 //! keeping the checkpoints on the host), unless the caller says otherwise.
 
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 use std::fmt;
 
+use crate::config::registry::AUTO_KEYS;
 use crate::config::{self, AutoOr, DsConfig, OffloadDevice, ZeroStage};
+use crate::diagnostics::Diagnostic;
 use crate::estimate::{Hardware, ZeroInit};
 use crate::memory::states_per_param;
-use crate::validate::batch::{self, BatchError, GivenBatch};
+use crate::plan::precision;
+use crate::resolve::{self, Environment};
 
 use super::rows::Pinning;
 use super::setup::{
@@ -49,9 +58,8 @@ pub struct ConfigReading {
     pub checkpoint_placement: CheckpointPlacement,
     /// How values were chosen where the config was silent.
     pub notes: Vec<String>,
-    /// The document read: the plan is compiled from it (with the batch keys and precision
-    /// this reading settled).
-    pub document: Value,
+    /// The config as resolved (flags written in): the plan is compiled from it.
+    pub config: DsConfig,
 }
 
 /// What fills an `"auto"` value.
@@ -84,8 +92,8 @@ pub enum SetupError {
     ConflictingPrecision,
     /// No micro-batch in the config and none given.
     MissingMicroBatch,
-    /// The batch keys contradict each other for this world size.
-    Batch(String),
+    /// Resolution refuses the config, as DeepSpeed would: its errors.
+    Refused(Vec<Diagnostic>),
 }
 
 impl fmt::Display for SetupError {
@@ -117,61 +125,43 @@ impl fmt::Display for SetupError {
                 f,
                 "the config gives neither train_micro_batch_size_per_gpu nor train_batch_size: pass --micro-batch"
             ),
-            SetupError::Batch(message) => write!(f, "{message}"),
+            SetupError::Refused(diagnostics) => {
+                write!(f, "the config is refused: {}", super::errors(diagnostics))
+            }
         }
     }
 }
 
 impl std::error::Error for SetupError {}
 
-/// Reads `document` for a cluster of `hardware`. `hidden` (the model's width) only improves the
-/// messages about `"auto"` bucket sizes.
+/// Reads `document` for a cluster of `hardware`: resolved at its world size, with the flags
+/// of `overrides` written in. `hidden` (the model's width) only improves the messages about
+/// `"auto"` bucket sizes.
 pub fn read_config(
     document: &Value,
     hardware: Hardware,
     hidden: Option<u64>,
     overrides: &Overrides,
 ) -> Result<ConfigReading, SetupError> {
-    let config = config::from_value(document).map_err(SetupError::Invalid)?;
+    unfilled_autos(document, hidden, overrides)?;
+    let world = hardware.total_gpus();
     let mut notes = Vec::new();
-    let precision = precision(document, &config, overrides)?;
-    let zero = zero_setup(&config, hidden)?;
-    let (micro_batch, accumulation) = batch_sizes(&config, hardware, overrides, &mut notes)?;
-    let mut optimizer = optimizer(&config, &mut notes);
-
-    let element = precision.element_bytes();
-    let zero_stage = zero.stage != ZeroStage::Disabled;
-    let reduced_master = zero_stage
-        && ((precision == Precision::Fp16 && config.fp16.fp16_master_weights_and_grads)
-            || (precision == Precision::Bf16 && config.bf16.bf16_master_weights_and_grads));
-    // 16-bit states need a 16-bit master: bf16 with bf16_optimizer_states, fp16 with CPU
-    // Adam's fp32_optimizer_states false (the plan's rule, deepspeed-facts §5.5).
-    let fp32_states = config
-        .optimizer
-        .as_ref()
-        .and_then(|o| o.params.fp32_optimizer_states)
-        .unwrap_or(true);
-    let reduced_states = reduced_master
-        && match precision {
-            Precision::Bf16 => config.bf16.bf16_optimizer_states,
-            _ => !fp32_states,
-        };
-    if reduced_states {
-        optimizer.state_bytes = 2;
-    }
-    let setup = TrainingSetup {
-        precision,
-        master_bytes: if reduced_master { 2 } else { 4 },
-        grad_bytes: config
-            .data_types
-            .grad_accum_dtype
-            .map_or(element, |dtype| dtype.size_bytes()),
-        optimizer_grad_bytes: if reduced_master { 2 } else { 4 },
-        optimizer,
-        zero,
-        gradient_accumulation_steps: accumulation,
-        zero_init: overrides.zero_init.unwrap_or(ZeroInit::Enabled),
+    let written = with_flags(document, world, overrides, &mut notes);
+    let typed = config::from_value(&written).map_err(SetupError::Invalid)?;
+    precision::precision(&typed).map_err(|_| SetupError::ConflictingPrecision)?;
+    let environment = Environment {
+        world_size: Some(world),
+        ..Environment::default()
     };
+    let resolved = resolve::resolve(&written, &environment).map_err(SetupError::Refused)?;
+    let config = resolved.typed;
+    let setup = training_setup(
+        &config,
+        resolved.batch.gradient_accumulation_steps,
+        overrides,
+        &mut notes,
+    )
+    .map_err(|_| SetupError::ConflictingPrecision)?;
 
     let section = document.get("activation_checkpointing").is_some();
     let checkpointing = match overrides.checkpointing {
@@ -192,116 +182,218 @@ pub fn read_config(
     };
     Ok(ConfigReading {
         setup,
-        micro_batch,
+        micro_batch: resolved.batch.train_micro_batch_size_per_gpu,
         checkpointing,
         checkpoint_placement,
         notes,
-        document: document.clone(),
+        config,
     })
 }
 
-fn precision(
-    document: &Value,
+/// The estimate's view of a resolved `config`: its precision and dtypes by the plan's rule
+/// ([`precision::dtypes`]), its optimizer, ZeRO section and accumulation.
+fn training_setup(
     config: &DsConfig,
+    accumulation: u64,
     overrides: &Overrides,
-) -> Result<Precision, SetupError> {
-    if let Some(chosen) = overrides.precision {
-        return Ok(chosen);
-    }
-    let bf16 = if document.get("bf16").is_none() {
-        config
-            .bfloat16
-            .as_ref()
-            .map_or(AutoOr::Value(false), |legacy| legacy.0.enabled)
+    notes: &mut Vec<String>,
+) -> Result<TrainingSetup, precision::BothEnabled> {
+    let precision = precision::precision(config)?;
+    let zero = zero_setup(config);
+    let dtypes = precision::dtypes(config, precision, zero.stage);
+    let mut optimizer = optimizer(config, notes);
+    optimizer.state_bytes = dtypes.optimizer_states.bytes();
+    Ok(TrainingSetup {
+        precision,
+        master_bytes: dtypes.master.bytes(),
+        grad_bytes: dtypes.grad_accum.bytes(),
+        optimizer_grad_bytes: dtypes.master.bytes(),
+        optimizer,
+        zero,
+        gradient_accumulation_steps: accumulation,
+        zero_init: overrides.zero_init.unwrap_or(ZeroInit::Enabled),
+    })
+}
+
+/// An error for the first key that changes memory and is still `"auto"` with no flag to fill
+/// it, or for a config with no batch size at all and no `--micro-batch`.
+fn unfilled_autos(
+    document: &Value,
+    hidden: Option<u64>,
+    overrides: &Overrides,
+) -> Result<(), SetupError> {
+    let auto = |pointer: &str| document.pointer(pointer).and_then(Value::as_str) == Some("auto");
+    let bf16 = if document.get("bf16").is_some() {
+        "/bf16/enabled"
     } else {
-        config.bf16.enabled
+        "/bfloat16/enabled"
     };
-    let auto = |pointer| SetupError::Auto {
-        pointer,
-        fill: AutoFill::Flag("--precision fp16|bf16|fp32"),
+    if overrides.precision.is_none() {
+        for (pointer, shown) in [("/fp16/enabled", "/fp16/enabled"), (bf16, "/bf16/enabled")] {
+            if auto(pointer) {
+                return Err(SetupError::Auto {
+                    pointer: shown,
+                    fill: AutoFill::Flag("--precision fp16|bf16|fp32"),
+                });
+            }
+        }
+    }
+    let square = hidden.map(|h| h.saturating_mul(h));
+    let buckets = [
+        (
+            "/zero_optimization/reduce_bucket_size",
+            "hidden_size²",
+            square,
+        ),
+        (
+            "/zero_optimization/stage3_prefetch_bucket_size",
+            "int(0.9 × hidden_size²)",
+            square.map(|sq| (sq as f64 * 0.9) as u64),
+        ),
+        (
+            "/zero_optimization/stage3_param_persistence_threshold",
+            "10 × hidden_size",
+            hidden.map(|h| h.saturating_mul(10)),
+        ),
+    ];
+    for (pointer, rule, value) in buckets {
+        if auto(pointer) {
+            return Err(SetupError::Auto {
+                pointer,
+                fill: AutoFill::HiddenSize { rule, value },
+            });
+        }
+    }
+    if overrides.micro_batch.is_some() {
+        return Ok(());
+    }
+    let keys = [
+        "/train_batch_size",
+        "/train_micro_batch_size_per_gpu",
+        "/gradient_accumulation_steps",
+    ];
+    let micro_given = document
+        .pointer("/train_micro_batch_size_per_gpu")
+        .is_some_and(|v| !v.is_null() && v.as_str() != Some("auto"));
+    if keys.iter().any(|key| auto(key)) && !micro_given {
+        return Err(SetupError::Auto {
+            pointer: "/train_micro_batch_size_per_gpu",
+            fill: AutoFill::Flag("--micro-batch"),
+        });
+    }
+    if keys[..2]
+        .iter()
+        .all(|key| document.pointer(key).is_none_or(Value::is_null))
+    {
+        return Err(SetupError::MissingMicroBatch);
+    }
+    Ok(())
+}
+
+/// `document` with the flags written in (`--precision` as the fp16/bf16 sections,
+/// `--micro-batch` with the accumulation the config implies and the train batch that follows
+/// over `world` ranks), and every `"auto"` left dropped.
+fn with_flags(
+    document: &Value,
+    world: u64,
+    overrides: &Overrides,
+    notes: &mut Vec<String>,
+) -> Value {
+    let mut document = document.clone();
+    let concrete = |pointer: &str| document.pointer(pointer).and_then(Value::as_u64);
+    let batch = overrides.micro_batch.map(|micro| {
+        let steps = match (
+            concrete("/gradient_accumulation_steps"),
+            concrete("/train_batch_size"),
+        ) {
+            (Some(steps), _) => steps,
+            (None, Some(train)) => (train / micro.saturating_mul(world).max(1)).max(1),
+            (None, None) => {
+                notes.push("gradient_accumulation_steps taken as 1".to_owned());
+                1
+            }
+        };
+        (micro, steps)
+    });
+    for pointer in AUTO_KEYS {
+        if document.pointer(pointer).and_then(Value::as_str) == Some("auto") {
+            remove(&mut document, pointer);
+        }
+    }
+    let Some(top) = document.as_object_mut() else {
+        return document;
     };
-    let fp16 = match config.fp16.enabled {
-        AutoOr::Auto => return Err(auto("/fp16/enabled")),
-        AutoOr::Value(on) => on,
+    // The learning-rate schedule holds no memory, and its step counts come from training
+    // arguments this command does not have (`total_num_steps: "auto"`).
+    top.remove("scheduler");
+    if let Some((micro, steps)) = batch {
+        top.insert("train_micro_batch_size_per_gpu".into(), json!(micro));
+        top.insert("gradient_accumulation_steps".into(), json!(steps));
+        top.insert(
+            "train_batch_size".into(),
+            json!(micro.saturating_mul(steps).saturating_mul(world)),
+        );
+    }
+    if let Some(chosen) = overrides.precision {
+        top.remove("bfloat16");
+        for (section, on) in [
+            ("fp16", chosen == Precision::Fp16),
+            ("bf16", chosen == Precision::Bf16),
+        ] {
+            let entry = top
+                .entry(section)
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Some(object) = entry.as_object_mut() {
+                object.insert("enabled".into(), json!(on));
+            } else {
+                *entry = json!({"enabled": on});
+            }
+        }
+    }
+    document
+}
+
+/// Removes the key at `pointer`.
+fn remove(document: &mut Value, pointer: &str) {
+    let Some((parent, key)) = pointer.rsplit_once('/') else {
+        return;
     };
-    let bf16 = match bf16 {
-        AutoOr::Auto => return Err(auto("/bf16/enabled")),
-        AutoOr::Value(on) => on,
-    };
-    match (fp16, bf16) {
-        (true, true) => Err(SetupError::ConflictingPrecision),
-        (true, false) => Ok(Precision::Fp16),
-        (false, true) => Ok(Precision::Bf16),
-        (false, false) => Ok(Precision::Fp32),
+    if let Some(Value::Object(object)) = document.pointer_mut(parent) {
+        object.remove(key);
     }
 }
 
-fn zero_setup(config: &DsConfig, hidden: Option<u64>) -> Result<ZeroSetup, SetupError> {
+/// `zero_optimization` of a resolved config (deprecated spellings already migrated, every
+/// default written), as the estimate reports it.
+fn zero_setup(config: &DsConfig) -> ZeroSetup {
     let zero = &config.zero_optimization;
-    let square = hidden.map(|h| h.saturating_mul(h));
-    let reduce_bucket_size = match &zero.reduce_bucket_size {
-        AutoOr::Value(size) => size.get(),
-        AutoOr::Auto => {
-            return Err(SetupError::Auto {
-                pointer: "/zero_optimization/reduce_bucket_size",
-                fill: AutoFill::HiddenSize {
-                    rule: "hidden_size²",
-                    value: square,
-                },
-            });
-        }
-    };
-    let prefetch_bucket_size = match &zero.prefetch_bucket_size {
-        AutoOr::Value(size) => size.get(),
-        AutoOr::Auto => {
-            return Err(SetupError::Auto {
-                pointer: "/zero_optimization/stage3_prefetch_bucket_size",
-                fill: AutoFill::HiddenSize {
-                    rule: "int(0.9 × hidden_size²)",
-                    value: square.map(|sq| (sq as f64 * 0.9) as u64),
-                },
-            });
-        }
-    };
-    let param_persistence_threshold = match &zero.param_persistence_threshold {
-        AutoOr::Value(size) => size.get(),
-        AutoOr::Auto => {
-            return Err(SetupError::Auto {
-                pointer: "/zero_optimization/stage3_param_persistence_threshold",
-                fill: AutoFill::HiddenSize {
-                    rule: "10 × hidden_size",
-                    value: hidden.map(|h| h.saturating_mul(10)),
-                },
-            });
-        }
-    };
     let mut setup = ZeroSetup::defaults(zero.stage);
+    let size = |value: &AutoOr<config::NonNegativeInt>, default: u64| {
+        value.value().map_or(default, |v| v.get())
+    };
+    // Resolution has turned `cpu_offload` and `cpu_offload_param` into these sections.
     let optimizer_section = zero.offload_optimizer.clone().unwrap_or_default();
-    let optimizer_device = if zero.cpu_offload == Some(true) {
-        OffloadDevice::Cpu
-    } else {
-        optimizer_section.device
-    };
     let param_section = zero.offload_param.clone().unwrap_or_default();
-    let param_device = if zero.cpu_offload_param == Some(true) {
-        OffloadDevice::Cpu
-    } else {
-        param_section.device
-    };
     setup.contiguous_gradients = zero.contiguous_gradients;
     setup.overlap_comm = zero.overlap_comm_resolved();
-    setup.reduce_bucket_size = reduce_bucket_size;
+    setup.reduce_bucket_size = zero
+        .reduce_bucket_size
+        .value()
+        .map_or(setup.reduce_bucket_size, |v| v.get());
     setup.allgather_bucket_size = zero.allgather_bucket_size.get();
-    setup.prefetch_bucket_size = prefetch_bucket_size;
+    setup.prefetch_bucket_size = size(&zero.prefetch_bucket_size, setup.prefetch_bucket_size);
     setup.max_live_parameters = zero.max_live_parameters.get();
-    setup.param_persistence_threshold = param_persistence_threshold;
+    setup.param_persistence_threshold = size(
+        &zero.param_persistence_threshold,
+        setup.param_persistence_threshold,
+    );
     setup.model_persistence_threshold = zero.model_persistence_threshold.map(|t| t.get());
     setup.sub_group_size = zero.sub_group_size.get();
     setup.offload_optimizer = OffloadOptimizer {
         device: if zero.stage == ZeroStage::Disabled {
             OffloadDevice::None
         } else {
-            optimizer_device
+            optimizer_section.device
         },
         ratio: if zero.stage == ZeroStage::Weights {
             optimizer_section.ratio.clamp(0.0, 1.0)
@@ -312,75 +404,13 @@ fn zero_setup(config: &DsConfig, hidden: Option<u64>) -> Result<ZeroSetup, Setup
         buffer_count: optimizer_section.buffer_count.get(),
     };
     setup.offload_param = OffloadParam {
-        device: param_device,
+        device: param_section.device,
         pinning: Pinning::from_flag(param_section.pin_memory),
         buffer_count: param_section.buffer_count.get(),
         buffer_size: param_section.buffer_size.get(),
         max_in_cpu: param_section.max_in_cpu.get(),
     };
-    Ok(setup)
-}
-
-fn concrete(value: &Option<AutoOr<config::primitives::PositiveInt>>) -> Option<u64> {
-    value.as_ref().and_then(AutoOr::value).map(|v| v.get())
-}
-
-fn batch_sizes(
-    config: &DsConfig,
-    hardware: Hardware,
-    overrides: &Overrides,
-    notes: &mut Vec<String>,
-) -> Result<(u64, u64), SetupError> {
-    let world = hardware.total_gpus();
-    let train = concrete(&config.train_batch_size);
-    let micro = concrete(&config.train_micro_batch_size_per_gpu);
-    let accumulation = concrete(&config.gradient_accumulation_steps);
-    let any_auto = [
-        &config.train_batch_size,
-        &config.train_micro_batch_size_per_gpu,
-        &config.gradient_accumulation_steps,
-    ]
-    .iter()
-    .any(|key| key.as_ref().is_some_and(AutoOr::is_auto));
-
-    if let Some(micro_batch) = overrides.micro_batch {
-        let steps = match (accumulation, train) {
-            (Some(steps), _) => steps,
-            (None, Some(train)) => (train / micro_batch.saturating_mul(world).max(1)).max(1),
-            (None, None) => {
-                notes.push("gradient_accumulation_steps taken as 1".to_owned());
-                1
-            }
-        };
-        return Ok((micro_batch, steps));
-    }
-    if any_auto && micro.is_none() {
-        return Err(SetupError::Auto {
-            pointer: "/train_micro_batch_size_per_gpu",
-            fill: AutoFill::Flag("--micro-batch"),
-        });
-    }
-    let given = GivenBatch {
-        train: train.map(i128::from),
-        micro: micro.map(i128::from),
-        accumulation: accumulation.map(i128::from),
-    };
-    if let (Some(micro), true) = (micro, any_auto) {
-        return Ok((micro, accumulation.unwrap_or(1)));
-    }
-    match batch::derive(given, i128::from(world)) {
-        Ok(solved) => {
-            let micro = u64::try_from(solved.micro).unwrap_or(1);
-            let steps = u64::try_from(solved.accumulation).unwrap_or(1);
-            Ok((micro, steps))
-        }
-        Err(BatchError::Missing) => Err(SetupError::MissingMicroBatch),
-        Err(BatchError::NotPositive { message, .. }) => Err(SetupError::Batch(message)),
-        Err(BatchError::Mismatch(solved)) => Err(SetupError::Batch(format!(
-            "train_batch_size {} is not train_micro_batch_size_per_gpu {} x gradient_accumulation_steps {} x {} GPUs",
-            solved.train, solved.micro, solved.accumulation, solved.world_size
-        ))),
-    }
+    setup
 }
 
 /// The optimizer's per-parameter states, by name ([`crate::memory::states_per_param`], the
@@ -496,6 +526,78 @@ mod tests {
         assert_eq!(reading.checkpointing, Checkpointing::Full);
         assert_eq!(reading.checkpoint_placement, CheckpointPlacement::Cpu);
         assert_eq!(reading.setup.optimizer.states_per_param, 1);
+    }
+
+    #[test]
+    fn autos_that_do_not_change_memory_are_dropped_and_flags_fill_the_rest() {
+        let reading = read(
+            json!({
+                "train_batch_size": "auto",
+                "train_micro_batch_size_per_gpu": "auto",
+                "gradient_clipping": "auto",
+                "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
+                "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "auto",
+                              "warmup_num_steps": "auto"}},
+                "bf16": {"enabled": "auto"},
+            }),
+            Overrides {
+                precision: Some(Precision::Fp16),
+                micro_batch: Some(4),
+                ..Overrides::default()
+            },
+        )
+        .expect("reads");
+        assert_eq!(reading.micro_batch, 4);
+        assert_eq!(reading.setup.precision, Precision::Fp16);
+        assert_eq!(
+            reading
+                .config
+                .train_batch_size
+                .as_ref()
+                .and_then(|v| v.value())
+                .map(|v| v.get()),
+            Some(32),
+            "4 x 1 x 8 ranks"
+        );
+        assert!(reading.notes.iter().any(|n| n.contains("taken as 1")));
+    }
+
+    #[test]
+    fn the_config_is_resolved_as_dsplan_run_reads_it() {
+        // The legacy spellings are migrated: `cpu_offload` is optimizer offload to the CPU.
+        let reading = read(
+            json!({"train_micro_batch_size_per_gpu": 2, "bfloat16": {"enabled": true},
+                   "zero_optimization": {"stage": 2, "cpu_offload": true}}),
+            Overrides::default(),
+        )
+        .expect("reads");
+        assert_eq!(reading.setup.precision, Precision::Bf16);
+        assert_eq!(
+            reading.setup.zero.offload_optimizer.device,
+            OffloadDevice::Cpu
+        );
+        // What DeepSpeed refuses is refused, with the resolver's diagnostics.
+        let error = read(
+            json!({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 2,
+                   "gradient_accumulation_steps": 1}),
+            Overrides::default(),
+        )
+        .expect_err("10 is not 2 x 1 x 8");
+        assert!(matches!(error, SetupError::Refused(_)), "{error:?}");
+        assert!(error.to_string().contains("/train_batch_size"), "{error}");
+    }
+
+    #[test]
+    fn bf16_without_zero_accumulates_gradients_in_fp32() {
+        let reading = read(
+            json!({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}}),
+            Overrides::default(),
+        )
+        .expect("reads");
+        assert_eq!(
+            reading.setup.grad_bytes, 4,
+            "BF16_Optimizer, deepspeed-facts §4.3"
+        );
     }
 
     #[test]

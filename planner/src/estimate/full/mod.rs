@@ -16,12 +16,12 @@
 //!
 //! | module | terms |
 //! |---|---|
-//! | [`plan_config`], [`plan_rows`] | the plan's config and workload; its buffers as rows |
+//! | [`config_reading`] | a `ds_config.json`, resolved ([`crate::resolve`]), and the [`TrainingSetup`] it describes |
+//! | [`plan_config`], [`plan_rows`] | the plan's workload, a setup's config; the plan's buffers as rows |
 //! | [`overhead`] | CUDA context, fragmentation, host processes, model load, unpartitioned model |
 //! | [`states`] | where the optimizer's elements live (for the cost model), the ZeRO paper's model states |
 //!
 //! Each phase's total is the plan's peak of that phase plus the margins.
-//! [`config_reading`] turns a `ds_config.json` into the [`TrainingSetup`].
 
 pub mod config_reading;
 pub mod context;
@@ -43,12 +43,11 @@ pub use setup::{
     OffloadParam, OptimizerModel, Precision, TrainingSetup, TrainingShape, ZeroSetup,
 };
 
-use crate::config::{OffloadDevice, ZeroStage};
+use crate::config::{DsConfig, OffloadDevice, ZeroStage};
 use crate::diagnostics::{Diagnostic, Severity};
 use crate::model::{LmHead, ModelSpec};
 use crate::plan::{self, Cluster, ModelGraph, Plan};
 use serde::Serialize;
-use serde_json::Value;
 use std::fmt;
 
 use super::deepspeed::{
@@ -144,21 +143,26 @@ impl fmt::Display for FullEstimateError {
             FullEstimateError::Margin(error) => error.fmt(f),
             FullEstimateError::Model(message) => write!(f, "{message}"),
             FullEstimateError::Refused(diagnostics) => {
-                let errors: Vec<String> = diagnostics
-                    .iter()
-                    .filter(|d| d.is_error())
-                    .map(|d| {
-                        if d.pointer.is_empty() {
-                            d.message.clone()
-                        } else {
-                            format!("{} ({})", d.message, d.pointer)
-                        }
-                    })
-                    .collect();
-                write!(f, "the plan refuses this config: {}", errors.join("; "))
+                write!(f, "the plan refuses this config: {}", errors(diagnostics))
             }
         }
     }
+}
+
+/// The errors among `diagnostics`, each with its JSON pointer, on one line.
+fn errors(diagnostics: &[Diagnostic]) -> String {
+    let errors: Vec<String> = diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| {
+            if d.pointer.is_empty() {
+                d.message.clone()
+            } else {
+                format!("{} ({})", d.message, d.pointer)
+            }
+        })
+        .collect();
+    errors.join("; ")
 }
 
 impl std::error::Error for FullEstimateError {}
@@ -172,14 +176,15 @@ pub fn estimate_full(
     shape: &TrainingShape,
     margins: &Margins,
 ) -> Result<FullEstimate, FullEstimateError> {
-    estimate_document(
-        model,
-        hardware,
-        setup,
-        shape,
-        margins,
-        &plan_config::setup_document(setup),
-    )
+    let document = plan_config::setup_document(setup, shape, hardware.total_gpus());
+    let config = crate::config::from_value(&document).map_err(|message| {
+        FullEstimateError::Refused(vec![Diagnostic::error(
+            crate::diagnostics::Code::WrongType,
+            "",
+            message,
+        )])
+    })?;
+    estimate_config(model, hardware, setup, shape, margins, &config)
 }
 
 /// The full estimate of the config `reading` was read from (its notes are added).
@@ -190,55 +195,46 @@ pub fn estimate_reading(
     shape: &TrainingShape,
     margins: &Margins,
 ) -> Result<FullEstimate, FullEstimateError> {
-    let mut estimate = estimate_document(
+    let mut estimate = estimate_config(
         model,
         hardware,
         &reading.setup,
         shape,
         margins,
-        &reading.document,
+        &reading.config,
     )?;
     estimate.notes.extend(reading.notes.iter().cloned());
     Ok(estimate)
 }
 
-/// Compiles the memory plan (no op graph) of `document`, with the setup's batch and precision,
-/// for `model`.
+/// Compiles the memory plan (no op graph) of the resolved `config` for `model`, with the
+/// setup's `zero.Init` and the shape's sequence and activations.
 pub fn compile_plan(
     model: &ModelSpec,
     hardware: Hardware,
     setup: &TrainingSetup,
     shape: &TrainingShape,
-    document: &Value,
+    config: &DsConfig,
 ) -> Result<Plan, FullEstimateError> {
-    let world = hardware.total_gpus();
-    let written = plan_config::plan_document(document, setup, shape, world);
-    let config = crate::config::from_value(&written).map_err(|message| {
-        FullEstimateError::Refused(vec![Diagnostic::error(
-            crate::diagnostics::Code::WrongType,
-            "",
-            message,
-        )])
-    })?;
     let graph = ModelGraph::for_estimate(model).map_err(|e| FullEstimateError::Model(e.0))?;
-    let cluster =
-        Cluster::new(world, hardware.gpus_per_node()).map_err(FullEstimateError::Model)?;
+    let cluster = Cluster::new(hardware.total_gpus(), hardware.gpus_per_node())
+        .map_err(FullEstimateError::Model)?;
     plan::compile_memory(
-        &config,
+        config,
         &graph,
         &cluster,
-        &plan_config::workload(setup, shape),
+        &plan_config::workload(config, setup, shape),
     )
     .map_err(FullEstimateError::Refused)
 }
 
-fn estimate_document(
+fn estimate_config(
     model: &ModelSpec,
     hardware: Hardware,
     setup: &TrainingSetup,
     shape: &TrainingShape,
     margins: &Margins,
-    document: &Value,
+    config: &DsConfig,
 ) -> Result<FullEstimate, FullEstimateError> {
     for (what, value) in [
         ("sequence length", shape.seq_len),
@@ -249,7 +245,7 @@ fn estimate_document(
         }
     }
     margins.check().map_err(FullEstimateError::Margin)?;
-    let plan = compile_plan(model, hardware, setup, shape, document)?;
+    let plan = compile_plan(model, hardware, setup, shape, config)?;
     let dims = ModelDims::from_spec(model);
     let ctx = Context {
         model: &dims,

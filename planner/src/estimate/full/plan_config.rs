@@ -1,95 +1,33 @@
-//! The config and workload the full estimate compiles its plan with.
+//! The workload the full estimate compiles its plan with, and the config of a
+//! [`TrainingSetup`] built in code.
 //!
-//! From `dsplan estimate --config` the document itself is compiled, with the values this
-//! command settled written in: the micro-batch and accumulation steps ([`TrainingShape`],
-//! `--micro-batch`), the precision (`--precision`), and every `"auto"` left at a key that does
-//! not change memory (learning rate, betas, scheduler, clipping, ...) dropped (the keys that do
-//! change memory were refused by [`super::read_config`] unless a flag filled them). A
-//! [`TrainingSetup`] built in code (tests, `TrainingSetup::new`) is written out as the config
-//! DeepSpeed would read the same way ([`setup_document`]).
+//! `dsplan estimate --config` compiles the resolved config itself
+//! ([`super::config_reading`]). A setup built in code (`recommend`'s candidates' costs, tests,
+//! `TrainingSetup::new`) is written out as the config DeepSpeed would read the same way
+//! ([`setup_document`]), batch keys and precision included.
 
 use serde_json::{Map, Value, json};
 
 use super::setup::{TrainingSetup, TrainingShape};
-use crate::config::registry::AUTO_KEYS;
-use crate::config::{OffloadDevice, ZeroStage};
+use crate::config::{DsConfig, OffloadDevice, ZeroStage};
 use crate::memory::{Precision, states_per_param};
-use crate::plan::{AllGatherIntoTensor, PlanBackend, Workload};
+use crate::plan::{PlanBackend, Workload};
 
-/// The plan's workload for `setup` and `shape`.
-pub fn workload(setup: &TrainingSetup, shape: &TrainingShape) -> Workload {
+/// The plan's workload for `setup` and `shape` on DeepSpeed's GPUs, running `config`.
+pub fn workload(config: &DsConfig, setup: &TrainingSetup, shape: &TrainingShape) -> Workload {
     Workload {
         sequence_length: Some(shape.seq_len),
         checkpointing: shape.checkpointing,
         checkpoint_placement: shape.checkpoint_placement,
         attention: shape.attention,
         zero_init: setup.zero_init,
-        all_gather_into_tensor: AllGatherIntoTensor::Available,
-        backend: PlanBackend::DeepspeedGpu,
+        ..Workload::for_backend(PlanBackend::DeepspeedGpu, config)
     }
 }
 
-/// `document` with the batch keys of `shape` and `setup` over `world` ranks, the setup's
-/// precision, and no `"auto"` left.
-pub fn plan_document(
-    document: &Value,
-    setup: &TrainingSetup,
-    shape: &TrainingShape,
-    world: u64,
-) -> Value {
-    let mut document = document.clone();
-    for pointer in AUTO_KEYS {
-        if document.pointer(pointer).and_then(Value::as_str) == Some("auto") {
-            remove(&mut document, pointer);
-        }
-    }
-    if let Some(top) = document.as_object_mut() {
-        let accumulation = setup.gradient_accumulation_steps.max(1);
-        top.insert(
-            "train_micro_batch_size_per_gpu".into(),
-            json!(shape.micro_batch),
-        );
-        top.insert("gradient_accumulation_steps".into(), json!(accumulation));
-        top.insert(
-            "train_batch_size".into(),
-            json!(
-                shape
-                    .micro_batch
-                    .saturating_mul(accumulation)
-                    .saturating_mul(world)
-            ),
-        );
-        top.remove("bfloat16");
-        for (section, on) in [
-            ("fp16", setup.precision == Precision::Fp16),
-            ("bf16", setup.precision == Precision::Bf16),
-        ] {
-            let entry = top
-                .entry(section)
-                .or_insert_with(|| Value::Object(Map::new()));
-            if let Some(object) = entry.as_object_mut() {
-                object.insert("enabled".into(), json!(on));
-            } else {
-                *entry = json!({"enabled": on});
-            }
-        }
-    }
-    document
-}
-
-/// Removes the key at `pointer`.
-fn remove(document: &mut Value, pointer: &str) {
-    let Some((parent, key)) = pointer.rsplit_once('/') else {
-        return;
-    };
-    if let Some(Value::Object(object)) = document.pointer_mut(parent) {
-        object.remove(key);
-    }
-}
-
-/// The config DeepSpeed would read as `setup` (batch keys and precision are written by
-/// [`plan_document`]).
-pub fn setup_document(setup: &TrainingSetup) -> Value {
+/// The config DeepSpeed would read as `setup`, with the batch keys of `shape` over `world`
+/// ranks.
+pub fn setup_document(setup: &TrainingSetup, shape: &TrainingShape, world: u64) -> Value {
     let zero = &setup.zero;
     let pin = |pinning: super::rows::Pinning| pinning == super::rows::Pinning::Pinned;
     let mut section = json!({
@@ -136,7 +74,16 @@ pub fn setup_document(setup: &TrainingSetup) -> Value {
             section["offload_param"]["nvme_path"] = json!("/local_nvme");
         }
     }
+    let accumulation = setup.gradient_accumulation_steps.max(1);
     let mut document = json!({
+        "train_micro_batch_size_per_gpu": shape.micro_batch,
+        "gradient_accumulation_steps": accumulation,
+        "train_batch_size": shape
+            .micro_batch
+            .saturating_mul(accumulation)
+            .saturating_mul(world),
+        "fp16": {"enabled": setup.precision == Precision::Fp16},
+        "bf16": {"enabled": setup.precision == Precision::Bf16},
         "zero_optimization": section,
         "optimizer": optimizer_section(setup),
     });
@@ -153,13 +100,11 @@ pub fn setup_document(setup: &TrainingSetup) -> Value {
     let reduced_states = setup.optimizer.state_bytes == 2;
     match setup.precision {
         Precision::Bf16 if reduced_master => {
-            document["bf16"] = json!({
-                "bf16_master_weights_and_grads": true,
-                "bf16_optimizer_states": reduced_states,
-            });
+            document["bf16"]["bf16_master_weights_and_grads"] = json!(true);
+            document["bf16"]["bf16_optimizer_states"] = json!(reduced_states);
         }
         Precision::Fp16 if reduced_master => {
-            document["fp16"] = json!({"fp16_master_weights_and_grads": true});
+            document["fp16"]["fp16_master_weights_and_grads"] = json!(true);
             if reduced_states {
                 document["optimizer"]["params"]["fp32_optimizer_states"] = json!(false);
             }
@@ -211,9 +156,8 @@ mod tests {
             checkpoint_placement: crate::memory::CheckpointPlacement::Gpu,
             attention: crate::memory::AttentionKernel::Eager,
         };
-        let document = plan_document(&setup_document(&setup), &setup, &shape, 8);
         let reading = read_config(
-            &document,
+            &setup_document(&setup, &shape, 8),
             Hardware::new(8, 1).expect("valid"),
             None,
             &Overrides::default(),
@@ -221,29 +165,5 @@ mod tests {
         .expect("reads");
         assert_eq!(reading.setup, setup);
         assert_eq!(reading.micro_batch, 2);
-    }
-
-    #[test]
-    fn unresolved_keys_that_do_not_change_memory_are_dropped() {
-        let setup = TrainingSetup::new(Precision::Fp16, ZeroStage::Gradients);
-        let shape = TrainingShape {
-            seq_len: 128,
-            micro_batch: 4,
-            checkpointing: crate::memory::Checkpointing::None,
-            checkpoint_placement: crate::memory::CheckpointPlacement::Gpu,
-            attention: crate::memory::AttentionKernel::Eager,
-        };
-        let document = json!({
-            "train_batch_size": "auto",
-            "gradient_clipping": "auto",
-            "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
-            "bf16": {"enabled": "auto"},
-        });
-        let written = plan_document(&document, &setup, &shape, 2);
-        assert_eq!(written["train_batch_size"], 8);
-        assert!(written.get("gradient_clipping").is_none());
-        assert!(written["optimizer"]["params"].get("lr").is_none());
-        assert_eq!(written["fp16"]["enabled"], true);
-        assert_eq!(written["bf16"]["enabled"], false);
     }
 }
