@@ -153,7 +153,6 @@ fn resolve_places_a_nested_fields_error_at_the_field_at_any_depth() {
 }
 
 #[test]
-#[ignore = "estimate --config reads the config through resolve (and so these rules) only with the lead's estimate change (branch frontdoor11); un-ignore when it is merged"]
 fn estimate_with_a_config_refuses_it_too() {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = write(dir.path(), "lr.json", NEGATIVE_LR);
