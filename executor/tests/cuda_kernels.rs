@@ -90,6 +90,30 @@ fn classifier_matches_cpu() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
+fn rmsnorm_matches_cpu() {
+    case("rmsnorm");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn rope_matches_cpu() {
+    case("rope");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn swiglu_matches_cpu() {
+    case("swiglu");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn grouped_query_attention_matches_cpu() {
+    case("grouped-query attention");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
 fn casts_round_like_the_half_crate() {
     case("casts");
 }
@@ -130,6 +154,10 @@ fn every_case_has_a_test() {
             "gelu and bias",
             "attention",
             "classifier",
+            "rmsnorm",
+            "rope",
+            "swiglu",
+            "grouped-query attention",
             "casts",
             "unscale and norm",
             "adamw",

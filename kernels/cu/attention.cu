@@ -4,9 +4,14 @@
 // CPU references: executor::model::attention::{attention_forward, attention_backward}
 // (those keep the probabilities (B, NH, T, T); the outputs and gradients must agree).
 //
-// Layouts: qkv (B, T, 3C), each row [q | k | v], head h in columns h*HS .. (h+1)*HS of each part;
-// out (B, T, C); lse and delta (B, NH, T) f32; dqkv (B, T, 3C), written (not accumulated).
-// scale = head_dim^-0.5, passed in by the host as the CPU rounds it.
+// Layouts: qkv (B, T, W), each row [q | k | v] with NH query heads and KV key/value heads
+// (W = (NH + 2 KV) HS; KV = NH for multi-head attention, W = 3C), query head h in columns
+// h*HS .. (h+1)*HS of q, and it reads key/value head h / (NH / KV) (grouped-query attention,
+// Llama/Qwen2/Mistral); out (B, T, NH*HS); lse and delta (B, NH, T) f32; dqkv (B, T, W),
+// written (not accumulated). scale = head_dim^-0.5, passed in by the host as the CPU rounds it.
+// CPU references for grouped-query attention:
+// executor::model::attention::{grouped_attention_forward, grouped_attention_backward}.
+// The `_gqa_` entry points take KV; the others are the same code with KV = NH.
 //
 // The head size is a template parameter (64 and 128 are instantiated) so the per-thread rows
 // live in registers. One thread per query row (forward, dq) or key row (dk/dv); tiles of the
@@ -20,19 +25,24 @@
 // out = softmax(q k^T * scale + causal mask) v; lse = logsumexp of each row's scaled scores.
 // grid (ceil(T / ATTENTION_QUERY_BLOCK), NH, B), block ATTENTION_QUERY_BLOCK.
 template <typename T, int HS>
-__device__ void attention_forward(T* out, float* lse, const T* qkv, int seq_len, int n_head, float scale) {
+__device__ void attention_forward(T* out, float* lse, const T* qkv, int seq_len, int n_head, int kv_heads,
+                                  float scale) {
     __shared__ float ks[ATTENTION_KEY_TILE][HS];
     __shared__ float vs[ATTENTION_KEY_TILE][HS];
-    const int C = n_head * HS;
+    const int QW = n_head * HS, W = (n_head + 2 * kv_heads) * HS;
     const int b = blockIdx.z, h = blockIdx.y;
+    const int kvh = h / (n_head / kv_heads);
     const int q0 = blockIdx.x * blockDim.x;
     const int qi = q0 + threadIdx.x;
     const bool active = qi < seq_len;
-    const T* base = qkv + (long long)b * seq_len * 3 * C + h * HS;
+    const T* rows = qkv + (long long)b * seq_len * W;
+    const T* qbase = rows + h * HS;
+    const T* kbase = rows + QW + kvh * HS;
+    const T* vbase = kbase + kv_heads * HS;
     float q[HS], o[HS];
 #pragma unroll
     for (int d = 0; d < HS; d++) {
-        q[d] = active ? to_float(base[(long long)qi * 3 * C + d]) : 0.0f;
+        q[d] = active ? to_float(qbase[(long long)qi * W + d]) : 0.0f;
         o[d] = 0.0f;
     }
     float m = DSPLAN_NEG_INF, l = 0.0f;
@@ -43,9 +53,8 @@ __device__ void attention_forward(T* out, float* lse, const T* qkv, int seq_len,
             const int j = e / HS, d = e % HS, key = k0 + j;
             float kv = 0.0f, vv = 0.0f;
             if (key < seq_len) {
-                const T* row = base + (long long)key * 3 * C + d;
-                kv = to_float(row[C]);
-                vv = to_float(row[2 * C]);
+                kv = to_float(kbase[(long long)key * W + d]);
+                vv = to_float(vbase[(long long)key * W + d]);
             }
             ks[j][d] = kv;
             vs[j][d] = vv;
@@ -73,7 +82,7 @@ __device__ void attention_forward(T* out, float* lse, const T* qkv, int seq_len,
     }
     if (!active) return;
     const float inv = 1.0f / l;
-    T* y = out + ((long long)b * seq_len + qi) * C + h * HS;
+    T* y = out + ((long long)b * seq_len + qi) * QW + h * HS;
 #pragma unroll
     for (int d = 0; d < HS; d++) y[d] = from_float<T>(o[d] * inv);
     lse[((long long)b * n_head + h) * seq_len + qi] = m + logf(l);
@@ -98,72 +107,79 @@ __device__ void attention_backward_preprocess(float* delta, const T* dout, const
     if (lane == 0) delta[w] = acc;
 }
 
-// dk, dv for KEYS key rows per block (one thread each), walking the query tiles at or after
-// the block's first key. grid (ceil(T / KEYS), NH, B), block KEYS.
+// dk, dv for KEYS key rows per block (one thread each) of key/value head blockIdx.y, walking,
+// for each query head of its group in order, the query tiles at or after the block's first
+// key. grid (ceil(T / KEYS), KV, B), block KEYS.
 template <typename T, int HS, int KEYS, int QTILE>
 __device__ void attention_backward_dkdv(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
-                                        int seq_len, int n_head, float scale) {
+                                        int seq_len, int n_head, int kv_heads, float scale) {
     __shared__ float kt[KEYS][HS + 1];
     __shared__ float vt[KEYS][HS + 1];
     __shared__ float qt[QTILE][HS];
     __shared__ float dot_[QTILE][HS];
     __shared__ float lse_t[QTILE];
     __shared__ float delta_t[QTILE];
-    const int C = n_head * HS;
-    const int b = blockIdx.z, h = blockIdx.y;
+    const int QW = n_head * HS, W = (n_head + 2 * kv_heads) * HS;
+    const int b = blockIdx.z, kvh = blockIdx.y;
+    const int group = n_head / kv_heads;
     const int k0 = blockIdx.x * KEYS;
     const int key = k0 + threadIdx.x;
     const bool active = key < seq_len;
-    const T* base = qkv + (long long)b * seq_len * 3 * C + h * HS;
-    const T* dbase = dout + (long long)b * seq_len * C + h * HS;
-    const float* lse_bh = lse + ((long long)b * n_head + h) * seq_len;
-    const float* delta_bh = delta + ((long long)b * n_head + h) * seq_len;
+    const T* rows = qkv + (long long)b * seq_len * W;
+    const T* kbase = rows + QW + kvh * HS;
+    const T* vbase = kbase + kv_heads * HS;
     for (int d = 0; d < HS; d++) {
-        kt[threadIdx.x][d] = active ? to_float(base[(long long)key * 3 * C + C + d]) : 0.0f;
-        vt[threadIdx.x][d] = active ? to_float(base[(long long)key * 3 * C + 2 * C + d]) : 0.0f;
+        kt[threadIdx.x][d] = active ? to_float(kbase[(long long)key * W + d]) : 0.0f;
+        vt[threadIdx.x][d] = active ? to_float(vbase[(long long)key * W + d]) : 0.0f;
     }
     float dk[HS], dv[HS];
 #pragma unroll
     for (int d = 0; d < HS; d++) dk[d] = dv[d] = 0.0f;
-    for (int q0 = k0; q0 < seq_len; q0 += QTILE) {
-        __syncthreads();
-        for (int e = threadIdx.x; e < QTILE * HS; e += blockDim.x) {
-            const int i = e / HS, d = e % HS, query = q0 + i;
-            const bool in = query < seq_len;
-            qt[i][d] = in ? to_float(base[(long long)query * 3 * C + d]) : 0.0f;
-            dot_[i][d] = in ? to_float(dbase[(long long)query * C + d]) : 0.0f;
-        }
-        for (int i = threadIdx.x; i < QTILE; i += blockDim.x) {
-            const int query = q0 + i;
-            lse_t[i] = query < seq_len ? lse_bh[query] : 0.0f;
-            delta_t[i] = query < seq_len ? delta_bh[query] : 0.0f;
-        }
-        __syncthreads();
-        if (!active) continue;
-        for (int i = 0; i < QTILE; i++) {
-            const int query = q0 + i;
-            if (query >= seq_len || query < key) continue;
-            float s = 0.0f, dp = 0.0f;
-#pragma unroll
-            for (int d = 0; d < HS; d++) {
-                s += qt[i][d] * kt[threadIdx.x][d];
-                dp += dot_[i][d] * vt[threadIdx.x][d];
+    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+        const T* qbase = rows + h * HS;
+        const T* dbase = dout + (long long)b * seq_len * QW + h * HS;
+        const float* lse_bh = lse + ((long long)b * n_head + h) * seq_len;
+        const float* delta_bh = delta + ((long long)b * n_head + h) * seq_len;
+        for (int q0 = k0; q0 < seq_len; q0 += QTILE) {
+            __syncthreads();
+            for (int e = threadIdx.x; e < QTILE * HS; e += blockDim.x) {
+                const int i = e / HS, d = e % HS, query = q0 + i;
+                const bool in = query < seq_len;
+                qt[i][d] = in ? to_float(qbase[(long long)query * W + d]) : 0.0f;
+                dot_[i][d] = in ? to_float(dbase[(long long)query * QW + d]) : 0.0f;
             }
-            const float p = expf(s * scale - lse_t[i]);
-            const float ds = p * (dp - delta_t[i]) * scale;
+            for (int i = threadIdx.x; i < QTILE; i += blockDim.x) {
+                const int query = q0 + i;
+                lse_t[i] = query < seq_len ? lse_bh[query] : 0.0f;
+                delta_t[i] = query < seq_len ? delta_bh[query] : 0.0f;
+            }
+            __syncthreads();
+            if (!active) continue;
+            for (int i = 0; i < QTILE; i++) {
+                const int query = q0 + i;
+                if (query >= seq_len || query < key) continue;
+                float s = 0.0f, dp = 0.0f;
 #pragma unroll
-            for (int d = 0; d < HS; d++) {
-                dv[d] += p * dot_[i][d];
-                dk[d] += ds * qt[i][d];
+                for (int d = 0; d < HS; d++) {
+                    s += qt[i][d] * kt[threadIdx.x][d];
+                    dp += dot_[i][d] * vt[threadIdx.x][d];
+                }
+                const float p = expf(s * scale - lse_t[i]);
+                const float ds = p * (dp - delta_t[i]) * scale;
+#pragma unroll
+                for (int d = 0; d < HS; d++) {
+                    dv[d] += p * dot_[i][d];
+                    dk[d] += ds * qt[i][d];
+                }
             }
         }
     }
     if (!active) return;
-    T* row = dqkv + ((long long)b * seq_len + key) * 3 * C + h * HS;
+    T* row = dqkv + ((long long)b * seq_len + key) * W + QW + kvh * HS;
 #pragma unroll
     for (int d = 0; d < HS; d++) {
-        row[C + d] = from_float<T>(dk[d]);
-        row[2 * C + d] = from_float<T>(dv[d]);
+        row[d] = from_float<T>(dk[d]);
+        row[kv_heads * HS + d] = from_float<T>(dv[d]);
     }
 }
 
@@ -171,20 +187,24 @@ __device__ void attention_backward_dkdv(T* dqkv, const T* dout, const T* qkv, co
 // grid (ceil(T / ATTENTION_QUERY_BLOCK), NH, B), block ATTENTION_QUERY_BLOCK.
 template <typename T, int HS>
 __device__ void attention_backward_dq(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
-                                      int seq_len, int n_head, float scale) {
+                                      int seq_len, int n_head, int kv_heads, float scale) {
     __shared__ float ks[ATTENTION_KEY_TILE][HS];
     __shared__ float vs[ATTENTION_KEY_TILE][HS];
-    const int C = n_head * HS;
+    const int QW = n_head * HS, W = (n_head + 2 * kv_heads) * HS;
     const int b = blockIdx.z, h = blockIdx.y;
+    const int kvh = h / (n_head / kv_heads);
     const int q0 = blockIdx.x * blockDim.x;
     const int qi = q0 + threadIdx.x;
     const bool active = qi < seq_len;
-    const T* base = qkv + (long long)b * seq_len * 3 * C + h * HS;
-    const T* dy = dout + ((long long)b * seq_len + (active ? qi : 0)) * C + h * HS;
+    const T* rows = qkv + (long long)b * seq_len * W;
+    const T* qbase = rows + h * HS;
+    const T* kbase = rows + QW + kvh * HS;
+    const T* vbase = kbase + kv_heads * HS;
+    const T* dy = dout + ((long long)b * seq_len + (active ? qi : 0)) * QW + h * HS;
     float q[HS], g[HS], dq[HS];
 #pragma unroll
     for (int d = 0; d < HS; d++) {
-        q[d] = active ? to_float(base[(long long)qi * 3 * C + d]) : 0.0f;
+        q[d] = active ? to_float(qbase[(long long)qi * W + d]) : 0.0f;
         g[d] = active ? to_float(dy[d]) : 0.0f;
         dq[d] = 0.0f;
     }
@@ -197,9 +217,8 @@ __device__ void attention_backward_dq(T* dqkv, const T* dout, const T* qkv, cons
             const int j = e / HS, d = e % HS, key = k0 + j;
             float kv = 0.0f, vv = 0.0f;
             if (key < seq_len) {
-                const T* row = base + (long long)key * 3 * C + d;
-                kv = to_float(row[C]);
-                vv = to_float(row[2 * C]);
+                kv = to_float(kbase[(long long)key * W + d]);
+                vv = to_float(vbase[(long long)key * W + d]);
             }
             ks[j][d] = kv;
             vs[j][d] = vv;
@@ -221,29 +240,47 @@ __device__ void attention_backward_dq(T* dqkv, const T* dout, const T* qkv, cons
         }
     }
     if (!active) return;
-    T* row = dqkv + ((long long)b * seq_len + qi) * 3 * C + h * HS;
+    T* row = dqkv + ((long long)b * seq_len + qi) * W + h * HS;
 #pragma unroll
     for (int d = 0; d < HS; d++) row[d] = from_float<T>(dq[d]);
 }
 
-extern "C" __global__ void attention_forward_hs64_f32(float* out, float* lse, const float* qkv, int seq_len, int n_head, float scale) { attention_forward<float, 64>(out, lse, qkv, seq_len, n_head, scale); }
-extern "C" __global__ void attention_forward_hs64_bf16(bf16* out, float* lse, const bf16* qkv, int seq_len, int n_head, float scale) { attention_forward<bf16, 64>(out, lse, qkv, seq_len, n_head, scale); }
-extern "C" __global__ void attention_forward_hs64_f16(f16* out, float* lse, const f16* qkv, int seq_len, int n_head, float scale) { attention_forward<f16, 64>(out, lse, qkv, seq_len, n_head, scale); }
-extern "C" __global__ void attention_backward_dkdv_hs64_f32(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dkdv<float, 64, 64, 16>(dqkv, dout, qkv, lse, delta, seq_len, n_head, scale); }
-extern "C" __global__ void attention_backward_dkdv_hs64_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dkdv<bf16, 64, 64, 16>(dqkv, dout, qkv, lse, delta, seq_len, n_head, scale); }
-extern "C" __global__ void attention_backward_dkdv_hs64_f16(f16* dqkv, const f16* dout, const f16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dkdv<f16, 64, 64, 16>(dqkv, dout, qkv, lse, delta, seq_len, n_head, scale); }
-extern "C" __global__ void attention_backward_dq_hs64_f32(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dq<float, 64>(dqkv, dout, qkv, lse, delta, seq_len, n_head, scale); }
-extern "C" __global__ void attention_backward_dq_hs64_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dq<bf16, 64>(dqkv, dout, qkv, lse, delta, seq_len, n_head, scale); }
-extern "C" __global__ void attention_backward_dq_hs64_f16(f16* dqkv, const f16* dout, const f16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dq<f16, 64>(dqkv, dout, qkv, lse, delta, seq_len, n_head, scale); }
-extern "C" __global__ void attention_forward_hs128_f32(float* out, float* lse, const float* qkv, int seq_len, int n_head, float scale) { attention_forward<float, 128>(out, lse, qkv, seq_len, n_head, scale); }
-extern "C" __global__ void attention_forward_hs128_bf16(bf16* out, float* lse, const bf16* qkv, int seq_len, int n_head, float scale) { attention_forward<bf16, 128>(out, lse, qkv, seq_len, n_head, scale); }
-extern "C" __global__ void attention_forward_hs128_f16(f16* out, float* lse, const f16* qkv, int seq_len, int n_head, float scale) { attention_forward<f16, 128>(out, lse, qkv, seq_len, n_head, scale); }
-extern "C" __global__ void attention_backward_dkdv_hs128_f32(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dkdv<float, 128, 32, 8>(dqkv, dout, qkv, lse, delta, seq_len, n_head, scale); }
-extern "C" __global__ void attention_backward_dkdv_hs128_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dkdv<bf16, 128, 32, 8>(dqkv, dout, qkv, lse, delta, seq_len, n_head, scale); }
-extern "C" __global__ void attention_backward_dkdv_hs128_f16(f16* dqkv, const f16* dout, const f16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dkdv<f16, 128, 32, 8>(dqkv, dout, qkv, lse, delta, seq_len, n_head, scale); }
-extern "C" __global__ void attention_backward_dq_hs128_f32(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dq<float, 128>(dqkv, dout, qkv, lse, delta, seq_len, n_head, scale); }
-extern "C" __global__ void attention_backward_dq_hs128_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dq<bf16, 128>(dqkv, dout, qkv, lse, delta, seq_len, n_head, scale); }
-extern "C" __global__ void attention_backward_dq_hs128_f16(f16* dqkv, const f16* dout, const f16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dq<f16, 128>(dqkv, dout, qkv, lse, delta, seq_len, n_head, scale); }
+extern "C" __global__ void attention_forward_hs64_f32(float* out, float* lse, const float* qkv, int seq_len, int n_head, float scale) { attention_forward<float, 64>(out, lse, qkv, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_forward_hs64_bf16(bf16* out, float* lse, const bf16* qkv, int seq_len, int n_head, float scale) { attention_forward<bf16, 64>(out, lse, qkv, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_forward_hs64_f16(f16* out, float* lse, const f16* qkv, int seq_len, int n_head, float scale) { attention_forward<f16, 64>(out, lse, qkv, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_backward_dkdv_hs64_f32(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dkdv<float, 64, 64, 16>(dqkv, dout, qkv, lse, delta, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_backward_dkdv_hs64_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dkdv<bf16, 64, 64, 16>(dqkv, dout, qkv, lse, delta, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_backward_dkdv_hs64_f16(f16* dqkv, const f16* dout, const f16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dkdv<f16, 64, 64, 16>(dqkv, dout, qkv, lse, delta, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_backward_dq_hs64_f32(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dq<float, 64>(dqkv, dout, qkv, lse, delta, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_backward_dq_hs64_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dq<bf16, 64>(dqkv, dout, qkv, lse, delta, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_backward_dq_hs64_f16(f16* dqkv, const f16* dout, const f16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dq<f16, 64>(dqkv, dout, qkv, lse, delta, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_forward_hs128_f32(float* out, float* lse, const float* qkv, int seq_len, int n_head, float scale) { attention_forward<float, 128>(out, lse, qkv, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_forward_hs128_bf16(bf16* out, float* lse, const bf16* qkv, int seq_len, int n_head, float scale) { attention_forward<bf16, 128>(out, lse, qkv, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_forward_hs128_f16(f16* out, float* lse, const f16* qkv, int seq_len, int n_head, float scale) { attention_forward<f16, 128>(out, lse, qkv, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_backward_dkdv_hs128_f32(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dkdv<float, 128, 32, 8>(dqkv, dout, qkv, lse, delta, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_backward_dkdv_hs128_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dkdv<bf16, 128, 32, 8>(dqkv, dout, qkv, lse, delta, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_backward_dkdv_hs128_f16(f16* dqkv, const f16* dout, const f16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dkdv<f16, 128, 32, 8>(dqkv, dout, qkv, lse, delta, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_backward_dq_hs128_f32(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dq<float, 128>(dqkv, dout, qkv, lse, delta, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_backward_dq_hs128_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dq<bf16, 128>(dqkv, dout, qkv, lse, delta, seq_len, n_head, n_head, scale); }
+extern "C" __global__ void attention_backward_dq_hs128_f16(f16* dqkv, const f16* dout, const f16* qkv, const float* lse, const float* delta, int seq_len, int n_head, float scale) { attention_backward_dq<f16, 128>(dqkv, dout, qkv, lse, delta, seq_len, n_head, n_head, scale); }
 extern "C" __global__ void attention_backward_preprocess_f32(float* delta, const float* dout, const float* out, int batch, int seq_len, int n_head, int head_dim) { attention_backward_preprocess(delta, dout, out, batch, seq_len, n_head, head_dim); }
 extern "C" __global__ void attention_backward_preprocess_bf16(float* delta, const bf16* dout, const bf16* out, int batch, int seq_len, int n_head, int head_dim) { attention_backward_preprocess(delta, dout, out, batch, seq_len, n_head, head_dim); }
 extern "C" __global__ void attention_backward_preprocess_f16(float* delta, const f16* dout, const f16* out, int batch, int seq_len, int n_head, int head_dim) { attention_backward_preprocess(delta, dout, out, batch, seq_len, n_head, head_dim); }
+extern "C" __global__ void attention_forward_gqa_hs64_f32(float* out, float* lse, const float* qkv, int seq_len, int n_head, int kv_heads, float scale) { attention_forward<float, 64>(out, lse, qkv, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_forward_gqa_hs64_bf16(bf16* out, float* lse, const bf16* qkv, int seq_len, int n_head, int kv_heads, float scale) { attention_forward<bf16, 64>(out, lse, qkv, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_forward_gqa_hs64_f16(f16* out, float* lse, const f16* qkv, int seq_len, int n_head, int kv_heads, float scale) { attention_forward<f16, 64>(out, lse, qkv, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_backward_dkdv_gqa_hs64_f32(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int seq_len, int n_head, int kv_heads, float scale) { attention_backward_dkdv<float, 64, 64, 16>(dqkv, dout, qkv, lse, delta, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_backward_dkdv_gqa_hs64_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int seq_len, int n_head, int kv_heads, float scale) { attention_backward_dkdv<bf16, 64, 64, 16>(dqkv, dout, qkv, lse, delta, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_backward_dkdv_gqa_hs64_f16(f16* dqkv, const f16* dout, const f16* qkv, const float* lse, const float* delta, int seq_len, int n_head, int kv_heads, float scale) { attention_backward_dkdv<f16, 64, 64, 16>(dqkv, dout, qkv, lse, delta, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_backward_dq_gqa_hs64_f32(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int seq_len, int n_head, int kv_heads, float scale) { attention_backward_dq<float, 64>(dqkv, dout, qkv, lse, delta, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_backward_dq_gqa_hs64_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int seq_len, int n_head, int kv_heads, float scale) { attention_backward_dq<bf16, 64>(dqkv, dout, qkv, lse, delta, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_backward_dq_gqa_hs64_f16(f16* dqkv, const f16* dout, const f16* qkv, const float* lse, const float* delta, int seq_len, int n_head, int kv_heads, float scale) { attention_backward_dq<f16, 64>(dqkv, dout, qkv, lse, delta, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_forward_gqa_hs128_f32(float* out, float* lse, const float* qkv, int seq_len, int n_head, int kv_heads, float scale) { attention_forward<float, 128>(out, lse, qkv, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_forward_gqa_hs128_bf16(bf16* out, float* lse, const bf16* qkv, int seq_len, int n_head, int kv_heads, float scale) { attention_forward<bf16, 128>(out, lse, qkv, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_forward_gqa_hs128_f16(f16* out, float* lse, const f16* qkv, int seq_len, int n_head, int kv_heads, float scale) { attention_forward<f16, 128>(out, lse, qkv, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_backward_dkdv_gqa_hs128_f32(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int seq_len, int n_head, int kv_heads, float scale) { attention_backward_dkdv<float, 128, 32, 8>(dqkv, dout, qkv, lse, delta, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_backward_dkdv_gqa_hs128_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int seq_len, int n_head, int kv_heads, float scale) { attention_backward_dkdv<bf16, 128, 32, 8>(dqkv, dout, qkv, lse, delta, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_backward_dkdv_gqa_hs128_f16(f16* dqkv, const f16* dout, const f16* qkv, const float* lse, const float* delta, int seq_len, int n_head, int kv_heads, float scale) { attention_backward_dkdv<f16, 128, 32, 8>(dqkv, dout, qkv, lse, delta, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_backward_dq_gqa_hs128_f32(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int seq_len, int n_head, int kv_heads, float scale) { attention_backward_dq<float, 128>(dqkv, dout, qkv, lse, delta, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_backward_dq_gqa_hs128_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int seq_len, int n_head, int kv_heads, float scale) { attention_backward_dq<bf16, 128>(dqkv, dout, qkv, lse, delta, seq_len, n_head, kv_heads, scale); }
+extern "C" __global__ void attention_backward_dq_gqa_hs128_f16(f16* dqkv, const f16* dout, const f16* qkv, const float* lse, const float* delta, int seq_len, int n_head, int kv_heads, float scale) { attention_backward_dq<f16, 128>(dqkv, dout, qkv, lse, delta, seq_len, n_head, kv_heads, scale); }

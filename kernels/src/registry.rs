@@ -2,7 +2,8 @@
 //! of `dsplan-executor` it must match.
 //!
 //! Entry points are `extern "C"` functions named `<kernel>_<dtype>` (attention adds the head
-//! size: `<kernel>_hs64_<dtype>`). Tests check that every entry point listed here is defined in
+//! size: `<kernel>_hs64_<dtype>`; its grouped-query variants are kernels of their own,
+//! `<kernel>_gqa`). Tests check that every entry point listed here is defined in
 //! its file, that every `__global__` function of every file is listed here, that NVRTC compiles
 //! each file and emits each entry point, and (on a GPU) that each kernel matches its CPU
 //! reference.
@@ -11,7 +12,8 @@ use std::fmt;
 
 use crate::launch::LaunchRule;
 use crate::source::{
-    ADAMW, ATTENTION, CAST, CLASSIFIER, CudaSource, ENCODER, GELU, LAYERNORM, REDUCE, UNSCALE_NORM,
+    ADAMW, ATTENTION, CAST, CLASSIFIER, CudaSource, ENCODER, GELU, LAYERNORM, REDUCE, RMSNORM,
+    ROPE, SWIGLU, UNSCALE_NORM,
 };
 
 /// The element type a kernel stores its tensors in (arithmetic is f32, or f64 for norms).
@@ -366,6 +368,63 @@ pub const KERNELS: &[KernelSpec] = &[
         summary: "dq per query row, probabilities recomputed from lse; no atomics",
     },
     KernelSpec {
+        name: "attention_forward_gqa",
+        source: &ATTENTION,
+        entry_points: &[
+            "attention_forward_gqa_hs64_f32",
+            "attention_forward_gqa_hs64_bf16",
+            "attention_forward_gqa_hs64_f16",
+            "attention_forward_gqa_hs128_f32",
+            "attention_forward_gqa_hs128_bf16",
+            "attention_forward_gqa_hs128_f16",
+        ],
+        launch: LaunchRule::AttentionQueries { threads: 64 },
+        source_constants: &[("ATTENTION_QUERY_BLOCK", 64), ("ATTENTION_KEY_TILE", 32)],
+        cpu_reference: &["executor::model::attention::grouped_attention_forward"],
+        dtypes: STORAGE,
+        summary: "attention_forward with KV key/value heads (grouped-query attention): qkv rows \
+                  [q (NH*hs) | k (KV*hs) | v (KV*hs)], query head h reads kv head h / (NH/KV); \
+                  grid (ceil(T / 64), NH, B)",
+    },
+    KernelSpec {
+        name: "attention_backward_dkdv_gqa",
+        source: &ATTENTION,
+        entry_points: &[
+            "attention_backward_dkdv_gqa_hs64_f32",
+            "attention_backward_dkdv_gqa_hs64_bf16",
+            "attention_backward_dkdv_gqa_hs64_f16",
+            "attention_backward_dkdv_gqa_hs128_f32",
+            "attention_backward_dkdv_gqa_hs128_bf16",
+            "attention_backward_dkdv_gqa_hs128_f16",
+        ],
+        launch: LaunchRule::AttentionKeys {
+            threads_times_head_dim: 4096,
+        },
+        source_constants: &[],
+        cpu_reference: &["executor::model::attention::grouped_attention_backward"],
+        dtypes: STORAGE,
+        summary: "dk, dv of each key/value head summed over its group's query heads in order, in \
+                  one block (no atomics); launched with Work::Attention { heads: KV }, so the \
+                  grid is (ceil(T / keys), KV, B)",
+    },
+    KernelSpec {
+        name: "attention_backward_dq_gqa",
+        source: &ATTENTION,
+        entry_points: &[
+            "attention_backward_dq_gqa_hs64_f32",
+            "attention_backward_dq_gqa_hs64_bf16",
+            "attention_backward_dq_gqa_hs64_f16",
+            "attention_backward_dq_gqa_hs128_f32",
+            "attention_backward_dq_gqa_hs128_bf16",
+            "attention_backward_dq_gqa_hs128_f16",
+        ],
+        launch: LaunchRule::AttentionQueries { threads: 64 },
+        source_constants: &[("ATTENTION_QUERY_BLOCK", 64), ("ATTENTION_KEY_TILE", 32)],
+        cpu_reference: &["executor::model::attention::grouped_attention_backward"],
+        dtypes: STORAGE,
+        summary: "dq per query row of the grouped-query layout; no atomics",
+    },
+    KernelSpec {
         name: "fused_classifier",
         source: &CLASSIFIER,
         entry_points: &[
@@ -441,5 +500,92 @@ pub const KERNELS: &[KernelSpec] = &[
         dtypes: STORAGE,
         summary: "multi-tensor Adam/AdamW over segments of flat buffers: f32 master weights and \
                   moments updated, 16-bit copy written in the same pass; grads scaled first",
+    },
+    KernelSpec {
+        name: "rmsnorm_forward",
+        source: &RMSNORM,
+        entry_points: &[
+            "rmsnorm_forward_f32",
+            "rmsnorm_forward_bf16",
+            "rmsnorm_forward_f16",
+        ],
+        launch: LaunchRule::WarpPerRow { threads: 256 },
+        source_constants: &[("RMSNORM_THREADS", 256)],
+        cpu_reference: &["executor::model::rmsnorm::rmsnorm_forward"],
+        dtypes: STORAGE,
+        summary: "RMSNorm of each row in f32 (as transformers), saving f32 rstd; the normalised \
+                  row is rounded to the storage type before the weight multiplies; one warp per row",
+    },
+    KernelSpec {
+        name: "rmsnorm_backward",
+        source: &RMSNORM,
+        entry_points: &[
+            "rmsnorm_backward_f32",
+            "rmsnorm_backward_bf16",
+            "rmsnorm_backward_f16",
+        ],
+        launch: LaunchRule::RowChunks {
+            threads: 256,
+            rows_per_block: 32,
+        },
+        source_constants: &[("RMSNORM_THREADS", 256), ("RMSNORM_BACKWARD_ROWS", 32)],
+        cpu_reference: &["executor::model::rmsnorm::rmsnorm_backward"],
+        dtypes: STORAGE,
+        summary: "dinp += in one kernel with per-32-row partial dweight in f32 scratch \
+                  (ceil(N/32), C); add_partials finishes dweight in chunk order, as the CPU",
+    },
+    KernelSpec {
+        name: "rope_forward",
+        source: &ROPE,
+        entry_points: &["rope_forward_f32", "rope_forward_bf16", "rope_forward_f16"],
+        launch: LaunchRule::PerElement { threads: 256 },
+        source_constants: &[("ROPE_THREADS", 256)],
+        cpu_reference: &["executor::model::rope::rope_forward"],
+        dtypes: STORAGE,
+        summary: "rotate-half RoPE in place on the q and k heads of [q | k | v] rows, from the \
+                  host's f32 cos/sin table (T, hs/2) (rope_theta and rope_scaling applied there); \
+                  one thread per (row, head, pair)",
+    },
+    KernelSpec {
+        name: "rope_backward",
+        source: &ROPE,
+        entry_points: &[
+            "rope_backward_f32",
+            "rope_backward_bf16",
+            "rope_backward_f16",
+        ],
+        launch: LaunchRule::PerElement { threads: 256 },
+        source_constants: &[("ROPE_THREADS", 256)],
+        cpu_reference: &["executor::model::rope::rope_backward"],
+        dtypes: STORAGE,
+        summary: "the rotation by the opposite angle, in place on dq and dk",
+    },
+    KernelSpec {
+        name: "swiglu_forward",
+        source: &SWIGLU,
+        entry_points: &[
+            "swiglu_forward_f32",
+            "swiglu_forward_bf16",
+            "swiglu_forward_f16",
+        ],
+        launch: LaunchRule::PerElement { threads: 256 },
+        source_constants: &[("SWIGLU_THREADS", 256)],
+        cpu_reference: &["executor::model::swiglu::swiglu_forward"],
+        dtypes: STORAGE,
+        summary: "h = silu(gate) * up from [gate | up] rows; one thread per element of (N, I)",
+    },
+    KernelSpec {
+        name: "swiglu_backward",
+        source: &SWIGLU,
+        entry_points: &[
+            "swiglu_backward_f32",
+            "swiglu_backward_bf16",
+            "swiglu_backward_f16",
+        ],
+        launch: LaunchRule::PerElement { threads: 256 },
+        source_constants: &[("SWIGLU_THREADS", 256)],
+        cpu_reference: &["executor::model::swiglu::swiglu_backward"],
+        dtypes: STORAGE,
+        summary: "[dgate | dup] written from dh and [gate | up]; one thread per element of (N, I)",
     },
 ];

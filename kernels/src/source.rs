@@ -45,7 +45,7 @@ pub const LAYERNORM: CudaSource = cuda_source!("layernorm.cu");
 pub const REDUCE: CudaSource = cuda_source!("reduce.cu");
 /// GELU and bias + GELU.
 pub const GELU: CudaSource = cuda_source!("gelu.cu");
-/// Flash-style causal attention.
+/// Flash-style causal attention (multi-head and grouped-query).
 pub const ATTENTION: CudaSource = cuda_source!("attention.cu");
 /// Fused softmax + cross-entropy + gradient.
 pub const CLASSIFIER: CudaSource = cuda_source!("classifier.cu");
@@ -55,6 +55,12 @@ pub const CAST: CudaSource = cuda_source!("cast.cu");
 pub const UNSCALE_NORM: CudaSource = cuda_source!("unscale_norm.cu");
 /// Multi-tensor fused AdamW.
 pub const ADAMW: CudaSource = cuda_source!("adamw.cu");
+/// RMSNorm forward/backward (the Llama family).
+pub const RMSNORM: CudaSource = cuda_source!("rmsnorm.cu");
+/// Rotary position embeddings on the q/k heads, in place (the Llama family).
+pub const ROPE: CudaSource = cuda_source!("rope.cu");
+/// SwiGLU forward/backward (the Llama family's MLP).
+pub const SWIGLU: CudaSource = cuda_source!("swiglu.cu");
 
 /// Every kernel file, in the order the registry lists them.
 pub const SOURCES: &[CudaSource] = &[
@@ -67,4 +73,7 @@ pub const SOURCES: &[CudaSource] = &[
     CAST,
     UNSCALE_NORM,
     ADAMW,
+    RMSNORM,
+    ROPE,
+    SWIGLU,
 ];

@@ -138,31 +138,85 @@ fn entry_points_are_found_by_dtype_and_head_dim() {
 #[test]
 fn attention_key_blocks_match_the_template_arguments() {
     use dsplan_kernels::{Work, kernel};
-    let dkdv = kernel("attention_backward_dkdv").expect("registered");
-    for head_dim in [64u64, 128] {
-        let threads = dkdv
-            .launch
-            .threads(Work::Attention {
-                batch: 1,
-                seq_len: 1,
-                heads: 1,
-                head_dim,
-            })
-            .expect("threads");
-        // Every instantiation for this head size names the same key count as its KEYS.
-        let needle = format!(", {head_dim}, {threads}, ");
-        let wrappers: Vec<&str> = dkdv
-            .source
-            .text
-            .lines()
-            .filter(|l| l.contains(&format!("void attention_backward_dkdv_hs{head_dim}_")))
-            .collect();
-        assert_eq!(wrappers.len(), 3, "hs{head_dim} wrappers");
-        for line in wrappers {
-            assert!(
-                line.contains(&needle),
-                "hs{head_dim}: expected KEYS = {threads} in {line}"
-            );
+    for name in ["attention_backward_dkdv", "attention_backward_dkdv_gqa"] {
+        let dkdv = kernel(name).expect("registered");
+        for head_dim in [64u64, 128] {
+            let threads = dkdv
+                .launch
+                .threads(Work::Attention {
+                    batch: 1,
+                    seq_len: 1,
+                    heads: 1,
+                    head_dim,
+                })
+                .expect("threads");
+            // Every instantiation for this head size names the same key count as its KEYS.
+            let needle = format!(", {head_dim}, {threads}, ");
+            let wrappers: Vec<&str> = dkdv
+                .source
+                .text
+                .lines()
+                .filter(|l| l.contains(&format!("void {name}_hs{head_dim}_")))
+                .collect();
+            assert_eq!(wrappers.len(), 3, "{name} hs{head_dim} wrappers");
+            for line in wrappers {
+                assert!(
+                    line.contains(&needle),
+                    "{name} hs{head_dim}: expected KEYS = {threads} in {line}"
+                );
+            }
         }
+    }
+}
+
+#[test]
+fn the_llama_family_kernels_are_registered_against_their_cpu_twins() {
+    use dsplan_kernels::kernel;
+    for (name, reference) in [
+        (
+            "rmsnorm_forward",
+            "executor::model::rmsnorm::rmsnorm_forward",
+        ),
+        (
+            "rmsnorm_backward",
+            "executor::model::rmsnorm::rmsnorm_backward",
+        ),
+        ("rope_forward", "executor::model::rope::rope_forward"),
+        ("rope_backward", "executor::model::rope::rope_backward"),
+        ("swiglu_forward", "executor::model::swiglu::swiglu_forward"),
+        (
+            "swiglu_backward",
+            "executor::model::swiglu::swiglu_backward",
+        ),
+        (
+            "attention_forward_gqa",
+            "executor::model::attention::grouped_attention_forward",
+        ),
+        (
+            "attention_backward_dkdv_gqa",
+            "executor::model::attention::grouped_attention_backward",
+        ),
+        (
+            "attention_backward_dq_gqa",
+            "executor::model::attention::grouped_attention_backward",
+        ),
+    ] {
+        let spec = kernel(name).unwrap_or_else(|| panic!("`{name}` is not registered"));
+        assert_eq!(spec.cpu_reference, [reference], "{name}");
+        assert_eq!(spec.dtypes.len(), 3, "{name}: f32, bf16, f16");
+        // The reference is a public function of the executor's model module.
+        let (module, function) = reference
+            .trim_start_matches("executor::model::")
+            .split_once("::")
+            .expect("module::function");
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../executor/src/model")
+            .join(format!("{module}.rs"));
+        let text = std::fs::read_to_string(&file).expect("the reference's file");
+        assert!(
+            text.contains(&format!("pub fn {function}(")),
+            "{name}: {} has no `pub fn {function}`",
+            file.display()
+        );
     }
 }

@@ -2,6 +2,8 @@
 //! the problem's shape (a kernel reading past a buffer is undefined behaviour, so a wrong shape
 //! must be an error before the launch), sizes the grid with the registry's rule, and launches
 //! on the given stream. The semantics of each are those of the CPU function the registry names.
+//! The Llama family's launches (RMSNorm, RoPE, SwiGLU, grouped-query attention) are in
+//! [`llama`].
 
 use std::sync::Arc;
 
@@ -13,6 +15,10 @@ use dsplan_kernels::{Dtype, KernelSpec, Work, kernel};
 use super::adamw::{AdamScalars, AdamSegment};
 use super::error::CudaError;
 use super::modules::KernelModules;
+
+pub mod llama;
+
+pub use llama::{GroupedAttention, Rotation};
 
 /// An element type tensors are stored in on the GPU.
 pub trait Storage: DeviceRepr + ValidAsZeroBits + Copy + Send + Sync + 'static {

@@ -1,6 +1,7 @@
 //! Every registered kernel against the CPU function it must match, on random inputs, in f32,
 //! bf16 and f16, with per-precision tolerances; the cuBLASLt products against the CPU
-//! matmuls; and NCCL's world of one. Each comparison is a [`CheckRow`].
+//! matmuls; and NCCL's world of one. Each comparison is a [`CheckRow`]. The Llama family's
+//! kernels (RMSNorm, RoPE, SwiGLU, grouped-query attention) are in [`llama`].
 //!
 //! 16-bit cases feed the CPU reference the inputs rounded to the storage type, so the
 //! tolerance covers only the kernel's own rounding (outputs stored in 16 bits, f32 arithmetic
@@ -39,6 +40,10 @@ pub const CASES: &[(&str, Case)] = &[
     ("gelu and bias", |gpu| all_dtypes(gpu, gelu_and_bias_case)),
     ("attention", attention),
     ("classifier", |gpu| all_dtypes(gpu, classifier_case)),
+    ("rmsnorm", |gpu| all_dtypes(gpu, llama::rmsnorm_case)),
+    ("rope", |gpu| all_dtypes(gpu, llama::rope_case)),
+    ("swiglu", |gpu| all_dtypes(gpu, llama::swiglu_case)),
+    ("grouped-query attention", llama::grouped_attention),
     ("casts", |gpu| rows(gpu, casts)),
     ("unscale and norm", |gpu| rows(gpu, unscale_norm)),
     ("adamw", |gpu| rows(gpu, adamw)),
@@ -98,6 +103,8 @@ macro_rules! typed {
         }
     };
 }
+
+mod llama;
 
 /// Compiles every kernel file for the device (or reads it from the kernel cache) and looks up
 /// every entry point of every registered kernel: one row per file.
