@@ -121,7 +121,8 @@ pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
         .map_err(|e| CudaTrainError::Setup(e.to_string()))
 }
 
-/// The GPT-2 of `spec`: the CUDA kernels exist for GPT-2 only.
+/// The GPT-2 of `spec`: the device step is wired for GPT-2 only (the Llama family's kernels
+/// exist and are checked by `dsplan report --check`, but no device step uses them yet).
 fn gpt2_model(spec: &TrainSpec) -> Result<Gpt2Config, CudaTrainError> {
     spec.model.gpt2().copied().ok_or_else(|| {
         CudaTrainError::Setup(format!(
