@@ -78,6 +78,30 @@ const DLNF_ROWS: usize = 256;
 /// Vocabulary rows of `dwte` per product in [`logits_backward`].
 const VOCAB_BLOCK: usize = 1024;
 
+/// The rows that have a target, or [`super::ModelError::NoTargets`]: a mean over none is
+/// undefined (checked before the forward runs).
+pub fn target_count(targets: &[Option<u32>]) -> Result<usize, super::ModelError> {
+    match targets.iter().filter(|t| t.is_some()).count() {
+        0 => Err(super::ModelError::NoTargets),
+        count => Ok(count),
+    }
+}
+
+/// The training loss of a causal LM: the mean cross-entropy over the `count` rows with a
+/// target ([`target_count`]), leaving in `logits` the gradient of `grad_scale * loss`
+/// ([`crossentropy_forward_backward`]).
+pub fn mean_crossentropy(
+    logits: &mut [f32],
+    losses: &mut [f32],
+    targets: &[Option<u32>],
+    count: usize,
+    grad_scale: f32,
+) -> f32 {
+    crossentropy_forward_backward(logits, losses, targets, grad_scale / count as f32);
+    let total: f64 = losses.iter().map(|&l| f64::from(l)).sum();
+    (total / count as f64) as f32
+}
+
 /// Fused softmax + cross-entropy + gradient, one row at a time.
 ///
 /// * `logits` `(N, V)`: logits on entry; on return `dloss * (softmax - onehot(target))` per row,

@@ -25,7 +25,7 @@ pub use init::init_llama_params;
 pub use params::{LlamaBlockParams, LlamaLayout};
 
 use super::attention::AttentionDims;
-use super::classifier::crossentropy_forward_backward;
+use super::classifier::{mean_crossentropy, target_count};
 use super::owned::OwnedParams;
 use super::recompute::Recompute;
 use super::rope::RopeTable;
@@ -193,19 +193,14 @@ impl LlamaCore {
             tokens.len(),
         )?;
         self.check_ids("target", "targets", targets.iter().copied(), targets.len())?;
-        let count = targets.iter().filter(|t| t.is_some()).count();
-        if count == 0 {
-            return Err(ModelError::NoTargets.into());
-        }
+        let count = target_count(targets)?;
         self.state = ArenaState::Empty;
         self.run_forward(source, tokens)?;
         let layout = &self.act_layout;
         let [logits, losses] = split_spans_mut(&mut self.acts, [layout.logits, layout.losses]);
-        let dloss = grad_scale / count as f32;
-        crossentropy_forward_backward(logits, losses, targets, dloss);
-        let total: f64 = losses.iter().map(|&l| f64::from(l)).sum();
+        let loss = mean_crossentropy(logits, losses, targets, count, grad_scale);
         self.state = ArenaState::LogitGradients;
-        Ok((total / count as f64) as f32)
+        Ok(loss)
     }
 
     /// The attention sizes.
