@@ -153,6 +153,16 @@ pub fn parse_bytes(input: &str) -> Result<u64, UnitError> {
         .map_err(|reason| error(input, format!("{reason} of bytes; {MEMORY_HELP}")))
 }
 
+/// [`parse_bytes`] for clap's `value_parser` (`--gpu-memory 80GB`, `--cpu-memory 1.5TiB`).
+pub fn memory_arg(input: &str) -> Result<u64, String> {
+    parse_bytes(input).map_err(|error| error.to_string())
+}
+
+/// A byte count as GiB with two decimals, no unit (the tables name the unit in their header).
+pub fn gib_figure(bytes: u64) -> String {
+    format!("{:.2}", bytes as f64 / (1u64 << 30) as f64)
+}
+
 /// [`parse_count`] for clap's `value_parser`.
 pub fn count_arg(input: &str) -> Result<u64, String> {
     parse_count(input).map_err(|error| error.reason)

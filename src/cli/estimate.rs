@@ -121,7 +121,7 @@ pub struct FullArgs {
 #[derive(Debug, Args)]
 pub struct MarginArgs {
     /// CUDA context, cuBLAS and NCCL workspaces per GPU (0.3-2 GB are reported).
-    #[arg(long, value_name = "MEM", default_value = "1GiB", value_parser = memory_arg)]
+    #[arg(long, value_name = "MEM", default_value = "1GiB", value_parser = units::memory_arg)]
     pub cuda_context: u64,
 
     /// Caching-allocator fragmentation, as a fraction of the GPU buffers and activations.
@@ -129,7 +129,7 @@ pub struct MarginArgs {
     pub fragmentation: f64,
 
     /// Host memory of one training process besides its tensors.
-    #[arg(long, value_name = "MEM", default_value = "2GiB", value_parser = memory_arg)]
+    #[arg(long, value_name = "MEM", default_value = "2GiB", value_parser = units::memory_arg)]
     pub host_overhead: u64,
 
     /// Bytes per parameter of the model each rank loads on the host before DeepSpeed takes it
@@ -148,11 +148,6 @@ impl MarginArgs {
             load_bytes_per_param: self.model_load_bytes,
         }
     }
-}
-
-/// [`units::parse_bytes`] for clap.
-pub fn memory_arg(input: &str) -> Result<u64, String> {
-    units::parse_bytes(input).map_err(|error| error.to_string())
 }
 
 /// `--activation-checkpointing none|selective|full`.
@@ -426,11 +421,12 @@ fn full_estimate(
 
 const GIB: f64 = (1u64 << 30) as f64;
 
+/// GiB with two decimals, `-` for nothing.
 fn gib(bytes: u64) -> String {
     if bytes == 0 {
         "-".to_owned()
     } else {
-        format!("{:.2}", bytes as f64 / GIB)
+        units::gib_figure(bytes)
     }
 }
 

@@ -70,7 +70,7 @@ pub struct PlanArgs {
     zero_init: Option<ZeroInitArg>,
     /// GPU memory per rank (e.g. 80GiB): exit 1 when the planned peak exceeds it
     /// (deepspeed-gpu and dsplan-cuda backends).
-    #[arg(long, value_name = "BYTES", value_parser = memory_arg)]
+    #[arg(long, value_name = "BYTES", value_parser = units::memory_arg)]
     gpu_memory: Option<u64>,
     /// Whose buffers the plan lists: DeepSpeed's on GPUs, or dsplan's CPU or CUDA executor's
     /// (what `dsplan run --device cpu|cuda` measures).
@@ -113,10 +113,6 @@ impl From<BackendArg> for PlanBackend {
             BackendArg::DsplanCuda => PlanBackend::DsplanCuda,
         }
     }
-}
-
-fn memory_arg(input: &str) -> Result<u64, String> {
-    units::parse_bytes(input).map_err(|error| error.to_string())
 }
 
 type Failure = (Outcome, String);

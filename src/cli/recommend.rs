@@ -9,6 +9,7 @@
 use super::estimate::{CheckpointingArg, MarginArgs, PrecisionArg, breakdown};
 use super::{Format, Outcome};
 use crate::units;
+use crate::units::gib_figure as gib;
 use clap::Args;
 use dsplan_planner::estimate::Hardware;
 use dsplan_planner::estimate::full::{AttentionKernel, Checkpointing, Precision};
@@ -41,11 +42,11 @@ pub struct RecommendArgs {
     nodes: u64,
 
     /// Memory of one GPU: 80GiB, 32GiB, 141GB.
-    #[arg(long, value_name = "MEM", value_parser = super::estimate::memory_arg)]
+    #[arg(long, value_name = "MEM", value_parser = units::memory_arg)]
     gpu_memory: u64,
 
     /// Host memory of one node; without it, offload is not considered.
-    #[arg(long, value_name = "MEM", value_parser = super::estimate::memory_arg)]
+    #[arg(long, value_name = "MEM", value_parser = units::memory_arg)]
     cpu_memory: Option<u64>,
 
     /// A directory on NVMe; without it, NVMe offload is not considered.
@@ -281,12 +282,6 @@ fn model_spec(args: &RecommendArgs) -> Result<ModelSpec, Failure> {
         };
         (outcome, error.to_string())
     })
-}
-
-const GIB: f64 = (1u64 << 30) as f64;
-
-fn gib(bytes: u64) -> String {
-    format!("{:.2}", bytes as f64 / GIB)
 }
 
 /// The plan in words: micro-batch, accumulation, offload share.
