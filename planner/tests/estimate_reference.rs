@@ -8,7 +8,7 @@
 //! form) against [`EnumSpelling::Padded`], the form dsplan prints.
 
 use dsplan_planner::estimate::{
-    BufferFactor, EnumSpelling, Hardware, OffloadDevice, Zero3Options, ZeroInit,
+    BufferFactor, EnumSpelling, OffloadDevice, Topology, Zero3Options, ZeroInit,
     estimate_zero2_model_states_mem_needs, estimate_zero3_model_states_mem_needs,
     zero2_all_cold_text, zero3_all_cold_text,
 };
@@ -48,8 +48,8 @@ fn device(offloaded: bool) -> OffloadDevice {
     }
 }
 
-fn hardware(row: &Value) -> Hardware {
-    Hardware::new(uint(row, "num_gpus_per_node"), uint(row, "num_nodes")).expect("valid hardware")
+fn hardware(row: &Value) -> Topology {
+    Topology::new(uint(row, "num_gpus_per_node"), uint(row, "num_nodes")).expect("valid hardware")
 }
 
 fn factor(row: &Value) -> BufferFactor {
@@ -235,7 +235,7 @@ fn gpt2_fixture_counts_agree_across_sources() {
 fn t5_3b_preset_reproduces_deepspeeds_documented_live_table() {
     use dsplan_planner::model::{LmHead, load};
     let spec = load("t5-3b", LmHead::Exclude).expect("preset");
-    let hardware = Hardware::new(8, 1).expect("valid");
+    let hardware = Topology::new(8, 1).expect("valid");
     let text = zero3_all_cold_text(
         spec.total_params,
         spec.largest_layer.params,

@@ -5,7 +5,7 @@
 //! hold what DeepSpeed allocates (flat buffer padded to 2N, IPG buckets doubled by
 //! `overlap_comm` in stages 1-2, BF16_Optimizer's partitioned master).
 
-use dsplan_planner::estimate::Hardware;
+use dsplan_planner::estimate::Topology;
 use dsplan_planner::estimate::full::plan_rows::phase_ticks;
 use dsplan_planner::estimate::full::{
     AttentionKernel, Category, Checkpointing, Device, FullEstimate, Margins, Overrides, Phase, Row,
@@ -90,7 +90,7 @@ struct Case {
 fn cases() -> Vec<Case> {
     let preset = presets::lookup("gpt2").expect("preset");
     let model = load::from_preset(preset, LmHead::Include).expect("counts");
-    let hardware = Hardware::new(RANKS, 1).expect("valid");
+    let hardware = Topology::new(RANKS, 1).expect("valid");
     configs()
         .into_iter()
         .map(|(name, document)| {

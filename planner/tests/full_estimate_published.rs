@@ -26,7 +26,7 @@ use dsplan_planner::estimate::full::{
     TrainingSetup, TrainingShape,
 };
 use dsplan_planner::estimate::full::{ConfigReading, Overrides, read_config};
-use dsplan_planner::estimate::{FullEstimate, Hardware, ZeroInit, estimate_full};
+use dsplan_planner::estimate::{FullEstimate, Topology, ZeroInit, estimate_full};
 use dsplan_planner::model::architecture::{Architecture, Embeddings, Family};
 use dsplan_planner::model::presets::Preset;
 use dsplan_planner::model::{LmHead, ModelSpec, load, presets};
@@ -72,7 +72,7 @@ fn show(name: &str, estimate: &FullEstimate) {
 fn zero_paper_7_5b_on_64_gpus() {
     let model = load::from_params(7_500_000_000, None).expect("counts");
     // DGX-2 nodes of 16 V100s, as in the paper's cluster.
-    let hardware = Hardware::new(16, 4).expect("valid");
+    let hardware = Topology::new(16, 4).expect("valid");
     let published = [
         (ZeroStage::Disabled, 120.0),
         (ZeroStage::OptimizerStates, 31.4),
@@ -164,7 +164,7 @@ fn zero_offload_reading() -> ConfigReading {
         serde_json::from_str(ZERO_OFFLOAD_10B_CONFIG).expect("the config is JSON");
     read_config(
         &document,
-        Hardware::SINGLE_GPU,
+        Topology::SINGLE_GPU,
         Some(4096),
         &Overrides::default(),
     )
@@ -190,7 +190,7 @@ const V100_32GB: f64 = 32.0 * GIB;
 
 #[test]
 fn zero_offload_fits_13b_and_the_tutorials_10b_on_one_32gb_v100() {
-    let single = Hardware::SINGLE_GPU;
+    let single = Topology::SINGLE_GPU;
     let tutorial = estimate_full(
         &megatron_gpt2_10b(),
         single,
@@ -258,7 +258,7 @@ fn zero_offload_fits_13b_and_the_tutorials_10b_on_one_32gb_v100() {
 fn deepspeed_issue_4527_init_peak() {
     let preset = presets::lookup("llama-2-7b").expect("preset");
     let model = load::from_preset(preset, LmHead::Include).expect("counts");
-    let hardware = Hardware::new(4, 1).expect("valid");
+    let hardware = Topology::new(4, 1).expect("valid");
     let mut setup = TrainingSetup::new(Precision::Fp16, ZeroStage::Weights);
     setup.zero.offload_optimizer.device = OffloadDevice::Cpu;
     setup.zero.offload_param.device = OffloadDevice::Cpu;

@@ -18,7 +18,7 @@ use dsplan_planner::estimate::full::{
     TrainingShape, read_config,
 };
 use dsplan_planner::estimate::{
-    BufferFactor, DeepSpeedRow, EnumSpelling, FullEstimate, FullEstimateError, Hardware, ZeroInit,
+    BufferFactor, DeepSpeedRow, EnumSpelling, FullEstimate, FullEstimateError, Topology, ZeroInit,
     estimate_reading, zero2_all_cold_text, zero2_table, zero3_all_cold_text, zero3_table,
 };
 use dsplan_planner::model::notes::thousands;
@@ -249,7 +249,7 @@ fn presets_help() -> String {
 #[derive(Serialize)]
 struct EstimateJson<'a> {
     model: ModelJson<'a>,
-    hardware: Hardware,
+    hardware: Topology,
     additional_buffer_factor: BufferFactor,
     deepspeed: Vec<DeepSpeedRow>,
     full: Option<FullEstimate>,
@@ -292,8 +292,8 @@ fn usage(message: impl ToString) -> Failure {
 
 fn estimate(args: &EstimateArgs) -> Result<String, Failure> {
     let hardware = match args.gpus {
-        Some(gpus) => Hardware::new(gpus, 1),
-        None => Hardware::new(args.gpus_per_node.unwrap_or(1), args.nodes.unwrap_or(1)),
+        Some(gpus) => Topology::new(gpus, 1),
+        None => Topology::new(args.gpus_per_node.unwrap_or(1), args.nodes.unwrap_or(1)),
     }
     .map_err(usage)?;
     let factor = BufferFactor::new(args.buffer_factor).map_err(usage)?;
@@ -362,7 +362,7 @@ fn full_estimate(
     args: &EstimateArgs,
     path: &std::path::Path,
     spec: &ModelSpec,
-    hardware: Hardware,
+    hardware: Topology,
 ) -> Result<FullEstimate, Failure> {
     let display = path.display().to_string();
     let bytes = super::read_input(path).map_err(|diagnostic| usage(diagnostic.message))?;

@@ -11,7 +11,7 @@ use super::{Format, Outcome};
 use crate::units;
 use crate::units::gib_figure as gib;
 use clap::Args;
-use dsplan_planner::estimate::Hardware;
+use dsplan_planner::estimate::Topology;
 use dsplan_planner::estimate::full::{AttentionKernel, Checkpointing, Precision};
 use dsplan_planner::model::{self, ErrorKind, LmHead, ModelSpec};
 use dsplan_planner::recommend::{
@@ -199,7 +199,7 @@ pub fn run(args: RecommendArgs) -> Outcome {
 fn run_inner(args: &RecommendArgs) -> Result<(String, Outcome), Failure> {
     let usage = |message: String| (Outcome::UsageError, message);
     let hardware =
-        Hardware::new(args.gpus_per_node, args.nodes).map_err(|e| usage(e.to_string()))?;
+        Topology::new(args.gpus_per_node, args.nodes).map_err(|e| usage(e.to_string()))?;
     let spec = model_spec(args)?;
     let request = Request {
         model: spec.clone(),

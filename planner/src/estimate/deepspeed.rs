@@ -8,8 +8,8 @@
 //! on the same byte: integer products are exact, an integer meets a float only where DeepSpeed's
 //! code makes it do so. The reference test checks all 2,280 rows DeepSpeed 0.19.8 produced.
 
-use super::hardware::{BufferFactor, Hardware};
 use super::python_math::{PyNumber, true_divide, truncate};
+use super::topology::{BufferFactor, Topology};
 use serde::{Serialize, Serializer};
 use std::fmt;
 
@@ -138,7 +138,7 @@ fn int_bytes(x: u128) -> Result<u64, BytesOverflow> {
     u64::try_from(x).map_err(|_| BytesOverflow)
 }
 
-/// DeepSpeed's `int(a / b)` for integers (`b` is never zero here: [`Hardware`] guarantees it).
+/// DeepSpeed's `int(a / b)` for integers (`b` is never zero here: [`Topology`] guarantees it).
 fn int_of_quotient(a: u128, b: u128) -> Result<u128, BytesOverflow> {
     let quotient = true_divide(a, b).ok_or(BytesOverflow)?;
     truncate(quotient).map(u128::from).ok_or(BytesOverflow)
@@ -148,7 +148,7 @@ fn int_of_quotient(a: u128, b: u128) -> Result<u128, BytesOverflow> {
 /// cpu_offload, additional_buffer_factor)`.
 pub fn estimate_zero2_model_states_mem_needs(
     total_params: u64,
-    hardware: Hardware,
+    hardware: Topology,
     offload_optimizer: OffloadDevice,
     additional_buffer_factor: BufferFactor,
 ) -> Result<Zero2MemNeeds, BytesOverflow> {
@@ -182,7 +182,7 @@ pub fn estimate_zero2_model_states_mem_needs(
 pub fn estimate_zero3_model_states_mem_needs(
     total_params: u64,
     largest_layer_params: u64,
-    hardware: Hardware,
+    hardware: Topology,
     options: Zero3Options,
     additional_buffer_factor: BufferFactor,
 ) -> Result<Zero3MemNeeds, BytesOverflow> {
@@ -259,7 +259,7 @@ pub struct DeepSpeedRow {
 /// The two ZeRO-2 rows of DeepSpeed's printed table, in its order.
 pub fn zero2_table(
     total_params: u64,
-    hardware: Hardware,
+    hardware: Topology,
     factor: BufferFactor,
 ) -> Result<Vec<DeepSpeedRow>, BytesOverflow> {
     ZERO2_TABLE_ORDER
@@ -287,7 +287,7 @@ pub fn zero2_table(
 pub fn zero3_table(
     total_params: u64,
     largest_layer_params: u64,
-    hardware: Hardware,
+    hardware: Topology,
     factor: BufferFactor,
 ) -> Result<Vec<DeepSpeedRow>, BytesOverflow> {
     ZERO3_TABLE_ORDER
@@ -324,7 +324,7 @@ mod tests {
         let rows = zero3_table(
             T0_3B_PARAMS,
             T0_3B_LARGEST,
-            Hardware::SINGLE_GPU,
+            Topology::SINGLE_GPU,
             BufferFactor::default(),
         )
         .expect("fits in u64");
@@ -409,7 +409,7 @@ mod tests {
             ),
         ];
         for (params, largest, per_node, nodes, options, factor, expected) in zero3 {
-            let hardware = Hardware::new(per_node, nodes).expect("valid");
+            let hardware = Topology::new(per_node, nodes).expect("valid");
             let factor = BufferFactor::new(factor).expect("valid");
             let needs =
                 estimate_zero3_model_states_mem_needs(params, largest, hardware, options, factor)
@@ -439,7 +439,7 @@ mod tests {
             ),
         ];
         for (params, per_node, nodes, offload, factor, expected) in zero2 {
-            let hardware = Hardware::new(per_node, nodes).expect("valid");
+            let hardware = Topology::new(per_node, nodes).expect("valid");
             let factor = BufferFactor::new(factor).expect("valid");
             let needs = estimate_zero2_model_states_mem_needs(params, hardware, offload, factor)
                 .expect("fits");
@@ -449,7 +449,7 @@ mod tests {
 
     #[test]
     fn zero2_uses_total_gpus_for_offloaded_cpu_memory() {
-        let cluster = Hardware::new(8, 2).expect("valid");
+        let cluster = Topology::new(8, 2).expect("valid");
         let needs = estimate_zero2_model_states_mem_needs(
             1_000,
             cluster,
@@ -469,7 +469,7 @@ mod tests {
 
     #[test]
     fn param_offload_without_optimizer_offload_is_the_no_offload_case() {
-        let hardware = Hardware::new(4, 1).expect("valid");
+        let hardware = Topology::new(4, 1).expect("valid");
         let factor = BufferFactor::default();
         let with = |offload_param| {
             let options = Zero3Options {
@@ -491,7 +491,7 @@ mod tests {
             estimate_zero3_model_states_mem_needs(
                 u64::MAX / 2,
                 1,
-                Hardware::SINGLE_GPU,
+                Topology::SINGLE_GPU,
                 options,
                 huge
             ),

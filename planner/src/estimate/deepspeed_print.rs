@@ -15,8 +15,8 @@ use super::deepspeed::{
     BytesOverflow, OffloadDevice, ZERO2_TABLE_ORDER, ZERO3_TABLE_ORDER, Zero3Options,
     estimate_zero2_model_states_mem_needs, estimate_zero3_model_states_mem_needs,
 };
-use super::hardware::{BufferFactor, Hardware};
 use super::python_math::{true_divide, truncate};
+use super::topology::{BufferFactor, Topology};
 use std::fmt::Write;
 
 /// How the `cpu` offload device is spelled in the options column.
@@ -44,7 +44,7 @@ const COLUMNS: &str = "  per CPU  |  per GPU |   Options";
 const GIB: u128 = 1 << 30;
 
 /// `HW: Setup with 1 node, 8 GPUs per node.`
-fn hardware_line(hardware: Hardware) -> String {
+fn hardware_line(hardware: Topology) -> String {
     let nodes = hardware.nodes();
     let gpus = hardware.gpus_per_node();
     let nodes_word = if nodes > 1 { "nodes" } else { "node" };
@@ -73,7 +73,7 @@ fn row(text: &mut String, cpu_bytes: u64, gpu_bytes: u64, options: &str) {
 /// num_nodes, additional_buffer_factor)` prints, newline-terminated lines.
 pub fn zero2_all_cold_text(
     total_params: u64,
-    hardware: Hardware,
+    hardware: Topology,
     factor: BufferFactor,
     spelling: EnumSpelling,
 ) -> Result<String, BytesOverflow> {
@@ -104,7 +104,7 @@ pub fn zero2_all_cold_text(
 pub fn zero3_all_cold_text(
     total_params: u64,
     largest_layer_params: u64,
-    hardware: Hardware,
+    hardware: Topology,
     factor: BufferFactor,
     spelling: EnumSpelling,
 ) -> Result<String, BytesOverflow> {
@@ -155,7 +155,7 @@ mod tests {
         let text = zero3_all_cold_text(
             2_783_959_040,
             65_798_144,
-            Hardware::SINGLE_GPU,
+            Topology::SINGLE_GPU,
             BufferFactor::default(),
             EnumSpelling::Padded,
         )
@@ -178,10 +178,10 @@ SW: Model with 2783M total params, 65M largest layer params.
     #[test]
     fn plurals_follow_the_counts() {
         assert_eq!(
-            hardware_line(Hardware::SINGLE_GPU),
+            hardware_line(Topology::SINGLE_GPU),
             "HW: Setup with 1 node, 1 GPU per node."
         );
-        let cluster = Hardware::new(8, 2).expect("valid");
+        let cluster = Topology::new(8, 2).expect("valid");
         assert_eq!(
             hardware_line(cluster),
             "HW: Setup with 2 nodes, 8 GPUs per node."

@@ -3,14 +3,14 @@
 //! - [`deepspeed`]: `estimate_zero2/zero3_model_states_mem_needs`, byte for byte, and the rows
 //!   of their printed tables;
 //! - [`deepspeed_print`]: the `_all_cold` tables as DeepSpeed prints them;
-//! - [`hardware`]: the cluster shape and the buffer factor the estimators take;
+//! - [`topology`]: the cluster shape and the buffer factor the estimators take;
 //! - [`python_math`]: Python's int/float semantics the estimators depend on.
 
 pub mod deepspeed;
 pub mod deepspeed_print;
 pub mod full;
-pub mod hardware;
 pub mod python_math;
+pub mod topology;
 
 pub use deepspeed::{
     BytesOverflow, DeepSpeedRow, OffloadDevice, Zero2MemNeeds, Zero3MemNeeds, Zero3Options,
@@ -19,4 +19,4 @@ pub use deepspeed::{
 };
 pub use deepspeed_print::{EnumSpelling, zero2_all_cold_text, zero3_all_cold_text};
 pub use full::{FullEstimate, FullEstimateError, estimate_full, estimate_reading};
-pub use hardware::{BufferFactor, Hardware, HardwareError};
+pub use topology::{BufferFactor, Topology, TopologyError};

@@ -31,7 +31,7 @@ use crate::estimate::full::{
     AttentionKernel, Checkpointing, Context, Margins, ModelDims, Overrides, Peak, Precision,
     TrainingShape, compile_plan, estimate_reading, read_config,
 };
-use crate::estimate::{FullEstimate, FullEstimateError, Hardware};
+use crate::estimate::{FullEstimate, FullEstimateError, Topology};
 use crate::model::ModelSpec;
 use crate::validate::{ValidateOptions, validate_document};
 use strategy::ConfigInputs;
@@ -40,7 +40,7 @@ use strategy::ConfigInputs;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Cluster {
     /// Nodes and GPUs per node.
-    pub hardware: Hardware,
+    pub hardware: Topology,
     /// Bytes of memory of one GPU.
     pub gpu_memory: u64,
     /// Bytes of host memory of one node (`None`: unknown, offload is not considered).

@@ -12,7 +12,7 @@ fn request(model: &str, gpus: u64, gpu_gib: u64, cpu_gib: Option<u64>) -> Reques
     Request {
         model: load::from_preset(preset, LmHead::Include).expect("counts"),
         cluster: Cluster {
-            hardware: Hardware::new(gpus, 1).expect("valid"),
+            hardware: Topology::new(gpus, 1).expect("valid"),
             gpu_memory: gpu_gib * GIB,
             cpu_memory: cpu_gib.map(|gib| gib * GIB),
             nvme_path: None,
@@ -64,7 +64,7 @@ fn every_strategy_writes_a_config_dsplan_validate_accepts() {
             // Read back, the config is the strategy.
             let reading = read_config(
                 &config,
-                Hardware::new(8, 1).expect("valid"),
+                Topology::new(8, 1).expect("valid"),
                 None,
                 &Overrides::default(),
             )

@@ -21,7 +21,7 @@ use std::fmt;
 use crate::config::registry::AUTO_KEYS;
 use crate::config::{self, AutoOr, DsConfig, OffloadDevice, ZeroStage};
 use crate::diagnostics::Diagnostic;
-use crate::estimate::{Hardware, ZeroInit};
+use crate::estimate::{Topology, ZeroInit};
 use crate::memory::states_per_param;
 use crate::plan::precision;
 use crate::resolve::{self, Environment};
@@ -139,7 +139,7 @@ impl std::error::Error for SetupError {}
 /// `"auto"` bucket sizes.
 pub fn read_config(
     document: &Value,
-    hardware: Hardware,
+    hardware: Topology,
     hidden: Option<u64>,
     overrides: &Overrides,
 ) -> Result<ConfigReading, SetupError> {
@@ -445,7 +445,7 @@ mod tests {
     fn read(document: Value, overrides: Overrides) -> Result<ConfigReading, SetupError> {
         read_config(
             &document,
-            Hardware::new(8, 1).expect("valid"),
+            Topology::new(8, 1).expect("valid"),
             Some(4096),
             &overrides,
         )

@@ -1,6 +1,6 @@
 //! The inputs every term reads, bundled, with the partition arithmetic they share.
 
-use crate::estimate::Hardware;
+use crate::estimate::Topology;
 
 use super::model_dims::ModelDims;
 use super::rows::{Category, Device, PhaseBytes, Row, Term, ceil_div, saturate};
@@ -16,7 +16,7 @@ pub struct Context<'a> {
     /// Sequence, micro-batch, checkpointing, attention.
     pub shape: &'a TrainingShape,
     /// The cluster.
-    pub hardware: Hardware,
+    pub hardware: Topology,
 }
 
 impl Context<'_> {

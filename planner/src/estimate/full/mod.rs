@@ -54,7 +54,7 @@ use super::deepspeed::{
     self, DeepSpeedRow, Zero3Options, estimate_zero2_model_states_mem_needs,
     estimate_zero3_model_states_mem_needs,
 };
-use super::hardware::{BufferFactor, Hardware};
+use super::topology::{BufferFactor, Topology};
 
 /// Totals of each phase, by device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -95,7 +95,7 @@ pub struct FullEstimate {
     /// The model as the estimate read it.
     pub model: ModelDims,
     /// The cluster.
-    pub hardware: Hardware,
+    pub hardware: Topology,
     /// The training shape.
     pub shape: TrainingShape,
     /// Precision, optimizer, ZeRO and offload.
@@ -171,7 +171,7 @@ impl std::error::Error for FullEstimateError {}
 /// in code: its config is written out by [`plan_config::setup_document`]).
 pub fn estimate_full(
     model: &ModelSpec,
-    hardware: Hardware,
+    hardware: Topology,
     setup: &TrainingSetup,
     shape: &TrainingShape,
     margins: &Margins,
@@ -190,7 +190,7 @@ pub fn estimate_full(
 /// The full estimate of the config `reading` was read from (its notes are added).
 pub fn estimate_reading(
     model: &ModelSpec,
-    hardware: Hardware,
+    hardware: Topology,
     reading: &ConfigReading,
     shape: &TrainingShape,
     margins: &Margins,
@@ -211,7 +211,7 @@ pub fn estimate_reading(
 /// setup's `zero.Init` and the shape's sequence and activations.
 pub fn compile_plan(
     model: &ModelSpec,
-    hardware: Hardware,
+    hardware: Topology,
     setup: &TrainingSetup,
     shape: &TrainingShape,
     config: &DsConfig,
@@ -230,7 +230,7 @@ pub fn compile_plan(
 
 fn estimate_config(
     model: &ModelSpec,
-    hardware: Hardware,
+    hardware: Topology,
     setup: &TrainingSetup,
     shape: &TrainingShape,
     margins: &Margins,
@@ -321,7 +321,7 @@ fn totals(rows: &[Row]) -> Totals {
 /// DeepSpeed's estimator row for the same stage and offload, when it has one.
 fn deepspeed_row(
     model: &ModelSpec,
-    hardware: Hardware,
+    hardware: Topology,
     setup: &TrainingSetup,
 ) -> Option<DeepSpeedRow> {
     let device = |offloaded: bool| {

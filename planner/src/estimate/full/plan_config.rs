@@ -138,7 +138,7 @@ fn optimizer_section(setup: &TrainingSetup) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::estimate::Hardware;
+    use crate::estimate::Topology;
     use crate::estimate::full::{Overrides, read_config};
 
     #[test]
@@ -158,7 +158,7 @@ mod tests {
         };
         let reading = read_config(
             &setup_document(&setup, &shape, 8),
-            Hardware::new(8, 1).expect("valid"),
+            Topology::new(8, 1).expect("valid"),
             None,
             &Overrides::default(),
         )

@@ -1,4 +1,4 @@
-//! The machine an estimate is for: GPUs per node, nodes, and DeepSpeed's fudge factor.
+//! [`Topology`]: the machine an estimate is for: GPUs per node, nodes, and DeepSpeed's fudge factor.
 
 use std::fmt;
 
@@ -8,33 +8,33 @@ pub const MAX_TOTAL_GPUS: u64 = 1 << 32;
 
 /// A cluster of `nodes` identical nodes with `gpus_per_node` GPUs each (both at least 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct Hardware {
+pub struct Topology {
     gpus_per_node: u64,
     nodes: u64,
 }
 
-impl Hardware {
+impl Topology {
     /// One node with one GPU, DeepSpeed's default.
-    pub const SINGLE_GPU: Hardware = Hardware {
+    pub const SINGLE_GPU: Topology = Topology {
         gpus_per_node: 1,
         nodes: 1,
     };
 
     /// Checks that both counts are at least 1 and that the total stays below
     /// [`MAX_TOTAL_GPUS`].
-    pub fn new(gpus_per_node: u64, nodes: u64) -> Result<Hardware, HardwareError> {
+    pub fn new(gpus_per_node: u64, nodes: u64) -> Result<Topology, TopologyError> {
         if gpus_per_node == 0 {
-            return Err(HardwareError::NoGpus);
+            return Err(TopologyError::NoGpus);
         }
         if nodes == 0 {
-            return Err(HardwareError::NoNodes);
+            return Err(TopologyError::NoNodes);
         }
         match gpus_per_node.checked_mul(nodes) {
-            Some(total) if total <= MAX_TOTAL_GPUS => Ok(Hardware {
+            Some(total) if total <= MAX_TOTAL_GPUS => Ok(Topology {
                 gpus_per_node,
                 nodes,
             }),
-            _ => Err(HardwareError::TooManyGpus {
+            _ => Err(TopologyError::TooManyGpus {
                 gpus_per_node,
                 nodes,
             }),
@@ -57,9 +57,9 @@ impl Hardware {
     }
 }
 
-/// Why a [`Hardware`] or a [`BufferFactor`] was refused.
+/// Why a [`Topology`] or a [`BufferFactor`] was refused.
 #[derive(Debug, Clone, PartialEq)]
-pub enum HardwareError {
+pub enum TopologyError {
     /// `gpus_per_node` was 0.
     NoGpus,
     /// `nodes` was 0.
@@ -75,19 +75,19 @@ pub enum HardwareError {
     BadBufferFactor(f64),
 }
 
-impl fmt::Display for HardwareError {
+impl fmt::Display for TopologyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            HardwareError::NoGpus => write!(f, "the number of GPUs per node must be at least 1"),
-            HardwareError::NoNodes => write!(f, "the number of nodes must be at least 1"),
-            HardwareError::TooManyGpus {
+            TopologyError::NoGpus => write!(f, "the number of GPUs per node must be at least 1"),
+            TopologyError::NoNodes => write!(f, "the number of nodes must be at least 1"),
+            TopologyError::TooManyGpus {
                 gpus_per_node,
                 nodes,
             } => write!(
                 f,
                 "{gpus_per_node} GPUs per node x {nodes} nodes is more than the {MAX_TOTAL_GPUS} GPUs dsplan accepts"
             ),
-            HardwareError::BadBufferFactor(factor) => write!(
+            TopologyError::BadBufferFactor(factor) => write!(
                 f,
                 "the additional buffer factor must be a finite number >= 0, not {factor}"
             ),
@@ -95,7 +95,7 @@ impl fmt::Display for HardwareError {
     }
 }
 
-impl std::error::Error for HardwareError {}
+impl std::error::Error for TopologyError {}
 
 /// DeepSpeed's `additional_buffer_factor`: the CPU estimates are multiplied by it. A finite,
 /// non-negative double; DeepSpeed's default is 1.5.
@@ -108,11 +108,11 @@ impl BufferFactor {
     pub const DEEPSPEED_DEFAULT: BufferFactor = BufferFactor(1.5);
 
     /// Accepts any finite factor >= 0.
-    pub fn new(factor: f64) -> Result<BufferFactor, HardwareError> {
+    pub fn new(factor: f64) -> Result<BufferFactor, TopologyError> {
         if factor.is_finite() && factor >= 0.0 {
             Ok(BufferFactor(factor))
         } else {
-            Err(HardwareError::BadBufferFactor(factor))
+            Err(TopologyError::BadBufferFactor(factor))
         }
     }
 
@@ -134,13 +134,13 @@ mod tests {
 
     #[test]
     fn counts_must_be_positive_and_bounded() {
-        assert_eq!(Hardware::new(0, 1), Err(HardwareError::NoGpus));
-        assert_eq!(Hardware::new(1, 0), Err(HardwareError::NoNodes));
+        assert_eq!(Topology::new(0, 1), Err(TopologyError::NoGpus));
+        assert_eq!(Topology::new(1, 0), Err(TopologyError::NoNodes));
         assert!(matches!(
-            Hardware::new(1 << 20, 1 << 20),
-            Err(HardwareError::TooManyGpus { .. })
+            Topology::new(1 << 20, 1 << 20),
+            Err(TopologyError::TooManyGpus { .. })
         ));
-        let cluster = Hardware::new(8, 4).expect("valid");
+        let cluster = Topology::new(8, 4).expect("valid");
         assert_eq!(cluster.total_gpus(), 32);
     }
 
