@@ -34,6 +34,7 @@ mod init;
 pub mod layernorm;
 pub mod linear;
 pub mod llama;
+mod lm_arena;
 pub mod matmul;
 mod owned;
 mod params;

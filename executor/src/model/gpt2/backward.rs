@@ -3,8 +3,7 @@
 //! gradient carried in one buffer. Under activation checkpointing each block's forward is
 //! re-run from its saved input just before its backward ([`crate::model::recompute`]).
 
-use super::{ArenaState, Gpt2Core, attention_dims};
-use crate::model::ModelError;
+use super::{Gpt2Core, attention_dims};
 use crate::model::attention::attention_backward;
 use crate::model::classifier::logits_backward;
 use crate::model::encoder::encoder_backward;
@@ -20,13 +19,10 @@ impl Gpt2Core {
     /// adds the gradient of (`grad_scale` times) the last training forward's loss to them,
     /// telling `source` when each unit's gradients are complete.
     pub fn backward_with<S: ParamSource>(&mut self, source: &mut S) -> Result<(), S::Error> {
-        if self.state != ArenaState::LogitGradients {
-            return Err(ModelError::BackwardWithoutForward.into());
-        }
         // The logits buffer is used up by backward (it holds dlogits).
-        self.state = ArenaState::Empty;
+        self.arena.start_backward()?;
         let al = &self.act_layout;
-        al.dresidual.of_mut(&mut self.acts).fill(0.0);
+        al.dresidual.of_mut(&mut self.arena.acts).fill(0.0);
         let last_residual = al.blocks.last().map_or(al.encoded, |a| a.residual3);
 
         let embedding = ParamUnit::Embedding;
@@ -76,7 +72,7 @@ impl Gpt2Core {
             encoder_backward(
                 dwte,
                 dwpe,
-                self.act_layout.dresidual.of(&self.acts),
+                self.act_layout.dresidual.of(&self.arena.acts),
                 &self.tokens,
                 self.shape.seq_len,
             );
@@ -89,7 +85,8 @@ impl Gpt2Core {
     fn classifier_backward(&mut self, p: UnitParams<'_>, mut g: UnitGrads<'_>) {
         let (pl, al) = (&self.param_layout, &self.act_layout);
         let [dwte] = g.split([pl.wte]);
-        let [dlnf, dlogits, lnf] = split_spans_mut(&mut self.acts, [al.dbtc, al.logits, al.lnf]);
+        let [dlnf, dlogits, lnf] =
+            split_spans_mut(&mut self.arena.acts, [al.dbtc, al.logits, al.lnf]);
         logits_backward(dlnf, dwte, dlogits, lnf, p.of(pl.wte), self.config.n_embd);
     }
 
@@ -102,7 +99,7 @@ impl Gpt2Core {
     ) {
         let (pl, al) = (&self.param_layout, &self.act_layout);
         let [dres, dlnf, res, mean, rstd] = split_spans_mut(
-            &mut self.acts,
+            &mut self.arena.acts,
             [
                 al.dresidual,
                 al.dbtc,
@@ -134,7 +131,7 @@ impl Gpt2Core {
         let dqkv = Span::new(al.dbt4c.offset, n * 3 * c);
         let (a, w) = (&al.blocks[l], &self.param_layout.blocks[l]);
         let residual = self.block_input(l);
-        let acts = &mut self.acts;
+        let acts = &mut self.arena.acts;
 
         // MLP: residual3 = residual2 + c_proj(gelu(c_fc(ln_2(residual2)))); dres carries
         // d residual3, which is also d fcproj and (so far) d residual2.

@@ -60,7 +60,7 @@ impl Gpt2Core {
     /// `encoded = wte[tokens] + wpe[positions]`.
     fn encode(&mut self, p: UnitParams<'_>, tokens: &[u32]) {
         let (pl, al) = (&self.param_layout, &self.act_layout);
-        let [encoded] = split_spans_mut(&mut self.acts, [al.encoded]);
+        let [encoded] = split_spans_mut(&mut self.arena.acts, [al.encoded]);
         encoder_forward(
             encoded,
             tokens,
@@ -77,7 +77,7 @@ impl Gpt2Core {
         let eps = self.config.layer_norm_epsilon;
         let dims = attention_dims(&self.config, self.shape);
         let (a, w) = (&self.act_layout.blocks[l], &self.param_layout.blocks[l]);
-        let acts = &mut self.acts;
+        let acts = &mut self.arena.acts;
         let [ln1, mean, rstd, res] =
             split_spans_mut(acts, [a.ln1, a.ln1_mean, a.ln1_rstd, residual]);
         layernorm_forward(
@@ -133,7 +133,7 @@ impl Gpt2Core {
     /// `ln_f` on the last residual stream, then the logits through the tied `wte`.
     fn head_forward(&mut self, residual: Span, norm: UnitParams<'_>, emb: UnitParams<'_>) {
         let (pl, al) = (&self.param_layout, &self.act_layout);
-        let acts = &mut self.acts;
+        let acts = &mut self.arena.acts;
         let [lnf, mean, rstd, res] =
             split_spans_mut(acts, [al.lnf, al.lnf_mean, al.lnf_rstd, residual]);
         layernorm_forward(

@@ -15,23 +15,11 @@ mod forward;
 
 use super::activations::{ActivationLayout, BatchShape, planned_arena_len};
 use super::attention::AttentionDims;
-use super::classifier::{mean_crossentropy, target_count};
+use super::lm_arena::LmArena;
 use super::owned::OwnedParams;
 use super::recompute::Recompute;
 use super::units::{ParamSource, UnitSpans};
 use super::{Gpt2Config, ModelError, ParamLayout};
-use crate::tensor::split_spans_mut;
-
-/// What the activation arena holds after the last call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ArenaState {
-    /// Nothing usable.
-    Empty,
-    /// An inference forward ran: the logits are valid.
-    Logits,
-    /// A training forward ran: the logits buffer holds their gradient; backward may run.
-    LogitGradients,
-}
 
 /// A GPT-2 without its parameters: shapes, layouts and the activation arena.
 ///
@@ -45,9 +33,8 @@ pub struct Gpt2Core {
     param_layout: ParamLayout,
     unit_spans: UnitSpans,
     act_layout: ActivationLayout,
-    acts: Vec<f32>,
+    arena: LmArena,
     tokens: Vec<u32>,
-    state: ArenaState,
 }
 
 impl Gpt2Core {
@@ -88,11 +75,16 @@ impl Gpt2Core {
             config,
             shape,
             unit_spans: UnitSpans::new(&param_layout),
-            acts: vec![0.0; planned],
+            arena: LmArena::new(
+                planned,
+                shape,
+                config.vocab_size,
+                act_layout.logits,
+                act_layout.losses,
+            ),
             param_layout,
             act_layout,
             tokens: Vec::with_capacity(shape.tokens()),
-            state: ArenaState::Empty,
         })
     }
 
@@ -128,17 +120,17 @@ impl Gpt2Core {
 
     /// Bytes of the activation arena (allocated once, at construction).
     pub fn activation_bytes(&self) -> usize {
-        self.acts.len() * std::mem::size_of::<f32>()
+        self.arena.bytes()
     }
 
     /// Forgets the activations (the parameters changed).
     pub fn invalidate(&mut self) {
-        self.state = ArenaState::Empty;
+        self.arena.invalidate();
     }
 
     /// The logits `(B, T, V)` of the last inference forward, if the arena still holds them.
     pub fn logits(&self) -> Option<&[f32]> {
-        (self.state == ArenaState::Logits).then(|| self.act_layout.logits.of(&self.acts))
+        self.arena.logits()
     }
 
     /// Inference forward with parameters from `source`: the logits `(B, T, V)` of `tokens`.
@@ -147,16 +139,9 @@ impl Gpt2Core {
         source: &mut S,
         tokens: &[u32],
     ) -> Result<&[f32], S::Error> {
-        self.check_ids(
-            "token",
-            "tokens",
-            tokens.iter().map(|&t| Some(t)),
-            tokens.len(),
-        )?;
-        self.state = ArenaState::Empty;
+        self.arena.start_inference(tokens)?;
         self.run_forward(source, tokens)?;
-        self.state = ArenaState::Logits;
-        Ok(self.act_layout.logits.of(&self.acts))
+        Ok(self.arena.finish_inference())
     }
 
     /// Training forward with parameters from `source`: the mean cross-entropy over positions
@@ -169,53 +154,9 @@ impl Gpt2Core {
         targets: &[Option<u32>],
         grad_scale: f32,
     ) -> Result<f32, S::Error> {
-        self.check_ids(
-            "token",
-            "tokens",
-            tokens.iter().map(|&t| Some(t)),
-            tokens.len(),
-        )?;
-        self.check_ids("target", "targets", targets.iter().copied(), targets.len())?;
-        let count = target_count(targets)?;
-        self.state = ArenaState::Empty;
+        let count = self.arena.start_training(tokens, targets)?;
         self.run_forward(source, tokens)?;
-        let layout = &self.act_layout;
-        let [logits, losses] = split_spans_mut(&mut self.acts, [layout.logits, layout.losses]);
-        let loss = mean_crossentropy(logits, losses, targets, count, grad_scale);
-        self.state = ArenaState::LogitGradients;
-        Ok(loss)
-    }
-
-    /// Checks the length of `ids` and that each is in the vocabulary.
-    fn check_ids(
-        &self,
-        what: &'static str,
-        plural: &'static str,
-        ids: impl Iterator<Item = Option<u32>>,
-        len: usize,
-    ) -> Result<(), ModelError> {
-        let expected = self.shape.tokens();
-        if len != expected {
-            return Err(ModelError::BatchLength {
-                what: plural,
-                expected,
-                found: len,
-            });
-        }
-        let vocab_size = self.config.vocab_size;
-        for (position, id) in ids.enumerate() {
-            if let Some(id) = id
-                && id as usize >= vocab_size
-            {
-                return Err(ModelError::OutOfVocabulary {
-                    what,
-                    position,
-                    id,
-                    vocab_size,
-                });
-            }
-        }
-        Ok(())
+        Ok(self.arena.finish_training(targets, count, grad_scale))
     }
 }
 

@@ -3,8 +3,7 @@
 //! carried in one buffer. Under activation checkpointing each layer's forward is re-run from
 //! its saved input just before its backward ([`crate::model::recompute`]).
 
-use super::{ArenaState, LlamaCore};
-use crate::model::ModelError;
+use super::LlamaCore;
 use crate::model::attention::grouped_attention_backward;
 use crate::model::classifier::logits_backward;
 use crate::model::embedding::embedding_backward;
@@ -25,12 +24,10 @@ impl LlamaCore {
     /// Order of calls: the head (`FinalNorm`, and `Embedding` when tied) first, the layers
     /// from the last, then the embedding lookup's gradient.
     pub fn backward_with<S: ParamSource>(&mut self, source: &mut S) -> Result<(), S::Error> {
-        if self.state != ArenaState::LogitGradients {
-            return Err(ModelError::BackwardWithoutForward.into());
-        }
-        self.state = ArenaState::Empty;
+        // The logits buffer is used up by backward (it holds dlogits).
+        self.arena.start_backward()?;
         let al = &self.act_layout;
-        al.dresidual.of_mut(&mut self.acts).fill(0.0);
+        al.dresidual.of_mut(&mut self.arena.acts).fill(0.0);
         let last_residual = al.blocks.last().map_or(al.encoded, |a| a.residual3);
 
         let (embedding, head) = (ParamUnit::Embedding, ParamUnit::FinalNorm);
@@ -85,7 +82,7 @@ impl LlamaCore {
             let [dembed] = g.split([self.param_layout.embed]);
             embedding_backward(
                 dembed,
-                self.act_layout.dresidual.of(&self.acts),
+                self.act_layout.dresidual.of(&self.arena.acts),
                 &self.tokens,
             );
         }
@@ -97,7 +94,8 @@ impl LlamaCore {
     fn classifier_backward(&mut self, p: UnitParams<'_>, mut g: UnitGrads<'_>) {
         let (pl, al) = (&self.param_layout, &self.act_layout);
         let [dw] = g.split([pl.lm_head]);
-        let [dlnf, dlogits, lnf] = split_spans_mut(&mut self.acts, [al.dbtc, al.logits, al.lnf]);
+        let [dlnf, dlogits, lnf] =
+            split_spans_mut(&mut self.arena.acts, [al.dbtc, al.logits, al.lnf]);
         logits_backward(
             dlnf,
             dw,
@@ -117,7 +115,7 @@ impl LlamaCore {
     ) {
         let (pl, al) = (&self.param_layout, &self.act_layout);
         let [dres, dlnf, res, rstd] = split_spans_mut(
-            &mut self.acts,
+            &mut self.arena.acts,
             [al.dresidual, al.dbtc, last_residual, al.lnf_rstd],
         );
         let [dw] = g.split([pl.norm]);
@@ -149,7 +147,7 @@ impl LlamaCore {
         let datty = Span::new(al.dmid.offset, n * qw);
         let (a, w) = (&al.blocks[l], &self.param_layout.blocks[l]);
         let residual = self.block_input(l);
-        let acts = &mut self.acts;
+        let acts = &mut self.arena.acts;
 
         // MLP: residual3 = residual2 + down(swiglu(gate_up(ln2(residual2)))).
         let [dsw, dres, sw] = split_spans_mut(acts, [dswiglu, al.dresidual, a.swiglu]);

@@ -27,7 +27,7 @@ impl LlamaCore {
         source.fetch(embedding)?;
         {
             let p = self.unit_view(source, embedding);
-            let [encoded] = split_spans_mut(&mut self.acts, [self.act_layout.encoded]);
+            let [encoded] = split_spans_mut(&mut self.arena.acts, [self.act_layout.encoded]);
             embedding_forward(encoded, tokens, p.of(self.param_layout.embed));
         }
         source.release(embedding)?;
@@ -79,7 +79,7 @@ impl LlamaCore {
         let (kv_heads, heads) = (cfg.num_key_value_heads, cfg.num_attention_heads);
         let dims = self.attention_dims();
         let (a, w) = (&self.act_layout.blocks[l], &self.param_layout.blocks[l]);
-        let acts = &mut self.acts;
+        let acts = &mut self.arena.acts;
         let bias = |span: Option<Span>| span.map(|s| p.of(s));
 
         let [ln1, rstd, res] = split_spans_mut(acts, [a.ln1, a.ln1_rstd, residual]);
@@ -150,7 +150,7 @@ impl LlamaCore {
     /// The final norm on the last residual stream, then the logits through `lm_head`.
     fn head_forward(&mut self, residual: Span, norm: UnitParams<'_>, head: UnitParams<'_>) {
         let (pl, al) = (&self.param_layout, &self.act_layout);
-        let acts = &mut self.acts;
+        let acts = &mut self.arena.acts;
         let [lnf, rstd, res] = split_spans_mut(acts, [al.lnf, al.lnf_rstd, residual]);
         rmsnorm_forward(lnf, rstd, res, norm.of(pl.norm), self.config.rms_norm_eps);
         let [logits, lnf] = split_spans_mut(acts, [al.logits, al.lnf]);

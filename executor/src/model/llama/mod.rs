@@ -25,24 +25,12 @@ pub use init::init_llama_params;
 pub use params::{LlamaBlockParams, LlamaLayout};
 
 use super::attention::AttentionDims;
-use super::classifier::{mean_crossentropy, target_count};
+use super::lm_arena::LmArena;
 use super::owned::OwnedParams;
 use super::recompute::Recompute;
 use super::rope::RopeTable;
 use super::units::{ParamSource, UnitSpans};
 use super::{BatchShape, ModelError};
-use crate::tensor::split_spans_mut;
-
-/// What the activation arena holds after the last call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ArenaState {
-    /// Nothing usable.
-    Empty,
-    /// An inference forward ran: the logits are valid.
-    Logits,
-    /// A training forward ran: the logits buffer holds their gradient.
-    LogitGradients,
-}
 
 /// A Llama-family decoder without its parameters: shapes, layouts, the RoPE table and the
 /// activation arena.
@@ -54,9 +42,8 @@ pub struct LlamaCore {
     unit_spans: UnitSpans,
     act_layout: LlamaActivations,
     rope: RopeTable,
-    acts: Vec<f32>,
+    arena: LmArena,
     tokens: Vec<u32>,
-    state: ArenaState,
 }
 
 impl LlamaCore {
@@ -106,11 +93,16 @@ impl LlamaCore {
             config,
             shape,
             unit_spans: UnitSpans::new(&param_layout),
-            acts: vec![0.0; act_layout.total_len()],
+            arena: LmArena::new(
+                planned,
+                shape,
+                config.vocab_size,
+                act_layout.logits,
+                act_layout.losses,
+            ),
             param_layout,
             act_layout,
             tokens: Vec::with_capacity(shape.tokens()),
-            state: ArenaState::Empty,
         })
     }
 
@@ -146,17 +138,17 @@ impl LlamaCore {
 
     /// Bytes of the activation arena.
     pub fn activation_bytes(&self) -> usize {
-        self.acts.len() * std::mem::size_of::<f32>()
+        self.arena.bytes()
     }
 
     /// Forgets the activations (the parameters changed).
     pub fn invalidate(&mut self) {
-        self.state = ArenaState::Empty;
+        self.arena.invalidate();
     }
 
     /// The logits `(B, T, V)` of the last inference forward, if the arena still holds them.
     pub fn logits(&self) -> Option<&[f32]> {
-        (self.state == ArenaState::Logits).then(|| self.act_layout.logits.of(&self.acts))
+        self.arena.logits()
     }
 
     /// Inference forward with parameters from `source`: the logits `(B, T, V)` of `tokens`.
@@ -165,16 +157,9 @@ impl LlamaCore {
         source: &mut S,
         tokens: &[u32],
     ) -> Result<&[f32], S::Error> {
-        self.check_ids(
-            "token",
-            "tokens",
-            tokens.iter().map(|&t| Some(t)),
-            tokens.len(),
-        )?;
-        self.state = ArenaState::Empty;
+        self.arena.start_inference(tokens)?;
         self.run_forward(source, tokens)?;
-        self.state = ArenaState::Logits;
-        Ok(self.act_layout.logits.of(&self.acts))
+        Ok(self.arena.finish_inference())
     }
 
     /// Training forward with parameters from `source`: the mean cross-entropy over positions
@@ -186,21 +171,9 @@ impl LlamaCore {
         targets: &[Option<u32>],
         grad_scale: f32,
     ) -> Result<f32, S::Error> {
-        self.check_ids(
-            "token",
-            "tokens",
-            tokens.iter().map(|&t| Some(t)),
-            tokens.len(),
-        )?;
-        self.check_ids("target", "targets", targets.iter().copied(), targets.len())?;
-        let count = target_count(targets)?;
-        self.state = ArenaState::Empty;
+        let count = self.arena.start_training(tokens, targets)?;
         self.run_forward(source, tokens)?;
-        let layout = &self.act_layout;
-        let [logits, losses] = split_spans_mut(&mut self.acts, [layout.logits, layout.losses]);
-        let loss = mean_crossentropy(logits, losses, targets, count, grad_scale);
-        self.state = ArenaState::LogitGradients;
-        Ok(loss)
+        Ok(self.arena.finish_training(targets, count, grad_scale))
     }
 
     /// The attention sizes.
@@ -211,38 +184,6 @@ impl LlamaCore {
             n_head: self.config.num_attention_heads,
             head_dim: self.config.head_dim,
         }
-    }
-
-    /// Checks the length of `ids` and that each is in the vocabulary.
-    fn check_ids(
-        &self,
-        what: &'static str,
-        plural: &'static str,
-        ids: impl Iterator<Item = Option<u32>>,
-        len: usize,
-    ) -> Result<(), ModelError> {
-        let expected = self.shape.tokens();
-        if len != expected {
-            return Err(ModelError::BatchLength {
-                what: plural,
-                expected,
-                found: len,
-            });
-        }
-        let vocab_size = self.config.vocab_size;
-        for (position, id) in ids.enumerate() {
-            if let Some(id) = id
-                && id as usize >= vocab_size
-            {
-                return Err(ModelError::OutOfVocabulary {
-                    what,
-                    position,
-                    id,
-                    vocab_size,
-                });
-            }
-        }
-        Ok(())
     }
 }
 
