@@ -17,6 +17,10 @@
 //!   `block_forward`) for each layer where [`recomputes`] says so, after fetching the layer's
 //!   parameters for its backward (the unit is fetched once for both).
 //!
+//! [`layers_forward`] and [`layers_backward`] are the walk over the stack every family shares
+//! (fetch a layer's unit, run it, release it, report its gradients ready), with the rule above;
+//! a model describes its stack to them as a [`LayerStack`].
+//!
 //! The last layer is not re-run: its working set still holds its forward when backward reaches
 //! it (nothing between the loss and the last layer's backward writes there).
 //!
@@ -25,7 +29,68 @@
 
 pub use dsplan_planner::memory::Recompute;
 
+use super::units::{ParamSource, ParamUnit, UnitGrads, UnitParams, UnitSpans};
 use crate::tensor::{Span, TensorTable};
+
+/// A model's stack of layers (GPT-2's blocks, the Llama family's decoder layers) as the shared
+/// walks see it. Layer `l`'s parameters are the unit [`ParamUnit::Block`]`(l)`.
+pub(crate) trait LayerStack {
+    /// Number of layers.
+    fn layers(&self) -> usize;
+    /// What forward keeps of each layer.
+    fn recompute(&self) -> Recompute;
+    /// Where each parameter unit lives.
+    fn unit_spans(&self) -> &UnitSpans;
+    /// Where layer `l`'s input is kept (the embedding's output, or layer `l - 1`'s output).
+    fn layer_input(&self, l: usize) -> Span;
+    /// Layer `l` forward from the residual stream at `input`; returns where its output lives.
+    fn layer_forward(&mut self, l: usize, input: Span, p: UnitParams<'_>) -> Span;
+    /// Layer `l` backward, from the activations its forward left, adding into `g`.
+    fn layer_backward(&mut self, l: usize, p: UnitParams<'_>, g: UnitGrads<'_>);
+}
+
+/// Forward through every layer from the residual stream at `input`, fetching each layer's
+/// unit from `source` before it runs and releasing it after; returns the last output's span.
+pub(crate) fn layers_forward<M: LayerStack, S: ParamSource>(
+    model: &mut M,
+    source: &mut S,
+    input: Span,
+) -> Result<Span, S::Error> {
+    let mut residual = input;
+    for l in 0..model.layers() {
+        let unit = ParamUnit::Block(l);
+        source.fetch(unit)?;
+        let p = model.unit_spans().view(source, unit);
+        residual = model.layer_forward(l, residual, p);
+        source.release(unit)?;
+    }
+    Ok(residual)
+}
+
+/// Backward through every layer from the last: fetch the layer's unit, re-run its forward
+/// where [`recomputes`] says so, run its backward, release it and report its gradients ready.
+pub(crate) fn layers_backward<M: LayerStack, S: ParamSource>(
+    model: &mut M,
+    source: &mut S,
+) -> Result<(), S::Error> {
+    let layers = model.layers();
+    for l in (0..layers).rev() {
+        let unit = ParamUnit::Block(l);
+        source.fetch(unit)?;
+        {
+            let base = model.unit_spans().span(unit).offset;
+            let (p, g) = source.params_and_grads(unit);
+            if recomputes(model.recompute(), l, layers) {
+                let input = model.layer_input(l);
+                model.layer_forward(l, input, UnitParams::new(base, p));
+            }
+            model.layer_backward(l, UnitParams::new(base, p), UnitGrads::new(base, g));
+        }
+        source.release(unit)?;
+        source.grads_ready(unit)?;
+    }
+    Ok(())
+}
 
 /// The per-layer activation spans of `layers` layers, pushed onto `table`.
 ///

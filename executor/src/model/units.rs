@@ -94,6 +94,16 @@ impl UnitSpans {
             .copied()
             .unwrap_or(Span::new(0, 0))
     }
+
+    /// `unit`'s parameters as `source` holds them now (fetched), addressed by full-layout
+    /// spans.
+    pub fn view<'s, S: ParamSource + ?Sized>(
+        &self,
+        source: &'s S,
+        unit: ParamUnit,
+    ) -> UnitParams<'s> {
+        UnitParams::new(self.span(unit).offset, source.params(unit))
+    }
 }
 
 /// What every model family's parameter layout tells the engines: the named tensors and the

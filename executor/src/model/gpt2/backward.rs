@@ -10,7 +10,7 @@ use crate::model::encoder::encoder_backward;
 use crate::model::gelu::gelu_backward_inplace;
 use crate::model::layernorm::layernorm_backward;
 use crate::model::matmul::matmul_backward;
-use crate::model::recompute::recomputes;
+use crate::model::recompute::layers_backward;
 use crate::model::units::{ParamSource, ParamUnit, UnitGrads, UnitParams};
 use crate::tensor::{Span, split_spans_mut};
 
@@ -48,21 +48,7 @@ impl Gpt2Core {
         source.release(norm)?;
         source.grads_ready(norm)?;
 
-        let layers = self.config.n_layer;
-        for l in (0..layers).rev() {
-            let unit = ParamUnit::Block(l);
-            source.fetch(unit)?;
-            {
-                let base = self.unit_spans.span(unit).offset;
-                let (p, g) = source.params_and_grads(unit);
-                if recomputes(self.act_layout.recompute, l, layers) {
-                    self.block_forward(l, self.block_input(l), UnitParams::new(base, p));
-                }
-                self.block_backward(l, UnitParams::new(base, p), UnitGrads::new(base, g));
-            }
-            source.release(unit)?;
-            source.grads_ready(unit)?;
-        }
+        layers_backward(self, source)?;
 
         {
             let base = self.unit_spans.span(embedding).offset;
@@ -113,7 +99,7 @@ impl Gpt2Core {
     }
 
     /// Where block `l`'s input lives: the embeddings, or the previous block's output.
-    fn block_input(&self, l: usize) -> Span {
+    pub(super) fn block_input(&self, l: usize) -> Span {
         let al = &self.act_layout;
         match l.checked_sub(1) {
             Some(previous) => al.blocks[previous].residual3,
@@ -123,7 +109,7 @@ impl Gpt2Core {
 
     /// Block `l` in reverse; `dresidual` holds the gradient of its output on entry and of its
     /// input on exit.
-    fn block_backward(&mut self, l: usize, p: UnitParams<'_>, mut g: UnitGrads<'_>) {
+    pub(super) fn block_backward(&mut self, l: usize, p: UnitParams<'_>, mut g: UnitGrads<'_>) {
         let dims = attention_dims(&self.config, self.shape);
         let n = self.shape.tokens();
         let c = self.config.n_embd;

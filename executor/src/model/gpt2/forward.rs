@@ -8,6 +8,7 @@ use crate::model::encoder::encoder_forward;
 use crate::model::gelu::gelu_forward;
 use crate::model::layernorm::layernorm_forward;
 use crate::model::matmul::matmul_forward;
+use crate::model::recompute::layers_forward;
 use crate::model::residual::residual_forward;
 use crate::model::units::{ParamSource, ParamUnit, UnitParams};
 use crate::tensor::{Span, split_spans_mut};
@@ -25,36 +26,21 @@ impl Gpt2Core {
 
         let embedding = ParamUnit::Embedding;
         source.fetch(embedding)?;
-        self.encode(self.unit_view(source, embedding), tokens);
+        self.encode(self.unit_spans.view(source, embedding), tokens);
         source.release(embedding)?;
 
-        let mut residual = self.act_layout.encoded;
-        for l in 0..self.config.n_layer {
-            let unit = ParamUnit::Block(l);
-            source.fetch(unit)?;
-            residual = self.block_forward(l, residual, self.unit_view(source, unit));
-            source.release(unit)?;
-        }
+        let residual = layers_forward(self, source, self.act_layout.encoded)?;
 
         source.fetch(ParamUnit::FinalNorm)?;
         source.fetch(embedding)?;
         self.head_forward(
             residual,
-            self.unit_view(source, ParamUnit::FinalNorm),
-            self.unit_view(source, embedding),
+            self.unit_spans.view(source, ParamUnit::FinalNorm),
+            self.unit_spans.view(source, embedding),
         );
         source.release(ParamUnit::FinalNorm)?;
         source.release(embedding)?;
         Ok(())
-    }
-
-    /// A fetched unit's parameters, addressed by full-layout spans.
-    pub(super) fn unit_view<'s, S: ParamSource>(
-        &self,
-        source: &'s S,
-        unit: ParamUnit,
-    ) -> UnitParams<'s> {
-        UnitParams::new(self.unit_spans.span(unit).offset, source.params(unit))
     }
 
     /// `encoded = wte[tokens] + wpe[positions]`.

@@ -17,9 +17,10 @@ use super::activations::{ActivationLayout, BatchShape, planned_arena_len};
 use super::attention::AttentionDims;
 use super::lm_arena::LmArena;
 use super::owned::OwnedParams;
-use super::recompute::Recompute;
-use super::units::{ParamSource, UnitSpans};
+use super::recompute::{LayerStack, Recompute};
+use super::units::{ParamSource, UnitGrads, UnitParams, UnitSpans};
 use super::{Gpt2Config, ModelError, ParamLayout};
+use crate::tensor::Span;
 
 /// A GPT-2 without its parameters: shapes, layouts and the activation arena.
 ///
@@ -157,6 +158,32 @@ impl Gpt2Core {
         let count = self.arena.start_training(tokens, targets)?;
         self.run_forward(source, tokens)?;
         Ok(self.arena.finish_training(targets, count, grad_scale))
+    }
+}
+
+impl LayerStack for Gpt2Core {
+    fn layers(&self) -> usize {
+        self.config.n_layer
+    }
+
+    fn recompute(&self) -> Recompute {
+        self.act_layout.recompute
+    }
+
+    fn unit_spans(&self) -> &UnitSpans {
+        &self.unit_spans
+    }
+
+    fn layer_input(&self, l: usize) -> Span {
+        self.block_input(l)
+    }
+
+    fn layer_forward(&mut self, l: usize, input: Span, p: UnitParams<'_>) -> Span {
+        self.block_forward(l, input, p)
+    }
+
+    fn layer_backward(&mut self, l: usize, p: UnitParams<'_>, g: UnitGrads<'_>) {
+        self.block_backward(l, p, g)
     }
 }
 

@@ -9,7 +9,7 @@ use crate::model::classifier::logits_backward;
 use crate::model::embedding::embedding_backward;
 use crate::model::gemm::Accumulate;
 use crate::model::linear::linear_backward;
-use crate::model::recompute::recomputes;
+use crate::model::recompute::layers_backward;
 use crate::model::rmsnorm::rmsnorm_backward;
 use crate::model::rope::rope_backward;
 use crate::model::swiglu::swiglu_backward;
@@ -60,21 +60,7 @@ impl LlamaCore {
         source.release(head)?;
         source.grads_ready(head)?;
 
-        let layers = self.config.num_hidden_layers;
-        for l in (0..layers).rev() {
-            let unit = ParamUnit::Block(l);
-            source.fetch(unit)?;
-            {
-                let base = self.unit_spans.span(unit).offset;
-                let (p, g) = source.params_and_grads(unit);
-                if recomputes(self.act_layout.recompute, l, layers) {
-                    self.block_forward(l, self.block_input(l), UnitParams::new(base, p));
-                }
-                self.block_backward(l, UnitParams::new(base, p), UnitGrads::new(base, g));
-            }
-            source.release(unit)?;
-            source.grads_ready(unit)?;
-        }
+        layers_backward(self, source)?;
 
         {
             let base = self.unit_spans.span(embedding).offset;
@@ -123,7 +109,7 @@ impl LlamaCore {
     }
 
     /// Where layer `l`'s input lives: the embeddings, or the previous layer's output.
-    fn block_input(&self, l: usize) -> Span {
+    pub(super) fn block_input(&self, l: usize) -> Span {
         let al = &self.act_layout;
         match l.checked_sub(1) {
             Some(previous) => al.blocks[previous].residual3,
@@ -133,7 +119,7 @@ impl LlamaCore {
 
     /// Layer `l` in reverse; `dresidual` holds the gradient of its output on entry and of its
     /// input on exit.
-    fn block_backward(&mut self, l: usize, p: UnitParams<'_>, mut g: UnitGrads<'_>) {
+    pub(super) fn block_backward(&mut self, l: usize, p: UnitParams<'_>, mut g: UnitGrads<'_>) {
         let cfg = &self.config;
         let (c, inner) = (cfg.hidden_size, cfg.intermediate_size);
         let (qw, kvw, width) = (cfg.q_width(), cfg.kv_width(), cfg.qkv_width());

@@ -7,6 +7,7 @@ use crate::model::classifier::logits_forward;
 use crate::model::embedding::embedding_forward;
 use crate::model::gemm::Accumulate;
 use crate::model::linear::linear_forward;
+use crate::model::recompute::layers_forward;
 use crate::model::rmsnorm::rmsnorm_forward;
 use crate::model::rope::rope_forward;
 use crate::model::swiglu::swiglu_forward;
@@ -26,19 +27,13 @@ impl LlamaCore {
         let embedding = ParamUnit::Embedding;
         source.fetch(embedding)?;
         {
-            let p = self.unit_view(source, embedding);
+            let p = self.unit_spans.view(source, embedding);
             let [encoded] = split_spans_mut(&mut self.arena.acts, [self.act_layout.encoded]);
             embedding_forward(encoded, tokens, p.of(self.param_layout.embed));
         }
         source.release(embedding)?;
 
-        let mut residual = self.act_layout.encoded;
-        for l in 0..self.config.num_hidden_layers {
-            let unit = ParamUnit::Block(l);
-            source.fetch(unit)?;
-            residual = self.block_forward(l, residual, self.unit_view(source, unit));
-            source.release(unit)?;
-        }
+        let residual = layers_forward(self, source, self.act_layout.encoded)?;
 
         let head = ParamUnit::FinalNorm;
         source.fetch(head)?;
@@ -49,23 +44,14 @@ impl LlamaCore {
         let lm_head_unit = if tied { embedding } else { head };
         self.head_forward(
             residual,
-            self.unit_view(source, head),
-            self.unit_view(source, lm_head_unit),
+            self.unit_spans.view(source, head),
+            self.unit_spans.view(source, lm_head_unit),
         );
         source.release(head)?;
         if tied {
             source.release(embedding)?;
         }
         Ok(())
-    }
-
-    /// A fetched unit's parameters, addressed by full-layout spans.
-    pub(super) fn unit_view<'s, S: ParamSource>(
-        &self,
-        source: &'s S,
-        unit: ParamUnit,
-    ) -> UnitParams<'s> {
-        UnitParams::new(self.unit_spans.span(unit).offset, source.params(unit))
     }
 
     /// Layer `l` on the residual stream at `residual` (its input); returns where its output

@@ -27,10 +27,11 @@ pub use params::{LlamaBlockParams, LlamaLayout};
 use super::attention::AttentionDims;
 use super::lm_arena::LmArena;
 use super::owned::OwnedParams;
-use super::recompute::Recompute;
+use super::recompute::{LayerStack, Recompute};
 use super::rope::RopeTable;
-use super::units::{ParamSource, UnitSpans};
+use super::units::{ParamSource, UnitGrads, UnitParams, UnitSpans};
 use super::{BatchShape, ModelError};
+use crate::tensor::Span;
 
 /// A Llama-family decoder without its parameters: shapes, layouts, the RoPE table and the
 /// activation arena.
@@ -184,6 +185,32 @@ impl LlamaCore {
             n_head: self.config.num_attention_heads,
             head_dim: self.config.head_dim,
         }
+    }
+}
+
+impl LayerStack for LlamaCore {
+    fn layers(&self) -> usize {
+        self.config.num_hidden_layers
+    }
+
+    fn recompute(&self) -> Recompute {
+        self.act_layout.recompute
+    }
+
+    fn unit_spans(&self) -> &UnitSpans {
+        &self.unit_spans
+    }
+
+    fn layer_input(&self, l: usize) -> Span {
+        self.block_input(l)
+    }
+
+    fn layer_forward(&mut self, l: usize, input: Span, p: UnitParams<'_>) -> Span {
+        self.block_forward(l, input, p)
+    }
+
+    fn layer_backward(&mut self, l: usize, p: UnitParams<'_>, g: UnitGrads<'_>) {
+        self.block_backward(l, p, g)
     }
 }
 
