@@ -300,6 +300,12 @@ impl Comm for LocalComm {
 /// Runs `rank_main` on `world` threads, each with its own [`LocalComm`], and returns their
 /// results in rank order.
 ///
+/// Each rank runs inside a rayon pool of its own, with an equal share of the threads the global
+/// pool has (at least one), as a rank that is a process would: its parallel loops then run on
+/// its own workers, starting from the rank's thread, instead of queueing behind the other
+/// ranks' loops in one shared pool and waking the rank's thread when done. The results do not
+/// depend on the thread count (every parallel loop splits its work the same way).
+///
 /// If any rank panics, the others' pending collectives fail with [`CommError::PeerLeft`] instead
 /// of hanging; once every thread has finished, the first panic is reported as
 /// [`CommError::RankPanicked`].
@@ -310,10 +316,16 @@ where
 {
     let comms = LocalComm::group(world)?;
     let rank_main = &rank_main;
+    let threads_per_rank = (rayon::current_num_threads() / world.max(1)).max(1);
     let outcomes: Vec<thread::Result<T>> = thread::scope(|scope| {
         let handles: Vec<_> = comms
             .into_iter()
-            .map(|comm| scope.spawn(move || rank_main(comm)))
+            .map(|comm| {
+                scope.spawn(move || match rank_pool(comm.rank(), threads_per_rank) {
+                    Some(pool) => pool.install(|| rank_main(comm)),
+                    None => rank_main(comm),
+                })
+            })
             .collect();
         handles.into_iter().map(|handle| handle.join()).collect()
     });
@@ -333,6 +345,16 @@ where
             ranks: panicked.iter().map(|(rank, _)| *rank).collect(),
         }),
     }
+}
+
+/// The rayon pool of thread rank `rank`: `threads` workers. `None` when the system refuses the
+/// threads; the rank then shares the global pool (slower, the same results).
+fn rank_pool(rank: usize, threads: usize) -> Option<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(move |i| format!("dsplan-rank{rank}-{i}"))
+        .build()
+        .ok()
 }
 
 /// The text of a panic payload, when it has one.
