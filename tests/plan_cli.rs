@@ -61,6 +61,52 @@ fn human_summary_shows_each_part() {
     }
 }
 
+/// The engine the executor runs is the plan's: bf16 without ZeRO runs stage 1's flat
+/// partition as `BF16_Optimizer`, with its parameter all-gather planned; shown in both forms.
+#[test]
+fn the_run_policy_is_shown_in_both_forms() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = json!({
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 1,
+        "bf16": {"enabled": true},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+    });
+    let file = config_file(&dir, "bf16.json", &config);
+    let path = file.to_str().expect("utf-8");
+    let args = [path, "--model", "tiny-gpt2", "--world-size", "2"];
+    let text = String::from_utf8(plan(&args).success().get_output().stdout.clone()).expect("utf-8");
+    assert!(
+        text.contains(
+            "engine: flat partition (stage 1's), as BF16_Optimizer; gradient norm: BF16_Optimizer"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("gradient average: summed, then divided by the world size"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Parameter all-gather after the step"),
+        "{text}"
+    );
+    let mut json_args = args.to_vec();
+    json_args.extend(["--format", "json"]);
+    let value: Value =
+        serde_json::from_slice(&plan(&json_args).success().get_output().stdout).expect("json");
+    assert_eq!(
+        value["run"],
+        json!({"optimizer": "bf16-optimizer", "engine": "flat-partition", "engine_stage": 1,
+            "clip": "bf16-optimizer", "averaging": {"rule": "post-multiply", "predivide_factor": 1.0}})
+    );
+    assert_eq!(
+        value["buckets"]["param_gather"]["shards"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+}
+
 #[test]
 fn json_is_the_whole_plan_and_deterministic() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -516,7 +516,7 @@ fn the_device_state_is_cut_as_a_cpu_rank_holds_it_for_checkpoints() {
                 let engine_plan = Arc::new(engine_plan);
                 let ledger = MemoryLedger::new();
                 let comm = LocalComm::group(1).expect("a group").remove(0);
-                let options = RankOptions::from_plan(&engine_plan, settings.scaling);
+                let options = RankOptions::from_plan(&engine_plan, engine_plan.grad_scaling());
                 let mut rank = ZeroRank::new(
                     Box::new(comm),
                     Arc::clone(&engine_plan),

@@ -3,7 +3,9 @@
 //! in the same way. Its collectives (counted per kind by the rank's `Comm`, `CommTraffic`) are
 //! the plan's, one per planned bucket per step with the planned collective, and fewer gathered
 //! bytes when the plan keeps more tensors whole; its measured memory moves with the plan's, to
-//! the byte.
+//! the byte. Fields changed in the plan itself (the parameter all-gather's pieces, the
+//! gradient-norm rule of the plan's `run` policy) change the executor's collectives with them,
+//! and a plan that leaves out a gather its engine needs is refused, not completed.
 //!
 //! (The plan's stage 3 `prefetch` and `max_live_parameters` decisions are not followed on the
 //! CPU, see `zero::partition`: one thread per rank has no second stream to prefetch on.)
@@ -13,9 +15,11 @@ use dsplan_executor::data::WindowOrder;
 use dsplan_executor::metrics::Category;
 use dsplan_executor::model::{Gpt2Config, ParamLayout, init_params};
 use dsplan_executor::train::{
-    DataChoice, TrainReport, TrainSettings, TrainSpec, compile_plan, train_planned,
+    DataChoice, TrainError, TrainReport, TrainSettings, TrainSpec, compile_plan, train_planned,
 };
-use dsplan_planner::plan::{Collective, Plan};
+use dsplan_planner::config::ZeroStage;
+use dsplan_planner::plan::shards::ElementRange;
+use dsplan_planner::plan::{ClipRule, Collective, EngineFamily, Plan};
 use serde_json::{Value, json};
 
 const MODEL: Gpt2Config = Gpt2Config {
@@ -31,12 +35,24 @@ const STEPS: u64 = 2;
 
 /// Compiles the plan of `zero` and runs it.
 fn run(zero: Value) -> (Plan, TrainReport) {
-    let config = json!({
+    let (plan, report) = run_edited(json!({"zero_optimization": zero}), |_| {});
+    (plan, report.expect("training runs"))
+}
+
+/// Compiles the plan of the base config with `extra`'s keys, changes it with `edit` and runs
+/// the changed plan.
+fn run_edited(
+    extra: Value,
+    edit: impl FnOnce(&mut Plan),
+) -> (Plan, Result<TrainReport, TrainError>) {
+    let mut config = json!({
         "train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": 1,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-        "zero_optimization": zero,
     });
+    for (key, value) in extra.as_object().expect("an object") {
+        config[key] = value.clone();
+    }
     let settings = TrainSettings::from_config(&config, WORLD).expect("config");
     let spec = TrainSpec {
         settings,
@@ -49,10 +65,13 @@ fn run(zero: Value) -> (Plan, TrainReport) {
         steps: STEPS,
         world: WORLD,
     };
-    let (plan, graph) =
+    let (mut plan, graph) =
         compile_plan(&spec.settings, &spec.model, spec.seq_len, WORLD).expect("the plan compiles");
-    let report = train_planned(&spec, &plan, &graph, &|_| {}).expect("training runs");
-    assert_eq!(report.applied_steps, STEPS);
+    edit(&mut plan);
+    let report = train_planned(&spec, &plan, &graph, &|_| {});
+    if let Ok(report) = &report {
+        assert_eq!(report.applied_steps, STEPS);
+    }
     (plan, report)
 }
 
@@ -191,5 +210,103 @@ fn the_persistence_threshold_of_the_plan_sets_the_gathers_and_the_parameter_memo
     assert!(
         most.2 > none.2,
         "persistent tensors are held whole: more parameter memory ({seen:?})"
+    );
+}
+
+/// The all-gather calls and bytes rank 0 made.
+fn gathers(report: &TrainReport) -> (u64, u64) {
+    let gathered = report.traffic[0].all_gather;
+    (gathered.calls, gathered.bytes_sent)
+}
+
+/// Stage 1 (and bf16 without ZeRO, which runs stage 1's engine): the parameter all-gather after
+/// the step is the plan's `buckets.param_gather`, one collective per planned piece. Cutting
+/// the planned gather into four pieces makes four collectives per step moving the same bytes,
+/// with the same parameters at the end; a plan without the gather is refused rather than
+/// completed by the executor.
+#[test]
+fn the_plans_parameter_all_gather_sets_the_gathers() {
+    for (extra, label) in [
+        (json!({"zero_optimization": {"stage": 1}}), "fp32 stage 1"),
+        (json!({"bf16": {"enabled": true}}), "bf16 without ZeRO"),
+    ] {
+        let (plan, report) = run_edited(extra.clone(), |_| {});
+        let report = report.expect("training runs");
+        assert_eq!(plan.run.engine, EngineFamily::FlatPartition, "{label}");
+        assert_eq!(plan.run.engine_stage, ZeroStage::OptimizerStates, "{label}");
+        let planned = plan
+            .buckets
+            .param_gather
+            .as_ref()
+            .unwrap_or_else(|| panic!("{label}: the plan gathers the partitions"));
+        assert_eq!(planned.shards.len(), 1, "{label}: one piece as compiled");
+        let whole = gathers(&report);
+        assert_eq!(whole.0, STEPS, "{label}: one all-gather per step");
+
+        let partition = plan.layout.partition_numel;
+        let quarter = (partition / 4) & !1;
+        let (cut, report4) = run_edited(extra.clone(), |plan| {
+            let gather = plan.buckets.param_gather.as_mut().expect("a gather");
+            gather.shards = (0..4)
+                .map(|i| ElementRange {
+                    start: i * quarter,
+                    end: if i == 3 { partition } else { (i + 1) * quarter },
+                })
+                .collect();
+        });
+        let report4 = report4.expect("training runs");
+        let pieces = cut
+            .buckets
+            .param_gather
+            .as_ref()
+            .map_or(0, |g| g.shards.len());
+        let four = gathers(&report4);
+        eprintln!("{label}: as planned {whole:?}, in {pieces} pieces {four:?} (calls, bytes)");
+        assert_eq!(
+            four.0,
+            4 * STEPS,
+            "{label}: one all-gather per planned piece"
+        );
+        assert_eq!(four.1, whole.1, "{label}: the same bytes in all");
+        assert_eq!(
+            report4.final_params, report.final_params,
+            "{label}: the same parameters"
+        );
+
+        let (_, refused) = run_edited(extra, |plan| plan.buckets.param_gather = None);
+        match refused {
+            Err(TrainError::PlanMismatch(mismatch)) => assert!(
+                mismatch.message.contains("param_gather"),
+                "{label}: {mismatch}"
+            ),
+            Err(other) => panic!("{label}: refused for another reason: {other}"),
+            Ok(_) => panic!("{label}: a plan without its gather ran"),
+        }
+    }
+}
+
+/// The plan's gradient-norm rule (`run.clip`) decides whether the norm is summed over the
+/// ranks: stage 1's `ZeroF32` all-reduces it once per step, `FP16_Optimizer`'s rule (the norm
+/// of the rank's own, already averaged gradient) does not. Changing that field of the plan
+/// removes exactly one all-reduce per step.
+#[test]
+fn the_plans_clip_rule_sets_the_norm_reduction() {
+    let extra = json!({"zero_optimization": {"stage": 1}, "gradient_clipping": 1.0});
+    let (plan, zero) = run_edited(extra.clone(), |_| {});
+    assert_eq!(plan.run.clip, ClipRule::ZeroF32);
+    let (edited, local) = run_edited(extra, |plan| plan.run.clip = ClipRule::Fp16Optimizer);
+    assert_eq!(edited.run.clip, ClipRule::Fp16Optimizer);
+    let (zero, local) = (zero.expect("runs"), local.expect("runs"));
+    let calls = |r: &TrainReport| r.traffic[0].all_reduce.calls;
+    eprintln!(
+        "stage 1: all-reduces with the plan's rule {}, with the local rule {}",
+        calls(&zero),
+        calls(&local)
+    );
+    assert_eq!(calls(&zero) - calls(&local), STEPS);
+    assert_eq!(
+        (zero.traffic[0].all_gather, zero.traffic[0].reduce_scatter),
+        (local.traffic[0].all_gather, local.traffic[0].reduce_scatter),
+        "nothing else changes"
     );
 }

@@ -6,7 +6,8 @@
 //! executor's on one GPU (`dsplan-cuda`: what `dsplan run --device cuda` allocates; world size
 //! 1 only, anything else is refused with exit 1).
 //!
-//! `human` prints a compact summary (settings, layout, shards, buckets, stage-3 schedule,
+//! `human` prints a compact summary (settings, the engine the executor runs with its gradient
+//! norm rule and gradient average, layout, shards, buckets, stage-3 schedule,
 //! offload copies, peak memory per phase, step time, diagnostics); `json` the whole plan;
 //! `trace` Chrome trace-event JSON of one step (Perfetto, chrome://tracing). Diagnostics of the
 //! file go to stderr. Exit 1 when the config is refused or, with `--gpu-memory`, when the plan
@@ -25,8 +26,8 @@ use dsplan_planner::plan::buckets::FlushPoint;
 use dsplan_planner::plan::shards::ShardRule;
 use dsplan_planner::plan::stage3::Pass;
 use dsplan_planner::plan::{
-    self, AttentionKernel, CheckpointPlacement, Checkpointing, Cluster, Device, ModelGraph, Plan,
-    PlanBackend, Workload,
+    self, AttentionKernel, CheckpointPlacement, Checkpointing, Cluster, Device, GradientAveraging,
+    ModelGraph, Plan, PlanBackend, Workload,
 };
 use dsplan_planner::validate::{self, ValidateOptions};
 
@@ -320,6 +321,7 @@ fn header(plan: &Plan, out: &mut String) {
         s.optimizer.name,
         s.optimizer.states
     ));
+    run_policy(plan, out);
     out.push_str(&format!(
         "  batch: micro {} × accumulation {} × {} ranks = {} samples of {} tokens\n",
         s.batch.micro_batch,
@@ -351,6 +353,27 @@ fn header(plan: &Plan, out: &mut String) {
         PlanBackend::DeepspeedGpu => {}
     }
     out.push('\n');
+}
+
+/// The engine the executor runs, its gradient-norm rule and gradient average (`plan.run`).
+fn run_policy(plan: &Plan, out: &mut String) {
+    let run = &plan.run;
+    let averaging = match run.averaging {
+        GradientAveraging::PreDivide => "divided by the world size before the sum".to_string(),
+        GradientAveraging::PostMultiply {
+            predivide_factor: 1.0,
+        } => "summed, then divided by the world size".to_string(),
+        GradientAveraging::PostMultiply { predivide_factor } => format!(
+            "divided by {predivide_factor} before the sum, multiplied by {predivide_factor}/world after"
+        ),
+    };
+    out.push_str(&format!(
+        "  engine: {} (stage {}'s), as {}; gradient norm: {}; gradient average: {averaging}\n",
+        run.engine.as_str(),
+        run.engine_stage.number(),
+        run.optimizer.class_name(),
+        run.clip.as_str(),
+    ));
 }
 
 fn layout(plan: &Plan, out: &mut String) {

@@ -16,7 +16,7 @@ pub struct StepControl {
     pub grad_accum: usize,
     /// `gradient_clipping` (0: off).
     pub clip: f64,
-    /// How the CPU backend computes the norm and clip factor of its stage.
+    /// How the norm and clip factor are computed (the plan's `run.clip`).
     pub clip_rule: ClipRule,
     /// Adam's hyperparameters (betas overridden per step by OneCycle's momentum cycling).
     pub adam: AdamConfig,
@@ -33,12 +33,13 @@ pub struct StepControl {
 }
 
 impl StepControl {
-    /// The control of a run of `settings`, starting with `scaler`.
-    pub fn of_run(settings: &TrainSettings, scaler: LossScaler) -> Self {
+    /// The control of a run of `settings` whose plan computes the norm and clip factor as
+    /// `clip_rule`, starting with `scaler`.
+    pub fn of_run(settings: &TrainSettings, clip_rule: ClipRule, scaler: LossScaler) -> Self {
         Self {
             grad_accum: settings.batch.grad_accum.max(1),
             clip: settings.gradient_clipping,
-            clip_rule: ClipRule::for_stage(settings.stage, settings.precision.model_dtype()),
+            clip_rule,
             adam: settings.optimizer.adam,
             base_lr: settings.optimizer.lr,
             schedule: settings.schedule.clone(),

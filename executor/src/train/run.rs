@@ -217,14 +217,14 @@ pub(crate) fn prepare<'a>(
             ),
         }));
     }
-    let rank_options = RankOptions::from_plan(&engine_plan, settings.scaling);
+    let rank_options = RankOptions::from_plan(&engine_plan, engine_plan.grad_scaling());
     let plan_memory = PlanMemory::of(plan);
     let predicted = plan_memory.peak;
     let correspondence = Category::ALL
         .iter()
         .map(|&c| (c, correspondence(plan, runs_on)))
         .collect();
-    let scaler = fresh_scaler(spec)?;
+    let scaler = fresh_scaler(spec, plan)?;
     let resume = checkpoints.resume.as_ref();
     if let Some(resume) = resume
         && (resume.ranks.len() != world || resume.params.len() != param_layout.num_params())
@@ -243,7 +243,7 @@ pub(crate) fn prepare<'a>(
     let first_step = resume.map_or(0, |r| r.global_step);
     let initial_params = resume.map_or(&spec.initial_params, |r| &r.params);
     let template = EngineState::for_run(spec, &engine_plan, &param_layout, &scaler);
-    let control = StepControl::of_run(settings, scaler);
+    let control = StepControl::of_run(settings, engine_plan.clip_rule(), scaler);
     let tokens_per_step = (batch.train_batch * spec.seq_len) as u64;
     Ok(Prepared {
         spec,

@@ -3,53 +3,33 @@
 //! clipping as each stage implements it"). They are the same function mathematically and
 //! round differently; reproducing each keeps a run within rounding of its reference.
 //!
-//! | rule | used for | norm | factor applied to the gradients |
+//! The plan decides the rule (`planner::plan::run_policy`, the plan's `run.clip`); this module
+//! only computes it:
+//!
+//! | rule | DeepSpeed | norm | factor applied to the gradients |
 //! |---|---|---|---|
-//! | [`ClipRule::DataParallel`] | stage 0, fp32 | per-tensor norms in f32, `sqrt(Σ n_t²)` in f32, then `/W` and summed over ranks | `clip/(N + 1e-6)` (f64, applied in f32) when below 1 |
-//! | [`ClipRule::Bf16Optimizer`] | stage 0, bf16 | as above | `clip/(N + 1e-6)` when below 1 |
-//! | [`ClipRule::ZeroF32`] | stages 1/2; stage 0 fp16 | per-tensor slices: `Σ (‖slice‖₂ in f64)²`, cast to f32, summed over ranks in f32, `sqrt` in f32 | `1/c`, `c = max(1, (N/S + 1e-6)/clip)·S` in f32 |
+//! | [`ClipRule::DataParallel`] | fp32 without ZeRO | per-tensor norms in f32, `sqrt(Σ n_t²)` in f32, then `/W` and summed over ranks | `clip/(N + 1e-6)` (f64, applied in f32) when below 1 |
+//! | [`ClipRule::Bf16Optimizer`] | bf16 without ZeRO | as above | `clip/(N + 1e-6)` when below 1 |
+//! | [`ClipRule::Fp16Optimizer`] | fp16 without ZeRO | per-tensor: `Σ (‖t‖₂ in f64)²`, cast to f32, `sqrt` in f32, this rank's (averaged) gradient only | `1/c`, `c = max(1, (N/S + 1e-6)/clip)·S` in f32 |
+//! | [`ClipRule::ZeroF32`] | stages 1/2 | per-tensor slices as above, summed over ranks in f32 | as above |
 //! | [`ClipRule::ZeroF64`] | stage 3 | the same sums in f64, summed over ranks in f64, `sqrt` in f64 | `1/c` as above, in f64 |
 //!
 //! `S` is the loss scale after this step's update (the gradients were made with the scale
 //! before it; see `planner::schedule::loss_scale`); the reported norm is the true one,
 //! `N / S_before`.
 
-use dsplan_planner::config::ZeroStage;
 use dsplan_planner::schedule::clip::{
     bf16_clip_coefficient, fp32_clip_coefficient, zero_combined_scale, zero_combined_scale_f32,
 };
 
 use super::ZeroError;
-use super::precision::Dtype;
 use super::rank::ZeroRank;
 use crate::comm::ReduceOp;
 use crate::optim::scale_grads;
 
-/// How a stage computes the norm and the clip factor (see the [module documentation](self)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClipRule {
-    /// `deepspeed.runtime.utils.clip_grad_norm_` (fp32 without ZeRO).
-    DataParallel,
-    /// `BF16_Optimizer` (bf16 without ZeRO).
-    Bf16Optimizer,
-    /// `DeepSpeedZeroOptimizer` (stages 1 and 2) and `FP16_Optimizer`.
-    ZeroF32,
-    /// `DeepSpeedZeroOptimizer_Stage3`.
-    ZeroF64,
-}
-
-impl ClipRule {
-    /// The rule DeepSpeed applies at `stage` with model dtype `dtype`.
-    pub fn for_stage(stage: ZeroStage, dtype: Dtype) -> Self {
-        match (stage, dtype) {
-            (ZeroStage::Disabled, Dtype::F32) => ClipRule::DataParallel,
-            (ZeroStage::Disabled, Dtype::Bf16) => ClipRule::Bf16Optimizer,
-            (ZeroStage::Disabled, Dtype::F16) => ClipRule::ZeroF32,
-            (ZeroStage::OptimizerStates | ZeroStage::Gradients, _) => ClipRule::ZeroF32,
-            (ZeroStage::Weights, _) => ClipRule::ZeroF64,
-        }
-    }
-}
+/// How a run computes the norm and the clip factor: the plan's rule (see the
+/// [module documentation](self)).
+pub use dsplan_planner::plan::ClipRule;
 
 /// The loss scales of one applied step.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -104,10 +84,10 @@ pub fn unscale_and_clip(
             }
             Ok(f64::from(norm) / scales.grad_scale)
         }
-        ClipRule::ZeroF32 => {
+        ClipRule::ZeroF32 | ClipRule::Fp16Optimizer => {
             let local = sum_sq_of_pieces(rank) as f32;
             let mut total = [local];
-            if rank.options().stage != ZeroStage::Disabled {
+            if rule == ClipRule::ZeroF32 {
                 rank.comm().all_reduce(&mut total, ReduceOp::Sum)?;
             }
             let mut norm = total[0].sqrt();

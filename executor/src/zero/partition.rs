@@ -12,7 +12,8 @@
 //! | `Shards::owned_ranges` with `shards.parameters` / `optimizer_states` | what each rank owns: its stage 1/2 partition, its stage 3 slice of every tensor |
 //! | `shards.persistent` | the stage 3 tensors every rank keeps whole |
 //! | `buckets.reduce` (`tensors`, their order, `collective`) | which gradients are reduced together, when each bucket is complete, and how it is reduced |
-//! | `buckets.param_gather.shards` | the pieces of the stage 1/2 parameter all-gather after the step |
+//! | `run` (`engine_stage`, `engine`, `clip`, `averaging`) | which stage's engine runs (bf16 without ZeRO: stage 1's), the gradient norm and clip rule, where the average divides by the world size |
+//! | `buckets.param_gather.shards` | the pieces of the flat-partition parameter all-gather after the step (a plan without them for a flat partition over several ranks is a [`PlanMismatch`]) |
 //! | the model graph's fetch units, `stage3.collective` | which tensors one fetch of a model unit gathers, and with which collective |
 //! | `settings.dtypes` | parameter, accumulation and communication dtypes |
 //!
@@ -49,9 +50,12 @@ use dsplan_planner::plan::layout::LayoutScheme;
 use dsplan_planner::plan::settings::OffloadTarget;
 use dsplan_planner::plan::shards::{ShardRule, Shards};
 use dsplan_planner::plan::stage3::FetchCollective;
-use dsplan_planner::plan::{Collective, Device, ModelGraph, Plan};
+use dsplan_planner::plan::{
+    ClipRule, Collective, Device, EngineFamily, GradientAveraging, ModelGraph, Plan,
+};
 
 use super::precision::Dtype;
+use super::rank::GradScaling;
 use crate::model::{ParamTable, ParamUnit};
 use crate::tensor::Span;
 
@@ -206,9 +210,12 @@ pub struct ParamNvme {
 }
 
 /// The plan as the engines read it; see the [module documentation](self).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EnginePlan {
     stage: ZeroStage,
+    engine: EngineFamily,
+    clip: ClipRule,
+    scaling: GradScaling,
     world: usize,
     dtypes: PlanDtypes,
     tensors: Vec<Span>,
@@ -266,13 +273,8 @@ impl EnginePlan {
         layout: &(impl ParamTable + ?Sized),
     ) -> Result<Self, PlanMismatch> {
         let world = to_usize(plan.settings.world_size).max(1);
-        // Without ZeRO, bf16 runs DeepSpeed's BF16_Optimizer, which the plan partitions: whole
-        // gradients all-reduced at the boundary, master and optimizer states sharded, the 16-bit
-        // parameters all-gathered after the step. That is stage 1's engine, so run it.
-        let stage = match (plan.settings.stage, plan.shards.optimizer_states) {
-            (ZeroStage::Disabled, ShardRule::FlatEqual { .. }) => ZeroStage::OptimizerStates,
-            (stage, _) => stage,
-        };
+        // The plan's engine (bf16 without ZeRO runs stage 1's, `BF16_Optimizer`).
+        let stage = plan.run.engine_stage;
         let tensors = check_tensors(plan, layout)?;
         let flat = FlatPartition {
             numel: to_usize(plan.layout.numel),
@@ -292,24 +294,7 @@ impl EnginePlan {
             _ => vec![0..flat.partition; world],
         };
         let (buckets, bucket_of) = buckets(plan, &tensors, &shards)?;
-        let param_gather = plan
-            .buckets
-            .param_gather
-            .as_ref()
-            .map(|gather: &ParamAllGather| {
-                gather
-                    .shards
-                    .iter()
-                    .map(|r| to_usize(r.start)..to_usize(r.end))
-                    .collect()
-            })
-            .filter(|pieces: &Vec<Range<usize>>| !pieces.is_empty())
-            .unwrap_or_else(|| match (stage, world) {
-                (ZeroStage::OptimizerStates | ZeroStage::Gradients, 2..) => {
-                    std::iter::once(0..flat.partition).collect()
-                }
-                _ => Vec::new(),
-            });
+        let param_gather = param_gather(plan, &flat, world)?;
         let fetch_collective = plan
             .stage3
             .as_ref()
@@ -318,6 +303,14 @@ impl EnginePlan {
         let d = plan.settings.dtypes;
         Ok(Self {
             stage,
+            engine: plan.run.engine,
+            clip: plan.run.clip,
+            scaling: match plan.run.averaging {
+                GradientAveraging::PreDivide => GradScaling::PreDivide,
+                GradientAveraging::PostMultiply { predivide_factor } => GradScaling::PostMultiply {
+                    factor: predivide_factor as f32,
+                },
+            },
             world,
             dtypes: PlanDtypes {
                 model: dtype(d.params)?,
@@ -343,9 +336,25 @@ impl EnginePlan {
         &self.nvme
     }
 
-    /// The ZeRO stage.
+    /// The ZeRO stage whose engine runs (the plan's `run.engine_stage`: the config's stage,
+    /// but stage 1 for bf16 without ZeRO).
     pub fn stage(&self) -> ZeroStage {
         self.stage
+    }
+
+    /// What each rank holds (the plan's `run.engine`).
+    pub fn engine(&self) -> EngineFamily {
+        self.engine
+    }
+
+    /// How the gradient norm and the clip factor are computed (the plan's `run.clip`).
+    pub fn clip_rule(&self) -> ClipRule {
+        self.clip
+    }
+
+    /// Where the gradient average divides by the world size (the plan's `run.averaging`).
+    pub fn grad_scaling(&self) -> GradScaling {
+        self.scaling
     }
 
     /// The number of ranks.
@@ -459,6 +468,43 @@ impl EnginePlan {
             .max()
             .unwrap_or(0)
     }
+}
+
+/// The pieces of each rank's flat partition the parameter all-gather moves, as the plan cuts
+/// them. A flat-partition engine over several ranks must have them: the executor does not make
+/// up a gather the plan left out.
+fn param_gather(
+    plan: &Plan,
+    flat: &FlatPartition,
+    world: usize,
+) -> Result<Vec<Range<usize>>, PlanMismatch> {
+    let pieces: Vec<Range<usize>> = plan
+        .buckets
+        .param_gather
+        .as_ref()
+        .map(|gather: &ParamAllGather| {
+            gather
+                .shards
+                .iter()
+                .map(|r| to_usize(r.start)..to_usize(r.end))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(piece) = pieces
+        .iter()
+        .find(|p| p.start > p.end || p.end > flat.partition)
+    {
+        return Err(PlanMismatch::new(format!(
+            "its parameter all-gather moves elements {}..{} of a partition of {}",
+            piece.start, piece.end, flat.partition
+        )));
+    }
+    if plan.run.engine == EngineFamily::FlatPartition && world > 1 && pieces.is_empty() {
+        return Err(PlanMismatch::new(
+            "it partitions the flat buffer over several ranks but plans no parameter all-gather after the step (buckets.param_gather)",
+        ));
+    }
+    Ok(pieces)
 }
 
 /// The executor's spans of the plan's tensors, after checking names, sizes and order.

@@ -1,5 +1,6 @@
 //! [`Buckets`]: gradients grouped for reduction in the order backward produces them, each
-//! bucket with its collective, and the stage-1/2 parameter all-gather after the step.
+//! bucket with its collective, and the flat-partition parameter all-gather after the step
+//! (stages 1/2, and bf16 without ZeRO: see [`super::run_policy`]).
 //!
 //! - **Stage 0** (`buffered_allreduce_fallback`): after backward, in `named_parameters()`
 //!   order; a tensor joins the bucket, and the bucket is all-reduced once it holds more than
@@ -23,6 +24,7 @@ use serde::Serialize;
 use super::dtype::Dtype;
 use super::layout::{Layout, NCCL_START_ALIGNMENT};
 use super::model_graph::ModelGraph;
+use super::run_policy::{EngineFamily, RunPolicy};
 use super::settings::{Overlap, ParamGatherMode, ReduceTiming, Settings};
 use super::shards::ElementRange;
 use super::stage3::{Pass, trace_step};
@@ -112,7 +114,8 @@ pub struct ReduceBucket {
     pub overlap: Overlap,
 }
 
-/// The stage-1/2 parameter all-gather after the optimizer step.
+/// The parameter all-gather after the optimizer step of a flat-partition engine (stages 1/2,
+/// and bf16 without ZeRO).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ParamAllGather {
     /// One collective, or shards.
@@ -134,24 +137,29 @@ pub struct Buckets {
     pub dtype: Dtype,
     /// Reduction buckets of one reducing micro-step.
     pub reduce: Vec<ReduceBucket>,
-    /// Stages 1/2: the parameter all-gather after the step (`None` for one rank).
+    /// The parameter all-gather after the step of a flat-partition engine (stages 1/2, bf16
+    /// without ZeRO); `None` for one rank and the other engines.
     pub param_gather: Option<ParamAllGather>,
 }
 
-/// The buckets of one step.
-pub fn buckets(model: &ModelGraph, layout: &Layout, settings: &Settings) -> Buckets {
+/// The buckets of one step of an engine that runs as `run` says: the parameter all-gather is
+/// planned whenever the engine keeps flat partitions and there is more than one rank (stages
+/// 1/2, and bf16 without ZeRO, whose `BF16_Optimizer` all-gathers its bf16 partitions after
+/// the step, deepspeed-facts §5.4).
+pub fn buckets(
+    model: &ModelGraph,
+    layout: &Layout,
+    settings: &Settings,
+    run: &RunPolicy,
+) -> Buckets {
     let world = settings.world_size;
     let reduce = if settings.stage == ZeroStage::Disabled {
         fallback_buckets(model, settings)
     } else {
         ipg_buckets(model, settings)
     };
-    let param_gather = match settings.stage {
-        ZeroStage::OptimizerStates | ZeroStage::Gradients if world > 1 => {
-            Some(param_gather(layout, settings))
-        }
-        _ => None,
-    };
+    let param_gather = (run.engine == EngineFamily::FlatPartition && world > 1)
+        .then(|| param_gather(layout, settings));
     Buckets {
         bucket_size: settings.reduce_bucket_size,
         timing: settings.reduce_timing,

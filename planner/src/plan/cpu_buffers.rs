@@ -12,8 +12,9 @@
 //! `H` a rank's stage 3 shard (`Σ⌈numel/W⌉`), `O` what the rank's optimizer owns (the layout's
 //! partition: `Ψ`, `P`, `P`, `H` by stage), `W` the ranks.
 //!
-//! Bf16 without ZeRO runs as stage 1 (DeepSpeed's `BF16_Optimizer` partitions master and
-//! states ZeRO-1 style); below, "stage 1" includes it.
+//! The stage below is the plan's engine stage ([`super::run_policy`]): bf16 without ZeRO runs
+//! stage 1's engine (DeepSpeed's `BF16_Optimizer` partitions master and states ZeRO-1 style),
+//! so "stage 1" includes it.
 //!
 //! | buffer | size | lifetime |
 //! |---|---|---|
@@ -44,9 +45,10 @@ use super::cpu_units::{PassInputs, cpu_units, pass_buffers};
 use super::dtype::{Device, Dtype};
 use super::layout::Layout;
 use super::model_graph::ModelGraph;
+use super::run_policy::RunPolicy;
 use super::settings::Checkpointing;
 use super::settings::{OffloadTarget, Settings};
-use super::shards::{ShardRule, Shards};
+use super::shards::Shards;
 use super::ticks::Ticks;
 use crate::config::ZeroStage;
 use crate::diagnostics::{Code, Diagnostic};
@@ -72,15 +74,9 @@ pub struct CpuBufferInputs<'a> {
     /// Per model tensor: whether its stage 3 slice lives on NVMe
     /// ([`super::offload::Offload::nvme_resident`]).
     pub nvme_resident: &'a [bool],
-}
-
-/// The stage the CPU executor runs: bf16 without ZeRO is stage 1 (its optimizer states are
-/// partitioned).
-pub fn executor_stage(settings: &Settings, shards: &Shards) -> ZeroStage {
-    match (settings.stage, shards.optimizer_states) {
-        (ZeroStage::Disabled, ShardRule::FlatEqual { .. }) => ZeroStage::OptimizerStates,
-        (stage, _) => stage,
-    }
+    /// The engine the executor runs ([`RunPolicy::engine_stage`]: bf16 without ZeRO runs
+    /// stage 1's).
+    pub run: &'a RunPolicy,
 }
 
 /// Why the CPU executor cannot run what `settings` plan for `model`: it runs GPT-2 and the
@@ -141,7 +137,7 @@ pub fn cpu_buffers(inputs: &CpuBufferInputs<'_>) -> Vec<Buffer> {
     let mut list = BufferList::new();
     model_states(inputs, &mut list);
     let s = inputs.settings;
-    let stage = executor_stage(s, inputs.shards);
+    let stage = inputs.run.engine_stage;
     let sixteen_bit = s.dtypes.params != Dtype::Fp32;
     let units = cpu_units(inputs.model);
     pass_buffers(
@@ -203,7 +199,7 @@ fn persistent_tensors(inputs: &CpuBufferInputs<'_>) -> Vec<usize> {
 fn model_states(inputs: &CpuBufferInputs<'_>, list: &mut BufferList) {
     let s = inputs.settings;
     let layout = inputs.layout;
-    let stage = executor_stage(s, inputs.shards);
+    let stage = inputs.run.engine_stage;
     let run = Lifetime::Persistent;
     let (params_numel, grads_numel) = match stage {
         ZeroStage::Disabled | ZeroStage::OptimizerStates => {
@@ -363,7 +359,7 @@ fn optimizer_states(inputs: &CpuBufferInputs<'_>, list: &mut BufferList) {
     let run = Lifetime::Persistent;
     let owned = inputs.layout.partition_numel;
     let swapped = matches!(s.offload_optimizer, OffloadTarget::Nvme { .. })
-        && executor_stage(s, inputs.shards) == ZeroStage::Weights;
+        && inputs.run.engine_stage == ZeroStage::Weights;
     let nvme_groups = || {
         inputs
             .shards
@@ -427,7 +423,7 @@ fn boundary(inputs: &CpuBufferInputs<'_>, list: &mut BufferList) {
     let ticks = inputs.ticks;
     let layout = inputs.layout;
     let world = s.world_size;
-    let stage = executor_stage(s, inputs.shards);
+    let stage = inputs.run.engine_stage;
     if matches!(stage, ZeroStage::Disabled | ZeroStage::OptimizerStates) {
         let in_place = |tensors: &[usize]| {
             let entry = |t: usize| layout.entries.iter().find(|e| e.tensor == t);
@@ -482,17 +478,13 @@ fn boundary(inputs: &CpuBufferInputs<'_>, list: &mut BufferList) {
     match stage {
         ZeroStage::OptimizerStates | ZeroStage::Gradients => {
             let partition = layout.partition_numel;
-            // The planned pieces; without any (no plan for it), one piece of the whole
-            // partition when there is someone to gather from.
-            let mut pieces: Vec<(u64, u64)> = inputs
+            // The planned pieces (none with one rank).
+            let pieces: Vec<(u64, u64)> = inputs
                 .buckets
                 .param_gather
                 .as_ref()
                 .map(|g| g.shards.iter().map(|r| (r.start, r.end)).collect())
                 .unwrap_or_default();
-            if pieces.is_empty() && world >= 2 {
-                pieces.push((0, partition));
-            }
             let whole = pieces == [(0, partition)];
             if whole && s.dtypes.params == Dtype::Fp32 {
                 host(

@@ -7,6 +7,7 @@
 //! | part | module |
 //! |---|---|
 //! | decided settings and diagnostics (fallbacks, refusals) | [`decide`], [`settings`] |
+//! | the engine's behaviour: DeepSpeed's optimizer wrapper, what ranks hold, the norm and clip rule, the gradient average | [`run_policy`] |
 //! | the precision and the element type of every state (the one rule) | [`precision`] |
 //! | tensors with shapes, fetch units in execution order | [`model_graph`] |
 //! | offsets in the flat 16-bit and fp32 master buffers | [`layout`] |
@@ -42,6 +43,7 @@ pub mod layout;
 pub mod model_graph;
 pub mod offload;
 pub mod precision;
+pub mod run_policy;
 pub mod settings;
 pub mod shards;
 pub mod stage3;
@@ -61,6 +63,7 @@ pub use graph::{OpGraph, Stream};
 pub use layout::Layout;
 pub use model_graph::{ModelGraph, ModelGraphError, UnitOrder};
 pub use offload::Offload;
+pub use run_policy::{ClipRule, DeepSpeedOptimizer, EngineFamily, GradientAveraging, RunPolicy};
 pub use settings::{AttentionKernel, CheckpointPlacement, Checkpointing, Precision, Settings};
 pub use shards::Shards;
 pub use stage3::Stage3Schedule;
@@ -94,6 +97,8 @@ pub struct Plan {
     pub cluster: Cluster,
     /// Every decided setting.
     pub settings: Settings,
+    /// How the engine runs: what the executor does beyond sizes and buckets.
+    pub run: RunPolicy,
     /// Parameter layout.
     pub layout: Layout,
     /// Ownership.
@@ -237,7 +242,8 @@ fn compile_parts(
     if diagnostics.iter().any(Diagnostic::is_error) {
         return Err(diagnostics);
     }
-    let buckets = buckets::buckets(model, &layout, &settings);
+    let run = RunPolicy::new(config, &settings);
+    let buckets = buckets::buckets(model, &layout, &settings, &run);
     let stage3 = match (&settings.stage3, &shards.persistent) {
         (Some(s3), Some(persistent)) => {
             Some(stage3::schedule(model, &layout, persistent, s3, &nvme))
@@ -273,6 +279,7 @@ fn compile_parts(
             buckets: &buckets,
             ticks: &ticks,
             nvme_resident: &offload.nvme_resident,
+            run: &run,
         }),
         PlanBackend::DsplanCuda => cuda_buffers::cuda_buffers(model, &settings),
     };
@@ -298,6 +305,7 @@ fn compile_parts(
         },
         cluster: *cluster,
         settings,
+        run,
         layout,
         shards,
         buckets,

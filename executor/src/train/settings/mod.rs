@@ -4,11 +4,12 @@
 //! Resolution has already filled every `"auto"` as the Hugging Face Trainer would, solved the
 //! batch triangle, materialised DeepSpeed's defaults and built the learning-rate schedule; this
 //! reads the values the engines need beyond the plan (precision and loss scaling, optimizer,
-//! schedule, clipping, gradient scaling, printing). What the executor cannot do is an error
+//! schedule, clipping threshold, printing). What the executor cannot do is an error
 //! that says so; what it does differently from DeepSpeed without changing the result is a
 //! notice. The `activation_checkpointing` section (and the Trainer's `gradient_checkpointing`)
-//! turn on per-layer recomputation ([`checkpointing`]). Sizes, partitions and buckets come from the plan (`planner::plan::compile` of
-//! [`TrainSettings::config`]), not from here.
+//! turn on per-layer recomputation ([`checkpointing`]). Sizes, partitions and buckets, the
+//! engine that runs, the gradient norm rule and the gradient average come from the plan
+//! (`planner::plan::compile` of [`TrainSettings::config`], its `run` policy), not from here.
 
 use std::fmt;
 
@@ -25,7 +26,7 @@ use serde_json::Value;
 
 use crate::model::Recompute;
 use crate::optim::AdamConfig;
-use crate::zero::{GradScaling, MixedPrecision};
+use crate::zero::MixedPrecision;
 use sections::{
     batch_sizes, check_grad_accum_dtype, check_offload, optimizer, precision, schedule,
 };
@@ -99,7 +100,8 @@ pub struct OptimizerSettings {
 pub struct TrainSettings {
     /// The resolved config, which the plan is compiled from.
     pub config: DsConfig,
-    /// `zero_optimization.stage`.
+    /// `zero_optimization.stage` as the config gives it, for reports and checkpoint metadata;
+    /// the engines run the plan's stage (`Plan::run`).
     pub stage: ZeroStage,
     /// `fp16` / `bf16`.
     pub precision: MixedPrecision,
@@ -111,8 +113,6 @@ pub struct TrainSettings {
     pub optimizer: OptimizerSettings,
     /// `scheduler`, if any.
     pub schedule: Option<LrSchedule>,
-    /// Where the gradient average divides by the world size.
-    pub scaling: GradScaling,
     /// `steps_per_print` (DeepSpeed's default 10).
     pub steps_per_print: u64,
     /// `wall_clock_breakdown`.
@@ -142,18 +142,6 @@ impl TrainSettings {
             &mut notices,
         )?;
         notices.extend(ignored::ignored_section_notices(&resolved.filled));
-        let zero = &config.zero_optimization;
-        let factor = config.gradient_predivide_factor as f32;
-        let post = if config.prescale_gradients {
-            GradScaling::PreDivide
-        } else {
-            GradScaling::PostMultiply { factor }
-        };
-        let scaling = match stage {
-            ZeroStage::Disabled => post,
-            ZeroStage::OptimizerStates | ZeroStage::Gradients if !zero.reduce_scatter => post,
-            _ => GradScaling::PreDivide,
-        };
         Ok(Self {
             config: config.clone(),
             stage,
@@ -162,7 +150,6 @@ impl TrainSettings {
             gradient_clipping: config.gradient_clipping.value().copied().unwrap_or(0.0),
             optimizer,
             schedule,
-            scaling,
             steps_per_print: config.steps_per_print.map_or(10, |v| v.get()),
             wall_clock_breakdown: config.wall_clock_breakdown,
             recompute,
