@@ -7,13 +7,18 @@
 //!   ([`EnginePlan`]): its flat layout and padding, each rank's share, the gradient buckets,
 //!   the stage 3 fetch units and persistent set;
 //! * [`precision`]: fp32 / bf16 / fp16 storage and rounding ([`MixedPrecision`], [`DtypeVec`]);
-//! * `rank.rs` (the state and the optimizer step), `source.rs` (how the model reaches it),
-//!   `average.rs` (the gradient average) and `stage0.rs` .. `stage3.rs`: the stage-specific
-//!   collectives, all on the plan's buckets and pieces (stage 0: all-reduce of the accumulated
-//!   gradient; stage 1: the same, sharded optimizer and master, params all-gathered after the
-//!   step; stage 2: gradients averaged in buckets during backward and kept as a partition;
-//!   stage 3: parameters sharded per tensor, gathered per unit before use and released after,
-//!   gradients reduce-scattered);
+//! * `rank.rs`: the rank ([`ZeroRank`]): its stage family's state (`RankState`), the
+//!   accumulated gradients, the per-unit buffers (`source.rs`: how the model reaches them) and
+//!   the optimizer (`optimizer.rs`: master weights and Adam's moments, in memory or on NVMe);
+//! * one state type per stage family, each owning its buffers and running its collectives on
+//!   the plan's buckets and pieces, behind one interface (`state.rs`): `stage0.rs` (replicated:
+//!   all-reduce of the accumulated gradient at the boundary), `stage12.rs` (the flat partition:
+//!   stage 1 reduces at the boundary, stage 2 in buckets during backward into its gradient
+//!   partition; the parameters are all-gathered after the step) and `stage3.rs` (parameters
+//!   sharded per tensor, gathered per unit before use and released after, gradients
+//!   reduce-scattered); `flat.rs`, `bucket.rs` and `average.rs` are what they share (the flat
+//!   parameter buffer, the gradient bucket, the gradient average); `options.rs` holds
+//!   [`RankOptions`];
 //! * [`swap`]: stage 3 offload to NVMe (ZeRO-Infinity): master weights, Adam states and
 //!   parameter slices in files under `nvme_path`, swapped through fixed buffers;
 //! * [`clip`]: each stage's norm and clip arithmetic;
@@ -27,9 +32,13 @@
 //! when compiled with the `dsplan-cpu` backend ([`predict`]).
 
 mod average;
+mod bucket;
 pub mod clip;
 pub mod engine;
 mod error;
+mod flat;
+mod optimizer;
+mod options;
 pub mod partition;
 pub mod precision;
 pub mod predict;
@@ -37,16 +46,17 @@ mod rank;
 mod snapshot;
 mod source;
 mod stage0;
-mod stage1;
-mod stage2;
+mod stage12;
 mod stage3;
+mod state;
 pub mod swap;
 
 pub use clip::{ClipRule, Scales};
 pub use engine::CpuStep;
 pub use error::ZeroError;
+pub use options::{GradScaling, RankOptions};
 pub use partition::{EnginePlan, NvmeLayout, PlanMismatch};
 pub use precision::{Dtype, DtypeVec, MixedPrecision};
 pub use predict::Correspondence;
-pub use rank::{GradScaling, RankOptions, ZeroRank};
+pub use rank::ZeroRank;
 pub use snapshot::{OwnedState, SnapshotMismatch};
