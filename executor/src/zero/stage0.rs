@@ -52,10 +52,6 @@ impl Stage for Stage0 {
         plan.flat().padded
     }
 
-    fn owned_grads(&self, _plan: &EnginePlan, _rank: usize, grads_len: usize) -> Range<usize> {
-        0..grads_len
-    }
-
     fn norm_pieces(&self, plan: &EnginePlan, _rank: usize) -> Vec<Range<usize>> {
         plan.tensors().iter().map(|t| t.offset..t.end()).collect()
     }
@@ -94,10 +90,6 @@ impl Stage for Stage0 {
         values: &[f32],
     ) -> Result<(), ZeroError> {
         self.params.write(start, values);
-        Ok(())
-    }
-
-    fn after_step(&mut self, _group: &mut Group) -> Result<(), ZeroError> {
         Ok(())
     }
 }

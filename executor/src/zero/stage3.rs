@@ -164,10 +164,6 @@ impl Stage for Stage3 {
         plan.shards().len()
     }
 
-    fn owned_grads(&self, _plan: &EnginePlan, _rank: usize, grads_len: usize) -> Range<usize> {
-        0..grads_len
-    }
-
     fn norm_pieces(&self, plan: &EnginePlan, rank: usize) -> Vec<Range<usize>> {
         (0..plan.tensors().len())
             .map(|t| {
@@ -180,10 +176,6 @@ impl Stage for Stage3 {
 
     fn fetch(&mut self, group: &mut Group, i: usize) -> Result<Option<Buffer>, ZeroError> {
         self.gather_unit(group, i).map(Some)
-    }
-
-    fn in_place(&self, _group: &Group, _i: usize) -> Option<&[f32]> {
-        None
     }
 
     fn grads_ready(
@@ -217,14 +209,6 @@ impl Stage for Stage3 {
                 self.flush_bucket(group, grads, b)?;
             }
         }
-        Ok(())
-    }
-
-    fn reduce_at_boundary(
-        &mut self,
-        _group: &mut Group,
-        _grads: &mut Tracked<DtypeVec>,
-    ) -> Result<(), ZeroError> {
         Ok(())
     }
 

@@ -52,8 +52,12 @@ pub(super) trait Stage {
     /// Elements of the accumulated gradients.
     fn grads_len(&self, plan: &EnginePlan) -> usize;
 
-    /// Where the owned gradients sit in the accumulated ones.
-    fn owned_grads(&self, plan: &EnginePlan, rank: usize, grads_len: usize) -> Range<usize>;
+    /// Where the owned gradients sit in the accumulated ones (all of them, unless the stage
+    /// accumulates more than it owns).
+    fn owned_grads(&self, plan: &EnginePlan, rank: usize, grads_len: usize) -> Range<usize> {
+        let _ = (plan, rank);
+        0..grads_len
+    }
 
     /// The owned region's pieces of real tensors, in owned-buffer coordinates (for norms).
     fn norm_pieces(&self, plan: &EnginePlan, rank: usize) -> Vec<Range<usize>>;
@@ -63,7 +67,10 @@ pub(super) trait Stage {
     fn fetch(&mut self, group: &mut Group, i: usize) -> Result<Option<Buffer>, ZeroError>;
 
     /// Unit `i`'s parameters in place (`f32` parameters of stages 0-2), when not fetched.
-    fn in_place(&self, group: &Group, i: usize) -> Option<&[f32]>;
+    fn in_place(&self, group: &Group, i: usize) -> Option<&[f32]> {
+        let _ = (group, i);
+        None
+    }
 
     /// Unit `i`'s gradients of this backward (rounded to the model dtype) are complete: they
     /// go into the accumulated gradients, now or through the stage's buckets.
@@ -81,7 +88,10 @@ pub(super) trait Stage {
         &mut self,
         group: &mut Group,
         grads: &mut Tracked<DtypeVec>,
-    ) -> Result<(), ZeroError>;
+    ) -> Result<(), ZeroError> {
+        let _ = (group, grads);
+        Ok(())
+    }
 
     /// Writes new values of the owned elements `start..start + values.len()` (owned
     /// coordinates) into the parameters, wherever they live.
@@ -90,7 +100,10 @@ pub(super) trait Stage {
 
     /// After the optimizer step has written the owned parameters: the collectives that bring
     /// the rest up to date.
-    fn after_step(&mut self, group: &mut Group) -> Result<(), ZeroError>;
+    fn after_step(&mut self, group: &mut Group) -> Result<(), ZeroError> {
+        let _ = group;
+        Ok(())
+    }
 
     /// The model-dtype parameters this rank holds, widened to `f32`, as a checkpoint stores
     /// them (stage 3: the whole shard in shard order, NVMe slices included).
