@@ -8,7 +8,7 @@
 //!
 //! | stage | state | params (model dtype) | grads (accumulation dtype) | fp32 master | Adam m, v |
 //! |---|---|---|---|---|---|
-//! | 0 | `Stage0` | `Ψ'` | `Ψ'` | `Ψ'` (none in fp32: the params are the master) | `2Ψ'` |
+//! | 0 | `Stage0` | `Ψ` | `Ψ` | `Ψ` (none in fp32: the params are the master) | `2Ψ` |
 //! | 1 | `Stage12` | `Ψ'` | `Ψ'`, reduced at the boundary | `P` | `2P` |
 //! | 2 | `Stage12` | `Ψ'` | `P`, reduced bucket by bucket every micro-step | `P` | `2P` |
 //! | 3 | `Stage3` | `H` + the persistent tensors | `H` | `H` | `2H` |
