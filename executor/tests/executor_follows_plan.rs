@@ -3,7 +3,8 @@
 //! in the same way. Its collectives (counted per kind by the rank's `Comm`, `CommTraffic`) are
 //! the plan's, one per planned bucket per step with the planned collective, and fewer gathered
 //! bytes when the plan keeps more tensors whole; its measured memory moves with the plan's, to
-//! the byte.
+//! the byte. The rank's run-long buffers are the plan's buffer list: a listed size changed is
+//! refused, naming the buffer.
 //!
 //! (The plan's stage 3 `prefetch` and `max_live_parameters` decisions are not followed on the
 //! CPU, see `zero::partition`: one thread per rank has no second stream to prefetch on.)
@@ -13,9 +14,10 @@ use dsplan_executor::data::WindowOrder;
 use dsplan_executor::metrics::Category;
 use dsplan_executor::model::{Gpt2Config, ParamLayout, init_params};
 use dsplan_executor::train::{
-    DataChoice, TrainReport, TrainSettings, TrainSpec, compile_plan, train_planned,
+    DataChoice, TrainError, TrainReport, TrainSettings, TrainSpec, compile_plan, train_planned,
 };
-use dsplan_planner::plan::{Collective, Plan};
+use dsplan_executor::zero::{ListedBuffers, ZeroError};
+use dsplan_planner::plan::{Collective, ModelGraph, Plan, PlanBackend};
 use serde_json::{Value, json};
 
 const MODEL: Gpt2Config = Gpt2Config {
@@ -29,8 +31,8 @@ const MODEL: Gpt2Config = Gpt2Config {
 const WORLD: usize = 2;
 const STEPS: u64 = 2;
 
-/// Compiles the plan of `zero` and runs it.
-fn run(zero: Value) -> (Plan, TrainReport) {
+/// The run of `zero`, and its plan and graph.
+fn planned(zero: Value) -> (TrainSpec, Plan, ModelGraph) {
     let config = json!({
         "train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": 1,
@@ -51,6 +53,12 @@ fn run(zero: Value) -> (Plan, TrainReport) {
     };
     let (plan, graph) =
         compile_plan(&spec.settings, &spec.model, spec.seq_len, WORLD).expect("the plan compiles");
+    (spec, plan, graph)
+}
+
+/// Compiles the plan of `zero` and runs it.
+fn run(zero: Value) -> (Plan, TrainReport) {
+    let (spec, plan, graph) = planned(zero);
     let report = train_planned(&spec, &plan, &graph, &|_| {}).expect("training runs");
     assert_eq!(report.applied_steps, STEPS);
     (plan, report)
@@ -192,4 +200,64 @@ fn the_persistence_threshold_of_the_plan_sets_the_gathers_and_the_parameter_memo
         most.2 > none.2,
         "persistent tensors are held whole: more parameter memory ({seen:?})"
     );
+}
+
+/// Every stage allocates its run-long buffers from the plan's list: one listed buffer grown or
+/// shrunk by an element makes the run stop before its first step with a plan mismatch naming
+/// that buffer (the list and the rank's stage disagree), where the unaltered plan runs.
+#[test]
+fn the_rank_allocates_what_the_plans_buffer_list_says() {
+    let altered = [
+        (0, "parameters", 1i64),
+        (1, "fp32 master weights", -1),
+        (1, "accumulated gradients", 1),
+        (2, "gradient bucket (f32)", -1),
+        (2, "optimizer state 1", 1),
+        (3, "persistent parameters (whole)", 1),
+        (3, "reduce-scatter output (f32)", -1),
+        (3, "gradient bucket, per-rank layout (f32)", 1),
+    ];
+    for (stage, name, by) in altered {
+        let (spec, mut plan, graph) = planned(json!({"stage": stage, "reduce_bucket_size": 20_000,
+            "stage3_param_persistence_threshold": 100}));
+        let buffer = plan
+            .buffers
+            .iter_mut()
+            .find(|b| b.name == name)
+            .unwrap_or_else(|| panic!("stage {stage}: the plan lists `{name}`"));
+        buffer.numel = buffer.numel.saturating_add_signed(by);
+        match train_planned(&spec, &plan, &graph, &|_| {}) {
+            Err(TrainError::Rank {
+                error: ZeroError::PlanMismatch(mismatch),
+                ..
+            }) => {
+                eprintln!("stage {stage}, `{name}` {by:+}: {mismatch}");
+                assert!(
+                    mismatch.message.contains(&format!("`{name}`")),
+                    "stage {stage}: the error names `{name}`: {mismatch}"
+                );
+            }
+            other => panic!("stage {stage}, `{name}` {by:+}: refused, not {other:?}"),
+        }
+    }
+}
+
+/// A plan compiled for another backend lists that backend's buffers; the ranks then allocate
+/// what the `dsplan-cpu` backend derives from the same plan, which is the list a `dsplan-cpu`
+/// plan carries.
+#[test]
+fn a_plan_for_another_backend_is_sized_by_the_dsplan_cpu_list() {
+    for stage in 0..=3 {
+        let (_, plan, graph) = planned(json!({"stage": stage, "reduce_bucket_size": 20_000}));
+        let listed = ListedBuffers::of_plan(&plan, &graph);
+        assert_ne!(listed, ListedBuffers::default(), "stage {stage}: a list");
+        let mut other = plan.clone();
+        other.settings.backend = PlanBackend::DeepspeedGpu;
+        other.buffers.clear();
+        assert_eq!(
+            ListedBuffers::of_plan(&other, &graph),
+            listed,
+            "stage {stage}: derived as compiled"
+        );
+    }
 }

@@ -3,15 +3,29 @@
 //! at a time, in place when it is `f32`, else widened into an `f32` copy while the unit is in
 //! use.
 
+use dsplan_planner::plan::BufferKind;
+
+use super::ZeroError;
+use super::listed::ListedBuffers;
 use super::precision::{Dtype, DtypeVec};
 use super::state::{Buffer, Group};
 use crate::metrics::{Category, Tracked};
 
-/// The flat buffer in the model dtype, `initial` written at its start (the rest is padding).
-pub(super) fn flat_buffer(group: &Group, initial: &[f32]) -> DtypeVec {
-    let mut params = DtypeVec::zeros(group.options.model_dtype, group.plan.flat().padded);
+/// The flat buffer in the model dtype, as `listed` sizes it (`Ψ'`), `initial` written at its
+/// start (the rest is padding).
+pub(super) fn flat_buffer(
+    group: &Group,
+    initial: &[f32],
+    listed: &ListedBuffers,
+) -> Result<DtypeVec, ZeroError> {
+    let len = listed.take(
+        BufferKind::Parameters,
+        group.plan.flat().padded,
+        "flat parameters (padded)",
+    )?;
+    let mut params = DtypeVec::zeros(group.options.model_dtype, len);
     params.write(0, initial);
-    params
+    Ok(params)
 }
 
 /// Unit `i` of `params` widened into a new `f32` buffer when they are 16-bit (`None`: the

@@ -22,6 +22,8 @@
 //! * [`swap`]: stage 3 offload to NVMe (ZeRO-Infinity): master weights, Adam states and
 //!   parameter slices in files under `nvme_path`, swapped through fixed buffers;
 //! * [`clip`]: each stage's norm and clip arithmetic;
+//! * `listed.rs`: the run-long host buffers the `dsplan-cpu` plan lists ([`ListedBuffers`]),
+//!   which the stages allocate from;
 //! * `snapshot.rs`: a rank's owned state out and back in, for checkpoints ([`OwnedState`]);
 //! * [`engine`]: the rank as the training loop's CPU backend ([`CpuStep`]); the order of a
 //!   step and the loss scale, clip, Adam and schedule decisions are the loop's
@@ -37,6 +39,7 @@ pub mod clip;
 pub mod engine;
 mod error;
 mod flat;
+mod listed;
 mod optimizer;
 mod options;
 pub mod partition;
@@ -54,6 +57,7 @@ pub mod swap;
 pub use clip::{ClipRule, Scales};
 pub use engine::CpuStep;
 pub use error::ZeroError;
+pub use listed::ListedBuffers;
 pub use options::{GradScaling, RankOptions};
 pub use partition::{EnginePlan, NvmeLayout, PlanMismatch};
 pub use precision::{Dtype, DtypeVec, MixedPrecision};

@@ -3,7 +3,10 @@
 //! the step uses. Every stage family has one; what it owns comes from the plan
 //! ([`super::EnginePlan::owned`]).
 
+use dsplan_planner::plan::BufferKind;
+
 use super::ZeroError;
+use super::listed::ListedBuffers;
 use super::precision::DtypeVec;
 use super::state::{Buffer, Group};
 use super::swap::OptimizerSwap;
@@ -45,9 +48,23 @@ impl Optimizer {
     /// The optimizer state of `group`'s rank, its master the owned region of the model-dtype
     /// parameters `held` (widened) unless `copy` says the parameters are the master. Under
     /// optimizer offload to NVMe it creates the rank's swap files.
-    pub(super) fn new(group: &Group, held: &DtypeVec, copy: MasterCopy) -> Result<Self, ZeroError> {
+    pub(super) fn new(
+        group: &Group,
+        held: &DtypeVec,
+        copy: MasterCopy,
+        listed: &ListedBuffers,
+    ) -> Result<Self, ZeroError> {
         let owned = group.plan.owned(group.rank);
         let ledger = &group.ledger;
+        let in_memory = match (&group.plan.nvme().optimizer, copy) {
+            (None, MasterCopy::Separate) => owned.len(),
+            (Some(_), _) | (None, MasterCopy::InParams) => 0,
+        };
+        let master_len = listed.take(
+            BufferKind::MasterWeights,
+            in_memory,
+            "fp32 master weights in memory (the owned region)",
+        )?;
         let master = match (&group.plan.nvme().optimizer, copy) {
             (Some(layout), _) => {
                 let mut values = vec![0.0f32; owned.len()];
@@ -57,7 +74,7 @@ impl Optimizer {
                 )?))
             }
             (None, MasterCopy::Separate) => {
-                let mut master = vec![0.0f32; owned.len()].into_boxed_slice();
+                let mut master = vec![0.0f32; master_len].into_boxed_slice();
                 held.read(owned.start, &mut master);
                 Master::Memory(Tracked::new(ledger, Category::Master, master))
             }
@@ -67,6 +84,11 @@ impl Optimizer {
             Master::Nvme(_) => 0,
             Master::Params | Master::Memory(_) => owned.len(),
         };
+        let adam_len = listed.take(
+            BufferKind::OptimizerStates,
+            2 * adam_len,
+            "Adam moments in memory (two of the owned region)",
+        )? / 2;
         Ok(Self {
             master,
             adam: AdamState::new(adam_len),

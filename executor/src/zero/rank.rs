@@ -1,7 +1,8 @@
 //! [`ZeroRank`]: one data-parallel rank's training state, allocated as the plan
 //! ([`EnginePlan`]) sizes it: its stage family's state ([`RankState`]), the accumulated
 //! gradients, the per-unit buffers the model reads and writes through [`ParamSource`]
-//! (`source.rs`), and the optimizer (`optimizer.rs`).
+//! (`source.rs`), and the optimizer (`optimizer.rs`). The run-long buffers below are sized by
+//! the plan's buffer list ([`ListedBuffers`]), each checked against the stage's geometry.
 //!
 //! What each stage allocates on a rank (`Ψ` parameters, `Ψ'` the plan's padded flat buffer,
 //! `P` its partition per rank, `H` the rank's stage 3 shard, `Σ⌈n_t / W⌉`):
@@ -33,7 +34,10 @@ use std::sync::Arc;
 
 use dsplan_planner::config::ZeroStage;
 
+use dsplan_planner::plan::BufferKind;
+
 use super::ZeroError;
+use super::listed::ListedBuffers;
 use super::optimizer::{Master, Optimizer};
 use super::options::RankOptions;
 use super::partition::EnginePlan;
@@ -60,18 +64,22 @@ pub(super) enum RankState {
 impl RankState {
     /// The state of the plan's stage family for `group`'s rank (the one place the stage is
     /// read), and its optimizer.
-    fn new(group: &Group, initial: &[f32]) -> Result<(Self, Optimizer), ZeroError> {
+    fn new(
+        group: &Group,
+        initial: &[f32],
+        listed: &ListedBuffers,
+    ) -> Result<(Self, Optimizer), ZeroError> {
         Ok(match group.plan.stage() {
             ZeroStage::Disabled => {
-                let (state, optimizer) = Stage0::new(group, initial)?;
+                let (state, optimizer) = Stage0::new(group, initial, listed)?;
                 (RankState::Replicated(state), optimizer)
             }
             stage @ (ZeroStage::OptimizerStates | ZeroStage::Gradients) => {
-                let (state, optimizer) = Stage12::new(group, initial, stage)?;
+                let (state, optimizer) = Stage12::new(group, initial, listed, stage)?;
                 (RankState::Flat(state), optimizer)
             }
             ZeroStage::Weights => {
-                let (state, optimizer) = Stage3::new(group, initial)?;
+                let (state, optimizer) = Stage3::new(group, initial, listed)?;
                 (RankState::Sharded(Box::new(state)), optimizer)
             }
         })
@@ -126,14 +134,17 @@ impl std::fmt::Debug for ZeroRank {
 impl ZeroRank {
     /// The state of rank `comm.rank()`, following `plan` (shared by the ranks), for a model
     /// whose initial parameters are `initial` (the full flat buffer every rank can read, like
-    /// a checkpoint on disk; each rank copies only what the plan gives it). With NVMe offload
-    /// it creates the rank's swap files and writes the initial state into them: `Err` when that
-    /// fails (a missing or read-only `nvme_path`, a full drive, buffers too small).
+    /// a checkpoint on disk; each rank copies only what the plan gives it). Its run-long
+    /// buffers are those `listed` (the same plan's); `Err(ZeroError::PlanMismatch)` when the
+    /// list does not size what the stage holds. With NVMe offload it creates the rank's swap
+    /// files and writes the initial state into them: `Err` when that fails (a missing or
+    /// read-only `nvme_path`, a full drive, buffers too small).
     pub fn new(
         comm: Box<dyn Comm>,
         plan: Arc<EnginePlan>,
         options: RankOptions,
         initial: &[f32],
+        listed: &ListedBuffers,
         ledger: &Rc<MemoryLedger>,
     ) -> Result<Self, ZeroError> {
         let group = Group {
@@ -144,13 +155,18 @@ impl ZeroRank {
             options,
             ledger: Rc::clone(ledger),
         };
-        let (state, optimizer) = RankState::new(&group, initial)?;
+        let (state, optimizer) = RankState::new(&group, initial, listed)?;
         let stage = state.get();
         let plan = &group.plan;
+        let grads_len = listed.take(
+            BufferKind::Gradients,
+            stage.grads_len(plan),
+            "accumulated gradients",
+        )?;
         let grads = Tracked::new(
             ledger,
             Category::Grads,
-            DtypeVec::zeros(options.accum_dtype, stage.grads_len(plan)),
+            DtypeVec::zeros(options.accum_dtype, grads_len),
         );
         let owned_grads = stage.owned_grads(plan, group.rank, grads.len());
         let norm_pieces = stage.norm_pieces(plan, group.rank);

@@ -14,6 +14,7 @@ use std::ops::Range;
 use super::ZeroError;
 use super::average::average;
 use super::flat::{flat_buffer, unit_in_place, widen_unit};
+use super::listed::ListedBuffers;
 use super::optimizer::{MasterCopy, Optimizer};
 use super::partition::EnginePlan;
 use super::precision::{Dtype, DtypeVec};
@@ -27,13 +28,17 @@ pub(super) struct Stage0 {
 
 impl Stage0 {
     /// The state of `group`'s rank for the flat parameters `initial`, and its optimizer.
-    pub(super) fn new(group: &Group, initial: &[f32]) -> Result<(Self, Optimizer), ZeroError> {
-        let params = flat_buffer(group, initial);
+    pub(super) fn new(
+        group: &Group,
+        initial: &[f32],
+        listed: &ListedBuffers,
+    ) -> Result<(Self, Optimizer), ZeroError> {
+        let params = flat_buffer(group, initial, listed)?;
         let copy = match group.options.model_dtype {
             Dtype::F32 => MasterCopy::InParams,
             Dtype::Bf16 | Dtype::F16 => MasterCopy::Separate,
         };
-        let optimizer = Optimizer::new(group, &params, copy)?;
+        let optimizer = Optimizer::new(group, &params, copy, listed)?;
         let params = Tracked::new(&group.ledger, Category::Params, params);
         Ok((Self { params }, optimizer))
     }

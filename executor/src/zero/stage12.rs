@@ -22,11 +22,13 @@
 use std::ops::Range;
 
 use dsplan_planner::config::ZeroStage;
+use dsplan_planner::plan::BufferKind;
 
 use super::ZeroError;
 use super::average::average;
 use super::bucket::GradBuckets;
 use super::flat::{flat_buffer, unit_in_place, widen_unit};
+use super::listed::ListedBuffers;
 use super::optimizer::{MasterCopy, Optimizer};
 use super::partition::EnginePlan;
 use super::precision::DtypeVec;
@@ -54,17 +56,25 @@ impl Stage12 {
     pub(super) fn new(
         group: &Group,
         initial: &[f32],
+        listed: &ListedBuffers,
         stage: ZeroStage,
     ) -> Result<(Self, Optimizer), ZeroError> {
-        let params = flat_buffer(group, initial);
-        let optimizer = Optimizer::new(group, &params, MasterCopy::Separate)?;
+        let params = flat_buffer(group, initial, listed)?;
+        let optimizer = Optimizer::new(group, &params, MasterCopy::Separate, listed)?;
         let params = Tracked::new(&group.ledger, Category::Params, params);
         let reduction = match stage {
-            ZeroStage::Gradients => Reduction::EveryBackward(GradBuckets::new(
-                &group.ledger,
-                group.plan.max_bucket_numel(),
-                group.plan.buckets().len(),
-            )),
+            ZeroStage::Gradients => {
+                let len = listed.take(
+                    BufferKind::GradientBuckets,
+                    group.plan.max_bucket_numel(),
+                    "stage 2 gradient bucket (the largest planned bucket)",
+                )?;
+                Reduction::EveryBackward(GradBuckets::new(
+                    &group.ledger,
+                    len,
+                    group.plan.buckets().len(),
+                ))
+            }
             _ => Reduction::AtBoundary,
         };
         Ok((Self { params, reduction }, optimizer))

@@ -22,12 +22,13 @@
 
 use std::ops::Range;
 
-use dsplan_planner::plan::Collective;
 use dsplan_planner::plan::stage3::FetchCollective;
+use dsplan_planner::plan::{BufferKind, Collective};
 
 use super::ZeroError;
 use super::average::{scale_after_sum, scale_before_sum};
 use super::bucket::GradBuckets;
+use super::listed::ListedBuffers;
 use super::optimizer::{MasterCopy, Optimizer};
 use super::partition::EnginePlan;
 use super::precision::{Dtype, DtypeVec};
@@ -59,14 +60,23 @@ impl Stage3 {
     /// The state of `group`'s rank for the flat parameters `initial` (every rank can read them,
     /// like a checkpoint on disk; it copies only its shard and the persistent tensors), and its
     /// optimizer. Under parameter offload to NVMe it creates the rank's swap file.
-    pub(super) fn new(group: &Group, initial: &[f32]) -> Result<(Self, Optimizer), ZeroError> {
+    pub(super) fn new(
+        group: &Group,
+        initial: &[f32],
+        listed: &ListedBuffers,
+    ) -> Result<(Self, Optimizer), ZeroError> {
         let plan = &group.plan;
         let ledger = &group.ledger;
         let dtype = group.options.model_dtype;
         let shard = cut_shard(plan, group.rank, dtype, initial);
-        let (store, persistent_offset) = persistent_store(plan, dtype, initial);
+        let persistent_len = listed.take(
+            BufferKind::PersistentParameters,
+            plan.persistent_numel(),
+            "stage 3 persistent tensors (whole)",
+        )?;
+        let (store, persistent_offset) = persistent_store(plan, dtype, initial, persistent_len);
         let persistent = Tracked::new(ledger, Category::Params, store);
-        let optimizer = Optimizer::new(group, &shard, MasterCopy::Separate)?;
+        let optimizer = Optimizer::new(group, &shard, MasterCopy::Separate, listed)?;
         let shards = plan.shards();
         let mut param_offset: Vec<usize> = (0..plan.tensors().len())
             .map(|t| {
@@ -84,6 +94,11 @@ impl Stage3 {
                     .filter(|&t| !swap.is_resident(t))
                     .map(|t| shards.chunk(t))
                     .sum();
+                let kept = listed.take(
+                    BufferKind::Parameters,
+                    kept,
+                    "stage 3 shard in memory (the slices not on NVMe)",
+                )?;
                 let mut compact = DtypeVec::zeros(dtype, kept);
                 let mut at = 0;
                 let mut values = Vec::new();
@@ -99,15 +114,24 @@ impl Stage3 {
                 }
                 (compact, Some(swap))
             }
-            None => (shard, None),
+            None => {
+                listed.take(BufferKind::Parameters, shard.len(), "stage 3 shard")?;
+                (shard, None)
+            }
         };
         let params = Tracked::new(ledger, Category::Params, params);
-        let buckets = GradBuckets::new(
-            ledger,
+        let bucket_len = listed.take(
+            BufferKind::GradientBuckets,
             group.world * plan.max_bucket_shard_numel(),
-            plan.buckets().len(),
-        );
-        let received = Tracked::zeros(ledger, Category::Buckets, plan.max_bucket_shard_numel());
+            "stage 3 gradient bucket (W x the largest bucket's per-rank part)",
+        )?;
+        let buckets = GradBuckets::new(ledger, bucket_len, plan.buckets().len());
+        let received_len = listed.take(
+            BufferKind::ReduceScatterStaging,
+            plan.max_bucket_shard_numel(),
+            "stage 3 reduce-scatter output (the largest bucket's per-rank part)",
+        )?;
+        let received = Tracked::zeros(ledger, Category::Buckets, received_len);
         let state = Self {
             params,
             param_offset,
@@ -133,14 +157,16 @@ fn cut_shard(plan: &EnginePlan, rank: usize, dtype: Dtype, initial: &[f32]) -> D
     shard
 }
 
-/// The persistent tensors' full values, back to back, and where each starts.
+/// The persistent tensors' full values, back to back in a store of `len` elements, and where
+/// each starts.
 fn persistent_store(
     plan: &EnginePlan,
     dtype: Dtype,
     initial: &[f32],
+    len: usize,
 ) -> (DtypeVec, Vec<Option<usize>>) {
     let mut offsets = vec![None; plan.tensors().len()];
-    let mut store = DtypeVec::zeros(dtype, plan.persistent_numel());
+    let mut store = DtypeVec::zeros(dtype, len);
     let mut next = 0;
     for t in plan.persistent_tensors() {
         let span = plan.tensors()[t];
