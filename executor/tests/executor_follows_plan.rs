@@ -207,6 +207,13 @@ fn the_persistence_threshold_of_the_plan_sets_the_gathers_and_the_parameter_memo
 /// that buffer (the list and the rank's stage disagree), where the unaltered plan runs.
 #[test]
 fn the_rank_allocates_what_the_plans_buffer_list_says() {
+    let nvme = std::env::temp_dir().join(format!("dsplan-listed-{}", std::process::id()));
+    std::fs::create_dir_all(&nvme).expect("a scratch directory");
+    let offloaded = json!({
+        "offload_optimizer": {"device": "nvme", "nvme_path": nvme, "buffer_count": 4},
+        "offload_param": {"device": "nvme", "nvme_path": nvme, "buffer_count": 2,
+            "buffer_size": 20_000},
+    });
     let altered = [
         (0, "parameters", 1i64),
         (1, "fp32 master weights", -1),
@@ -216,10 +223,18 @@ fn the_rank_allocates_what_the_plans_buffer_list_says() {
         (3, "persistent parameters (whole)", 1),
         (3, "reduce-scatter output (f32)", -1),
         (3, "gradient bucket, per-rank layout (f32)", 1),
+        (3, "optimizer swap buffers (f32)", 1),
+        (3, "parameter swap buffers", -1),
     ];
     for (stage, name, by) in altered {
-        let (spec, mut plan, graph) = planned(json!({"stage": stage, "reduce_bucket_size": 20_000,
-            "stage3_param_persistence_threshold": 100}));
+        let mut zero = json!({"stage": stage, "reduce_bucket_size": 20_000,
+            "stage3_param_persistence_threshold": 100});
+        if name.contains("swap") {
+            zero.as_object_mut()
+                .expect("an object")
+                .extend(offloaded.as_object().expect("an object").clone());
+        }
+        let (spec, mut plan, graph) = planned(zero);
         let buffer = plan
             .buffers
             .iter_mut()
@@ -240,6 +255,9 @@ fn the_rank_allocates_what_the_plans_buffer_list_says() {
             other => panic!("stage {stage}, `{name}` {by:+}: refused, not {other:?}"),
         }
     }
+    let left = std::fs::read_dir(&nvme).map_or(0, |d| d.count());
+    std::fs::remove_dir_all(&nvme).ok();
+    assert_eq!(left, 0, "a refused rank leaves no swap files");
 }
 
 /// A plan compiled for another backend lists that backend's buffers; the ranks then allocate

@@ -21,7 +21,7 @@ pub(super) fn flat_buffer(
     let len = listed.take(
         BufferKind::Parameters,
         group.plan.flat().padded,
-        "flat parameters (padded)",
+        "the padded flat parameters",
     )?;
     let mut params = DtypeVec::zeros(group.options.model_dtype, len);
     params.write(0, initial);

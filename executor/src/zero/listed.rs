@@ -81,7 +81,7 @@ impl ListedBuffers {
         });
         Err(ZeroError::PlanMismatch(PlanMismatch {
             message: format!(
-                "its buffer list gives {names} {numel} elements per rank, where the executor holds {needed} ({what}); compile the plan for this run"
+                "its buffer list gives {names} {numel} elements per rank, where the executor holds {needed} for {what}; compile the plan for this run"
             ),
         }))
     }

@@ -63,10 +63,16 @@ impl Optimizer {
         let master_len = listed.take(
             BufferKind::MasterWeights,
             in_memory,
-            "fp32 master weights in memory (the owned region)",
+            "the owned region's fp32 master in memory",
         )?;
         let master = match (&group.plan.nvme().optimizer, copy) {
             (Some(layout), _) => {
+                let largest = layout.sub_groups.iter().map(|g| g.len()).max();
+                listed.take(
+                    BufferKind::OptimizerSwapBuffers,
+                    layout.buffer_count * largest.unwrap_or(0),
+                    "the optimizer swap buffers, buffer_count times the largest sub-group",
+                )?;
                 let mut values = vec![0.0f32; owned.len()];
                 held.read(owned.start, &mut values);
                 Master::Nvme(Box::new(OptimizerSwap::create(
@@ -87,7 +93,7 @@ impl Optimizer {
         let adam_len = listed.take(
             BufferKind::OptimizerStates,
             2 * adam_len,
-            "Adam moments in memory (two of the owned region)",
+            "Adam's two moments of the owned region in memory",
         )? / 2;
         Ok(Self {
             master,

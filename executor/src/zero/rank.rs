@@ -161,7 +161,7 @@ impl ZeroRank {
         let grads_len = listed.take(
             BufferKind::Gradients,
             stage.grads_len(plan),
-            "accumulated gradients",
+            "the accumulated gradients",
         )?;
         let grads = Tracked::new(
             ledger,

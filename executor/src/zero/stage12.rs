@@ -67,7 +67,7 @@ impl Stage12 {
                 let len = listed.take(
                     BufferKind::GradientBuckets,
                     group.plan.max_bucket_numel(),
-                    "stage 2 gradient bucket (the largest planned bucket)",
+                    "stage 2's gradient bucket, the largest planned bucket",
                 )?;
                 Reduction::EveryBackward(GradBuckets::new(
                     &group.ledger,

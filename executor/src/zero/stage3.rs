@@ -72,7 +72,7 @@ impl Stage3 {
         let persistent_len = listed.take(
             BufferKind::PersistentParameters,
             plan.persistent_numel(),
-            "stage 3 persistent tensors (whole)",
+            "stage 3's persistent tensors, whole",
         )?;
         let (store, persistent_offset) = persistent_store(plan, dtype, initial, persistent_len);
         let persistent = Tracked::new(ledger, Category::Params, store);
@@ -89,6 +89,11 @@ impl Stage3 {
             .collect();
         let (params, param_swap) = match &plan.nvme().params {
             Some(layout) => {
+                listed.take(
+                    BufferKind::ParamSwapBuffers,
+                    layout.buffer_count * layout.buffer_size,
+                    "the parameter swap buffers, buffer_count times buffer_size",
+                )?;
                 let swap = ParamSwap::create(layout, group.rank, shards, &shard, ledger)?;
                 let kept: usize = (0..param_offset.len())
                     .filter(|&t| !swap.is_resident(t))
@@ -97,7 +102,7 @@ impl Stage3 {
                 let kept = listed.take(
                     BufferKind::Parameters,
                     kept,
-                    "stage 3 shard in memory (the slices not on NVMe)",
+                    "stage 3's shard less its slices on NVMe",
                 )?;
                 let mut compact = DtypeVec::zeros(dtype, kept);
                 let mut at = 0;
@@ -115,7 +120,7 @@ impl Stage3 {
                 (compact, Some(swap))
             }
             None => {
-                listed.take(BufferKind::Parameters, shard.len(), "stage 3 shard")?;
+                listed.take(BufferKind::Parameters, shard.len(), "stage 3's shard")?;
                 (shard, None)
             }
         };
@@ -123,13 +128,13 @@ impl Stage3 {
         let bucket_len = listed.take(
             BufferKind::GradientBuckets,
             group.world * plan.max_bucket_shard_numel(),
-            "stage 3 gradient bucket (W x the largest bucket's per-rank part)",
+            "stage 3's gradient bucket, W times the largest bucket's per-rank part",
         )?;
         let buckets = GradBuckets::new(ledger, bucket_len, plan.buckets().len());
         let received_len = listed.take(
             BufferKind::ReduceScatterStaging,
             plan.max_bucket_shard_numel(),
-            "stage 3 reduce-scatter output (the largest bucket's per-rank part)",
+            "stage 3's reduce-scatter output, the largest bucket's per-rank part",
         )?;
         let received = Tracked::zeros(ledger, Category::Buckets, received_len);
         let state = Self {
