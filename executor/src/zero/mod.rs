@@ -10,15 +10,10 @@
 //! * `rank.rs`: the rank ([`ZeroRank`]): its stage family's state (`RankState`), the
 //!   accumulated gradients, the per-unit buffers (`source.rs`: how the model reaches them) and
 //!   the optimizer (`optimizer.rs`: master weights and Adam's moments, in memory or on NVMe);
-//! * one state type per stage family, each owning its buffers and running its collectives on
-//!   the plan's buckets and pieces, behind one interface (`state.rs`): `stage0.rs` (replicated:
-//!   all-reduce of the accumulated gradient at the boundary), `stage12.rs` (the flat partition:
-//!   stage 1 reduces at the boundary, stage 2 in buckets during backward into its gradient
-//!   partition; the parameters are all-gathered after the step) and `stage3.rs` (parameters
-//!   sharded per tensor, gathered per unit before use and released after, gradients
-//!   reduce-scattered); `flat.rs`, `bucket.rs` and `average.rs` are what they share (the flat
-//!   parameter buffer, the gradient bucket, the gradient average); `options.rs` holds
-//!   [`RankOptions`];
+//! * one state type per stage family behind one interface (`state.rs`), each owning its
+//!   buffers and running its collectives on the plan's buckets and pieces: `stage0.rs`
+//!   (replicated), `stage12.rs` (the flat partition) and `stage3.rs` (per-tensor shards), sharing
+//!   `flat.rs`, `bucket.rs` and `average.rs`; `options.rs` holds [`RankOptions`];
 //! * [`swap`]: stage 3 offload to NVMe (ZeRO-Infinity): master weights, Adam states and
 //!   parameter slices in files under `nvme_path`, swapped through fixed buffers;
 //! * [`clip`]: each stage's norm and clip arithmetic;

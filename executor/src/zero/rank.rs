@@ -359,13 +359,7 @@ impl ZeroRank {
 
     /// The owned gradients as `f32` (after [`ZeroRank::stage_owned_grads`]).
     pub fn owned_grads(&self) -> &[f32] {
-        match &self.optimizer.staged {
-            Some(staged) => staged,
-            None => self
-                .grads
-                .as_f32()
-                .map_or(&[][..], |g| &g[self.owned_grads.clone()]),
-        }
+        owned_view(&self.optimizer.staged, &self.grads, &self.owned_grads)
     }
 
     /// The owned gradients as `f32`, mutably (after [`ZeroRank::stage_owned_grads`]).
@@ -425,10 +419,7 @@ impl ZeroRank {
             ..
         } = optimizer;
         let step = moments.step + 1;
-        let owned: &[f32] = match staged {
-            Some(staged) => staged,
-            None => grads.as_f32().map_or(&[][..], |g| &g[owned_grads.clone()]),
-        };
+        let owned = owned_view(staged, grads, owned_grads);
         match master {
             Master::Nvme(swap) => {
                 let stepped = swap.step(owned, step, lr, adam, |start, values| {
@@ -468,6 +459,18 @@ impl ZeroRank {
             }
         }
         stage.after_step(group)
+    }
+}
+
+/// The owned gradients as `f32`: the staged copy, else `range` of the `f32` accumulated `grads`.
+fn owned_view<'a>(
+    staged: &'a Option<Buffer>,
+    grads: &'a Tracked<DtypeVec>,
+    range: &Range<usize>,
+) -> &'a [f32] {
+    match staged {
+        Some(staged) => staged,
+        None => grads.as_f32().map_or(&[][..], |g| &g[range.clone()]),
     }
 }
 

@@ -10,7 +10,8 @@
 //!   bucket, reduced as soon as all its tensors have arrived (stages 2, 3).
 
 use super::ZeroError;
-use super::rank::ZeroRank;
+use super::rank::{RankState, ZeroRank};
+use super::state::{Buffer, Group};
 use crate::metrics::{Category, Tracked};
 use crate::model::{ParamSource, ParamUnit};
 
@@ -33,37 +34,19 @@ impl ParamSource for ZeroRank {
 
     fn params(&self, unit: ParamUnit) -> &[f32] {
         let i = self.group.plan.unit_index(unit);
-        let len = self.group.plan.units()[i].span.len;
-        match &self.live[i] {
-            Some(live) => &live[..len],
-            None => match self.state.get().in_place(&self.group, i) {
-                Some(params) => params,
-                None => panic!("{unit:?} read before it was fetched"),
-            },
-        }
+        unit_params(&self.live[i], &self.state, &self.group, i, unit)
     }
 
     fn params_and_grads(&mut self, unit: ParamUnit) -> (&[f32], &mut [f32]) {
         let i = self.group.plan.unit_index(unit);
-        let len = self.group.plan.units()[i].span.len;
-        let ledger = &self.group.ledger;
-        let grads =
-            self.unit_grads[i].get_or_insert_with(|| Tracked::zeros(ledger, Category::Grads, len));
-        let params: &[f32] = match &self.live[i] {
-            Some(live) => &live[..len],
-            None => match self.state.get().in_place(&self.group, i) {
-                Some(params) => params,
-                None => panic!("{unit:?} read before it was fetched"),
-            },
-        };
+        let grads = unit_grads(&mut self.unit_grads[i], &self.group, i);
+        let params = unit_params(&self.live[i], &self.state, &self.group, i, unit);
         (params, grads)
     }
 
     fn grads(&mut self, unit: ParamUnit) -> &mut [f32] {
         let i = self.group.plan.unit_index(unit);
-        let len = self.group.plan.units()[i].span.len;
-        let ledger = &self.group.ledger;
-        self.unit_grads[i].get_or_insert_with(|| Tracked::zeros(ledger, Category::Grads, len))
+        unit_grads(&mut self.unit_grads[i], &self.group, i)
     }
 
     fn grads_ready(&mut self, unit: ParamUnit) -> Result<(), ZeroError> {
@@ -77,4 +60,27 @@ impl ParamSource for ZeroRank {
             .get_mut()
             .grads_ready(&mut self.group, &mut self.grads, i, &grads)
     }
+}
+
+/// Unit `i`'s `f32` parameters: its fetched copy `live`, else the stage's parameters in place.
+fn unit_params<'a>(
+    live: &'a Option<Buffer>,
+    state: &'a RankState,
+    group: &'a Group,
+    i: usize,
+    unit: ParamUnit,
+) -> &'a [f32] {
+    match live {
+        Some(live) => &live[..group.plan.units()[i].span.len],
+        None => state
+            .get()
+            .in_place(group, i)
+            .unwrap_or_else(|| panic!("{unit:?} read before it was fetched")),
+    }
+}
+
+/// Unit `i`'s gradients of this backward, zeroed when first asked for.
+fn unit_grads<'a>(slot: &'a mut Option<Buffer>, group: &Group, i: usize) -> &'a mut Buffer {
+    let len = group.plan.units()[i].span.len;
+    slot.get_or_insert_with(|| Tracked::zeros(&group.ledger, Category::Grads, len))
 }

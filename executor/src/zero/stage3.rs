@@ -32,7 +32,7 @@ use super::listed::ListedBuffers;
 use super::optimizer::{MasterCopy, Optimizer};
 use super::partition::EnginePlan;
 use super::precision::{Dtype, DtypeVec};
-use super::state::{Buffer, Group, Stage};
+use super::state::{Buffer, Group, Stage, widened};
 use super::swap::ParamSwap;
 use crate::comm::ReduceOp;
 use crate::metrics::{Category, Tracked};
@@ -273,9 +273,7 @@ impl Stage for Stage3 {
 
     fn held_params(&mut self, group: &Group) -> Result<Vec<f32>, ZeroError> {
         let Some(swap) = self.param_swap.as_mut() else {
-            let mut values = vec![0.0f32; self.params.len()];
-            self.params.read(0, &mut values);
-            return Ok(values);
+            return Ok(widened(&self.params));
         };
         let shards = group.plan.shards();
         let mut values = vec![0.0f32; shards.len()];

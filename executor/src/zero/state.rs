@@ -36,6 +36,13 @@ pub(super) struct Group {
     pub(super) ledger: Rc<MemoryLedger>,
 }
 
+/// All of `params`, widened to `f32`.
+pub(super) fn widened(params: &DtypeVec) -> Vec<f32> {
+    let mut values = vec![0.0f32; params.len()];
+    params.read(0, &mut values);
+    values
+}
+
 /// One `f32` buffer counted in the ledger.
 pub(super) type Buffer = Tracked<Box<[f32]>>;
 
@@ -109,9 +116,7 @@ pub(super) trait Stage {
     /// them (stage 3: the whole shard in shard order, NVMe slices included).
     fn held_params(&mut self, group: &Group) -> Result<Vec<f32>, ZeroError> {
         let _ = group;
-        let mut values = vec![0.0f32; self.params().len()];
-        self.params().read(0, &mut values);
-        Ok(values)
+        Ok(widened(self.params()))
     }
 
     /// Stage 3 parameter offload to NVMe, when there is one.
