@@ -478,7 +478,7 @@ fn the_device_state_is_cut_as_a_cpu_rank_holds_it_for_checkpoints() {
     use dsplan_executor::metrics::MemoryLedger;
     use dsplan_executor::model::{ParamLayout, init_params};
     use dsplan_executor::train::compile_plan;
-    use dsplan_executor::zero::{EnginePlan, RankOptions, ZeroRank};
+    use dsplan_executor::zero::{EnginePlan, ListedBuffers, RankOptions, ZeroRank};
 
     let model = choose_model(None, 2).expect("tiny");
     let gpt2 = model.config.gpt2().copied().expect("a GPT-2");
@@ -522,6 +522,7 @@ fn the_device_state_is_cut_as_a_cpu_rank_holds_it_for_checkpoints() {
                     Arc::clone(&engine_plan),
                     options,
                     &whole,
+                    &ListedBuffers::of_plan(&cpu_plan, &graph),
                     &ledger,
                 )
                 .expect("a rank");

@@ -5,7 +5,9 @@
 //! bytes when the plan keeps more tensors whole; its measured memory moves with the plan's, to
 //! the byte. Fields changed in the plan itself (the parameter all-gather's pieces, the
 //! gradient-norm rule of the plan's `run` policy) change the executor's collectives with them,
-//! and a plan that leaves out a gather its engine needs is refused, not completed.
+//! and a plan that leaves out a gather its engine needs is refused, not completed. The rank's
+//! run-long buffers are the plan's buffer list: a listed size changed is refused, naming the
+//! buffer.
 //!
 //! (The plan's stage 3 `prefetch` and `max_live_parameters` decisions are not followed on the
 //! CPU, see `zero::partition`: one thread per rank has no second stream to prefetch on.)
@@ -17,9 +19,10 @@ use dsplan_executor::model::{Gpt2Config, ParamLayout, init_params};
 use dsplan_executor::train::{
     DataChoice, TrainError, TrainReport, TrainSettings, TrainSpec, compile_plan, train_planned,
 };
+use dsplan_executor::zero::{ListedBuffers, ZeroError};
 use dsplan_planner::config::ZeroStage;
 use dsplan_planner::plan::shards::ElementRange;
-use dsplan_planner::plan::{ClipRule, Collective, EngineFamily, Plan};
+use dsplan_planner::plan::{ClipRule, Collective, EngineFamily, ModelGraph, Plan, PlanBackend};
 use serde_json::{Value, json};
 
 const MODEL: Gpt2Config = Gpt2Config {
@@ -45,6 +48,17 @@ fn run_edited(
     extra: Value,
     edit: impl FnOnce(&mut Plan),
 ) -> (Plan, Result<TrainReport, TrainError>) {
+    let (spec, mut plan, graph) = planned(extra);
+    edit(&mut plan);
+    let report = train_planned(&spec, &plan, &graph, &|_| {});
+    if let Ok(report) = &report {
+        assert_eq!(report.applied_steps, STEPS);
+    }
+    (plan, report)
+}
+
+/// The run of the base config with `extra`'s keys, and its plan and graph.
+fn planned(extra: Value) -> (TrainSpec, Plan, ModelGraph) {
     let mut config = json!({
         "train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": 1,
@@ -65,14 +79,9 @@ fn run_edited(
         steps: STEPS,
         world: WORLD,
     };
-    let (mut plan, graph) =
+    let (plan, graph) =
         compile_plan(&spec.settings, &spec.model, spec.seq_len, WORLD).expect("the plan compiles");
-    edit(&mut plan);
-    let report = train_planned(&spec, &plan, &graph, &|_| {});
-    if let Ok(report) = &report {
-        assert_eq!(report.applied_steps, STEPS);
-    }
-    (plan, report)
+    (spec, plan, graph)
 }
 
 /// Every rank's measured peak, per category and in total, is the plan's.
@@ -309,4 +318,83 @@ fn the_plans_clip_rule_sets_the_norm_reduction() {
         (local.traffic[0].all_gather, local.traffic[0].reduce_scatter),
         "nothing else changes"
     );
+}
+
+/// Every stage allocates its run-long buffers from the plan's list: one listed buffer grown or
+/// shrunk by an element makes the run stop before its first step with a plan mismatch naming
+/// that buffer (the list and the rank's stage disagree), where the unaltered plan runs.
+#[test]
+fn the_rank_allocates_what_the_plans_buffer_list_says() {
+    let nvme = std::env::temp_dir().join(format!("dsplan-listed-{}", std::process::id()));
+    std::fs::create_dir_all(&nvme).expect("a scratch directory");
+    let offloaded = json!({
+        "offload_optimizer": {"device": "nvme", "nvme_path": nvme, "buffer_count": 4},
+        "offload_param": {"device": "nvme", "nvme_path": nvme, "buffer_count": 2,
+            "buffer_size": 20_000},
+    });
+    let altered = [
+        (0, "parameters", 1i64),
+        (1, "fp32 master weights", -1),
+        (1, "accumulated gradients", 1),
+        (2, "gradient bucket (f32)", -1),
+        (2, "optimizer state 1", 1),
+        (3, "persistent parameters (whole)", 1),
+        (3, "reduce-scatter output (f32)", -1),
+        (3, "gradient bucket, per-rank layout (f32)", 1),
+        (3, "optimizer swap buffers (f32)", 1),
+        (3, "parameter swap buffers", -1),
+    ];
+    for (stage, name, by) in altered {
+        let mut zero = json!({"stage": stage, "reduce_bucket_size": 20_000,
+            "stage3_param_persistence_threshold": 100});
+        if name.contains("swap") {
+            zero.as_object_mut()
+                .expect("an object")
+                .extend(offloaded.as_object().expect("an object").clone());
+        }
+        let (spec, mut plan, graph) = planned(json!({"zero_optimization": zero}));
+        let buffer = plan
+            .buffers
+            .iter_mut()
+            .find(|b| b.name == name)
+            .unwrap_or_else(|| panic!("stage {stage}: the plan lists `{name}`"));
+        buffer.numel = buffer.numel.saturating_add_signed(by);
+        match train_planned(&spec, &plan, &graph, &|_| {}) {
+            Err(TrainError::Rank {
+                error: ZeroError::PlanMismatch(mismatch),
+                ..
+            }) => {
+                eprintln!("stage {stage}, `{name}` {by:+}: {mismatch}");
+                assert!(
+                    mismatch.message.contains(&format!("`{name}`")),
+                    "stage {stage}: the error names `{name}`: {mismatch}"
+                );
+            }
+            other => panic!("stage {stage}, `{name}` {by:+}: refused, not {other:?}"),
+        }
+    }
+    let left = std::fs::read_dir(&nvme).map_or(0, |d| d.count());
+    std::fs::remove_dir_all(&nvme).ok();
+    assert_eq!(left, 0, "a refused rank leaves no swap files");
+}
+
+/// A plan compiled for another backend lists that backend's buffers; the ranks then allocate
+/// what the `dsplan-cpu` backend derives from the same plan, which is the list a `dsplan-cpu`
+/// plan carries.
+#[test]
+fn a_plan_for_another_backend_is_sized_by_the_dsplan_cpu_list() {
+    for stage in 0..=3 {
+        let (_, plan, graph) =
+            planned(json!({"zero_optimization": {"stage": stage, "reduce_bucket_size": 20_000}}));
+        let listed = ListedBuffers::of_plan(&plan, &graph);
+        assert_ne!(listed, ListedBuffers::default(), "stage {stage}: a list");
+        let mut other = plan.clone();
+        other.settings.backend = PlanBackend::DeepspeedGpu;
+        other.buffers.clear();
+        assert_eq!(
+            ListedBuffers::of_plan(&other, &graph),
+            listed,
+            "stage {stage}: derived as compiled"
+        );
+    }
 }

@@ -59,6 +59,7 @@ pub(super) fn run_rank(
         Arc::clone(&prepared.engine_plan),
         prepared.rank_options,
         prepared.initial_params,
+        &prepared.listed,
         &ledger,
     )?;
     let mut engine = CpuStep::new(core, rank, &ledger);

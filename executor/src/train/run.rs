@@ -18,7 +18,7 @@ use crate::metrics::{ByCategory, Category, PlanMemory, StepMetrics};
 use crate::model::{BatchShape, ModelError};
 use crate::zero::predict::correspondence;
 use crate::zero::swap::{NvmeReport, NvmeUsage};
-use crate::zero::{Correspondence, EnginePlan, RankOptions};
+use crate::zero::{Correspondence, EnginePlan, ListedBuffers, RankOptions};
 
 /// Compiles the plan of `spec` ([`compile_plan`]) and runs it, calling `observer` with every
 /// step of rank 0 as it finishes.
@@ -143,6 +143,8 @@ pub(crate) struct Prepared<'a> {
     pub(crate) world: usize,
     pub(crate) shape: BatchShape,
     pub(crate) engine_plan: Arc<EnginePlan>,
+    /// The run-long host buffers the CPU ranks allocate (the `dsplan-cpu` plan's list).
+    pub(crate) listed: ListedBuffers,
     pub(crate) rank_options: RankOptions,
     pub(crate) plan_memory: PlanMemory,
     pub(crate) predicted: ByCategory,
@@ -250,6 +252,7 @@ pub(crate) fn prepare<'a>(
         world,
         shape,
         engine_plan,
+        listed: ListedBuffers::of_plan(plan, graph),
         rank_options,
         plan_memory,
         predicted,

@@ -4,7 +4,7 @@
 //! intermediate is rounded to the communication dtype, as a 16-bit reduction would round it.
 
 use super::ZeroError;
-use super::rank::{GradScaling, RankOptions};
+use super::options::{GradScaling, RankOptions};
 use crate::comm::{Comm, ReduceOp};
 
 /// The scaling before a sum of `values` over `world` ranks, rounded to the communication dtype.

@@ -8,6 +8,7 @@ use crate::comm::CommError;
 use crate::data::DataError;
 use crate::model::ModelError;
 use crate::optim::AdamError;
+use crate::zero::PlanMismatch;
 use crate::zero::swap::SwapError;
 
 /// What stopped a rank.
@@ -27,6 +28,8 @@ pub enum ZeroError {
     Swap(SwapError),
     /// The device backend failed (its CUDA error, in words).
     Device(String),
+    /// The plan's buffer list does not size what the rank's stage holds.
+    PlanMismatch(PlanMismatch),
     /// Owned state handed to the rank has the wrong length.
     StateLength {
         /// Which state (`master`, `exp_avg`, `exp_avg_sq`).
@@ -48,6 +51,7 @@ impl fmt::Display for ZeroError {
             ZeroError::LossScale(e) => write!(f, "fp16 loss scaling: {e}"),
             ZeroError::Swap(e) => write!(f, "NVMe offload: {e}"),
             ZeroError::Device(e) => write!(f, "GPU: {e}"),
+            ZeroError::PlanMismatch(e) => write!(f, "{e}"),
             ZeroError::StateLength {
                 what,
                 found,

@@ -7,16 +7,18 @@
 //!   ([`EnginePlan`]): its flat layout and padding, each rank's share, the gradient buckets,
 //!   the stage 3 fetch units and persistent set;
 //! * [`precision`]: fp32 / bf16 / fp16 storage and rounding ([`MixedPrecision`], [`DtypeVec`]);
-//! * `rank.rs` (the state and the optimizer step), `source.rs` (how the model reaches it),
-//!   `average.rs` (the gradient average) and `stage0.rs` .. `stage3.rs`: the stage-specific
-//!   collectives, all on the plan's buckets and pieces (stage 0: all-reduce of the accumulated
-//!   gradient; stage 1: the same, sharded optimizer and master, params all-gathered after the
-//!   step; stage 2: gradients averaged in buckets during backward and kept as a partition;
-//!   stage 3: parameters sharded per tensor, gathered per unit before use and released after,
-//!   gradients reduce-scattered);
+//! * `rank.rs`: the rank ([`ZeroRank`]): its stage family's state (`RankState`), the
+//!   accumulated gradients, the per-unit buffers (`source.rs`: how the model reaches them) and
+//!   the optimizer (`optimizer.rs`: master weights and Adam's moments, in memory or on NVMe);
+//! * one state type per stage family behind one interface (`state.rs`), each owning its
+//!   buffers and running its collectives on the plan's buckets and pieces: `stage0.rs`
+//!   (replicated), `stage12.rs` (the flat partition) and `stage3.rs` (per-tensor shards), sharing
+//!   `flat.rs`, `bucket.rs` and `average.rs`; `options.rs` holds [`RankOptions`];
 //! * [`swap`]: stage 3 offload to NVMe (ZeRO-Infinity): master weights, Adam states and
 //!   parameter slices in files under `nvme_path`, swapped through fixed buffers;
 //! * [`clip`]: each stage's norm and clip arithmetic;
+//! * `listed.rs`: the run-long host buffers the `dsplan-cpu` plan lists ([`ListedBuffers`]),
+//!   which the stages allocate from;
 //! * `snapshot.rs`: a rank's owned state out and back in, for checkpoints ([`OwnedState`]);
 //! * [`engine`]: the rank as the training loop's CPU backend ([`CpuStep`]); the order of a
 //!   step and the loss scale, clip, Adam and schedule decisions are the loop's
@@ -27,9 +29,14 @@
 //! when compiled with the `dsplan-cpu` backend ([`predict`]).
 
 mod average;
+mod bucket;
 pub mod clip;
 pub mod engine;
 mod error;
+mod flat;
+mod listed;
+mod optimizer;
+mod options;
 pub mod partition;
 pub mod precision;
 pub mod predict;
@@ -37,16 +44,18 @@ mod rank;
 mod snapshot;
 mod source;
 mod stage0;
-mod stage1;
-mod stage2;
+mod stage12;
 mod stage3;
+mod state;
 pub mod swap;
 
 pub use clip::{ClipRule, Scales};
 pub use engine::CpuStep;
 pub use error::ZeroError;
+pub use listed::ListedBuffers;
+pub use options::{GradScaling, RankOptions};
 pub use partition::{EnginePlan, NvmeLayout, PlanMismatch};
 pub use precision::{Dtype, DtypeVec, MixedPrecision};
 pub use predict::Correspondence;
-pub use rank::{GradScaling, RankOptions, ZeroRank};
+pub use rank::ZeroRank;
 pub use snapshot::{OwnedState, SnapshotMismatch};

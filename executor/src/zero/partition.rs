@@ -55,7 +55,7 @@ use dsplan_planner::plan::{
 };
 
 use super::precision::Dtype;
-use super::rank::GradScaling;
+use super::options::GradScaling;
 use crate::model::{ParamTable, ParamUnit};
 use crate::tensor::Span;
 

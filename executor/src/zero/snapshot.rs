@@ -101,23 +101,8 @@ impl ZeroRank {
     /// stages 0-2 the flat buffer (padding included), stage 3 the rank's shard in shard order,
     /// with the slices offloaded to NVMe read back from their file.
     pub fn held_params(&mut self) -> Result<(Dtype, Vec<f32>), ZeroError> {
-        let dtype = self.params.dtype();
-        let Some(swap) = self.param_swap.as_mut() else {
-            let mut values = vec![0.0f32; self.params.len()];
-            self.params.read(0, &mut values);
-            return Ok((dtype, values));
-        };
-        let shards = self.plan.shards();
-        let mut values = vec![0.0f32; shards.len()];
-        for t in 0..self.plan.tensors().len() {
-            let (offset, chunk) = (shards.offset(t), shards.chunk(t));
-            let slice = &mut values[offset..offset + chunk];
-            if swap.is_resident(t) {
-                swap.read(t, slice)?;
-            } else {
-                self.params.read(self.param_offset[t], slice);
-            }
-        }
-        Ok((dtype, values))
+        let stage = self.state.get_mut();
+        let dtype = stage.params().dtype();
+        Ok((dtype, stage.held_params(&self.group)?))
     }
 }

@@ -1,18 +1,17 @@
 //! The [`ParamSource`] of a [`ZeroRank`]: how the model reaches each unit's parameters and
 //! hands over its gradients.
 //!
-//! * **fetch**: stage 3 all-gathers the unit; 16-bit storage widens it into an `f32` copy;
-//!   fp32 stages 0-2 read the parameters in place. **release** drops what fetch made.
+//! * **fetch**: the stage makes the unit readable (stage 3 all-gathers it; 16-bit storage
+//!   widens it into an `f32` copy; fp32 stages 0-2 read the parameters in place). **release**
+//!   drops what fetch made.
 //! * **gradients**: each unit gets a fresh zeroed `f32` buffer during backward (autograd's
-//!   `.grad`); when it is complete it is rounded to the model dtype and either added to the
-//!   accumulated gradients (stages 0, 1) or copied into its planned bucket, which is reduced as
-//!   soon as all its tensors have arrived (stages 2, 3).
-
-use dsplan_planner::config::ZeroStage;
+//!   `.grad`); when it is complete it is rounded to the model dtype and handed to the stage,
+//!   which adds it to the accumulated gradients (stages 0, 1) or copies it into its planned
+//!   bucket, reduced as soon as all its tensors have arrived (stages 2, 3).
 
 use super::ZeroError;
-use super::precision::Dtype;
-use super::rank::ZeroRank;
+use super::rank::{RankState, ZeroRank};
+use super::state::{Buffer, Group};
 use crate::metrics::{Category, Tracked};
 use crate::model::{ParamSource, ParamUnit};
 
@@ -20,118 +19,68 @@ impl ParamSource for ZeroRank {
     type Error = ZeroError;
 
     fn fetch(&mut self, unit: ParamUnit) -> Result<(), ZeroError> {
-        let i = self.plan.unit_index(unit);
-        if self.live[i].is_some() {
-            return Ok(());
-        }
-        if self.options.stage == ZeroStage::Weights {
-            let gathered = self.gather_unit(i)?;
-            self.live[i] = Some(gathered);
-        } else if self.params.dtype() != Dtype::F32 {
-            let span = self.plan.units()[i].span;
-            let mut widened = Tracked::zeros(&self.ledger, Category::Gathered, span.len);
-            self.params.read(span.offset, &mut widened);
-            self.live[i] = Some(widened);
+        let i = self.group.plan.unit_index(unit);
+        if self.live[i].is_none() {
+            self.live[i] = self.state.get_mut().fetch(&mut self.group, i)?;
         }
         Ok(())
     }
 
     fn release(&mut self, unit: ParamUnit) -> Result<(), ZeroError> {
-        let i = self.plan.unit_index(unit);
+        let i = self.group.plan.unit_index(unit);
         self.live[i] = None;
         Ok(())
     }
 
     fn params(&self, unit: ParamUnit) -> &[f32] {
-        let i = self.plan.unit_index(unit);
-        let len = self.plan.units()[i].span.len;
-        match &self.live[i] {
-            Some(live) => &live[..len],
-            None => match self.params.as_f32() {
-                Some(params) => self.plan.units()[i].span.of(params),
-                None => panic!("{unit:?} read before it was fetched"),
-            },
-        }
+        let i = self.group.plan.unit_index(unit);
+        unit_params(&self.live[i], &self.state, &self.group, i, unit)
     }
 
     fn params_and_grads(&mut self, unit: ParamUnit) -> (&[f32], &mut [f32]) {
-        let i = self.plan.unit_index(unit);
-        let span = self.plan.units()[i].span;
-        let grads = self.unit_grads[i]
-            .get_or_insert_with(|| Tracked::zeros(&self.ledger, Category::Grads, span.len));
-        let params: &[f32] = match &self.live[i] {
-            Some(live) => &live[..span.len],
-            None => match self.params.as_f32() {
-                Some(params) => span.of(params),
-                None => panic!("{unit:?} read before it was fetched"),
-            },
-        };
+        let i = self.group.plan.unit_index(unit);
+        let grads = unit_grads(&mut self.unit_grads[i], &self.group, i);
+        let params = unit_params(&self.live[i], &self.state, &self.group, i, unit);
         (params, grads)
     }
 
     fn grads(&mut self, unit: ParamUnit) -> &mut [f32] {
-        let i = self.plan.unit_index(unit);
-        let len = self.plan.units()[i].span.len;
-        self.unit_grads[i].get_or_insert_with(|| Tracked::zeros(&self.ledger, Category::Grads, len))
+        let i = self.group.plan.unit_index(unit);
+        unit_grads(&mut self.unit_grads[i], &self.group, i)
     }
 
     fn grads_ready(&mut self, unit: ParamUnit) -> Result<(), ZeroError> {
-        let i = self.plan.unit_index(unit);
+        let i = self.group.plan.unit_index(unit);
         let Some(mut grads) = self.unit_grads[i].take() else {
             return Ok(());
         };
         // As a backward in the model dtype would have produced them.
-        self.options.model_dtype.round_slice(&mut grads);
-        let entry = self.plan.units()[i].clone();
-        match self.options.stage {
-            ZeroStage::Disabled | ZeroStage::OptimizerStates => {
-                self.grads.accumulate(entry.span.offset, &grads);
-            }
-            ZeroStage::Gradients | ZeroStage::Weights => {
-                for t in entry.tensors.rev() {
-                    let span = self.plan.tensors()[t];
-                    let start = span.offset - entry.span.offset;
-                    self.bucket_tensor(t, &grads[start..start + span.len])?;
-                }
-            }
-        }
-        Ok(())
+        self.group.options.model_dtype.round_slice(&mut grads);
+        self.state
+            .get_mut()
+            .grads_ready(&mut self.group, &mut self.grads, i, &grads)
     }
 }
 
-impl ZeroRank {
-    /// Adds tensor `t`'s gradient to its planned bucket, and reduces the bucket once all its
-    /// tensors have arrived.
-    fn bucket_tensor(&mut self, t: usize, values: &[f32]) -> Result<(), ZeroError> {
-        let b = self.plan.bucket_of(t);
-        let Some(bucket) = self.bucket.as_mut() else {
-            return Ok(());
-        };
-        let entry = &self.plan.buckets()[b];
-        let Some(j) = entry.tensors.iter().position(|&x| x == t) else {
-            return Ok(());
-        };
-        if self.options.stage == ZeroStage::Weights {
-            let shards = self.plan.shards();
-            let chunk = shards.chunk(t);
-            for q in 0..self.world {
-                let piece = shards.piece(t, q);
-                let dst = q * entry.shard_numel + entry.shard_offsets[j];
-                bucket[dst..dst + piece.len()].copy_from_slice(&values[piece.clone()]);
-                bucket[dst + piece.len()..dst + chunk].fill(0.0);
-            }
-        } else {
-            let dst = entry.offsets[j];
-            bucket[dst..dst + values.len()].copy_from_slice(values);
-        }
-        self.arrived[b] += 1;
-        if self.arrived[b] == entry.tensors.len() {
-            self.arrived[b] = 0;
-            match self.options.stage {
-                ZeroStage::Weights => self.flush_shard_bucket(b)?,
-                _ => self.flush_flat_bucket(b)?,
-            }
-        }
-        Ok(())
+/// Unit `i`'s `f32` parameters: its fetched copy `live`, else the stage's parameters in place.
+fn unit_params<'a>(
+    live: &'a Option<Buffer>,
+    state: &'a RankState,
+    group: &'a Group,
+    i: usize,
+    unit: ParamUnit,
+) -> &'a [f32] {
+    match live {
+        Some(live) => &live[..group.plan.units()[i].span.len],
+        None => state
+            .get()
+            .in_place(group, i)
+            .unwrap_or_else(|| panic!("{unit:?} read before it was fetched")),
     }
+}
+
+/// Unit `i`'s gradients of this backward, zeroed when first asked for.
+fn unit_grads<'a>(slot: &'a mut Option<Buffer>, group: &Group, i: usize) -> &'a mut Buffer {
+    let len = group.plan.units()[i].span.len;
+    slot.get_or_insert_with(|| Tracked::zeros(&group.ledger, Category::Grads, len))
 }
