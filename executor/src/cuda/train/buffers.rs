@@ -256,8 +256,8 @@ pub struct DeviceLayout {
     pub bias_partials: TensorRef,
     /// Attention backward's `delta` `(B, NH, T)`, f32.
     pub attention_delta: TensorRef,
-    /// Region lengths in elements, [`Region::ALL`] order.
-    lengths: [usize; Region::ALL.len()],
+    /// Region lengths in elements.
+    lengths: RegionLengths,
 }
 
 /// Blocks of `unscale_norm_partials` (its `NORM_BLOCKS`; defined by the planner).
@@ -269,14 +269,14 @@ const _: () = assert!(
         == cuda_layout::ADAM_SEGMENT_BYTES
 );
 
-fn whole(region: Region, len: usize) -> TensorRef {
+pub(crate) fn whole(region: Region, len: usize) -> TensorRef {
     TensorRef {
         region,
         span: Span::new(0, len),
     }
 }
 
-fn to_usize(value: u64) -> usize {
+pub(crate) fn to_usize(value: u64) -> usize {
     usize::try_from(value).unwrap_or(usize::MAX)
 }
 
@@ -299,10 +299,10 @@ pub fn layout_shape(
 }
 
 /// The planner's tensors, one table per region, and the spans of named ones.
-struct Tables(BTreeMap<Region, TensorTable>);
+pub(crate) struct Tables(BTreeMap<Region, TensorTable>);
 
 impl Tables {
-    fn new(tensors: &[CudaTensor]) -> Self {
+    pub(crate) fn new(tensors: &[CudaTensor]) -> Self {
         let mut tables: BTreeMap<Region, TensorTable> = BTreeMap::new();
         for tensor in tensors {
             let dims: Vec<usize> = tensor.shape.iter().map(|&d| to_usize(d)).collect();
@@ -316,7 +316,7 @@ impl Tables {
 
     /// The tensor `name` of `region` (empty when the planner has none: the step's check
     /// refuses every op on it).
-    fn get(&self, region: Region, name: &str) -> TensorRef {
+    pub(crate) fn get(&self, region: Region, name: &str) -> TensorRef {
         let span = self
             .0
             .get(&region)
@@ -325,11 +325,11 @@ impl Tables {
         TensorRef { region, span }
     }
 
-    fn len(&self, region: Region) -> usize {
+    pub(crate) fn len(&self, region: Region) -> usize {
         self.0.get(&region).map_or(0, TensorTable::total_len)
     }
 
-    fn take(&mut self, region: Region) -> TensorTable {
+    pub(crate) fn take(&mut self, region: Region) -> TensorTable {
         self.0.remove(&region).unwrap_or_default()
     }
 }
@@ -368,13 +368,7 @@ impl DeviceLayout {
                 }
             })
             .collect();
-        let p = params.num_params();
-        let master = if dtype == Dtype::F32 { 0 } else { p };
-        let lengths = Region::ALL.map(|region| match region {
-            Region::Params | Region::Grads | Region::ExpAvg | Region::ExpAvgSq => p,
-            Region::Master => master,
-            other => tables.len(other),
-        });
+        let lengths = region_lengths(&tables, params.num_params(), dtype);
         let encoded = act("encoded");
         let (lnf, lnf_mean, lnf_rstd) = (act("lnf"), stat("lnf_mean"), stat("lnf_rstd"));
         let (logits, losses) = (act("logits"), stat("losses"));
@@ -408,13 +402,12 @@ impl DeviceLayout {
 
     /// Elements of `region`.
     pub fn len(&self, region: Region) -> usize {
-        let index = Region::ALL.iter().position(|r| *r == region).unwrap_or(0);
-        self.lengths[index]
+        self.lengths.len(region)
     }
 
     /// Bytes of `region`.
     pub fn bytes(&self, region: Region) -> u64 {
-        (self.len(region) * region.element().size(self.dtype)) as u64
+        self.lengths.bytes(region, self.dtype)
     }
 
     /// Whether 16-bit parameters are trained through fp32 master weights.
@@ -434,16 +427,78 @@ impl DeviceLayout {
 
     /// Bytes per memory category (what allocating every region costs).
     pub fn bytes_by_category(&self) -> ByCategory {
-        let mut total = ByCategory::default();
-        for region in Region::ALL {
-            let category = region.category();
-            total.set(category, total.get(category) + self.bytes(region));
-        }
-        total
+        self.lengths.bytes_by_category(self.dtype)
     }
 
     /// Every region with its bytes, in allocation order.
     pub fn regions(&self) -> Vec<(Region, u64)> {
         Region::ALL.iter().map(|&r| (r, self.bytes(r))).collect()
     }
+}
+
+/// The sizes of a layout's regions (GPT-2's [`DeviceLayout`], the Llama family's
+/// `LlamaDeviceLayout`): what the op checks and the step's whole-region ops need.
+pub trait RegionSizes {
+    /// Elements of `region`.
+    fn region_len(&self, region: Region) -> usize;
+
+    /// A region whole.
+    fn whole_region(&self, region: Region) -> TensorRef {
+        whole(region, self.region_len(region))
+    }
+
+    /// Whether 16-bit parameters are trained through fp32 master weights.
+    fn trains_master(&self) -> bool {
+        self.region_len(Region::Master) > 0
+    }
+}
+
+impl RegionSizes for RegionLengths {
+    fn region_len(&self, region: Region) -> usize {
+        self.len(region)
+    }
+}
+
+impl RegionSizes for DeviceLayout {
+    fn region_len(&self, region: Region) -> usize {
+        self.len(region)
+    }
+}
+
+/// Elements of every region, [`Region::ALL`] order: what a layout of any family allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionLengths([usize; Region::ALL.len()]);
+
+impl RegionLengths {
+    /// Elements of `region`.
+    pub fn len(&self, region: Region) -> usize {
+        let index = Region::ALL.iter().position(|r| *r == region).unwrap_or(0);
+        self.0[index]
+    }
+
+    /// Bytes of `region` when the model is stored in `dtype`.
+    pub fn bytes(&self, region: Region, dtype: Dtype) -> u64 {
+        (self.len(region) * region.element().size(dtype)) as u64
+    }
+
+    /// Bytes per memory category.
+    pub fn bytes_by_category(&self, dtype: Dtype) -> ByCategory {
+        let mut total = ByCategory::default();
+        for region in Region::ALL {
+            let category = region.category();
+            total.set(category, total.get(category) + self.bytes(region, dtype));
+        }
+        total
+    }
+}
+
+/// The model states' lengths (`params` elements; no master copy in f32 training) and the
+/// planner's regions from `tables`.
+pub(crate) fn region_lengths(tables: &Tables, params: usize, dtype: Dtype) -> RegionLengths {
+    let master = if dtype == Dtype::F32 { 0 } else { params };
+    RegionLengths(Region::ALL.map(|region| match region {
+        Region::Params | Region::Grads | Region::ExpAvg | Region::ExpAvgSq => params,
+        Region::Master => master,
+        other => tables.len(other),
+    }))
 }

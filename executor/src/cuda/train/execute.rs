@@ -188,11 +188,11 @@ where
     split_next(after, span.end(), spans, tail, done, f)
 }
 
-fn range(t: &TensorRef) -> std::ops::Range<usize> {
+pub(crate) fn range(t: &TensorRef) -> std::ops::Range<usize> {
     t.span.offset..t.span.end()
 }
 
-fn shape_error(op: &Op) -> CudaError {
+pub(crate) fn shape_error(op: &Op) -> CudaError {
     CudaError::Shape(format!("{op:?}: operands in unexpected regions"))
 }
 
@@ -220,6 +220,9 @@ impl Executor<'_> {
     {
         if op.regions_ok().is_err() {
             return Err(shape_error(op));
+        }
+        if let Op::Llama(llama) = op {
+            return self.run_llama(llama, bufs, scalars);
         }
         let l = &self.launcher;
         let g = &self.gemm;
@@ -536,6 +539,7 @@ impl Executor<'_> {
                 &mut norm_total.slice_mut(range(total)),
                 &mut found_inf.slice_mut(range(flag)),
             ),
+            Op::Llama(_) => Err(shape_error(op)),
             Op::AdamW {
                 master: m,
                 params_out,
@@ -591,7 +595,7 @@ impl Executor<'_> {
 }
 
 /// Columns of `(rows, C)` `tensor` with `rows = index.len()`.
-fn self_channels(tensor: &TensorRef, index: &TensorRef) -> Result<usize, CudaError> {
+pub(crate) fn self_channels(tensor: &TensorRef, index: &TensorRef) -> Result<usize, CudaError> {
     if index.is_empty() || !tensor.len().is_multiple_of(index.len()) {
         return Err(CudaError::Shape(format!(
             "{} elements are not {} rows",

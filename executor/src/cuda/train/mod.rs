@@ -12,6 +12,7 @@
 //! | module | job | runs without a GPU |
 //! |---|---|---|
 //! | [`buffers`] | every device buffer, sized from the model and micro-batch | yes |
+//! | [`llama`] | the Llama family's device buffers | yes |
 //! | [`program`] | [`Op`]: one operation as data, its shape checks and kernel launches | yes |
 //! | [`forward`], [`backward`] | the passes as ops | yes |
 //! | [`step`] | the op lists of a step's phases | yes |
@@ -27,6 +28,7 @@ pub mod backward;
 pub mod buffers;
 pub mod execute;
 pub mod forward;
+pub mod llama;
 pub mod mfu;
 pub mod program;
 pub mod step;

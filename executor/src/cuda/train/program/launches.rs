@@ -34,7 +34,7 @@ pub struct Launch {
     pub dims: Option<LaunchDims>,
 }
 
-fn launch(
+pub(super) fn launch(
     name: &'static str,
     entry_point: String,
     args: Vec<ArgType>,
@@ -58,7 +58,7 @@ fn launch(
     })
 }
 
-fn library(name: &'static str) -> Launch {
+pub(super) fn library(name: &'static str) -> Launch {
     Launch {
         kernel: name,
         entry_point: String::new(),
@@ -67,11 +67,11 @@ fn library(name: &'static str) -> Launch {
     }
 }
 
-fn entry(name: &str, dtype: Dtype) -> String {
+pub(super) fn entry(name: &str, dtype: Dtype) -> String {
     format!("{name}_{}", dtype.suffix())
 }
 
-fn attention_entry(name: &str, dtype: Dtype, head_dim: usize) -> String {
+pub(super) fn attention_entry(name: &str, dtype: Dtype, head_dim: usize) -> String {
     format!("{name}_hs{head_dim}_{}", dtype.suffix())
 }
 
@@ -372,6 +372,7 @@ impl Op {
                 ],
                 Work::Segments(segments.len() as u64),
             )?],
+            Op::Llama(op) => op.launches(dtype)?,
         })
     }
 }
