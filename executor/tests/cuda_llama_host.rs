@@ -354,3 +354,82 @@ fn a_wrong_llama_shape_is_an_error_before_any_launch() {
     }
     assert!(broken > 4);
 }
+
+/// The CUDA backend's host check accepts the Llama family with head size 64 (the small Llama
+/// and Qwen2 the GPU test trains), and refuses tiny-llama's head size 16 as it refuses
+/// tiny-gpt2's: a setup error naming the head size, before any CUDA call (so `dsplan run
+/// --device cuda --model tiny-llama` fails as the GPT-2 run does).
+#[test]
+fn the_cuda_backend_accepts_the_llama_family_and_refuses_what_gpt2_is_refused() {
+    use dsplan_executor::cuda::check::step::{SmallLlama, small_llama_spec};
+    use dsplan_executor::cuda::train::{CudaTrainError, check_spec, train_cuda};
+
+    for which in [SmallLlama::Llama, SmallLlama::Qwen2] {
+        for precision in [json!({}), json!({"bf16": {"enabled": true}})] {
+            let spec = small_llama_spec(which, &precision, 1).expect("spec");
+            check_spec(&spec).unwrap_or_else(|e| panic!("{which:?}: {e}"));
+        }
+    }
+    let mut spec = small_llama_spec(SmallLlama::Llama, &json!({}), 1).expect("spec");
+    let tiny = choose_model(Some("tiny-llama"), 1).expect("tiny-llama");
+    spec.model = tiny.config;
+    spec.initial_params = tiny.params;
+    for error in [
+        check_spec(&spec).expect_err("head size 16"),
+        train_cuda(&spec, 0, &|_, _| {}).expect_err("refused before any CUDA call"),
+    ] {
+        let CudaTrainError::Setup(message) = &error else {
+            panic!("a setup error, not a CUDA one: {error}");
+        };
+        assert!(message.contains("head size"), "{message}");
+    }
+}
+
+/// Activation checkpointing on the device, Llama family: the allocation equals the
+/// `dsplan-cuda` plan with full checkpointing to the byte (stages 0-3, three dtypes); the
+/// activations drop by `L - 1` working sets; backward re-runs each layer but the last up to
+/// SwiGLU (`8 + P` ops) before its backward, and every op still fits.
+#[test]
+fn llama_checkpointing_allocation_equals_the_plan_and_recomputes_each_layer() {
+    let seq_len = 32;
+    let shape = BatchShape { batch: 2, seq_len };
+    for config in kernel_models() {
+        for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F16] {
+            let full = LlamaDeviceLayout::new(config, shape, dtype);
+            let device = LlamaDeviceLayout::recomputing(config, shape, dtype, Recompute::EachLayer);
+            for stage in 0..=3u8 {
+                let settings = TrainSettings::from_config(&train_config(stage, dtype), 1)
+                    .expect("settings")
+                    .with_gradient_checkpointing(true);
+                let (plan, _) =
+                    compile_cuda_plan(&settings, &ModelConfig::Llama(config), seq_len, 1)
+                        .expect("plan");
+                let predicted = PlanMemory::of(&plan);
+                let ours = device.bytes_by_category();
+                for category in Category::ALL {
+                    assert_eq!(
+                        ours.get(category),
+                        predicted.peak.get(category),
+                        "{config:?} {dtype} stage {stage} {category:?}"
+                    );
+                }
+            }
+            let (l, n) = (config.num_hidden_layers, shape.tokens());
+            let (c, i) = (config.hidden_size, config.intermediate_size);
+            let set = n * (3 * c + config.qkv_width() + config.q_width() + 3 * i);
+            let region = Region::Step(dsplan_planner::memory::cuda_layout::CudaRegion::Activations);
+            assert_eq!(full.len(region) - device.len(region), (l - 1) * set);
+
+            let program = StepProgram::llama(&device);
+            program.check_llama(&device).expect("every op consistent");
+            let p = if config.attention_bias == AttentionBias::Absent {
+                1
+            } else {
+                3
+            };
+            let plain = StepProgram::llama(&full).micro_step.len();
+            assert_eq!(program.micro_step.len(), plain + (l - 1) * (8 + p));
+            assert!(check_launch_signatures(program.ops(1), dtype) > 0);
+        }
+    }
+}

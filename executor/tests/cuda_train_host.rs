@@ -362,7 +362,7 @@ fn a_head_size_without_attention_kernels_is_refused_before_allocating() {
     };
     let error = check_spec(&two).expect_err("one GPU only");
     assert!(error.to_string().contains("a world of 2"), "{error}");
-    // Activation checkpointing recomputes on the CPU backend only, whatever the head size.
+    // Activation checkpointing: the GPU backend recomputes too.
     let wide = Gpt2Config {
         n_embd: 128,
         n_head: 2,
@@ -378,11 +378,7 @@ fn a_head_size_without_attention_kernels_is_refused_before_allocating() {
         ),
         ..spec
     };
-    let error = check_spec(&recomputing).expect_err("no recomputation on the GPU");
-    assert!(
-        error.to_string().contains("activation checkpointing"),
-        "{error}"
-    );
+    check_spec(&recomputing).expect("the GPU recomputes each block (activation checkpointing)");
 }
 
 /// The GPU's checkpoints are the CPU rank's files: the device's whole flat state, cut by
@@ -470,5 +466,53 @@ fn the_device_state_is_cut_as_a_cpu_rank_holds_it_for_checkpoints() {
                 );
             }
         }
+    }
+}
+
+/// Activation checkpointing on the device, GPT-2: the allocation equals the `dsplan-cuda`
+/// plan with full checkpointing to the byte (stages 0-3, f32 and bf16); the activations drop
+/// by `L - 1` working sets (`17·NC` and `4N + B·NH·T` statistics each); backward re-runs each
+/// block but the last (`ln_1` and 6 ops, `mlp.c_proj` left out) before its backward.
+#[test]
+fn checkpointing_allocation_equals_the_plan_and_recomputes_each_block() {
+    use dsplan_executor::cuda::train::Region;
+    use dsplan_planner::memory::cuda_layout::CudaRegion;
+
+    let model = small_head_64();
+    let (batch, seq_len) = (4, 64);
+    let shape = BatchShape { batch, seq_len };
+    for dtype in [Dtype::F32, Dtype::Bf16] {
+        let full = layout(model, batch, seq_len, dtype);
+        let device = DeviceLayout::recomputing(model, shape, dtype, Recompute::EachLayer);
+        for stage in 0..=3u8 {
+            let settings = TrainSettings::from_config(&train_config(stage, dtype), 1)
+                .expect("settings")
+                .with_gradient_checkpointing(true);
+            let (plan, _) = compile_cuda_plan(&settings, &model.into(), seq_len, 1).expect("plan");
+            let predicted = PlanMemory::of(&plan);
+            let ours = device.bytes_by_category();
+            for category in Category::ALL {
+                assert_eq!(
+                    ours.get(category),
+                    predicted.peak.get(category),
+                    "{dtype} stage {stage} {category:?}"
+                );
+            }
+        }
+        let (l, n, c) = (model.n_layer, shape.tokens(), model.n_embd);
+        let activations = Region::Step(CudaRegion::Activations);
+        let stats = Region::Step(CudaRegion::Stats);
+        assert_eq!(
+            full.len(activations) - device.len(activations),
+            (l - 1) * 17 * n * c
+        );
+        assert_eq!(
+            full.len(stats) - device.len(stats),
+            (l - 1) * (4 * n + batch * model.n_head * seq_len)
+        );
+        let program = StepProgram::new(&device);
+        program.check(&device).expect("every op consistent");
+        let plain = StepProgram::new(&full).micro_step.len();
+        assert_eq!(program.micro_step.len(), plain + (l - 1) * 7);
     }
 }

@@ -15,7 +15,7 @@
 //! | gradients | `Ψ`, model dtype, accumulated over micro-steps | gradients |
 //! | fp32 master weights | `Ψ` in `f32`, 16-bit models only | master weights |
 //! | AdamW `exp_avg`, `exp_avg_sq` | `Ψ` in `f32` each | optimizer states |
-//! | activations | [`crate::memory::cuda_layout`]'s activation region, model dtype | activation arena |
+//! | activations | [`crate::memory::cuda_layout`]'s activation region, model dtype (with full activation checkpointing, each block's output and one shared working set) | activation arena |
 //! | f32 statistics and losses | its stats region, `f32` | activation arena |
 //! | backward f32 scratch | its scratch region, `f32` | working activations |
 //! | token ids, targets, embedding buckets | its token regions, `u32` / `i32` | input activations |
@@ -26,13 +26,14 @@
 //! other world sizes, offload and other families are plan errors ([`check_cuda_backend`]).
 
 use super::buffers::{Buffer, BufferKind, BufferList, Lifetime};
+use super::cpu_buffers::arena_recompute;
 use super::dtype::{Device, Dtype};
 use super::model_graph::ModelGraph;
 use super::settings::{OffloadTarget, Settings};
 use crate::diagnostics::{Code, Diagnostic};
 use crate::memory::cuda_layout::{
     CudaAttentionBias, CudaElement, CudaLayoutShape, CudaRegion, CudaTensor, LlamaCudaShape,
-    cuda_tensors, llama_cuda_tensors, region_elements,
+    gpt2_cuda_tensors, llama_cuda_tensors, region_elements,
 };
 use crate::model::{Bias, Family};
 
@@ -76,6 +77,7 @@ pub fn llama_cuda_shape(model: &ModelGraph, settings: &Settings) -> Option<Llama
         head_dim: arch.head_dim,
         intermediate: arch.intermediate,
         attention_bias,
+        recompute: arena_recompute(settings.checkpointing),
     })
 }
 
@@ -83,7 +85,10 @@ pub fn llama_cuda_shape(model: &ModelGraph, settings: &Settings) -> Option<Llama
 fn step_tensors(model: &ModelGraph, settings: &Settings) -> Vec<CudaTensor> {
     match llama_cuda_shape(model, settings) {
         Some(shape) => llama_cuda_tensors(&shape),
-        None => cuda_tensors(&cuda_layout_shape(model, settings)),
+        None => gpt2_cuda_tensors(
+            &cuda_layout_shape(model, settings),
+            arena_recompute(settings.checkpointing),
+        ),
     }
 }
 
@@ -174,10 +179,11 @@ pub fn check_cuda_backend(model: &ModelGraph, settings: &Settings, found: &mut V
             ),
         );
     }
-    if settings.checkpointing != crate::memory::Checkpointing::None {
+    if settings.checkpointing == crate::memory::Checkpointing::Selective {
         refuse(
             "/activation_checkpointing",
-            "activation checkpointing (it keeps every activation; the CPU executor recomputes)"
+            "selective recomputation of the attention scores (it recomputes whole layers \
+             (full activation checkpointing) or nothing)"
                 .into(),
         );
     }

@@ -37,7 +37,7 @@ use dsplan_planner::memory::cuda_layout::{
 };
 
 use crate::metrics::{ByCategory, Category};
-use crate::model::{BatchShape, Gpt2Config, ParamLayout};
+use crate::model::{BatchShape, Gpt2Config, ParamLayout, Recompute};
 use crate::tensor::{Span, TensorTable};
 
 /// One device allocation of the step: a model state, or one of the planner's step regions.
@@ -224,6 +224,8 @@ pub struct DeviceLayout {
     pub shape: BatchShape,
     /// The model dtype.
     pub dtype: Dtype,
+    /// What forward keeps of each block.
+    pub recompute: Recompute,
     /// The parameter layout (params, grads, master and moments share it).
     pub params: ParamLayout,
     /// The activations' names and spans (region `Activations`).
@@ -339,16 +341,33 @@ impl DeviceLayout {
     /// model states from [`ParamLayout`], everything else from the planner's
     /// [`cuda_layout::cuda_tensors`] (the list the `dsplan-cuda` plan counts).
     pub fn new(config: Gpt2Config, shape: BatchShape, dtype: Dtype) -> Self {
+        Self::recomputing(config, shape, dtype, Recompute::Nothing)
+    }
+
+    /// [`DeviceLayout::new`] with activation checkpointing as `recompute` says: under
+    /// [`Recompute::EachLayer`] every block's [`DeviceBlock`] but `residual3` is the one
+    /// working set all blocks share, which backward refills by re-running the block.
+    pub fn recomputing(
+        config: Gpt2Config,
+        shape: BatchShape,
+        dtype: Dtype,
+        recompute: Recompute,
+    ) -> Self {
         let params = ParamLayout::new(&config);
-        let mut tables = Tables::new(&cuda_layout::cuda_tensors(&layout_shape(
-            &config, shape, &params,
-        )));
+        let mut tables = Tables::new(&cuda_layout::gpt2_cuda_tensors(
+            &layout_shape(&config, shape, &params),
+            recompute,
+        ));
         let act = |name: &str| tables.get(Region::Step(CudaRegion::Activations), name);
         let stat = |name: &str| tables.get(Region::Step(CudaRegion::Stats), name);
         let scratch = |name: &str| tables.get(Region::Step(CudaRegion::Scratch), name);
         let blocks = (0..config.n_layer)
             .map(|l| {
-                let name = |what: &str| format!("h.{l}.{what}");
+                let prefix = cuda_layout::working_set_prefix(recompute, l as u64);
+                let name = |what: &str| match what {
+                    "residual3" => format!("h.{l}.residual3"),
+                    _ => format!("{prefix}.{what}"),
+                };
                 DeviceBlock {
                     ln1: act(&name("ln1")),
                     ln1_mean: stat(&name("ln1_mean")),
@@ -380,6 +399,7 @@ impl DeviceLayout {
             config,
             shape,
             dtype,
+            recompute,
             params,
             activation_table: tables.take(Region::Step(CudaRegion::Activations)),
             stats_table: tables.take(Region::Step(CudaRegion::Stats)),

@@ -13,13 +13,14 @@ use std::sync::Arc;
 
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
-use super::buffers::{DeviceLayout, Region, TensorRef};
+use super::buffers::{Region, RegionSizes, TensorRef};
 use super::program::Op;
 use crate::cuda::adamw::{AdamScalars, AdamSegment, Decay};
 use crate::cuda::error::CudaError;
 use crate::cuda::gemm::Gemm;
 use crate::cuda::launch::{Launcher, Storage};
 use crate::tensor::Span;
+use crate::tensor::TensorTable;
 
 /// Every allocation of a step.
 #[derive(Debug)]
@@ -71,36 +72,34 @@ fn zeros<U: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
 }
 
 impl<T: Storage> DeviceBuffers<T> {
-    /// Allocates every region of `layout` (zeroed) and uploads `params` (f32, [`ParamLayout`]
-    /// order): the master copy as given, the model-dtype copy rounded.
-    ///
-    /// [`ParamLayout`]: crate::model::ParamLayout
+    /// Allocates every region of `layout` (zeroed) and uploads `params` (f32, in
+    /// `param_table`'s flat order, one AdamW segment per tensor): the master copy as given,
+    /// the model-dtype copy rounded.
     pub fn new(
         stream: &Arc<CudaStream>,
-        layout: &DeviceLayout,
+        layout: &dyn RegionSizes,
+        param_table: &TensorTable,
         params: &[f32],
     ) -> Result<Self, CudaError> {
-        if params.len() != layout.len(Region::Params) {
+        if params.len() != layout.region_len(Region::Params) {
             return Err(CudaError::Shape(format!(
                 "{} initial parameters for a model of {}",
                 params.len(),
-                layout.len(Region::Params)
+                layout.region_len(Region::Params)
             )));
         }
         let rounded: Vec<T> = params.iter().map(|&x| T::from_f32(x)).collect();
-        let host_segments: Vec<AdamSegment> = layout
-            .params
-            .table()
+        let host_segments: Vec<AdamSegment> = param_table
             .entries()
             .iter()
             .map(|e| AdamSegment::new(e.span.offset, e.span.len, Decay::Apply))
             .collect();
-        let len = |r| layout.len(r);
+        let len = |r| layout.region_len(r);
         Ok(Self {
             params: stream.clone_htod(&rounded)?,
             grads: zeros(stream, len(Region::Grads))?,
             activations: zeros(stream, len(Region::Step(CudaRegion::Activations)))?,
-            master: if layout.has_master() {
+            master: if layout.trains_master() {
                 stream.clone_htod(params)?
             } else {
                 zeros(stream, 0)?

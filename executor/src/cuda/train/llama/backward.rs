@@ -2,16 +2,21 @@
 //! (`model/llama/backward.rs`) layer for layer: classifier, `model.norm`, the layers in
 //! reverse, the embeddings. Every parameter gradient is accumulated (`+=`) into region
 //! `Grads` (a tied `lm_head` into the embedding's), so micro-steps add up; `dresidual`
-//! carries the residual stream's gradient and is zeroed first.
+//! carries the residual stream's gradient and is zeroed first. With activation checkpointing
+//! each layer but the last is re-run from its saved input just before its backward
+//! ([`recompute_block`]), as the CPU model does (`model/recompute.rs`).
 
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
 use super::buffers::LlamaDeviceLayout;
-use super::forward::{attention_dims, block_input, columns, gate_up_weight, qkv_parts, rope};
+use super::forward::{
+    attention_dims, block_input, columns, gate_up_weight, llama_block_forward, qkv_parts, rope,
+};
 use crate::cuda::gemm::Accumulate;
 use crate::cuda::launch::Rotation;
 use crate::cuda::train::buffers::{Region, TensorRef};
 use crate::cuda::train::program::{GemmDims, LlamaOp, Op};
+use crate::model::recompute::recomputes;
 
 /// The ops of one backward, after [`super::forward::llama_forward_ops`].
 pub fn llama_backward_ops(layout: &LlamaDeviceLayout) -> Vec<Op> {
@@ -48,7 +53,11 @@ pub fn llama_backward_ops(layout: &LlamaDeviceLayout) -> Vec<Op> {
         weight: param(pl.norm),
         rstd: layout.lnf_rstd,
     }));
-    for l in (0..layout.blocks.len()).rev() {
+    let layers = layout.blocks.len();
+    for l in (0..layers).rev() {
+        if recomputes(layout.recompute, l, layers) {
+            recompute_block(&mut ops, layout, l);
+        }
         llama_block_backward(&mut ops, layout, l);
     }
     ops.push(Op::Llama(LlamaOp::EmbedBackward {
@@ -59,6 +68,16 @@ pub fn llama_backward_ops(layout: &LlamaDeviceLayout) -> Vec<Op> {
         bucket_rows: layout.whole(Region::Step(CudaRegion::BucketRows)),
     }));
     ops
+}
+
+/// Layer `l`'s forward again from its saved input, into the working set all layers share
+/// under activation checkpointing: every op up to SwiGLU (the copy into `residual3` and
+/// `down_proj`'s addition are not read by backward, and `residual3` is kept).
+pub fn recompute_block(ops: &mut Vec<Op>, layout: &LlamaDeviceLayout, l: usize) {
+    let mut block = Vec::new();
+    llama_block_forward(&mut block, layout, l);
+    block.truncate(block.len().saturating_sub(2));
+    ops.extend(block);
 }
 
 /// The operands of one `nn.Linear` backward.

@@ -18,8 +18,8 @@ use crate::cuda::train::buffers::{
     Region, RegionLengths, RegionSizes, Tables, TensorRef, region_lengths, whole,
 };
 use crate::metrics::ByCategory;
-use crate::model::BatchShape;
 use crate::model::llama::{AttentionBias, LlamaConfig, LlamaLayout};
+use crate::model::{BatchShape, Recompute};
 use crate::tensor::{Span, TensorTable};
 
 /// The activations one decoder layer keeps on the device.
@@ -58,6 +58,8 @@ pub struct LlamaDeviceLayout {
     pub shape: BatchShape,
     /// The model dtype.
     pub dtype: Dtype,
+    /// What forward keeps of each layer.
+    pub recompute: Recompute,
     /// The parameter layout (params, grads, master and moments share it).
     pub params: LlamaLayout,
     /// The activations' names and spans (region `Activations`).
@@ -103,6 +105,7 @@ pub fn llama_layout_shape(
     config: &LlamaConfig,
     shape: BatchShape,
     params: &LlamaLayout,
+    recompute: Recompute,
 ) -> LlamaCudaShape {
     let as_u64 = |n: usize| n as u64;
     LlamaCudaShape {
@@ -123,22 +126,39 @@ pub fn llama_layout_shape(
             AttentionBias::Qkv => CudaAttentionBias::Qkv,
             AttentionBias::QkvO => CudaAttentionBias::QkvO,
         },
+        recompute,
     }
 }
 
 impl LlamaDeviceLayout {
     /// The buffers of a step of `config` on micro-batches of `shape`, stored in `dtype`.
     pub fn new(config: LlamaConfig, shape: BatchShape, dtype: Dtype) -> Self {
+        Self::recomputing(config, shape, dtype, Recompute::Nothing)
+    }
+
+    /// [`LlamaDeviceLayout::new`] with activation checkpointing as `recompute` says: under
+    /// [`Recompute::EachLayer`] every layer's [`LlamaDeviceBlock`] but `residual3` is the one
+    /// working set all layers share, which backward refills by re-running the layer.
+    pub fn recomputing(
+        config: LlamaConfig,
+        shape: BatchShape,
+        dtype: Dtype,
+        recompute: Recompute,
+    ) -> Self {
         let params = LlamaLayout::new(&config);
         let mut tables = Tables::new(&cuda_layout::llama_cuda_tensors(&llama_layout_shape(
-            &config, shape, &params,
+            &config, shape, &params, recompute,
         )));
         let act = |name: &str| tables.get(Region::Step(CudaRegion::Activations), name);
         let stat = |name: &str| tables.get(Region::Step(CudaRegion::Stats), name);
         let scratch = |name: &str| tables.get(Region::Step(CudaRegion::Scratch), name);
         let blocks = (0..config.num_hidden_layers)
             .map(|l| {
-                let name = |what: &str| format!("h.{l}.{what}");
+                let prefix = cuda_layout::working_set_prefix(recompute, l as u64);
+                let name = |what: &str| match what {
+                    "residual3" => format!("h.{l}.residual3"),
+                    _ => format!("{prefix}.{what}"),
+                };
                 LlamaDeviceBlock {
                     ln1: act(&name("ln1")),
                     ln1_rstd: stat(&name("ln1_rstd")),
@@ -167,6 +187,7 @@ impl LlamaDeviceLayout {
             config,
             shape,
             dtype,
+            recompute,
             params,
             activation_table: tables.take(Region::Step(CudaRegion::Activations)),
             stats_table: tables.take(Region::Step(CudaRegion::Stats)),
