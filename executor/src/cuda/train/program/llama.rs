@@ -10,8 +10,8 @@
 use dsplan_kernels::{Dtype, Work};
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
-use super::launches::{attention_entry, entry, launch, library};
-use super::{Access, ArgType, GemmDims, Launch, ShapeError, divides, expect};
+use super::launches::{attention_backward_launches, attention_entry, entry, launch, library};
+use super::{Access, ArgType, AttentionShape, GemmDims, Launch, ShapeError, divides, expect};
 use crate::cuda::gemm::{Accumulate, strided_len};
 use crate::cuda::launch::{GroupedAttention, Rotation};
 use crate::cuda::train::buffers::{Element, Region, TensorRef};
@@ -734,47 +734,19 @@ impl LlamaOp {
                 ],
                 attention_work(dims, dims.n_head),
             )?],
-            LlamaOp::AttentionBackward { dims, .. } => {
-                let backward_args = vec![
-                    Pointer(Model),
-                    Pointer(Model),
-                    Pointer(Model),
-                    Pointer(F32),
-                    Pointer(F32),
-                    Int,
-                    Int,
-                    Int,
-                    Float,
-                ];
-                vec![
-                    launch(
-                        "attention_backward_preprocess",
-                        entry("attention_backward_preprocess", dtype),
-                        vec![
-                            Pointer(F32),
-                            Pointer(Model),
-                            Pointer(Model),
-                            Int,
-                            Int,
-                            Int,
-                            Int,
-                        ],
-                        rows(dims.batch * dims.n_head * dims.seq_len, dims.head_dim),
-                    )?,
-                    launch(
-                        "attention_backward_dkdv_gqa",
-                        attention_entry("attention_backward_dkdv_gqa", dtype, dims.head_dim),
-                        backward_args.clone(),
-                        attention_work(dims, dims.kv_heads),
-                    )?,
-                    launch(
-                        "attention_backward_dq_gqa",
-                        attention_entry("attention_backward_dq_gqa", dtype, dims.head_dim),
-                        backward_args,
-                        attention_work(dims, dims.n_head),
-                    )?,
-                ]
-            }
+            LlamaOp::AttentionBackward { dims, .. } => attention_backward_launches(
+                dtype,
+                &AttentionShape {
+                    batch: dims.batch,
+                    seq_len: dims.seq_len,
+                    n_head: dims.n_head,
+                    head_dim: dims.head_dim,
+                },
+                [
+                    ("attention_backward_dkdv_gqa", dims.kv_heads),
+                    ("attention_backward_dq_gqa", dims.n_head),
+                ],
+            )?,
         })
     }
 }
