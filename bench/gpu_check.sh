@@ -192,7 +192,8 @@ cat >"$llama_shape" <<'JSON'
 { "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32000,
   "hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 8,
   "num_attention_heads": 12, "num_key_value_heads": 4, "max_position_embeddings": 2048,
-  "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false }
+  "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+  "tie_word_embeddings": false }
 JSON
 llama_model=$([[ $mode == gpu ]] && echo "$llama_shape" || echo tiny-llama)
 "$python" - "$work/zero0_bf16.json" "$work/zero0_bf16_ckpt.json" <<'PY'
