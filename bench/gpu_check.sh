@@ -11,6 +11,8 @@
 #               and one training step vs the CPU backend
 #   stage0..3   `dsplan run --device cuda --model gpt2`, bf16, micro-batch 16 x 1024, W=1:
 #               tokens/s (median after the warm-up), MFU, measured vs planned device memory
+#   llama, llama_ckpt  `dsplan run --device cuda` on a ~100M LLaMA (GQA, head 64), bf16 stage 0,
+#               without and with activation checkpointing (dsplan_llama*.json in the work dir)
 #   torch_*     PyTorch eager and torch.compile on the same GPU (bench/torch_gpu_step.py)
 #   tests_*     the ignored GPU tests (test binaries built and stripped by gpu_kit_pack.sh),
 #               run while the DeepSpeed runs are going (they time nothing)
@@ -180,6 +182,31 @@ JSON
     part "stage$stage" 75 bash -c "'$bin' run '$config' --device $device --model $model \
         --steps $((warmup + timed)) --seq-len $seq --metrics '$work/dsplan_stage$stage.jsonl' \
         --format json >'$work/dsplan_stage$stage.json'"
+done
+
+# --- 2b. the Llama family on the device: a ~100M LLaMA (V 32000, C 768, L 8, 12 heads over 4,
+# head 64, SwiGLU 2048, untied) from its config.json, bf16 stage 0, without and with activation
+# checkpointing (measured vs planned memory in each JSON). Dry: tiny-llama on the CPU.
+llama_shape="$work/llama_100m_config.json"
+cat >"$llama_shape" <<'JSON'
+{ "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32000,
+  "hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 8,
+  "num_attention_heads": 12, "num_key_value_heads": 4, "max_position_embeddings": 2048,
+  "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+  "tie_word_embeddings": false }
+JSON
+llama_model=$([[ $mode == gpu ]] && echo "$llama_shape" || echo tiny-llama)
+"$python" - "$work/zero0_bf16.json" "$work/zero0_bf16_ckpt.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False}
+json.dump(config, open(sys.argv[2], "w"), indent=2)
+PY
+for variant in llama llama_ckpt; do
+    config="$work/zero0_bf16$([[ $variant == llama_ckpt ]] && echo _ckpt).json"
+    part "$variant" 60 bash -c "'$bin' run '$config' --device $device --model '$llama_model' \
+        --steps $((warmup + timed)) --seq-len $seq --metrics '$work/dsplan_$variant.jsonl' \
+        --format json >'$work/dsplan_$variant.json'"
 done
 
 # --- 3. PyTorch eager and torch.compile on the same device

@@ -15,8 +15,10 @@
 //!    steps equal the CPU backend's exactly.
 //! 3. GPT-2 124M in bf16 at ZeRO stages 0-3 (world size 1): three steps each; prints tokens/s,
 //!    MFU and device memory per category next to the plan's prediction.
+//! 4. Test 1 for the Llama family: a GQA Llama (untied head) and a Qwen2 (q/k/v biases, tied
+//!    embeddings), fp32 and bf16 (`cuda::check::step::one_llama_step_vs_cpu`).
 
-use dsplan_executor::cuda::check::step::{one_step_vs_cpu, small_spec};
+use dsplan_executor::cuda::check::step::{one_llama_step_vs_cpu, one_step_vs_cpu, small_spec};
 use dsplan_executor::cuda::check::{CheckRow, Verdict};
 use dsplan_executor::cuda::train::train_cuda;
 use dsplan_executor::cuda::{CudaAvailability, DeviceChoice, probe, resolve_backend};
@@ -79,6 +81,29 @@ fn run_both(spec: &TrainSpec) -> (TrainReport, TrainReport) {
     })
     .expect("CPU run");
     (gpu, cpu)
+}
+
+/// One step of a small Llama and a small Qwen2 on the GPU and the CPU, fp32 and bf16: the
+/// rows of [`one_llama_step_vs_cpu`] (in that order), each within its tolerance.
+#[test]
+#[ignore = "needs an NVIDIA GPU: one Llama-family training step on the GPU against the CPU backend"]
+fn one_llama_step_matches_the_cpu_backend_fp32_and_bf16() {
+    require_gpu();
+    let rows = one_llama_step_vs_cpu(0).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rows.len(), 12, "three rows per model and precision");
+    for row in &rows {
+        eprintln!(
+            "{:?} {} [{}]: {:.3e} (tol {:.1e}) {}",
+            row.verdict,
+            row.name,
+            row.dtype,
+            row.error,
+            row.tol,
+            row.detail.as_deref().unwrap_or("")
+        );
+    }
+    let failed: Vec<&CheckRow> = rows.iter().filter(|r| r.verdict != Verdict::Pass).collect();
+    assert!(failed.is_empty(), "{failed:#?}");
 }
 
 /// One step (two micro-steps of 4 x 64 tokens, clipping at 1.0) on the GPU and the CPU, fp32

@@ -3,16 +3,18 @@
 //! tensors and the `.cu` signatures of every kernel it launches. Prints the memory table and
 //! the launch counts with `--nocapture`.
 
-use dsplan_executor::cuda::train::buffers::Element;
-use dsplan_executor::cuda::train::program::ArgType;
 use dsplan_executor::cuda::train::{DeviceLayout, Op, StepProgram};
 use dsplan_executor::metrics::{Category, PlanMemory};
 use dsplan_executor::model::{ActivationLayout, BatchShape, Gpt2Config, Recompute};
 use dsplan_executor::train::plan::model_graph;
 use dsplan_executor::train::{TrainSettings, choose_model, compile_cuda_plan};
-use dsplan_kernels::{Dtype, KERNELS};
+use dsplan_kernels::Dtype;
 use dsplan_planner::plan::{self, Cluster, PlanBackend, Workload};
 use serde_json::json;
+
+#[path = "support/signatures.rs"]
+mod signatures;
+use signatures::check_launch_signatures;
 
 fn layout(config: Gpt2Config, batch: usize, seq_len: usize, dtype: Dtype) -> DeviceLayout {
     DeviceLayout::new(config, BatchShape { batch, seq_len }, dtype)
@@ -242,87 +244,7 @@ fn launches_match_the_kernel_signatures() {
     for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F16] {
         let layout = layout(config, 2, 32, dtype);
         let program = StepProgram::new(&layout);
-        let mut checked = 0;
-        for op in program.ops(1) {
-            for launch in op.launches(dtype).expect("launches") {
-                if launch.entry_point.is_empty() {
-                    continue;
-                }
-                let spec = KERNELS
-                    .iter()
-                    .find(|k| k.name == launch.kernel)
-                    .expect("registered");
-                assert!(
-                    spec.entry_points.contains(&launch.entry_point.as_str()),
-                    "{}",
-                    launch.entry_point
-                );
-                let params = signature(spec.source.text, &launch.entry_point);
-                let declared: Vec<ArgType> = params.iter().map(|p| arg_type(p, dtype)).collect();
-                // In f32 training the model dtype is float: compare element types as stored.
-                let stored = |a: &ArgType| match a {
-                    ArgType::Pointer(Element::Model) if dtype == Dtype::F32 => {
-                        ArgType::Pointer(Element::F32)
-                    }
-                    other => *other,
-                };
-                let launched: Vec<ArgType> = launch.args.iter().map(stored).collect();
-                assert_eq!(declared, launched, "{} ({op:?})", launch.entry_point);
-                checked += 1;
-            }
-        }
-        assert!(checked > 20);
-    }
-}
-
-/// The parameter list of `extern "C" __global__ void <entry>(...)` in `text`.
-fn signature(text: &str, entry: &str) -> Vec<String> {
-    let needle = format!(" {entry}(");
-    let line = text
-        .lines()
-        .find(|l| l.contains("__global__") && l.contains(&needle))
-        .unwrap_or_else(|| panic!("{entry} not defined"));
-    let start = line.find(&needle).expect("found") + needle.len();
-    let end = start + line[start..].find(')').expect("closing parenthesis");
-    line[start..end]
-        .split(',')
-        .map(|p| p.trim().to_string())
-        .collect()
-}
-
-fn arg_type(param: &str, model: Dtype) -> ArgType {
-    let words: Vec<&str> = param
-        .split_whitespace()
-        .filter(|w| *w != "const" && *w != "__restrict__")
-        .collect();
-    let ty = words[..words.len() - 1].join(" ");
-    let pointer = ty.ends_with('*') || words[words.len() - 1].starts_with('*');
-    let base = ty.trim_end_matches('*').trim();
-    let model_name = match model {
-        Dtype::F32 => "float",
-        Dtype::Bf16 => "bf16",
-        Dtype::F16 => "f16",
-        Dtype::F64 => "double",
-    };
-    if pointer {
-        let element = match base {
-            b if b == model_name && model != Dtype::F32 => Element::Model,
-            "float" => Element::F32,
-            "double" => Element::F64,
-            "int" => Element::I32,
-            "unsigned int" | "uint32_t" | "unsigned" => Element::U32,
-            "AdamSegment" => Element::AdamSegment,
-            other => panic!("pointer to {other} in `{param}`"),
-        };
-        ArgType::Pointer(element)
-    } else {
-        match base {
-            "int" => ArgType::Int,
-            "long long" | "int64_t" => ArgType::Long,
-            "float" => ArgType::Float,
-            "AdamScalars" => ArgType::Scalars,
-            other => panic!("scalar {other} in `{param}`"),
-        }
+        assert!(check_launch_signatures(program.ops(1), dtype) > 20);
     }
 }
 
@@ -440,7 +362,7 @@ fn a_head_size_without_attention_kernels_is_refused_before_allocating() {
     };
     let error = check_spec(&two).expect_err("one GPU only");
     assert!(error.to_string().contains("a world of 2"), "{error}");
-    // Activation checkpointing recomputes on the CPU backend only, whatever the head size.
+    // Activation checkpointing: the GPU backend recomputes too.
     let wide = Gpt2Config {
         n_embd: 128,
         n_head: 2,
@@ -456,11 +378,7 @@ fn a_head_size_without_attention_kernels_is_refused_before_allocating() {
         ),
         ..spec
     };
-    let error = check_spec(&recomputing).expect_err("no recomputation on the GPU");
-    assert!(
-        error.to_string().contains("activation checkpointing"),
-        "{error}"
-    );
+    check_spec(&recomputing).expect("the GPU recomputes each block (activation checkpointing)");
 }
 
 /// The GPU's checkpoints are the CPU rank's files: the device's whole flat state, cut by
@@ -549,5 +467,53 @@ fn the_device_state_is_cut_as_a_cpu_rank_holds_it_for_checkpoints() {
                 );
             }
         }
+    }
+}
+
+/// Activation checkpointing on the device, GPT-2: the allocation equals the `dsplan-cuda`
+/// plan with full checkpointing to the byte (stages 0-3, f32 and bf16); the activations drop
+/// by `L - 1` working sets (`17·NC` and `4N + B·NH·T` statistics each); backward re-runs each
+/// block but the last (`ln_1` and 6 ops, `mlp.c_proj` left out) before its backward.
+#[test]
+fn checkpointing_allocation_equals_the_plan_and_recomputes_each_block() {
+    use dsplan_executor::cuda::train::Region;
+    use dsplan_planner::memory::cuda_layout::CudaRegion;
+
+    let model = small_head_64();
+    let (batch, seq_len) = (4, 64);
+    let shape = BatchShape { batch, seq_len };
+    for dtype in [Dtype::F32, Dtype::Bf16] {
+        let full = layout(model, batch, seq_len, dtype);
+        let device = DeviceLayout::recomputing(model, shape, dtype, Recompute::EachLayer);
+        for stage in 0..=3u8 {
+            let settings = TrainSettings::from_config(&train_config(stage, dtype), 1)
+                .expect("settings")
+                .with_gradient_checkpointing(true);
+            let (plan, _) = compile_cuda_plan(&settings, &model.into(), seq_len, 1).expect("plan");
+            let predicted = PlanMemory::of(&plan);
+            let ours = device.bytes_by_category();
+            for category in Category::ALL {
+                assert_eq!(
+                    ours.get(category),
+                    predicted.peak.get(category),
+                    "{dtype} stage {stage} {category:?}"
+                );
+            }
+        }
+        let (l, n, c) = (model.n_layer, shape.tokens(), model.n_embd);
+        let activations = Region::Step(CudaRegion::Activations);
+        let stats = Region::Step(CudaRegion::Stats);
+        assert_eq!(
+            full.len(activations) - device.len(activations),
+            (l - 1) * 17 * n * c
+        );
+        assert_eq!(
+            full.len(stats) - device.len(stats),
+            (l - 1) * (4 * n + batch * model.n_head * seq_len)
+        );
+        let program = StepProgram::new(&device);
+        program.check(&device).expect("every op consistent");
+        let plain = StepProgram::new(&full).micro_step.len();
+        assert_eq!(program.micro_step.len(), plain + (l - 1) * 7);
     }
 }

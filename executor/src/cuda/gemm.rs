@@ -30,6 +30,48 @@ fn check(what: &str, len: usize, rows: usize, cols: usize) -> Result<(), CudaErr
     }
 }
 
+/// Elements a `(rows, cols)` block spans when its rows lie `stride` apart.
+pub fn strided_len(rows: usize, cols: usize, stride: usize) -> usize {
+    match rows {
+        0 => 0,
+        r => (r - 1) * stride + cols,
+    }
+}
+
+fn check_strided(
+    what: &str,
+    len: usize,
+    rows: usize,
+    cols: usize,
+    stride: usize,
+) -> Result<(), CudaError> {
+    if stride >= cols && len == strided_len(rows, cols, stride) {
+        Ok(())
+    } else {
+        Err(CudaError::Shape(format!(
+            "{what} has {len} elements, expected ({rows}, {cols}) with rows {stride} apart"
+        )))
+    }
+}
+
+/// Whether a product overwrites its output or adds to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accumulate {
+    /// `out = product`.
+    Overwrite,
+    /// `out += product`.
+    Add,
+}
+
+impl Accumulate {
+    fn beta(self) -> f32 {
+        match self {
+            Accumulate::Overwrite => 0.0,
+            Accumulate::Add => 1.0,
+        }
+    }
+}
+
 /// Whether cuBLASLt reads an operand transposed.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Op {
@@ -164,6 +206,99 @@ impl Gemm {
         );
         // SAFETY: lengths checked against the dimensions.
         unsafe { self.blas.matmul(cfg, dout, inp, dweight, None, None) }
+            .map_err(|e| CudaError::Blas(format!("{e:?}")))
+    }
+
+    /// `out (N, OC) (+)= inp (N, IC) @ weight^T + bias (OC)` with an `nn.Linear` weight
+    /// `(OC, IC)` (the Llama family's projections); `out`'s rows lie `out_stride` elements
+    /// apart (a column block of a wider buffer when `out_stride > OC`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn linear_forward<T>(
+        &self,
+        out: &mut CudaViewMut<'_, T>,
+        inp: &CudaView<'_, T>,
+        weight: &CudaView<'_, T>,
+        bias: Option<&CudaView<'_, T>>,
+        (rows, in_features, out_features): (usize, usize, usize),
+        out_stride: usize,
+        accumulate: Accumulate,
+    ) -> Result<(), CudaError>
+    where
+        CudaBlasLT: Matmul<T>,
+    {
+        check_strided("out", out.len(), rows, out_features, out_stride)?;
+        check("inp", inp.len(), rows, in_features)?;
+        check("weight", weight.len(), out_features, in_features)?;
+        if let Some(bias) = bias {
+            check("bias", bias.len(), 1, out_features)?;
+        }
+        let cfg = config(
+            (out_features, rows, in_features),
+            (Op::Transposed, in_features),
+            (Op::Plain, in_features),
+            out_stride,
+            accumulate.beta(),
+        );
+        // SAFETY: every operand's length matches the dimensions and strides (checked).
+        unsafe { self.blas.matmul(cfg, weight, inp, out, bias, None) }
+            .map_err(|e| CudaError::Blas(format!("{e:?}")))
+    }
+
+    /// `dinp (N, IC) (+)= dout (N, OC) @ weight` with an `nn.Linear` weight `(OC, IC)`;
+    /// `dout`'s rows lie `dout_stride` elements apart.
+    #[allow(clippy::too_many_arguments)]
+    pub fn linear_backward_input<T>(
+        &self,
+        dinp: &mut CudaViewMut<'_, T>,
+        dout: &CudaView<'_, T>,
+        weight: &CudaView<'_, T>,
+        (rows, in_features, out_features): (usize, usize, usize),
+        dout_stride: usize,
+        accumulate: Accumulate,
+    ) -> Result<(), CudaError>
+    where
+        CudaBlasLT: Matmul<T>,
+    {
+        check("dinp", dinp.len(), rows, in_features)?;
+        check_strided("dout", dout.len(), rows, out_features, dout_stride)?;
+        check("weight", weight.len(), out_features, in_features)?;
+        let cfg = config(
+            (in_features, rows, out_features),
+            (Op::Plain, in_features),
+            (Op::Plain, dout_stride),
+            in_features,
+            accumulate.beta(),
+        );
+        // SAFETY: lengths checked against the dimensions and strides.
+        unsafe { self.blas.matmul(cfg, weight, dout, dinp, None, None) }
+            .map_err(|e| CudaError::Blas(format!("{e:?}")))
+    }
+
+    /// `dweight (OC, IC) += dout^T @ inp` with an `nn.Linear` weight; `dout`'s rows lie
+    /// `dout_stride` elements apart.
+    pub fn linear_backward_weight<T>(
+        &self,
+        dweight: &mut CudaViewMut<'_, T>,
+        inp: &CudaView<'_, T>,
+        dout: &CudaView<'_, T>,
+        (rows, in_features, out_features): (usize, usize, usize),
+        dout_stride: usize,
+    ) -> Result<(), CudaError>
+    where
+        CudaBlasLT: Matmul<T>,
+    {
+        check("dweight", dweight.len(), out_features, in_features)?;
+        check("inp", inp.len(), rows, in_features)?;
+        check_strided("dout", dout.len(), rows, out_features, dout_stride)?;
+        let cfg = config(
+            (in_features, out_features, rows),
+            (Op::Plain, in_features),
+            (Op::Transposed, dout_stride),
+            in_features,
+            1.0,
+        );
+        // SAFETY: lengths checked against the dimensions and strides.
+        unsafe { self.blas.matmul(cfg, inp, dout, dweight, None, None) }
             .map_err(|e| CudaError::Blas(format!("{e:?}")))
     }
 

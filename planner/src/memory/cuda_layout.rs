@@ -18,9 +18,27 @@
 //! | found inf | i32 | the overflow flag | `1` |
 //! | segments | Adam segment (24 bytes) | the fused AdamW's table, one per parameter tensor | `P` |
 //!
+//! The Llama family ([`llama_cuda_tensors`]; `KV` key/value heads of width `hs`, `A = NH·hs`,
+//! `QKV = (NH + 2KV)·hs`, SwiGLU width `I`) keeps the rotated `q` and `k` in `qkv`, adds the
+//! output and down projections straight into the residual stream (no `attproj`/`fcproj`) and
+//! has no means (RMSNorm); the batch, bucket and step regions are GPT-2's:
+//!
+//! | region | tensors | elements |
+//! |---|---|---|
+//! | activations | `encoded`; per block `ln1`, `qkv` (`QKV`), `atty` (`A`), `residual2`, `ln2`, `gate_up` (`2I`), `swiglu` (`I`), `residual3`; `lnf`, `logits`; `dresidual`, `dbtc`, `dwide` (`max(QKV, 2I)`), `dmid` (`max(A, I)`) | `N·(4C + L·(4C + QKV + A + 3I) + max(QKV, 2I) + max(A, I)) + NV` |
+//! | stats | `rope_cos`, `rope_sin` `(T, hs/2)` (the rotation table, uploaded once); per block `ln1_rstd`, `lse`, `ln2_rstd`; `lnf_rstd`, `losses` | `T·hs + N·(2L + 2) + B·NH·T·L` |
+//! | scratch | `rmsnorm_partials` `⌈N/32⌉·C`, `bias_partials` `⌈N/64⌉·` the widest biased projection (only with biases), `attention_delta` | |
+//!
+//! With activation checkpointing ([`Recompute::EachLayer`]; [`gpt2_cuda_tensors`], and
+//! [`LlamaCudaShape::recompute`]) forward keeps each block's output `h.{l}.residual3` and all
+//! blocks share one working set `h.recomputed.*` (its statistics too), as the CPU arena does:
+//! the per-block terms above count once (`L` becomes 1) plus `L·NC` for the kept outputs.
+//!
 //! There is no `(B, NH, T, T)` attention matrix (flash attention keeps the log-sum-exp) and no
 //! fp32 copy of the logits (the classifier kernel computes the loss and writes the gradient in
 //! place).
+
+use super::Recompute;
 
 /// Rows per block of the LayerNorm backward kernel (its `LAYERNORM_BACKWARD_ROWS`).
 pub const LAYERNORM_BACKWARD_ROWS: u64 = 32;
@@ -189,8 +207,34 @@ impl CudaTensor {
 }
 
 /// Every tensor of the step but the model states, region by region in allocation order and
-/// within a region in layout order (see the [module documentation](self)).
+/// within a region in layout order (see the [module documentation](self)), every block
+/// keeping its working set.
 pub fn cuda_tensors(shape: &CudaLayoutShape) -> Vec<CudaTensor> {
+    gpt2_cuda_tensors(shape, Recompute::Nothing)
+}
+
+/// The name prefix of layer `l`'s working set: its own (`h.{l}`), or under
+/// [`Recompute::EachLayer`] the one all layers share (`h.recomputed`, the CPU arena's name).
+pub fn working_set_prefix(recompute: Recompute, l: u64) -> String {
+    match recompute {
+        Recompute::Nothing => format!("h.{l}"),
+        Recompute::EachLayer => "h.recomputed".to_string(),
+    }
+}
+
+/// The layers whose working set is pushed: every layer, or the first alone when all share
+/// one (none without layers).
+fn working_sets(recompute: Recompute, layers: u64) -> std::ops::Range<u64> {
+    match recompute {
+        Recompute::Nothing => 0..layers,
+        Recompute::EachLayer => 0..layers.min(1),
+    }
+}
+
+/// [`cuda_tensors`] with activation checkpointing: under [`Recompute::EachLayer`] forward
+/// keeps each block's output (`h.{l}.residual3`) and all blocks share one working set
+/// (`h.recomputed.*`, statistics included), which backward refills by re-running the block.
+pub fn gpt2_cuda_tensors(shape: &CudaLayoutShape, recompute: Recompute) -> Vec<CudaTensor> {
     let (b, t, c) = (shape.batch, shape.seq_len, shape.hidden);
     let (nh, v) = (shape.heads, shape.vocab);
     let n = b.saturating_mul(t);
@@ -205,8 +249,9 @@ pub fn cuda_tensors(shape: &CudaLayoutShape) -> Vec<CudaTensor> {
     use CudaRegion as R;
     let (btc, bt) = ([b, t, c], [b, t]);
     push(R::Activations, "encoded".into(), &btc);
-    for l in 0..shape.layers {
-        let name = |what: &str| format!("h.{l}.{what}");
+    for l in working_sets(recompute, shape.layers) {
+        let prefix = working_set_prefix(recompute, l);
+        let name = |what: &str| format!("{prefix}.{what}");
         push(R::Activations, name("ln1"), &btc);
         push(R::Stats, name("ln1_mean"), &bt);
         push(R::Stats, name("ln1_rstd"), &bt);
@@ -220,7 +265,14 @@ pub fn cuda_tensors(shape: &CudaLayoutShape) -> Vec<CudaTensor> {
         push(R::Activations, name("fch"), &[b, t, 4 * c]);
         push(R::Activations, name("fch_gelu"), &[b, t, 4 * c]);
         push(R::Activations, name("fcproj"), &btc);
-        push(R::Activations, name("residual3"), &btc);
+        if recompute == Recompute::Nothing {
+            push(R::Activations, name("residual3"), &btc);
+        }
+    }
+    if recompute == Recompute::EachLayer {
+        for l in 0..shape.layers {
+            push(R::Activations, format!("h.{l}.residual3"), &btc);
+        }
     }
     push(R::Activations, "lnf".into(), &btc);
     push(R::Stats, "lnf_mean".into(), &bt);
@@ -241,6 +293,121 @@ pub fn cuda_tensors(shape: &CudaLayoutShape) -> Vec<CudaTensor> {
         &[n.div_ceil(COLUMN_PARTIAL_ROWS), 4 * c],
     );
     push(R::Scratch, "attention_delta".into(), &[b, nh, t]);
+    push_step_inputs(&mut push, n, shape.param_tensors);
+    // Region order, tensor order kept within each region.
+    list.sort_by_key(|tensor| tensor.region);
+    list
+}
+
+/// Which projections of a Llama-family layer carry a bias (the bias backward's partials are
+/// as wide as the widest of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CudaAttentionBias {
+    /// None (Llama, Mistral).
+    Absent,
+    /// `q_proj`, `k_proj`, `v_proj` (Qwen2).
+    Qkv,
+    /// `q_proj`, `k_proj`, `v_proj` and `o_proj`.
+    QkvO,
+}
+
+/// The dimensions of a Llama-family step's buffers: the GPT-2 ones ([`CudaLayoutShape`],
+/// `heads` the query heads) plus grouped-query attention, the SwiGLU width and the biases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LlamaCudaShape {
+    /// What GPT-2 and the Llama family share.
+    pub base: CudaLayoutShape,
+    /// Key/value heads `KV` (divides `heads`).
+    pub kv_heads: u64,
+    /// Head width `hs`.
+    pub head_dim: u64,
+    /// SwiGLU inner width `I`.
+    pub intermediate: u64,
+    /// The projections with a bias.
+    pub attention_bias: CudaAttentionBias,
+    /// What forward keeps of each layer (activation checkpointing: [`Recompute::EachLayer`]).
+    pub recompute: Recompute,
+}
+
+/// Every tensor of a Llama-family step but the model states (see the [module
+/// documentation](self), Llama table), in allocation order. Activation names are the CPU
+/// model's (`executor::model::llama::LlamaActivations`) where the tensor is the same one.
+pub fn llama_cuda_tensors(shape: &LlamaCudaShape) -> Vec<CudaTensor> {
+    let base = &shape.base;
+    let (b, t, c) = (base.batch, base.seq_len, base.hidden);
+    let (nh, v, i) = (base.heads, base.vocab, shape.intermediate);
+    let hs = shape.head_dim;
+    let (a, qkv) = (nh * hs, (nh + 2 * shape.kv_heads) * hs);
+    let n = b.saturating_mul(t);
+    let mut list = Vec::new();
+    let mut push = |region: CudaRegion, name: String, dims: &[u64]| {
+        list.push(CudaTensor {
+            name,
+            region,
+            shape: dims.to_vec(),
+        });
+    };
+    use CudaRegion as R;
+    let (btc, bt) = ([b, t, c], [b, t]);
+    push(R::Activations, "encoded".into(), &btc);
+    push(R::Stats, "rope_cos".into(), &[t, hs / 2]);
+    push(R::Stats, "rope_sin".into(), &[t, hs / 2]);
+    for l in working_sets(shape.recompute, base.layers) {
+        let prefix = working_set_prefix(shape.recompute, l);
+        let name = |what: &str| format!("{prefix}.{what}");
+        push(R::Activations, name("ln1"), &btc);
+        push(R::Stats, name("ln1_rstd"), &bt);
+        push(R::Activations, name("qkv"), &[b, t, qkv]);
+        push(R::Stats, name("lse"), &[b, nh, t]);
+        push(R::Activations, name("atty"), &[b, t, a]);
+        push(R::Activations, name("residual2"), &btc);
+        push(R::Activations, name("ln2"), &btc);
+        push(R::Stats, name("ln2_rstd"), &bt);
+        push(R::Activations, name("gate_up"), &[b, t, 2 * i]);
+        push(R::Activations, name("swiglu"), &[b, t, i]);
+        if shape.recompute == Recompute::Nothing {
+            push(R::Activations, name("residual3"), &btc);
+        }
+    }
+    if shape.recompute == Recompute::EachLayer {
+        for l in 0..base.layers {
+            push(R::Activations, format!("h.{l}.residual3"), &btc);
+        }
+    }
+    push(R::Activations, "lnf".into(), &btc);
+    push(R::Stats, "lnf_rstd".into(), &bt);
+    push(R::Activations, "logits".into(), &[b, t, v]);
+    push(R::Stats, "losses".into(), &bt);
+    push(R::Activations, "dresidual".into(), &btc);
+    push(R::Activations, "dbtc".into(), &btc);
+    push(R::Activations, "dwide".into(), &[b, t, qkv.max(2 * i)]);
+    push(R::Activations, "dmid".into(), &[b, t, a.max(i)]);
+    push(
+        R::Scratch,
+        "rmsnorm_partials".into(),
+        &[n.div_ceil(LAYERNORM_BACKWARD_ROWS), c],
+    );
+    let bias_width = match shape.attention_bias {
+        CudaAttentionBias::Absent => 0,
+        CudaAttentionBias::Qkv => qkv,
+        CudaAttentionBias::QkvO => qkv.max(c),
+    };
+    if bias_width > 0 {
+        push(
+            R::Scratch,
+            "bias_partials".into(),
+            &[n.div_ceil(COLUMN_PARTIAL_ROWS), bias_width],
+        );
+    }
+    push(R::Scratch, "attention_delta".into(), &[b, nh, t]);
+    push_step_inputs(&mut push, n, base.param_tensors);
+    list.sort_by_key(|tensor| tensor.region);
+    list
+}
+
+/// The batch, its token buckets and the optimizer step's tensors: the same for every family.
+fn push_step_inputs(push: &mut impl FnMut(CudaRegion, String, &[u64]), n: u64, params: u64) {
+    use CudaRegion as R;
     push(R::Tokens, "tokens".into(), &[n]);
     push(R::Targets, "targets".into(), &[n]);
     push(R::BucketTokens, "bucket_tokens".into(), &[n]);
@@ -249,10 +416,7 @@ pub fn cuda_tensors(shape: &CudaLayoutShape) -> Vec<CudaTensor> {
     push(R::NormPartials, "norm_partials".into(), &[NORM_BLOCKS]);
     push(R::NormTotal, "norm_total".into(), &[1]);
     push(R::FoundInf, "found_inf".into(), &[1]);
-    push(R::Segments, "segments".into(), &[shape.param_tensors]);
-    // Region order, tensor order kept within each region.
-    list.sort_by_key(|tensor| tensor.region);
-    list
+    push(R::Segments, "segments".into(), &[params]);
 }
 
 /// Elements of `region` (the sum of its tensors).
@@ -306,5 +470,112 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), tensors.len());
+    }
+
+    #[test]
+    fn checkpointing_keeps_each_blocks_output_and_one_working_set() {
+        let base = CudaLayoutShape {
+            layers: 3,
+            hidden: 8,
+            heads: 2,
+            vocab: 10,
+            batch: 3,
+            seq_len: 5,
+            param_tensors: 40,
+        };
+        let (l, c, nh, b, t) = (3, 8, 2, 3, 5);
+        let n = b * t;
+        let full = gpt2_cuda_tensors(&base, Recompute::Nothing);
+        let recomputing = gpt2_cuda_tensors(&base, Recompute::EachLayer);
+        let activations = |list: &[CudaTensor]| region_elements(list, CudaRegion::Activations);
+        let stats = |list: &[CudaTensor]| region_elements(list, CudaRegion::Stats);
+        // A block's working set is 17 NC (residual3 aside); L - 1 of them go, L outputs stay.
+        assert_eq!(
+            activations(&full) - activations(&recomputing),
+            (l - 1) * 17 * n * c
+        );
+        assert_eq!(
+            stats(&full) - stats(&recomputing),
+            (l - 1) * (4 * n + b * nh * t)
+        );
+        for l in 0..3 {
+            assert!(
+                recomputing
+                    .iter()
+                    .any(|t| t.name == format!("h.{l}.residual3"))
+            );
+        }
+        assert!(recomputing.iter().any(|t| t.name == "h.recomputed.qkv"));
+        assert!(!recomputing.iter().any(|t| t.name == "h.1.qkv"));
+
+        let llama = |recompute| LlamaCudaShape {
+            base,
+            kv_heads: 1,
+            head_dim: 4,
+            intermediate: 12,
+            attention_bias: CudaAttentionBias::Absent,
+            recompute,
+        };
+        let (full, recomputing) = (
+            llama_cuda_tensors(&llama(Recompute::Nothing)),
+            llama_cuda_tensors(&llama(Recompute::EachLayer)),
+        );
+        let (a, qkv, i) = (8, 16, 12);
+        assert_eq!(
+            activations(&full) - activations(&recomputing),
+            (l - 1) * n * (3 * c + qkv + a + 3 * i)
+        );
+        assert_eq!(
+            stats(&full) - stats(&recomputing),
+            (l - 1) * (2 * n + b * nh * t)
+        );
+    }
+
+    #[test]
+    fn llama_regions_hold_the_documented_element_counts() {
+        let (l, c, nh, kv, hs, i, v, b, t) = (2u64, 8, 2, 1, 4, 12, 10, 3, 5);
+        for (bias, bias_width) in [
+            (CudaAttentionBias::Absent, 0),
+            (CudaAttentionBias::Qkv, 16),
+            (CudaAttentionBias::QkvO, 16),
+        ] {
+            let shape = LlamaCudaShape {
+                base: CudaLayoutShape {
+                    layers: l,
+                    hidden: c,
+                    heads: nh,
+                    vocab: v,
+                    batch: b,
+                    seq_len: t,
+                    param_tensors: 20,
+                },
+                kv_heads: kv,
+                head_dim: hs,
+                intermediate: i,
+                attention_bias: bias,
+                recompute: Recompute::Nothing,
+            };
+            let tensors = llama_cuda_tensors(&shape);
+            let (n, a, qkv) = (b * t, nh * hs, (nh + 2 * kv) * hs);
+            assert_eq!(
+                region_elements(&tensors, CudaRegion::Activations),
+                n * (4 * c + l * (4 * c + qkv + a + 3 * i) + qkv.max(2 * i) + a.max(i)) + n * v
+            );
+            assert_eq!(
+                region_elements(&tensors, CudaRegion::Stats),
+                t * hs + n * (2 * l + 2) + b * nh * t * l
+            );
+            assert_eq!(
+                region_elements(&tensors, CudaRegion::Scratch),
+                c + bias_width + b * nh * t
+            );
+            assert_eq!(region_elements(&tensors, CudaRegion::Segments), 20);
+            // The losses close the statistics (the trainer reads them from the end).
+            let last_stat = tensors
+                .iter()
+                .rfind(|t| t.region == CudaRegion::Stats)
+                .map(|t| t.name.as_str());
+            assert_eq!(last_stat, Some("losses"));
+        }
     }
 }

@@ -15,23 +15,27 @@
 //! | gradients | `Ψ`, model dtype, accumulated over micro-steps | gradients |
 //! | fp32 master weights | `Ψ` in `f32`, 16-bit models only | master weights |
 //! | AdamW `exp_avg`, `exp_avg_sq` | `Ψ` in `f32` each | optimizer states |
-//! | activations | [`crate::memory::cuda_layout`]'s activation region, model dtype | activation arena |
+//! | activations | [`crate::memory::cuda_layout`]'s activation region, model dtype (with full activation checkpointing, each block's output and one shared working set) | activation arena |
 //! | f32 statistics and losses | its stats region, `f32` | activation arena |
 //! | backward f32 scratch | its scratch region, `f32` | working activations |
 //! | token ids, targets, embedding buckets | its token regions, `u32` / `i32` | input activations |
 //! | gradient norm partials and total, overflow flag, AdamW segment table | its step regions, `f64` / `i32` / 24-byte entries ([`Dtype::Uint8`] bytes) | step scratch |
 //!
-//! The CUDA executor runs one GPU without offload, and trains GPT-2 with AdamW: other world
-//! sizes, offload and other families are plan errors ([`check_cuda_backend`]).
+//! The CUDA executor runs one GPU without offload, and trains GPT-2 or the Llama family
+//! (Llama, Qwen2, Mistral; [`crate::memory::cuda_layout::llama_cuda_tensors`]) with AdamW:
+//! other world sizes, offload and other families are plan errors ([`check_cuda_backend`]).
 
 use super::buffers::{Buffer, BufferKind, BufferList, Lifetime};
+use super::cpu_buffers::arena_recompute;
 use super::dtype::{Device, Dtype};
 use super::model_graph::ModelGraph;
 use super::settings::{OffloadTarget, Settings};
 use crate::diagnostics::{Code, Diagnostic};
 use crate::memory::cuda_layout::{
-    CudaElement, CudaLayoutShape, CudaRegion, cuda_tensors, region_elements,
+    CudaAttentionBias, CudaElement, CudaLayoutShape, CudaRegion, CudaTensor, LlamaCudaShape,
+    gpt2_cuda_tensors, llama_cuda_tensors, region_elements,
 };
+use crate::model::{Bias, Family};
 
 /// Adam's moments the fused AdamW keeps.
 const ADAM_STATES: [&str; 2] = ["AdamW exp_avg", "AdamW exp_avg_sq"];
@@ -47,6 +51,44 @@ pub fn cuda_layout_shape(model: &ModelGraph, settings: &Settings) -> CudaLayoutS
         batch: settings.batch.micro_batch,
         seq_len: settings.batch.sequence_length,
         param_tensors: model.tensors.len() as u64,
+    }
+}
+
+/// The Llama-family dimensions of the device layout, `None` for a model of another family
+/// (or a Llama with MLP biases, which the device step has no kernels for).
+pub fn llama_cuda_shape(model: &ModelGraph, settings: &Settings) -> Option<LlamaCudaShape> {
+    let arch = &model.architecture;
+    let attention_bias = match arch.family {
+        Family::Llama {
+            attention_bias: Bias::Present,
+            mlp_bias: Bias::Absent,
+        } => CudaAttentionBias::QkvO,
+        Family::Llama {
+            attention_bias: Bias::Absent,
+            mlp_bias: Bias::Absent,
+        }
+        | Family::Mistral => CudaAttentionBias::Absent,
+        Family::Qwen2 => CudaAttentionBias::Qkv,
+        _ => return None,
+    };
+    Some(LlamaCudaShape {
+        base: cuda_layout_shape(model, settings),
+        kv_heads: arch.kv_heads,
+        head_dim: arch.head_dim,
+        intermediate: arch.intermediate,
+        attention_bias,
+        recompute: arena_recompute(settings.checkpointing),
+    })
+}
+
+/// The step's tensors besides the model states for `model`'s family.
+fn step_tensors(model: &ModelGraph, settings: &Settings) -> Vec<CudaTensor> {
+    match llama_cuda_shape(model, settings) {
+        Some(shape) => llama_cuda_tensors(&shape),
+        None => gpt2_cuda_tensors(
+            &cuda_layout_shape(model, settings),
+            arena_recompute(settings.checkpointing),
+        ),
     }
 }
 
@@ -72,7 +114,7 @@ pub fn cuda_buffers(model: &ModelGraph, settings: &Settings) -> Vec<Buffer> {
     for state in ADAM_STATES {
         gpu(state, BufferKind::OptimizerStates, Dtype::Fp32, psi);
     }
-    let tensors = cuda_tensors(&cuda_layout_shape(model, settings));
+    let tensors = step_tensors(model, settings);
     for region in CudaRegion::ALL {
         let elements = region_elements(&tensors, region);
         let kind = match region {
@@ -128,16 +170,20 @@ pub fn check_cuda_backend(model: &ModelGraph, settings: &Settings, found: &mut V
             "parameter offload".into(),
         );
     }
-    if model.architecture.family != crate::model::Family::Gpt2 {
+    if model.architecture.family != Family::Gpt2 && llama_cuda_shape(model, settings).is_none() {
         refuse(
             "",
-            format!("`{}` (GPT-2 only)", model.architecture.family.model_type()),
+            format!(
+                "`{}` (GPT-2 and the Llama family without MLP biases only)",
+                model.architecture.family.model_type()
+            ),
         );
     }
-    if settings.checkpointing != crate::memory::Checkpointing::None {
+    if settings.checkpointing == crate::memory::Checkpointing::Selective {
         refuse(
             "/activation_checkpointing",
-            "activation checkpointing (it keeps every activation; the CPU executor recomputes)"
+            "selective recomputation of the attention scores (it recomputes whole layers \
+             (full activation checkpointing) or nothing)"
                 .into(),
         );
     }

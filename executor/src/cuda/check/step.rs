@@ -9,6 +9,10 @@
 //! such an element moves by at most lr * (its noise) / eps, and the comparison measures the
 //! step.
 //!
+//! The Llama family's step ([`one_llama_step_vs_cpu`]) runs the same comparison on a Llama
+//! (GQA 2:1, untied head) and a Qwen2 (q/k/v biases, tied embeddings) of width 128, head size
+//! 64, SwiGLU 256, 2 layers, with the same tolerances.
+//!
 //! Tolerances:
 //! * fp32: loss within 1e-5 relative; every parameter within 1e-5 relative + 1e-6 absolute;
 //!   the update within 1e-3 in norm.
@@ -22,8 +26,11 @@ use serde_json::{Value, json};
 use super::compare::{CheckKind, CheckRow, Metric};
 use crate::cuda::train::train_cuda;
 use crate::data::WindowOrder;
-use crate::model::{Gpt2Config, ParamLayout, init_params};
+use crate::model::llama::{AttentionBias, LlamaConfig, LlamaFamily};
+use crate::model::rope::{Rope, RopeScaling};
+use crate::model::{Gpt2Config, ModelConfig, ParamLayout, init_params};
 use crate::train::{DataChoice, TrainSettings, TrainSpec, choose_model, train};
+use dsplan_planner::model::Embeddings;
 
 /// tiny-gpt2 widened to head size 64.
 pub fn small_model() -> Result<Gpt2Config, String> {
@@ -93,12 +100,82 @@ pub fn param_errors(initial: &[f32], gpu: &[f32], cpu: &[f32], rel: f64) -> (f64
 /// One step on GPU `ordinal` and on the CPU, fp32 then bf16: three rows each (loss, every
 /// parameter, the update).
 pub fn one_step_vs_cpu(ordinal: usize) -> Result<Vec<CheckRow>, String> {
+    steps_vs_cpu(ordinal, &small_spec)
+}
+
+/// [`one_step_vs_cpu`] for the Llama family: a GQA Llama with an untied head, then a Qwen2
+/// with q/k/v biases and a tied head ([`small_llama_spec`]).
+pub fn one_llama_step_vs_cpu(ordinal: usize) -> Result<Vec<CheckRow>, String> {
+    let mut rows = steps_vs_cpu(ordinal, &|precision, steps| {
+        small_llama_spec(SmallLlama::Llama, precision, steps)
+    })?;
+    rows.extend(steps_vs_cpu(ordinal, &|precision, steps| {
+        small_llama_spec(SmallLlama::Qwen2, precision, steps)
+    })?);
+    Ok(rows)
+}
+
+/// Which small Llama-family model [`small_llama_spec`] trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmallLlama {
+    /// Llama: no biases, untied `lm_head`.
+    Llama,
+    /// Qwen2: q/k/v biases, tied embeddings.
+    Qwen2,
+}
+
+/// [`small_spec`] with a small Llama-family model of head size 64 (the kernels'): vocab 256,
+/// width 128, 2 query heads over 1 key/value head, SwiGLU 256, 2 layers.
+pub fn small_llama_spec(
+    which: SmallLlama,
+    precision: &Value,
+    steps: u64,
+) -> Result<TrainSpec, String> {
+    let (family, attention_bias, embeddings) = match which {
+        SmallLlama::Llama => (
+            LlamaFamily::Llama,
+            AttentionBias::Absent,
+            Embeddings::Untied,
+        ),
+        SmallLlama::Qwen2 => (LlamaFamily::Qwen2, AttentionBias::Qkv, Embeddings::Tied),
+    };
+    let config = LlamaConfig {
+        family,
+        vocab_size: 256,
+        max_position_embeddings: 64,
+        hidden_size: 128,
+        num_hidden_layers: 2,
+        num_attention_heads: 2,
+        num_key_value_heads: 1,
+        head_dim: 64,
+        intermediate_size: 256,
+        rms_norm_eps: 1e-6,
+        rope: Rope {
+            theta: 10_000.0,
+            scaling: RopeScaling::Default,
+        },
+        attention_bias,
+        embeddings,
+        sliding_window: None,
+    };
+    let model = ModelConfig::Llama(config);
+    let mut spec = small_spec(precision, steps)?;
+    spec.initial_params = model.init_params(11);
+    spec.model = model;
+    Ok(spec)
+}
+
+/// One step of each precision on the GPU and the CPU for the spec `spec_of` builds.
+fn steps_vs_cpu(
+    ordinal: usize,
+    spec_of: &dyn Fn(&Value, u64) -> Result<TrainSpec, String>,
+) -> Result<Vec<CheckRow>, String> {
     let mut rows = Vec::new();
     for (dtype, precision) in [
         ("f32", json!({})),
         ("bf16", json!({"bf16": {"enabled": true}})),
     ] {
-        let spec = small_spec(&precision, 1)?;
+        let spec = spec_of(&precision, 1)?;
         let gpu =
             train_cuda(&spec, ordinal, &|_, _| {}).map_err(|e| format!("{dtype} GPU step: {e}"))?;
         let cpu = train(&spec, &|_| {}).map_err(|e| format!("{dtype} CPU step: {e}"))?;

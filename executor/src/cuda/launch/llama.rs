@@ -245,6 +245,95 @@ impl Launcher<'_> {
         Ok(())
     }
 
+    /// `encoder_backward_wte` alone: `dwte[token] += dout` rows by token buckets (the Llama
+    /// family has no position table).
+    pub fn embedding_backward<T: Storage>(
+        &self,
+        dwte: &mut CudaViewMut<'_, T>,
+        dout: &CudaView<'_, T>,
+        bucket_tokens: &CudaView<'_, u32>,
+        bucket_starts: &CudaView<'_, i32>,
+        bucket_rows: &CudaView<'_, i32>,
+    ) -> Result<(), CudaError> {
+        let rows = bucket_rows.len();
+        if rows == 0 || dout.len() % rows != 0 {
+            return Err(CudaError::Shape(format!(
+                "dout ({} elements) is not {rows} rows",
+                dout.len()
+            )));
+        }
+        let channels = dout.len() / rows;
+        expect_len(
+            "bucket starts",
+            bucket_starts.len(),
+            bucket_tokens.len() + 1,
+        )?;
+        if bucket_tokens.is_empty() {
+            return Ok(());
+        }
+        let spec = spec("encoder_backward_wte")?;
+        let f = self.modules.function(spec, spec.entry_point(T::DTYPE)?)?;
+        let cfg = Self::config(
+            spec,
+            Work::Groups {
+                groups: bucket_tokens.len() as u64,
+                cols: channels as u64,
+            },
+        )?;
+        let channels_i = int("C", channels)?;
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(dwte)
+            .arg(dout)
+            .arg(bucket_tokens)
+            .arg(bucket_starts)
+            .arg(bucket_rows)
+            .arg(&channels_i);
+        // SAFETY: the buckets come from `TokenBuckets::new` over tokens < V (the run's data
+        // check), so every row index is < N and every token row is inside dwte.
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Several biases' gradients from one `(N, W)` output gradient: `column_partials` over all
+    /// `W` columns, then each bias adds its columns (`dbiases[i]` the columns after
+    /// `dbiases[..i]`'s). `scratch` holds `ceil(N / 64) * W` f32.
+    pub fn split_bias_backward<T: Storage>(
+        &self,
+        dbiases: &mut [CudaViewMut<'_, T>],
+        scratch: &mut CudaViewMut<'_, f32>,
+        dout: &CudaView<'_, T>,
+    ) -> Result<(), CudaError> {
+        let width: usize = dbiases.iter().map(|b| b.len()).sum();
+        if width == 0 || dout.len() % width != 0 {
+            return Err(CudaError::Shape(format!("dout is not (N, {width})")));
+        }
+        let rows = dout.len() / width;
+        let spec = spec("column_partials")?;
+        let cfg = Self::config(
+            spec,
+            Work::Rows {
+                rows: rows as u64,
+                cols: width as u64,
+            },
+        )?;
+        let chunks = cfg.grid_dim.1 as usize;
+        expect_len("scratch", scratch.len(), chunks * width)?;
+        let f = self.modules.function(spec, spec.entry_point(T::DTYPE)?)?;
+        let (rows_i, width_i) = (int("N", rows)?, int("W", width)?);
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(&mut *scratch).arg(dout).arg(&rows_i).arg(&width_i);
+        // SAFETY: lengths checked above.
+        unsafe { b.launch(cfg) }?;
+        let mut column = 0;
+        for dbias in dbiases.iter_mut() {
+            let cols = dbias.len();
+            let partials = scratch.slice(column..);
+            self.add_partials(dbias, &partials, chunks, cols, long(width))?;
+            column += cols;
+        }
+        Ok(())
+    }
+
     /// Rows of a `[gate | up]` buffer of `len` elements.
     fn swiglu_rows(len: usize, inner: usize) -> Result<usize, CudaError> {
         if inner == 0 || !len.is_multiple_of(2 * inner) {

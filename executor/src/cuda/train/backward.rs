@@ -1,13 +1,16 @@
 //! The device backward pass as ops, the CPU model's backward (`model/gpt2/backward.rs`) layer
 //! for layer: classifier, `ln_f`, the blocks in reverse, the embeddings. Every parameter
 //! gradient is accumulated (`+=`) into region `Grads`, so micro-steps add up; `dresidual`
-//! carries the residual stream's gradient and is zeroed first.
+//! carries the residual stream's gradient and is zeroed first. With activation checkpointing
+//! each block but the last is re-run from its saved input just before its backward
+//! ([`recompute_block`]), as the CPU model does (`model/recompute.rs`).
 
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
 use super::buffers::{DeviceLayout, Region, TensorRef};
-use super::forward::{attention_shape, block_input};
+use super::forward::{attention_shape, block_input, recompute_block};
 use super::program::Op;
+use crate::model::recompute::recomputes;
 
 /// The ops of one backward, after [`super::forward::forward_ops`].
 pub fn backward_ops(layout: &DeviceLayout) -> Vec<Op> {
@@ -50,7 +53,11 @@ pub fn backward_ops(layout: &DeviceLayout) -> Vec<Op> {
         rstd: layout.lnf_rstd,
     });
 
-    for l in (0..layout.blocks.len()).rev() {
+    let layers = layout.blocks.len();
+    for l in (0..layers).rev() {
+        if recomputes(layout.recompute, l, layers) {
+            recompute_block(&mut ops, layout, l);
+        }
         block_backward(&mut ops, layout, l);
     }
 

@@ -37,7 +37,7 @@ use dsplan_planner::memory::cuda_layout::{
 };
 
 use crate::metrics::{ByCategory, Category};
-use crate::model::{BatchShape, Gpt2Config, ParamLayout};
+use crate::model::{BatchShape, Gpt2Config, ParamLayout, Recompute};
 use crate::tensor::{Span, TensorTable};
 
 /// One device allocation of the step: a model state, or one of the planner's step regions.
@@ -224,6 +224,8 @@ pub struct DeviceLayout {
     pub shape: BatchShape,
     /// The model dtype.
     pub dtype: Dtype,
+    /// What forward keeps of each block.
+    pub recompute: Recompute,
     /// The parameter layout (params, grads, master and moments share it).
     pub params: ParamLayout,
     /// The activations' names and spans (region `Activations`).
@@ -256,8 +258,8 @@ pub struct DeviceLayout {
     pub bias_partials: TensorRef,
     /// Attention backward's `delta` `(B, NH, T)`, f32.
     pub attention_delta: TensorRef,
-    /// Region lengths in elements, [`Region::ALL`] order.
-    lengths: [usize; Region::ALL.len()],
+    /// Region lengths in elements.
+    lengths: RegionLengths,
 }
 
 /// Blocks of `unscale_norm_partials` (its `NORM_BLOCKS`; defined by the planner).
@@ -269,14 +271,14 @@ const _: () = assert!(
         == cuda_layout::ADAM_SEGMENT_BYTES
 );
 
-fn whole(region: Region, len: usize) -> TensorRef {
+pub(crate) fn whole(region: Region, len: usize) -> TensorRef {
     TensorRef {
         region,
         span: Span::new(0, len),
     }
 }
 
-fn to_usize(value: u64) -> usize {
+pub(crate) fn to_usize(value: u64) -> usize {
     usize::try_from(value).unwrap_or(usize::MAX)
 }
 
@@ -299,10 +301,10 @@ pub fn layout_shape(
 }
 
 /// The planner's tensors, one table per region, and the spans of named ones.
-struct Tables(BTreeMap<Region, TensorTable>);
+pub(crate) struct Tables(BTreeMap<Region, TensorTable>);
 
 impl Tables {
-    fn new(tensors: &[CudaTensor]) -> Self {
+    pub(crate) fn new(tensors: &[CudaTensor]) -> Self {
         let mut tables: BTreeMap<Region, TensorTable> = BTreeMap::new();
         for tensor in tensors {
             let dims: Vec<usize> = tensor.shape.iter().map(|&d| to_usize(d)).collect();
@@ -316,7 +318,7 @@ impl Tables {
 
     /// The tensor `name` of `region` (empty when the planner has none: the step's check
     /// refuses every op on it).
-    fn get(&self, region: Region, name: &str) -> TensorRef {
+    pub(crate) fn get(&self, region: Region, name: &str) -> TensorRef {
         let span = self
             .0
             .get(&region)
@@ -325,11 +327,11 @@ impl Tables {
         TensorRef { region, span }
     }
 
-    fn len(&self, region: Region) -> usize {
+    pub(crate) fn len(&self, region: Region) -> usize {
         self.0.get(&region).map_or(0, TensorTable::total_len)
     }
 
-    fn take(&mut self, region: Region) -> TensorTable {
+    pub(crate) fn take(&mut self, region: Region) -> TensorTable {
         self.0.remove(&region).unwrap_or_default()
     }
 }
@@ -339,16 +341,33 @@ impl DeviceLayout {
     /// model states from [`ParamLayout`], everything else from the planner's
     /// [`cuda_layout::cuda_tensors`] (the list the `dsplan-cuda` plan counts).
     pub fn new(config: Gpt2Config, shape: BatchShape, dtype: Dtype) -> Self {
+        Self::recomputing(config, shape, dtype, Recompute::Nothing)
+    }
+
+    /// [`DeviceLayout::new`] with activation checkpointing as `recompute` says: under
+    /// [`Recompute::EachLayer`] every block's [`DeviceBlock`] but `residual3` is the one
+    /// working set all blocks share, which backward refills by re-running the block.
+    pub fn recomputing(
+        config: Gpt2Config,
+        shape: BatchShape,
+        dtype: Dtype,
+        recompute: Recompute,
+    ) -> Self {
         let params = ParamLayout::new(&config);
-        let mut tables = Tables::new(&cuda_layout::cuda_tensors(&layout_shape(
-            &config, shape, &params,
-        )));
+        let mut tables = Tables::new(&cuda_layout::gpt2_cuda_tensors(
+            &layout_shape(&config, shape, &params),
+            recompute,
+        ));
         let act = |name: &str| tables.get(Region::Step(CudaRegion::Activations), name);
         let stat = |name: &str| tables.get(Region::Step(CudaRegion::Stats), name);
         let scratch = |name: &str| tables.get(Region::Step(CudaRegion::Scratch), name);
         let blocks = (0..config.n_layer)
             .map(|l| {
-                let name = |what: &str| format!("h.{l}.{what}");
+                let prefix = cuda_layout::working_set_prefix(recompute, l as u64);
+                let name = |what: &str| match what {
+                    "residual3" => format!("h.{l}.residual3"),
+                    _ => format!("{prefix}.{what}"),
+                };
                 DeviceBlock {
                     ln1: act(&name("ln1")),
                     ln1_mean: stat(&name("ln1_mean")),
@@ -368,13 +387,7 @@ impl DeviceLayout {
                 }
             })
             .collect();
-        let p = params.num_params();
-        let master = if dtype == Dtype::F32 { 0 } else { p };
-        let lengths = Region::ALL.map(|region| match region {
-            Region::Params | Region::Grads | Region::ExpAvg | Region::ExpAvgSq => p,
-            Region::Master => master,
-            other => tables.len(other),
-        });
+        let lengths = region_lengths(&tables, params.num_params(), dtype);
         let encoded = act("encoded");
         let (lnf, lnf_mean, lnf_rstd) = (act("lnf"), stat("lnf_mean"), stat("lnf_rstd"));
         let (logits, losses) = (act("logits"), stat("losses"));
@@ -386,6 +399,7 @@ impl DeviceLayout {
             config,
             shape,
             dtype,
+            recompute,
             params,
             activation_table: tables.take(Region::Step(CudaRegion::Activations)),
             stats_table: tables.take(Region::Step(CudaRegion::Stats)),
@@ -408,13 +422,12 @@ impl DeviceLayout {
 
     /// Elements of `region`.
     pub fn len(&self, region: Region) -> usize {
-        let index = Region::ALL.iter().position(|r| *r == region).unwrap_or(0);
-        self.lengths[index]
+        self.lengths.len(region)
     }
 
     /// Bytes of `region`.
     pub fn bytes(&self, region: Region) -> u64 {
-        (self.len(region) * region.element().size(self.dtype)) as u64
+        self.lengths.bytes(region, self.dtype)
     }
 
     /// Whether 16-bit parameters are trained through fp32 master weights.
@@ -434,16 +447,78 @@ impl DeviceLayout {
 
     /// Bytes per memory category (what allocating every region costs).
     pub fn bytes_by_category(&self) -> ByCategory {
-        let mut total = ByCategory::default();
-        for region in Region::ALL {
-            let category = region.category();
-            total.set(category, total.get(category) + self.bytes(region));
-        }
-        total
+        self.lengths.bytes_by_category(self.dtype)
     }
 
     /// Every region with its bytes, in allocation order.
     pub fn regions(&self) -> Vec<(Region, u64)> {
         Region::ALL.iter().map(|&r| (r, self.bytes(r))).collect()
     }
+}
+
+/// The sizes of a layout's regions (GPT-2's [`DeviceLayout`], the Llama family's
+/// `LlamaDeviceLayout`): what the op checks and the step's whole-region ops need.
+pub trait RegionSizes {
+    /// Elements of `region`.
+    fn region_len(&self, region: Region) -> usize;
+
+    /// A region whole.
+    fn whole_region(&self, region: Region) -> TensorRef {
+        whole(region, self.region_len(region))
+    }
+
+    /// Whether 16-bit parameters are trained through fp32 master weights.
+    fn trains_master(&self) -> bool {
+        self.region_len(Region::Master) > 0
+    }
+}
+
+impl RegionSizes for RegionLengths {
+    fn region_len(&self, region: Region) -> usize {
+        self.len(region)
+    }
+}
+
+impl RegionSizes for DeviceLayout {
+    fn region_len(&self, region: Region) -> usize {
+        self.len(region)
+    }
+}
+
+/// Elements of every region, [`Region::ALL`] order: what a layout of any family allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionLengths([usize; Region::ALL.len()]);
+
+impl RegionLengths {
+    /// Elements of `region`.
+    pub fn len(&self, region: Region) -> usize {
+        let index = Region::ALL.iter().position(|r| *r == region).unwrap_or(0);
+        self.0[index]
+    }
+
+    /// Bytes of `region` when the model is stored in `dtype`.
+    pub fn bytes(&self, region: Region, dtype: Dtype) -> u64 {
+        (self.len(region) * region.element().size(dtype)) as u64
+    }
+
+    /// Bytes per memory category.
+    pub fn bytes_by_category(&self, dtype: Dtype) -> ByCategory {
+        let mut total = ByCategory::default();
+        for region in Region::ALL {
+            let category = region.category();
+            total.set(category, total.get(category) + self.bytes(region, dtype));
+        }
+        total
+    }
+}
+
+/// The model states' lengths (`params` elements; no master copy in f32 training) and the
+/// planner's regions from `tables`.
+pub(crate) fn region_lengths(tables: &Tables, params: usize, dtype: Dtype) -> RegionLengths {
+    let master = if dtype == Dtype::F32 { 0 } else { params };
+    RegionLengths(Region::ALL.map(|region| match region {
+        Region::Params | Region::Grads | Region::ExpAvg | Region::ExpAvgSq => params,
+        Region::Master => master,
+        other => tables.len(other),
+    }))
 }

@@ -13,13 +13,14 @@ use std::sync::Arc;
 
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
-use super::buffers::{DeviceLayout, Region, TensorRef};
+use super::buffers::{Region, RegionSizes, TensorRef};
 use super::program::Op;
 use crate::cuda::adamw::{AdamScalars, AdamSegment, Decay};
 use crate::cuda::error::CudaError;
 use crate::cuda::gemm::Gemm;
 use crate::cuda::launch::{Launcher, Storage};
 use crate::tensor::Span;
+use crate::tensor::TensorTable;
 
 /// Every allocation of a step.
 #[derive(Debug)]
@@ -71,36 +72,34 @@ fn zeros<U: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
 }
 
 impl<T: Storage> DeviceBuffers<T> {
-    /// Allocates every region of `layout` (zeroed) and uploads `params` (f32, [`ParamLayout`]
-    /// order): the master copy as given, the model-dtype copy rounded.
-    ///
-    /// [`ParamLayout`]: crate::model::ParamLayout
+    /// Allocates every region of `layout` (zeroed) and uploads `params` (f32, in
+    /// `param_table`'s flat order, one AdamW segment per tensor): the master copy as given,
+    /// the model-dtype copy rounded.
     pub fn new(
         stream: &Arc<CudaStream>,
-        layout: &DeviceLayout,
+        layout: &dyn RegionSizes,
+        param_table: &TensorTable,
         params: &[f32],
     ) -> Result<Self, CudaError> {
-        if params.len() != layout.len(Region::Params) {
+        if params.len() != layout.region_len(Region::Params) {
             return Err(CudaError::Shape(format!(
                 "{} initial parameters for a model of {}",
                 params.len(),
-                layout.len(Region::Params)
+                layout.region_len(Region::Params)
             )));
         }
         let rounded: Vec<T> = params.iter().map(|&x| T::from_f32(x)).collect();
-        let host_segments: Vec<AdamSegment> = layout
-            .params
-            .table()
+        let host_segments: Vec<AdamSegment> = param_table
             .entries()
             .iter()
             .map(|e| AdamSegment::new(e.span.offset, e.span.len, Decay::Apply))
             .collect();
-        let len = |r| layout.len(r);
+        let len = |r| layout.region_len(r);
         Ok(Self {
             params: stream.clone_htod(&rounded)?,
             grads: zeros(stream, len(Region::Grads))?,
             activations: zeros(stream, len(Region::Step(CudaRegion::Activations)))?,
-            master: if layout.has_master() {
+            master: if layout.trains_master() {
                 stream.clone_htod(params)?
             } else {
                 zeros(stream, 0)?
@@ -188,11 +187,11 @@ where
     split_next(after, span.end(), spans, tail, done, f)
 }
 
-fn range(t: &TensorRef) -> std::ops::Range<usize> {
+pub(crate) fn range(t: &TensorRef) -> std::ops::Range<usize> {
     t.span.offset..t.span.end()
 }
 
-fn shape_error(op: &Op) -> CudaError {
+pub(crate) fn shape_error(op: &Op) -> CudaError {
     CudaError::Shape(format!("{op:?}: operands in unexpected regions"))
 }
 
@@ -220,6 +219,9 @@ impl Executor<'_> {
     {
         if op.regions_ok().is_err() {
             return Err(shape_error(op));
+        }
+        if let Op::Llama(llama) = op {
+            return self.run_llama(llama, bufs, scalars);
         }
         let l = &self.launcher;
         let g = &self.gemm;
@@ -536,6 +538,7 @@ impl Executor<'_> {
                 &mut norm_total.slice_mut(range(total)),
                 &mut found_inf.slice_mut(range(flag)),
             ),
+            Op::Llama(_) => Err(shape_error(op)),
             Op::AdamW {
                 master: m,
                 params_out,
@@ -591,7 +594,7 @@ impl Executor<'_> {
 }
 
 /// Columns of `(rows, C)` `tensor` with `rows = index.len()`.
-fn self_channels(tensor: &TensorRef, index: &TensorRef) -> Result<usize, CudaError> {
+pub(crate) fn self_channels(tensor: &TensorRef, index: &TensorRef) -> Result<usize, CudaError> {
     if index.is_empty() || !tensor.len().is_multiple_of(index.len()) {
         return Err(CudaError::Shape(format!(
             "{} elements are not {} rows",

@@ -111,6 +111,27 @@ pub fn attention_shape(layout: &DeviceLayout) -> AttentionShape {
     }
 }
 
+/// Block `l`'s forward again from its saved input (`block_input`), into the working set all
+/// blocks share under activation checkpointing: `ln_1` as a plain LayerNorm (its input is
+/// kept; the fused residual addition ran in forward), then the block up to `fch_gelu`
+/// (`mlp.c_proj`'s output is not read by backward, so it is not recomputed).
+pub fn recompute_block(ops: &mut Vec<Op>, layout: &DeviceLayout, l: usize) {
+    let (a, w) = (&layout.blocks[l], &layout.params.blocks[l]);
+    let param = |span| layout.param(Region::Params, span);
+    ops.push(Op::LayerNormForward {
+        out: a.ln1,
+        mean: a.ln1_mean,
+        rstd: a.ln1_rstd,
+        inp: block_input(layout, l),
+        weight: param(w.ln_1_weight),
+        bias: param(w.ln_1_bias),
+    });
+    let mut block = Vec::new();
+    block_forward(&mut block, layout, l);
+    block.pop();
+    ops.extend(block);
+}
+
 /// Block `l` after its `ln_1`: attention, `attn.c_proj`, `ln_2` (fused with residual2),
 /// the MLP. Its `residual3` is left to the next LayerNorm.
 fn block_forward(ops: &mut Vec<Op>, layout: &DeviceLayout, l: usize) {

@@ -12,6 +12,8 @@
 //! | module | job | runs without a GPU |
 //! |---|---|---|
 //! | [`buffers`] | every device buffer, sized from the model and micro-batch | yes |
+//! | [`device_model`] | the run's family: its layout, step, check and constants | yes |
+//! | [`llama`] | the Llama family's device buffers | yes |
 //! | [`program`] | [`Op`]: one operation as data, its shape checks and kernel launches | yes |
 //! | [`forward`], [`backward`] | the passes as ops | yes |
 //! | [`step`] | the op lists of a step's phases | yes |
@@ -25,14 +27,17 @@
 
 pub mod backward;
 pub mod buffers;
+pub mod device_model;
 pub mod execute;
 pub mod forward;
+pub mod llama;
 pub mod mfu;
 pub mod program;
 pub mod step;
 pub mod trainer;
 
 pub use buffers::{DeviceLayout, Region, TensorRef};
+pub use device_model::DeviceModel;
 pub use program::{Launch, Op, ShapeError};
 pub use step::StepProgram;
 pub use trainer::{

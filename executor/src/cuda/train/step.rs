@@ -24,7 +24,7 @@ use dsplan_kernels::Dtype;
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
 use super::backward::backward_ops;
-use super::buffers::{DeviceLayout, Region};
+use super::buffers::{DeviceLayout, Region, RegionSizes};
 use super::forward::forward_ops;
 use super::program::{Op, ShapeError, check_head_size};
 
@@ -44,38 +44,42 @@ pub struct StepProgram {
 impl StepProgram {
     /// The step over `layout`'s buffers.
     pub fn new(layout: &DeviceLayout) -> Self {
-        let grads = layout.whole(Region::Grads);
         let mut micro_step = forward_ops(layout);
         micro_step.extend(backward_ops(layout));
-        let (master, params_out) = if layout.has_master() {
-            (
-                layout.whole(Region::Master),
-                Some(layout.whole(Region::Params)),
-            )
+        Self::around(micro_step, layout)
+    }
+
+    /// The step of any family around its micro-step's ops: gradients zeroed first, the norm
+    /// pass and the fused AdamW over whole regions of `layout`.
+    pub fn around(micro_step: Vec<Op>, layout: &impl RegionSizes) -> Self {
+        let whole = |region| layout.whole_region(region);
+        let grads = whole(Region::Grads);
+        let (master, params_out) = if layout.trains_master() {
+            (whole(Region::Master), Some(whole(Region::Params)))
         } else {
-            (layout.whole(Region::Params), None)
+            (whole(Region::Params), None)
         };
         Self {
             start: vec![Op::Zero { tensor: grads }],
             micro_step,
             norm: vec![
                 Op::Zero {
-                    tensor: layout.whole(Region::Step(CudaRegion::FoundInf)),
+                    tensor: whole(Region::Step(CudaRegion::FoundInf)),
                 },
                 Op::UnscaleNorm {
                     grads,
-                    partials: layout.whole(Region::Step(CudaRegion::NormPartials)),
-                    total: layout.whole(Region::Step(CudaRegion::NormTotal)),
-                    found_inf: layout.whole(Region::Step(CudaRegion::FoundInf)),
+                    partials: whole(Region::Step(CudaRegion::NormPartials)),
+                    total: whole(Region::Step(CudaRegion::NormTotal)),
+                    found_inf: whole(Region::Step(CudaRegion::FoundInf)),
                 },
             ],
             update: vec![Op::AdamW {
                 master,
                 params_out,
                 grads,
-                exp_avg: layout.whole(Region::ExpAvg),
-                exp_avg_sq: layout.whole(Region::ExpAvgSq),
-                segments: layout.whole(Region::Step(CudaRegion::Segments)),
+                exp_avg: whole(Region::ExpAvg),
+                exp_avg_sq: whole(Region::ExpAvgSq),
+                segments: whole(Region::Step(CudaRegion::Segments)),
             }],
         }
     }
@@ -94,10 +98,16 @@ impl StepProgram {
     /// every launch names a compiled entry point with a valid grid.
     pub fn check(&self, layout: &DeviceLayout) -> Result<(), ShapeError> {
         check_head_size(layout.config.head_dim(), layout.dtype)?;
+        self.check_ops(layout, layout.dtype)
+    }
+
+    /// Every op fits `layout` (bounds, aliasing, the launcher's shape rules) and every launch
+    /// names a compiled entry point with a valid grid in `dtype`.
+    pub fn check_ops(&self, layout: &impl RegionSizes, dtype: Dtype) -> Result<(), ShapeError> {
         self.ops(1).try_for_each(|op| {
             op.check(layout)
                 .map_err(|e| ShapeError(format!("{op:?}: {e}")))?;
-            op.launches(layout.dtype)
+            op.launches(dtype)
                 .map(|_| ())
                 .map_err(|e| ShapeError(format!("{op:?}: {e}")))
         })

@@ -19,10 +19,9 @@ use dsplan_planner::config::ZeroStage;
 use dsplan_planner::plan::{ModelGraph, Plan, PlanBackend};
 use dsplan_planner::schedule::clip::fp32_clip_coefficient;
 
-use super::buffers::{DeviceLayout, Region};
+use super::buffers::{Region, RegionSizes};
+use super::device_model::DeviceModel;
 use super::execute::{DeviceBuffers, Executor, RunScalars};
-use super::mfu::Mfu;
-use super::step::StepProgram;
 use crate::checkpoint::consolidate;
 use crate::comm::{Comm, LocalComm};
 use crate::cuda::adamw::AdamScalars;
@@ -33,7 +32,6 @@ use crate::cuda::launch::{Launcher, Storage};
 use crate::cuda::modules::KernelModules;
 use crate::data::TokenBatch;
 use crate::metrics::{DeviceRun, MemoryReport, PhaseTimes, StepMetrics};
-use crate::model::{Gpt2Config, Recompute};
 use crate::optim::AdamConfig;
 use crate::train::step::drive;
 use crate::train::{
@@ -46,8 +44,8 @@ use crate::zero::{ClipRule, Dtype as ModelDtype, EnginePlan, OwnedState, Scales,
 pub enum CudaTrainError {
     /// The CUDA backend failed.
     Cuda(CudaError),
-    /// The GPU backend cannot run this spec (world size, model family, head size,
-    /// recomputation).
+    /// The GPU backend cannot run this spec (world size, model family, head size, sliding
+    /// window).
     Setup(String),
     /// The run failed as it would on any backend (data, model, plan, checkpoints, a step).
     Run(TrainError),
@@ -87,8 +85,8 @@ pub fn kernel_dtype(dtype: ModelDtype) -> dsplan_kernels::Dtype {
 }
 
 /// Checks on the host, before any CUDA call, that the GPU backend can run `spec`: one rank,
-/// a GPT-2 that is valid for the run's rows (the checks of every backend), no
-/// recomputation, and a step whose every op and launch fits (the model's head size has
+/// a GPT-2 or Llama-family model that is valid for the run's rows (the checks of every backend),
+/// and a step whose every op and launch fits (the model's head size has
 /// attention kernels). The data and the initial parameters are checked when the run starts,
 /// as on every backend. [`train_cuda`] calls it first; the run command calls it to decide
 /// before probing the device.
@@ -100,36 +98,16 @@ pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
             spec.world
         )));
     }
-    let model = gpt2_model(spec)?;
     crate::train::check_model(spec)?;
-    if spec.settings.recompute != Recompute::Nothing {
-        return Err(CudaTrainError::Setup(
-            "the CUDA backend keeps every activation; activation checkpointing (the \
-             activation_checkpointing section, --gradient-checkpointing) recomputes on the CPU \
-             backend only (run with --device cpu)"
-                .into(),
-        ));
-    }
     let shape = crate::model::BatchShape {
         batch: spec.settings.batch.micro_batch,
         seq_len: spec.seq_len,
     };
     let dtype = kernel_dtype(spec.settings.precision.model_dtype());
-    let layout = DeviceLayout::new(model, shape, dtype);
-    StepProgram::new(&layout)
-        .check(&layout)
+    let model = DeviceModel::new(&spec.model, shape, dtype, spec.settings.recompute);
+    model
+        .check(&model.program())
         .map_err(|e| CudaTrainError::Setup(e.to_string()))
-}
-
-/// The GPT-2 of `spec`: the device step is wired for GPT-2 only (the Llama family's kernels
-/// exist and are checked by `dsplan report --check`, but no device step uses them yet).
-fn gpt2_model(spec: &TrainSpec) -> Result<Gpt2Config, CudaTrainError> {
-    spec.model.gpt2().copied().ok_or_else(|| {
-        CudaTrainError::Setup(format!(
-            "the CUDA backend trains GPT-2 only; this {} model runs with --device cpu",
-            spec.model.family_name()
-        ))
-    })
 }
 
 /// Trains `spec` on GPU `ordinal` (world size 1 only) by its `dsplan-cuda` plan
@@ -196,9 +174,14 @@ impl Run<'_> {
         CudaBlasLT: Matmul<T>,
     {
         let (spec, prepared) = (self.spec, self.prepared);
-        let model = gpt2_model(spec)?;
-        let layout = DeviceLayout::new(model, prepared.shape, T::DTYPE);
-        let program = StepProgram::new(&layout);
+        let model = DeviceModel::new(
+            &spec.model,
+            prepared.shape,
+            T::DTYPE,
+            spec.settings.recompute,
+        );
+        let program = model.program();
+        let layout = model.sizes();
 
         let ctx = CudaContext::new(self.ordinal).map_err(CudaError::from)?;
         let device = ctx.name().map_err(CudaError::from)?;
@@ -208,18 +191,23 @@ impl Run<'_> {
         let executor = Executor {
             launcher: Launcher::new(&modules, stream.clone()),
             gemm: Gemm::new(stream.clone())?,
-            eps: model.layer_norm_epsilon,
+            eps: model.eps(),
         };
         let comm = LocalComm::group(1)
             .map_err(TrainError::Comm)?
             .pop()
             .ok_or(TrainError::Comm(crate::comm::CommError::EmptyGroup))?;
         let mut backend = CudaStep {
-            bufs: DeviceBuffers::<T>::new(&stream, &layout, prepared.initial_params)?,
+            bufs: DeviceBuffers::<T>::new(
+                &stream,
+                layout,
+                model.param_table(),
+                prepared.initial_params,
+            )?,
             executor: &executor,
             stream: stream.clone(),
             program: &program,
-            layout: &layout,
+            layout,
             plan: &prepared.engine_plan,
             comm,
             scalars: RunScalars {
@@ -233,16 +221,26 @@ impl Run<'_> {
             multiplier: 1.0,
             adam_steps: 0,
         };
+        for constant in model.constants() {
+            let span = constant.at.span;
+            stream
+                .memcpy_htod(
+                    &constant.values,
+                    &mut backend.bufs.stats.slice_mut(span.offset..span.end()),
+                )
+                .map_err(CudaError::from)?;
+        }
         let started = Instant::now();
         let driven = drive(&mut backend, prepared, self.checkpoints, self.observer)
             .map_err(|failure| failure.into_train_error(0))?;
         let seconds = started.elapsed().as_secs_f64();
         let (free, total) = ctx.mem_get_info().map_err(CudaError::from)?;
-        let final_params = download_master(&stream, &layout, &backend.bufs)?;
+        let final_params = download_master(&stream, layout, &backend.bufs)?;
         let tokens = prepared.tokens_per_step * spec.steps.saturating_sub(prepared.first_step);
-        let mfu = Mfu::of(&model, spec.seq_len, &device)
+        let mfu = model
+            .mfu(spec.seq_len, &device)
             .map(|m| m.utilisation(tokens as f64 / seconds.max(1e-9)));
-        let allocated = layout.bytes_by_category();
+        let allocated = model.bytes_by_category();
         Ok(TrainReport {
             steps: driven.steps,
             final_params,
@@ -274,8 +272,8 @@ impl Run<'_> {
 pub struct CudaStep<'a, T: Storage> {
     executor: &'a Executor<'a>,
     stream: Arc<CudaStream>,
-    program: &'a StepProgram,
-    layout: &'a DeviceLayout,
+    program: &'a super::StepProgram,
+    layout: &'a dyn RegionSizes,
     plan: &'a EnginePlan,
     bufs: DeviceBuffers<T>,
     /// A group of one: the loop's loss average and checkpoint agreement.
@@ -326,7 +324,7 @@ where
                 .collect(),
         };
         self.stream.synchronize()?;
-        Ok(values[..self.layout.len(Region::Params)].to_vec())
+        Ok(values[..self.layout.region_len(Region::Params)].to_vec())
     }
 
     fn upload_whole(&mut self, region: Region, values: &[f32]) -> Result<(), CudaError> {
@@ -338,7 +336,7 @@ where
             Region::ExpAvgSq => self
                 .stream
                 .memcpy_htod(values, &mut self.bufs.exp_avg_sq.slice_mut(..n))?,
-            _ if self.layout.has_master() => self
+            _ if self.layout.trains_master() => self
                 .stream
                 .memcpy_htod(values, &mut self.bufs.master.slice_mut(..n))?,
             _ => {
@@ -566,15 +564,15 @@ fn losses_range<T: Storage>(bufs: &DeviceBuffers<T>, count: usize) -> std::ops::
 /// The fp32 weights after training.
 pub fn download_master<T: Storage>(
     stream: &Arc<CudaStream>,
-    layout: &DeviceLayout,
+    layout: &dyn RegionSizes,
     bufs: &DeviceBuffers<T>,
 ) -> Result<Vec<f32>, CudaError> {
-    let host = if layout.has_master() {
+    let host = if layout.trains_master() {
         stream.clone_dtoh(&bufs.master)?
     } else {
         let params = stream.clone_dtoh(&bufs.params)?;
         params.iter().map(|x| x.to_f32()).collect()
     };
     stream.synchronize()?;
-    Ok(host[..layout.len(Region::Params)].to_vec())
+    Ok(host[..layout.region_len(Region::Params)].to_vec())
 }

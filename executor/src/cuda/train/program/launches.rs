@@ -3,7 +3,7 @@
 
 use dsplan_kernels::{Dtype, LaunchDims, Work, kernel};
 
-use super::{Op, ShapeError, attention_work, divides};
+use super::{AttentionShape, Op, ShapeError, attention_work, divides};
 use crate::cuda::train::buffers::Element;
 
 /// A kernel argument's type, as the `.cu` signature declares it.
@@ -34,7 +34,7 @@ pub struct Launch {
     pub dims: Option<LaunchDims>,
 }
 
-fn launch(
+pub(super) fn launch(
     name: &'static str,
     entry_point: String,
     args: Vec<ArgType>,
@@ -58,7 +58,7 @@ fn launch(
     })
 }
 
-fn library(name: &'static str) -> Launch {
+pub(super) fn library(name: &'static str) -> Launch {
     Launch {
         kernel: name,
         entry_point: String::new(),
@@ -67,12 +67,68 @@ fn library(name: &'static str) -> Launch {
     }
 }
 
-fn entry(name: &str, dtype: Dtype) -> String {
+pub(super) fn entry(name: &str, dtype: Dtype) -> String {
     format!("{name}_{}", dtype.suffix())
 }
 
-fn attention_entry(name: &str, dtype: Dtype, head_dim: usize) -> String {
+pub(super) fn attention_entry(name: &str, dtype: Dtype, head_dim: usize) -> String {
     format!("{name}_hs{head_dim}_{}", dtype.suffix())
+}
+
+/// An attention backward's launches: `delta`, then the dk/dv and dq kernels named in
+/// `kernels`, each over its number of head blocks per batch row (`shape.n_head` query
+/// heads). The grouped-query entry points (`*_gqa`) take the key/value head count as one more
+/// `int`.
+pub(super) fn attention_backward_launches(
+    dtype: Dtype,
+    shape: &AttentionShape,
+    kernels: [(&'static str, usize); 2],
+) -> Result<Vec<Launch>, ShapeError> {
+    use ArgType::{Float, Int, Pointer};
+    use Element::{F32, Model};
+    let grouped = kernels[0].0.ends_with("_gqa");
+    let mut args = vec![
+        Pointer(Model),
+        Pointer(Model),
+        Pointer(Model),
+        Pointer(F32),
+        Pointer(F32),
+        Int,
+        Int,
+    ];
+    if grouped {
+        args.push(Int);
+    }
+    args.push(Float);
+    let mut list = vec![launch(
+        "attention_backward_preprocess",
+        entry("attention_backward_preprocess", dtype),
+        vec![
+            Pointer(F32),
+            Pointer(Model),
+            Pointer(Model),
+            Int,
+            Int,
+            Int,
+            Int,
+        ],
+        Work::Rows {
+            rows: (shape.batch * shape.n_head * shape.seq_len) as u64,
+            cols: shape.head_dim as u64,
+        },
+    )?];
+    for (name, heads) in kernels {
+        list.push(launch(
+            name,
+            attention_entry(name, dtype, shape.head_dim),
+            args.clone(),
+            attention_work(&AttentionShape {
+                n_head: heads,
+                ..*shape
+            }),
+        )?);
+    }
+    Ok(list)
 }
 
 /// The attention kernels a step launches (each instantiated per head size).
@@ -293,46 +349,14 @@ impl Op {
                 ],
                 attention_work(shape),
             )?],
-            Op::AttentionBackward { shape, .. } => {
-                let backward_args = vec![
-                    Pointer(Model),
-                    Pointer(Model),
-                    Pointer(Model),
-                    Pointer(F32),
-                    Pointer(F32),
-                    Int,
-                    Int,
-                    Float,
-                ];
-                vec![
-                    launch(
-                        "attention_backward_preprocess",
-                        entry("attention_backward_preprocess", dtype),
-                        vec![
-                            Pointer(F32),
-                            Pointer(Model),
-                            Pointer(Model),
-                            Int,
-                            Int,
-                            Int,
-                            Int,
-                        ],
-                        rows(shape.batch * shape.n_head * shape.seq_len, shape.head_dim),
-                    )?,
-                    launch(
-                        "attention_backward_dkdv",
-                        attention_entry("attention_backward_dkdv", dtype, shape.head_dim),
-                        backward_args.clone(),
-                        attention_work(shape),
-                    )?,
-                    launch(
-                        "attention_backward_dq",
-                        attention_entry("attention_backward_dq", dtype, shape.head_dim),
-                        backward_args,
-                        attention_work(shape),
-                    )?,
-                ]
-            }
+            Op::AttentionBackward { shape, .. } => attention_backward_launches(
+                dtype,
+                shape,
+                [
+                    ("attention_backward_dkdv", shape.n_head),
+                    ("attention_backward_dq", shape.n_head),
+                ],
+            )?,
             Op::FusedClassifier {
                 logits, targets, ..
             } => vec![launch(
@@ -372,6 +396,7 @@ impl Op {
                 ],
                 Work::Segments(segments.len() as u64),
             )?],
+            Op::Llama(op) => op.launches(dtype)?,
         })
     }
 }

@@ -8,12 +8,15 @@
 //! against the `.cu` signatures) and grid sizes from the registry's launch rules.
 //!
 //! This file holds the ops and what they touch; `shapes.rs` the shape and layout checks,
-//! `launches.rs` the kernels each op launches.
+//! `launches.rs` the kernels each op launches; `llama.rs` the Llama family's ops, all three
+//! side by side.
 
 mod launches;
+pub mod llama;
 mod shapes;
 
 pub use launches::{ArgType, Launch, attention_head_sizes, check_head_size};
+pub use llama::LlamaOp;
 
 use std::fmt;
 
@@ -263,6 +266,8 @@ pub enum Op {
         /// The segment table.
         segments: TensorRef,
     },
+    /// An operation of the Llama family's step ([`LlamaOp`]).
+    Llama(LlamaOp),
 }
 
 /// A shape rule an op breaks.
@@ -463,6 +468,7 @@ impl Op {
                 ]);
                 list
             }
+            Op::Llama(op) => op.tensors(),
         }
     }
 }

@@ -4,18 +4,18 @@
 use super::{Access, Op, ShapeError, divides, expect};
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
-use crate::cuda::train::buffers::{DeviceLayout, Region};
+use crate::cuda::train::buffers::{Region, RegionSizes};
 
 impl Op {
     /// The launcher's shape rules on the op's spans, and the layout's bounds: every tensor
     /// inside its region, written tensors disjoint from every other tensor of the op.
-    pub fn check(&self, layout: &DeviceLayout) -> Result<(), ShapeError> {
+    pub fn check(&self, layout: &impl RegionSizes) -> Result<(), ShapeError> {
         let tensors = self.tensors();
         for (tensor, _) in &tensors {
-            if tensor.span.end() > layout.len(tensor.region) {
+            if tensor.span.end() > layout.region_len(tensor.region) {
                 return Err(ShapeError(format!(
                     "{tensor:?} lies outside its region of {} elements",
-                    layout.len(tensor.region)
+                    layout.region_len(tensor.region)
                 )));
             }
         }
@@ -77,6 +77,7 @@ impl Op {
                 Some(_) => vec![Master, P, G, ExpAvg, ExpAvgSq, SEGMENTS],
                 None => vec![P, G, ExpAvg, ExpAvgSq, SEGMENTS],
             },
+            Op::Llama(op) => op.expected_regions(),
         }
     }
 
@@ -306,6 +307,7 @@ impl Op {
                 }
                 params_out.map_or(Ok(()), |p| expect("params_out", &p, n))
             }
+            Op::Llama(op) => op.check_shapes(),
         }
     }
 }
