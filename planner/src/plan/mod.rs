@@ -17,7 +17,7 @@
 //! | the moments of a step | [`ticks`] |
 //! | every allocation, and the memory timeline | [`buffers`], [`activations`] (sizes from [`crate::memory`]), [`timeline`] |
 //! | the same for dsplan's CPU executor ([`PlanBackend::DsplanCpu`]) | [`backend`], [`cpu_buffers`], [`cpu_units`] |
-//! | the same for dsplan's CUDA executor on one GPU ([`PlanBackend::DsplanCuda`]) | [`cuda_buffers`] |
+//! | the same for dsplan's CUDA executor ([`PlanBackend::DsplanCuda`]) | [`cuda_buffers`], [`cuda_world`] |
 //! | op graph, cost model, critical path, step time | [`graph`], [`cost`], [`cluster`] |
 //! | Chrome trace of a step | [`trace`] |
 //!
@@ -35,6 +35,7 @@ pub mod cost;
 pub mod cpu_buffers;
 pub mod cpu_units;
 pub mod cuda_buffers;
+pub mod cuda_world;
 pub mod decide;
 pub mod dtype;
 pub mod graph;
@@ -274,7 +275,11 @@ fn compile_parts(
             ticks: &ticks,
             nvme_resident: &offload.nvme_resident,
         }),
-        PlanBackend::DsplanCuda => cuda_buffers::cuda_buffers(model, &settings),
+        PlanBackend::DsplanCuda => cuda_buffers::cuda_buffers(
+            model,
+            &settings,
+            &cuda_world::CudaShares::new(&settings, &layout, &shards, &buckets, stage3.as_ref()),
+        ),
     };
     let timeline = Timeline::new(&buffers, &ticks);
     let graph = (parts == Parts::All).then(|| {

@@ -10,9 +10,14 @@
 //! This file holds the ops and what they touch; `shapes.rs` the shape and layout checks,
 //! `launches.rs` the kernels each op launches.
 
+pub mod collectives;
 mod launches;
 mod shapes;
 
+pub use collectives::{
+    CollectiveRecord, CommAction, CommOp, CommStream, CopyPiece, EventId, Marker, Purpose,
+    Reduction, collective_sequence,
+};
 pub use launches::{ArgType, Launch, attention_head_sizes, check_head_size};
 
 use std::fmt;
@@ -263,6 +268,9 @@ pub enum Op {
         /// The segment table.
         segments: TensorRef,
     },
+    /// Communication: a collective, its pack and unpack copies, stream events, position
+    /// markers ([`collectives`]).
+    Collective(CommOp),
 }
 
 /// A shape rule an op breaks.
@@ -463,6 +471,7 @@ impl Op {
                 ]);
                 list
             }
+            Op::Collective(comm) => comm.tensors(),
         }
     }
 }

@@ -77,6 +77,8 @@ impl Op {
                 Some(_) => vec![Master, P, G, ExpAvg, ExpAvgSq, SEGMENTS],
                 None => vec![P, G, ExpAvg, ExpAvgSq, SEGMENTS],
             },
+            // A collective's operands are picked by region at run time.
+            Op::Collective(comm) => comm.tensors().iter().map(|(t, _)| t.region).collect(),
         }
     }
 
@@ -306,6 +308,7 @@ impl Op {
                 }
                 params_out.map_or(Ok(()), |p| expect("params_out", &p, n))
             }
+            Op::Collective(comm) => comm.check_shapes(),
         }
     }
 }
