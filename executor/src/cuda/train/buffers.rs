@@ -23,6 +23,12 @@
 //! `delta`, `(B, NH, T)`, replace `att` and `datt`), and the residual additions are fused into
 //! the following LayerNorm.
 //!
+//! At world size `W > 1` the model states are the rank's shares of the plan
+//! (`planner::plan::cuda_world::CudaShares`, [`DeviceLayout::with_shares`]): `Params` and
+//! `Grads` are the flat buffers the kernels use (at stage 3 followed by the rank's parameter
+//! shard and gradient partition), `Master` and the moments the rank's partition, and
+//! `ReduceStaging`, `GatherIn`, `GatherOut` the collectives' staging (category buckets).
+//!
 //! At world size 1 ZeRO stages 0-3 compute the same step, and this layout is the same for all
 //! of them: the buffers DeepSpeed adds per stage (stage 1/2's fp32 gradient partition built at
 //! the step, BF16_Optimizer's fp32 accumulation buffer, stage 3's gathered copies and
