@@ -15,7 +15,9 @@
 #               without and with activation checkpointing (dsplan_llama*.json in the work dir)
 #   torch_*     PyTorch eager and torch.compile on the same GPU (bench/torch_gpu_step.py)
 #   tests_*     the ignored GPU tests (test binaries built and stripped by gpu_kit_pack.sh),
-#               run while the DeepSpeed runs are going (they time nothing)
+#               run while the DeepSpeed runs are going (they time nothing); tests_cuda_world
+#               is W = 2: two thread ranks sharing the GPU run the plan's collectives through
+#               the host-staged adapter at stages 1-3, and NCCL's device collectives at W = 1
 #   ds_*        DeepSpeed 0.19.8 memory runs (bench/ds_memory.py): gpt2 and gpt2-medium, bf16,
 #               stages 0-3 and stages 2-3 with offload_optimizer cpu, max_memory_allocated and
 #               max_memory_reserved after 5 steps, next to `dsplan estimate` of the same config
@@ -231,7 +233,7 @@ done
 # --- 4. the ignored GPU tests (background) while DeepSpeed measures memory (foreground)
 run_tests() {
     local t
-    for t in cuda_kernels cuda_train cuda_probe; do
+    for t in cuda_kernels cuda_train cuda_probe cuda_world; do
         if [[ ! -x "$tests_dir/$t" ]]; then
             skip "tests_$t" "no test binary $tests_dir/$t (run bench/gpu_kit_pack.sh)"
         elif [[ $mode == gpu && $t != cuda_probe ]]; then

@@ -8,6 +8,7 @@
 #   .gpukit/tests/cuda_kernels   the GPU test binaries (`cargo test --release --no-run`),
 #   .gpukit/tests/cuda_train       stripped; run there with --ignored
 #   .gpukit/tests/cuda_probe
+#   .gpukit/tests/cuda_world       (the step's collectives: NCCL at W=1, 2 ranks sharing a GPU)
 #   .gpukit/wheels/*.whl         deepspeed 0.19.8 (pure Python, built here from its sdist) and
 #                                what it needs that the GPU image lacks: hjson, pydantic,
 #                                pydantic-core (cp312 manylinux), annotated-types,
@@ -40,6 +41,7 @@ mkdir -p "$kit/bin" "$kit/tests" "$kit/wheels"
 echo "== building dsplan and the GPU test binaries (release)"
 cargo build --release --bin dsplan
 cargo test --release -p dsplan-executor --test cuda_kernels --test cuda_train --test cuda_probe \
+    --test cuda_world \
     --no-run --message-format=json 2>/dev/null >"$kit/.build.json"
 target="${CARGO_TARGET_DIR:-$root/target}"
 cp "$target/release/dsplan" "$kit/bin/dsplan"
@@ -56,7 +58,7 @@ for line in open(sys.argv[1]):
 PY
 rm "$kit/.build.json"
 strip "$kit/bin/dsplan" "$kit"/tests/*
-for t in cuda_kernels cuda_train cuda_probe; do
+for t in cuda_kernels cuda_train cuda_probe cuda_world; do
     [[ -x "$kit/tests/$t" ]] || { echo "error: test binary $t was not built" >&2; exit 1; }
 done
 

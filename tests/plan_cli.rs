@@ -436,7 +436,7 @@ fn the_cpu_backend_is_named_in_the_summary_and_refuses_what_it_cannot_run() {
 }
 
 #[test]
-fn the_cuda_backend_lists_the_device_steps_buffers_on_one_gpu_and_refuses_two() {
+fn the_cuda_backend_lists_the_device_steps_buffers_on_one_and_two_gpus() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = json!({
         "train_micro_batch_size_per_gpu": 2,
@@ -492,12 +492,30 @@ fn the_cuda_backend_lists_the_device_steps_buffers_on_one_gpu_and_refuses_two() 
         "{buffers:?}"
     );
 
-    let mut two = args.to_vec();
+    // Two GPUs: one rank's buffers, the master and moments its half of the padded flat
+    // buffer; bf16 without ZeRO (which DeepSpeed partitions) is refused with the fix.
+    let mut two = json_args.clone();
     two[4] = "2";
-    let assert = plan(&two).code(1);
+    let out = plan(&two).success().get_output().stdout.clone();
+    let plan_json: Value = serde_json::from_slice(&out).expect("json");
+    let buffers = plan_json["buffers"].as_array().expect("buffers");
+    let master = buffers
+        .iter()
+        .find(|b| b["name"] == "fp32 master weights")
+        .and_then(|b| b["numel"].as_u64())
+        .expect("master");
+    assert_eq!(master, psi.div_ceil(4) * 2, "{buffers:?}");
+
+    let mut zero0 = config.clone();
+    zero0["zero_optimization"]["stage"] = json!(0);
+    let file0 = config_file(&dir, "z0.json", &zero0);
+    let mut refused = args.to_vec();
+    refused[0] = file0.to_str().expect("utf-8");
+    refused[4] = "2";
+    let assert = plan(&refused).code(1);
     let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
     assert!(
-        stderr.contains("does not run a world of 2 GPUs"),
+        stderr.contains("bf16 without ZeRO") && stderr.contains("stage to 1"),
         "{stderr}"
     );
 }

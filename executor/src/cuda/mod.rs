@@ -19,12 +19,14 @@
 //! | [`inventory`] | what the machine offers: driver, CUDA libraries, GPUs, CPU SIMD, MPI, kernel cache (`dsplan report`) | yes |
 //! | [`gemm`] | cuBLASLt products with fused bias | needs a GPU |
 //! | [`nccl`] | NCCL collectives (device and host-staged; the `Comm` trait) | needs a GPU |
+//! | [`device_comm`] | the step's collectives on device buffers: NCCL, or any host `Comm` staged through the host | the host half yes; the copies need a GPU |
 //! | [`id_broadcast`] | NCCL's unique id over a host `Comm` (MPI under `mpirun`) | yes |
 //! | [`train`] | the device training step: buffers, op lists, executor, runs | layouts and op lists yes; running needs a GPU |
 
 pub mod adamw;
 pub mod check;
 pub mod device;
+pub mod device_comm;
 pub mod encoder_buckets;
 mod error;
 pub mod gemm;

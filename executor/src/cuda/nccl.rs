@@ -10,7 +10,9 @@
 //!
 //! * on device buffers (`*_device`): what a GPU ZeRO engine uses, no copies;
 //! * on host `f32` slices: staged through a device buffer, so host-side engines can run over
-//!   NCCL unchanged.
+//!   NCCL unchanged;
+//! * [`DeviceComm`]: the CUDA step's collectives in any element type it sends, on the
+//!   communicator's stream.
 //!
 //! The host-slice operations are its [`Comm`] implementation: a failing NCCL or driver call is
 //! [`CommError::Backend`], lengths that break the contract are the same errors as on
@@ -23,12 +25,14 @@ use std::ffi::c_char;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr};
 use cudarc::nccl::{Comm as RawComm, Id, ReduceOp as NcclOp};
 
+use super::device_comm::{DeviceComm, Wire, piece_of, reduce_op};
 use super::error::CudaError;
 use super::id_broadcast::{ID_BYTES, share_id_over};
 use super::rendezvous::share_from_root;
+use super::train::program::Reduction;
 use crate::comm::{Comm, CommError, CommTraffic, OpKind, ReduceOp};
 use crate::launch::LaunchEnv;
 
@@ -357,5 +361,91 @@ impl Comm for NcclComm {
 
     fn traffic(&self) -> &CommTraffic {
         NcclComm::traffic(self)
+    }
+}
+
+/// Bytes of `len` elements of `T`.
+fn bytes_of<T>(len: usize) -> u64 {
+    (len * std::mem::size_of::<T>()) as u64
+}
+
+impl DeviceComm for NcclComm {
+    fn rank(&self) -> usize {
+        NcclComm::rank(self)
+    }
+
+    fn world_size(&self) -> usize {
+        NcclComm::world_size(self)
+    }
+
+    fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    fn all_reduce<T: Wire>(
+        &mut self,
+        data: &mut CudaViewMut<'_, T>,
+        reduction: Reduction,
+    ) -> Result<(), CudaError> {
+        self.comm
+            .all_reduce_in_place(data, &nccl_op(reduce_op(reduction)))
+            .map_err(nccl_error)?;
+        let world = self.world();
+        self.traffic.record(
+            OpKind::AllReduce,
+            2 * (world - 1) * bytes_of::<T>(data.len()) / world,
+        );
+        Ok(())
+    }
+
+    fn reduce_scatter<T: Wire>(
+        &mut self,
+        input: &CudaView<'_, T>,
+        output: &mut CudaViewMut<'_, T>,
+        reduction: Reduction,
+    ) -> Result<(), CudaError> {
+        self.check_shards(OpKind::ReduceScatter, input.len(), output.len())?;
+        self.comm
+            .reduce_scatter(input, output, &nccl_op(reduce_op(reduction)))
+            .map_err(nccl_error)?;
+        let sent = (self.world() - 1) * bytes_of::<T>(output.len());
+        self.traffic.record(OpKind::ReduceScatter, sent);
+        Ok(())
+    }
+
+    fn all_gather<T: Wire>(
+        &mut self,
+        input: &CudaView<'_, T>,
+        output: &mut CudaViewMut<'_, T>,
+    ) -> Result<(), CudaError> {
+        self.check_shards(OpKind::AllGather, output.len(), input.len())?;
+        self.comm.all_gather(input, output).map_err(nccl_error)?;
+        let sent = (self.world() - 1) * bytes_of::<T>(input.len());
+        self.traffic.record(OpKind::AllGather, sent);
+        Ok(())
+    }
+
+    /// NCCL's in-place all-gather (the input is the output at `rank × piece`): the rank's
+    /// piece is handed to NCCL as a second, borrowed view of the same memory.
+    fn all_gather_in_place<T: Wire>(
+        &mut self,
+        whole: &mut CudaViewMut<'_, T>,
+    ) -> Result<(), CudaError> {
+        let piece = piece_of(whole.len(), self.world_size())?;
+        let offset = bytes_of::<T>(self.rank() * piece);
+        let base = {
+            let (pointer, _sync) = whole.device_ptr(&self.stream);
+            pointer
+        };
+        // SAFETY: `base + offset` is this rank's piece of `whole`, alive for the call; the
+        // temporary slice is leaked afterwards, so it frees nothing. NCCL defines the
+        // in-place all-gather with exactly this input.
+        let mine = unsafe { self.stream.upgrade_device_ptr::<T>(base + offset, piece) };
+        let result = self.comm.all_gather(&mine, whole).map_err(nccl_error);
+        mine.leak();
+        result?;
+        let sent = (self.world() - 1) * bytes_of::<T>(piece);
+        self.traffic.record(OpKind::AllGather, sent);
+        Ok(())
     }
 }

@@ -54,8 +54,8 @@ use dsplan_planner::plan::{
     ClipRule, Collective, Device, EngineFamily, GradientAveraging, ModelGraph, Plan,
 };
 
-use super::precision::Dtype;
 use super::options::GradScaling;
+use super::precision::Dtype;
 use crate::model::{ParamTable, ParamUnit};
 use crate::tensor::Span;
 

@@ -15,8 +15,8 @@ pub enum PlanBackend {
     /// dsplan's own CPU executor: every rank a thread of one process, computing in `f32`, all
     /// buffers in host memory ([`super::cpu_buffers`]).
     DsplanCpu,
-    /// dsplan's own CUDA executor on one GPU: the device step's allocations, in the model
-    /// dtype, all on the GPU ([`super::cuda_buffers`]). World size 1, no offload.
+    /// dsplan's own CUDA executor: one rank's device step allocations, in the model dtype,
+    /// all on the GPU ([`super::cuda_buffers`], [`super::cuda_world`]). No offload.
     DsplanCuda,
 }
 

@@ -1,6 +1,8 @@
 //! The buffer list of the `dsplan-cuda` backend ([`super::PlanBackend::DsplanCuda`]): exactly
-//! the allocations of dsplan's CUDA training step on one GPU, so that the device memory it
-//! reports per category equals the plan's to the byte.
+//! the allocations of one rank of dsplan's CUDA training step, so that the device memory it
+//! reports per category equals the plan's to the byte. The table below is one GPU; at world
+//! sizes above 1 the model states are one rank's shares and the collectives' staging is added
+//! ([`super::cuda_world`]).
 //!
 //! The device step allocates every buffer once, before the first step, and keeps it for the
 //! run: every buffer here is [`Lifetime::Persistent`] on [`Device::Gpu`], and the plan's peak
@@ -21,14 +23,17 @@
 //! | token ids, targets, embedding buckets | its token regions, `u32` / `i32` | input activations |
 //! | gradient norm partials and total, overflow flag, AdamW segment table | its step regions, `f64` / `i32` / 24-byte entries ([`Dtype::Uint8`] bytes) | step scratch |
 //!
-//! The CUDA executor runs one GPU without offload, and trains GPT-2 or the Llama family
-//! (Llama, Qwen2, Mistral; [`crate::memory::cuda_layout::llama_cuda_tensors`]) with AdamW:
-//! other world sizes, offload and other families are plan errors ([`check_cuda_backend`]).
+//! The CUDA executor runs without offload, and trains GPT-2 or the Llama family (Llama,
+//! Qwen2, Mistral; [`crate::memory::cuda_layout::llama_cuda_tensors`]) with AdamW: offload,
+//! other families and what [`super::cuda_world::check_cuda_world`] lists are plan errors
+//! ([`check_cuda_backend`]).
 
 use super::buffers::{Buffer, BufferKind, BufferList, Lifetime};
 use super::cpu_buffers::arena_recompute;
+use super::cuda_world::{CudaScheme, CudaShares, check_cuda_world};
 use super::dtype::{Device, Dtype};
 use super::model_graph::ModelGraph;
+use super::run_policy::RunPolicy;
 use super::settings::{OffloadTarget, Settings};
 use crate::diagnostics::{Code, Diagnostic};
 use crate::memory::cuda_layout::{
@@ -92,28 +97,16 @@ fn step_tensors(model: &ModelGraph, settings: &Settings) -> Vec<CudaTensor> {
     }
 }
 
-/// Every buffer of the device step (see the [module documentation](self)).
-pub fn cuda_buffers(model: &ModelGraph, settings: &Settings) -> Vec<Buffer> {
+/// Every buffer of the device step (see the [module documentation](self)); the model states
+/// and the collectives' buffers are one rank's [`CudaShares`].
+pub fn cuda_buffers(model: &ModelGraph, settings: &Settings, shares: &CudaShares) -> Vec<Buffer> {
     let mut list = BufferList::new();
     let model_dtype = settings.dtypes.params;
-    let psi = model.total_params();
     let run = Lifetime::Persistent;
+    model_state_buffers(&mut list, model_dtype, shares);
     let mut gpu = |name: &str, kind: BufferKind, dtype: Dtype, numel: u64| {
         list.add(name, kind, dtype, numel, Device::Gpu, run);
     };
-    gpu("parameters", BufferKind::Parameters, model_dtype, psi);
-    gpu("gradients", BufferKind::Gradients, model_dtype, psi);
-    if model_dtype != Dtype::Fp32 {
-        gpu(
-            "fp32 master weights",
-            BufferKind::MasterWeights,
-            Dtype::Fp32,
-            psi,
-        );
-    }
-    for state in ADAM_STATES {
-        gpu(state, BufferKind::OptimizerStates, Dtype::Fp32, psi);
-    }
     let tensors = step_tensors(model, settings);
     for region in CudaRegion::ALL {
         let elements = region_elements(&tensors, region);
@@ -139,9 +132,81 @@ pub fn cuda_buffers(model: &ModelGraph, settings: &Settings) -> Vec<Buffer> {
     list.into_buffers()
 }
 
-/// What the CUDA executor does not run: world sizes above 1, offload, models other than
-/// GPT-2. Each is an error naming it.
-pub fn check_cuda_backend(model: &ModelGraph, settings: &Settings, found: &mut Vec<Diagnostic>) {
+/// The model states and the collectives' staging of one rank ([`CudaShares`]; at world size
+/// 1: parameters, gradients, the fp32 master of a 16-bit model, AdamW's two moments).
+fn model_state_buffers(list: &mut BufferList, model_dtype: Dtype, shares: &CudaShares) {
+    let run = Lifetime::Persistent;
+    let mut gpu = |name: &str, kind: BufferKind, dtype: Dtype, numel: u64| {
+        if numel > 0 {
+            list.add(name, kind, dtype, numel, Device::Gpu, run);
+        }
+    };
+    let params_kind = match shares.scheme {
+        CudaScheme::Sharded => BufferKind::GatheredParameters,
+        CudaScheme::Replicated | CudaScheme::FlatPartition => BufferKind::Parameters,
+    };
+    gpu("parameters", params_kind, model_dtype, shares.params);
+    gpu(
+        "gradients",
+        BufferKind::Gradients,
+        model_dtype,
+        shares.grads,
+    );
+    gpu(
+        "fp32 master weights",
+        BufferKind::MasterWeights,
+        Dtype::Fp32,
+        shares.master,
+    );
+    for state in ADAM_STATES {
+        gpu(
+            state,
+            BufferKind::OptimizerStates,
+            Dtype::Fp32,
+            shares.optimizer,
+        );
+    }
+    gpu(
+        "parameter shard",
+        BufferKind::Parameters,
+        model_dtype,
+        shares.param_shard,
+    );
+    gpu(
+        "gradient partition",
+        BufferKind::Gradients,
+        model_dtype,
+        shares.grad_partition,
+    );
+    gpu(
+        "reduce-scatter staging",
+        BufferKind::ReduceScatterStaging,
+        model_dtype,
+        shares.bucket,
+    );
+    gpu(
+        "all-gather input",
+        BufferKind::CollectiveStaging,
+        model_dtype,
+        shares.gather,
+    );
+    gpu(
+        "all-gather output",
+        BufferKind::CollectiveStaging,
+        model_dtype,
+        shares.gather_out(),
+    );
+}
+
+/// What the CUDA executor does not run: offload, families other than GPT-2 and Llama, and what
+/// [`check_cuda_world`] refuses at world sizes above 1. Each is an error naming it.
+pub fn check_cuda_backend(
+    model: &ModelGraph,
+    settings: &Settings,
+    run: &RunPolicy,
+    found: &mut Vec<Diagnostic>,
+) {
+    check_cuda_world(model, settings, run, found);
     let mut refuse = |pointer: &str, what: String| {
         found.push(Diagnostic::error(
             Code::IncompatibleSettings,
@@ -149,15 +214,6 @@ pub fn check_cuda_backend(model: &ModelGraph, settings: &Settings, found: &mut V
             format!("the dsplan-cuda backend plans dsplan's CUDA executor, which does not run {what} yet"),
         ));
     };
-    if settings.world_size != 1 {
-        refuse(
-            "",
-            format!(
-                "a world of {} GPUs (it trains on one GPU: plan with --world-size 1)",
-                settings.world_size
-            ),
-        );
-    }
     if settings.offload_optimizer != OffloadTarget::None {
         refuse(
             "/zero_optimization/offload_optimizer",

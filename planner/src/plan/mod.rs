@@ -18,7 +18,7 @@
 //! | the moments of a step | [`ticks`] |
 //! | every allocation, and the memory timeline | [`buffers`], [`activations`] (sizes from [`crate::memory`]), [`timeline`] |
 //! | the same for dsplan's CPU executor ([`PlanBackend::DsplanCpu`]) | [`backend`], [`cpu_buffers`], [`cpu_units`] |
-//! | the same for dsplan's CUDA executor on one GPU ([`PlanBackend::DsplanCuda`]) | [`cuda_buffers`] |
+//! | the same for dsplan's CUDA executor ([`PlanBackend::DsplanCuda`]) | [`cuda_buffers`], [`cuda_world`] |
 //! | op graph, cost model, critical path, step time | [`graph`], [`cost`], [`cluster`] |
 //! | Chrome trace of a step | [`trace`] |
 //!
@@ -36,6 +36,7 @@ pub mod cost;
 pub mod cpu_buffers;
 pub mod cpu_units;
 pub mod cuda_buffers;
+pub mod cuda_world;
 pub mod decide;
 pub mod dtype;
 pub mod graph;
@@ -211,12 +212,13 @@ fn compile_parts(
     let Some(settings) = settings else {
         return Err(diagnostics);
     };
+    let run = RunPolicy::new(config, &settings);
     match settings.backend {
         PlanBackend::DsplanCpu => {
             cpu_buffers::check_cpu_backend(model, &settings, &mut diagnostics);
         }
         PlanBackend::DsplanCuda => {
-            cuda_buffers::check_cuda_backend(model, &settings, &mut diagnostics);
+            cuda_buffers::check_cuda_backend(model, &settings, &run, &mut diagnostics);
         }
         PlanBackend::DeepspeedGpu => {}
     }
@@ -242,7 +244,6 @@ fn compile_parts(
     if diagnostics.iter().any(Diagnostic::is_error) {
         return Err(diagnostics);
     }
-    let run = RunPolicy::new(config, &settings);
     let buckets = buckets::buckets(model, &layout, &settings, &run);
     let stage3 = match (&settings.stage3, &shards.persistent) {
         (Some(s3), Some(persistent)) => {
@@ -281,7 +282,11 @@ fn compile_parts(
             nvme_resident: &offload.nvme_resident,
             run: &run,
         }),
-        PlanBackend::DsplanCuda => cuda_buffers::cuda_buffers(model, &settings),
+        PlanBackend::DsplanCuda => cuda_buffers::cuda_buffers(
+            model,
+            &settings,
+            &cuda_world::CudaShares::new(&settings, &layout, &shards, &buckets, stage3.as_ref()),
+        ),
     };
     let timeline = Timeline::new(&buffers, &ticks);
     let graph = (parts == Parts::All).then(|| {

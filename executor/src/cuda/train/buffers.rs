@@ -23,6 +23,12 @@
 //! `delta`, `(B, NH, T)`, replace `att` and `datt`), and the residual additions are fused into
 //! the following LayerNorm.
 //!
+//! At world size `W > 1` the model states are the rank's shares of the plan
+//! (`planner::plan::cuda_world::CudaShares`, [`DeviceLayout::with_shares`]): `Params` and
+//! `Grads` are the flat buffers the kernels use (at stage 3 followed by the rank's parameter
+//! shard and gradient partition), `Master` and the moments the rank's partition, and
+//! `ReduceStaging`, `GatherIn`, `GatherOut` the collectives' staging (category buckets).
+//!
 //! At world size 1 ZeRO stages 0-3 compute the same step, and this layout is the same for all
 //! of them: the buffers DeepSpeed adds per stage (stage 1/2's fp32 gradient partition built at
 //! the step, BF16_Optimizer's fp32 accumulation buffer, stage 3's gathered copies and
@@ -35,6 +41,7 @@ use dsplan_kernels::Dtype;
 use dsplan_planner::memory::cuda_layout::{
     self, CudaElement, CudaLayoutShape, CudaRegion, CudaTensor,
 };
+use dsplan_planner::plan::cuda_world::{CudaScheme, CudaShares};
 
 use crate::metrics::{ByCategory, Category};
 use crate::model::{BatchShape, Gpt2Config, ParamLayout, Recompute};
@@ -56,11 +63,17 @@ pub enum Region {
     /// A region the planner's `cuda_layout` sizes (activations, statistics, scratch, the
     /// batch, the step's norm and segment table).
     Step(CudaRegion),
+    /// Stage 3 (W > 1): a bucket packed rank by rank for its reduce-scatter.
+    ReduceStaging,
+    /// The all-gather's packed input (stage 3's slices of a fetch; a sharded stage-1/2 piece).
+    GatherIn,
+    /// The all-gather's output (`W ×` its input), unpacked into the parameters.
+    GatherOut,
 }
 
 impl Region {
     /// Every region, in allocation order: the model states, then the planner's regions.
-    pub const ALL: [Region; 17] = [
+    pub const ALL: [Region; 20] = [
         Region::Params,
         Region::Grads,
         Region::Master,
@@ -78,13 +91,20 @@ impl Region {
         Region::Step(CudaRegion::NormTotal),
         Region::Step(CudaRegion::FoundInf),
         Region::Step(CudaRegion::Segments),
+        Region::ReduceStaging,
+        Region::GatherIn,
+        Region::GatherOut,
     ];
 
     /// What the region's elements are (the planner's, [`cuda_layout::CudaRegion::element`],
     /// for all but the model states).
     pub fn element(self) -> Element {
         match self {
-            Region::Params | Region::Grads => Element::Model,
+            Region::Params
+            | Region::Grads
+            | Region::ReduceStaging
+            | Region::GatherIn
+            | Region::GatherOut => Element::Model,
             Region::Master | Region::ExpAvg | Region::ExpAvgSq => Element::F32,
             Region::Step(region) => match region.element() {
                 CudaElement::Model => Element::Model,
@@ -102,6 +122,7 @@ impl Region {
         match self {
             Region::Params => Category::Params,
             Region::Grads => Category::Grads,
+            Region::ReduceStaging | Region::GatherIn | Region::GatherOut => Category::Buckets,
             Region::Master => Category::Master,
             Region::ExpAvg | Region::ExpAvgSq => Category::Optimizer,
             Region::Step(
@@ -258,6 +279,13 @@ pub struct DeviceLayout {
     pub bias_partials: TensorRef,
     /// Attention backward's `delta` `(B, NH, T)`, f32.
     pub attention_delta: TensorRef,
+    /// What this rank holds of the model states and the collectives' staging (one GPU:
+    /// everything whole).
+    pub shares: CudaShares,
+    /// Stage 3: each parameter tensor's slice in the shard (after the gathered parameters in
+    /// [`Region::Params`], after the working gradients in [`Region::Grads`]), offsets from the
+    /// shard's start, [`ParamLayout`] order; empty otherwise.
+    pub shard_spans: Vec<Span>,
     /// Region lengths in elements.
     lengths: RegionLengths,
 }
@@ -275,6 +303,17 @@ pub(crate) fn whole(region: Region, len: usize) -> TensorRef {
     TensorRef {
         region,
         span: Span::new(0, len),
+    }
+}
+
+/// The planner's name of a model dtype.
+pub fn planner_dtype(dtype: Dtype) -> dsplan_planner::plan::Dtype {
+    use dsplan_planner::plan::Dtype as P;
+    match dtype {
+        Dtype::F32 => P::Fp32,
+        Dtype::Bf16 => P::Bf16,
+        Dtype::F16 => P::Fp16,
+        Dtype::F64 => P::Fp64,
     }
 }
 
@@ -353,6 +392,21 @@ impl DeviceLayout {
         dtype: Dtype,
         recompute: Recompute,
     ) -> Self {
+        let psi = ParamLayout::new(&config).num_params() as u64;
+        let shares = CudaShares::one_gpu(psi, planner_dtype(dtype));
+        Self::with_shares(config, shape, dtype, recompute, shares)
+    }
+
+    /// The buffers of one rank holding `shares` of the model states (from the plan:
+    /// `CudaShares::of_plan(plan).for_rank(rank)`), recomputing as `recompute` says;
+    /// [`Self::recomputing`] is one GPU's.
+    pub fn with_shares(
+        config: Gpt2Config,
+        shape: BatchShape,
+        dtype: Dtype,
+        recompute: Recompute,
+        shares: CudaShares,
+    ) -> Self {
         let params = ParamLayout::new(&config);
         let mut tables = Tables::new(&cuda_layout::gpt2_cuda_tensors(
             &layout_shape(&config, shape, &params),
@@ -387,7 +441,35 @@ impl DeviceLayout {
                 }
             })
             .collect();
-        let lengths = region_lengths(&tables, params.num_params(), dtype);
+        let n = |v: u64| to_usize(v);
+        let lengths = RegionLengths(Region::ALL.map(|region| match region {
+            Region::Params => n(shares.params + shares.param_shard),
+            Region::Grads => n(shares.grads + shares.grad_partition),
+            Region::ExpAvg | Region::ExpAvgSq => n(shares.optimizer),
+            Region::Master => n(shares.master),
+            Region::ReduceStaging => n(shares.bucket),
+            Region::GatherIn => n(shares.gather),
+            Region::GatherOut => n(shares.gather_out()),
+            other => tables.len(other),
+        }));
+        let shard_spans = match shares.scheme {
+            CudaScheme::Sharded => {
+                let world = n(shares.world).max(1);
+                let mut offset = 0;
+                params
+                    .table()
+                    .entries()
+                    .iter()
+                    .map(|e| {
+                        let slice = e.span.len.div_ceil(world);
+                        let span = Span::new(offset, slice);
+                        offset += slice;
+                        span
+                    })
+                    .collect()
+            }
+            CudaScheme::Replicated | CudaScheme::FlatPartition => Vec::new(),
+        };
         let encoded = act("encoded");
         let (lnf, lnf_mean, lnf_rstd) = (act("lnf"), stat("lnf_mean"), stat("lnf_rstd"));
         let (logits, losses) = (act("logits"), stat("losses"));
@@ -416,6 +498,8 @@ impl DeviceLayout {
             layernorm_partials,
             bias_partials,
             attention_delta,
+            shares,
+            shard_spans,
             lengths,
         }
     }
@@ -445,9 +529,104 @@ impl DeviceLayout {
         TensorRef { region, span }
     }
 
-    /// Bytes per memory category (what allocating every region costs).
+    /// Bytes per memory category (what allocating every region costs). At stage 3 the
+    /// parameters' region holds the gathered parameters (category gathered) and then the
+    /// rank's shard (category params).
     pub fn bytes_by_category(&self) -> ByCategory {
-        self.lengths.bytes_by_category(self.dtype)
+        let mut total = ByCategory::default();
+        let mut add = |category: Category, bytes: u64| {
+            total.set(category, total.get(category) + bytes);
+        };
+        for region in Region::ALL {
+            let bytes = self.bytes(region);
+            if region == Region::Params && self.shares.scheme == CudaScheme::Sharded {
+                let shard = self.shares.param_shard * region.element().size(self.dtype) as u64;
+                add(Category::Gathered, bytes - shard);
+                add(Category::Params, shard);
+            } else {
+                add(region.category(), bytes);
+            }
+        }
+        total
+    }
+
+    /// The range of `region` (parameters or gradients) this rank's optimizer owns: everything
+    /// on one GPU and at stage 0, its flat partition at stages 1-2, its shard at stage 3.
+    pub fn owned(&self, region: Region) -> TensorRef {
+        let (start, len) = match self.shares.scheme {
+            CudaScheme::Replicated => (0, self.params.num_params() as u64),
+            CudaScheme::FlatPartition => (self.shares.partition, self.shares.optimizer),
+            CudaScheme::Sharded => match region {
+                Region::Grads => (self.shares.grads, self.shares.grad_partition),
+                _ => (self.shares.params, self.shares.param_shard),
+            },
+        };
+        TensorRef {
+            region,
+            span: Span::new(to_usize(start), to_usize(len)),
+        }
+    }
+
+    /// The fused AdamW's segments `(offset, len)` over the owned range ([`Self::owned`]):
+    /// one per parameter tensor that reaches into it, offsets from the range's start.
+    pub fn segments(&self) -> Vec<(usize, usize)> {
+        let entries = self.params.table().entries();
+        match self.shares.scheme {
+            CudaScheme::Replicated => entries
+                .iter()
+                .map(|e| (e.span.offset, e.span.len))
+                .collect(),
+            CudaScheme::FlatPartition => {
+                let start = to_usize(self.shares.partition);
+                let end = start + to_usize(self.shares.optimizer);
+                entries
+                    .iter()
+                    .filter_map(|e| {
+                        let (a, b) = (e.span.offset.max(start), e.span.end().min(end));
+                        (a < b).then(|| (a - start, b - a))
+                    })
+                    .collect()
+            }
+            CudaScheme::Sharded => self
+                .shard_spans
+                .iter()
+                .filter(|s| s.len > 0)
+                .map(|s| (s.offset, s.len))
+                .collect(),
+        }
+    }
+
+    /// The parameters' region as this rank starts it from the whole model `whole` (f32,
+    /// [`ParamLayout`] order): the model, zero padding to the flat buffer's length, and at
+    /// stage 3 the rank's slices of every tensor (zero-padded) after it.
+    pub fn initial_params(&self, whole: &[f32]) -> Vec<f32> {
+        let mut out = whole.to_vec();
+        out.resize(to_usize(self.shares.params), 0.0);
+        if self.shares.scheme == CudaScheme::Sharded {
+            let rank = to_usize(self.shares.rank);
+            for (entry, slice) in self.params.table().entries().iter().zip(&self.shard_spans) {
+                let from = (entry.span.offset + rank * slice.len).min(entry.span.end());
+                let to = (from + slice.len).min(entry.span.end());
+                let mut piece = whole.get(from..to).unwrap_or(&[]).to_vec();
+                piece.resize(slice.len, 0.0);
+                out.extend(piece);
+            }
+        }
+        out
+    }
+
+    /// The fp32 master this rank starts from (its owned range of [`Self::initial_params`]);
+    /// empty when the parameters are the master.
+    pub fn initial_master(&self, whole: &[f32]) -> Vec<f32> {
+        if !self.has_master() {
+            return Vec::new();
+        }
+        let owned = self.owned(Region::Params);
+        let params = self.initial_params(whole);
+        params
+            .get(owned.span.offset..owned.span.end())
+            .unwrap_or(&[])
+            .to_vec()
     }
 
     /// Every region with its bytes, in allocation order.
@@ -471,6 +650,31 @@ pub trait RegionSizes {
     fn trains_master(&self) -> bool {
         self.region_len(Region::Master) > 0
     }
+
+    /// What this rank uploads into [`Region::Params`] from the whole model's parameters
+    /// (flat order): all of them, unless the layout shares them out across ranks.
+    fn initial_params(&self, whole: &[f32]) -> Vec<f32> {
+        whole.to_vec()
+    }
+
+    /// What this rank uploads into [`Region::Master`]: the parameters it owns, in fp32.
+    fn initial_master(&self, whole: &[f32]) -> Vec<f32> {
+        if self.trains_master() {
+            whole.to_vec()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The AdamW segments (offset, length) of this rank's optimizer region: one per tensor of
+    /// `param_table` unless the layout shares the optimizer out across ranks.
+    fn adam_segments(&self, param_table: &TensorTable) -> Vec<(usize, usize)> {
+        param_table
+            .entries()
+            .iter()
+            .map(|e| (e.span.offset, e.span.len))
+            .collect()
+    }
 }
 
 impl RegionSizes for RegionLengths {
@@ -482,6 +686,18 @@ impl RegionSizes for RegionLengths {
 impl RegionSizes for DeviceLayout {
     fn region_len(&self, region: Region) -> usize {
         self.len(region)
+    }
+
+    fn initial_params(&self, whole: &[f32]) -> Vec<f32> {
+        DeviceLayout::initial_params(self, whole)
+    }
+
+    fn initial_master(&self, whole: &[f32]) -> Vec<f32> {
+        DeviceLayout::initial_master(self, whole)
+    }
+
+    fn adam_segments(&self, _param_table: &TensorTable) -> Vec<(usize, usize)> {
+        self.segments()
     }
 }
 

@@ -59,6 +59,12 @@ pub struct DeviceBuffers<T: Storage> {
     pub found_inf: CudaSlice<i32>,
     /// Adam's segments.
     pub segments: CudaSlice<AdamSegment>,
+    /// Stage 3's reduce-scatter staging.
+    pub reduce_staging: CudaSlice<T>,
+    /// The all-gather's packed input.
+    pub gather_in: CudaSlice<T>,
+    /// The all-gather's output.
+    pub gather_out: CudaSlice<T>,
     /// The same segments on the host.
     pub host_segments: Vec<AdamSegment>,
 }
@@ -72,27 +78,29 @@ fn zeros<U: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
 }
 
 impl<T: Storage> DeviceBuffers<T> {
-    /// Allocates every region of `layout` (zeroed) and uploads `params` (f32, in
-    /// `param_table`'s flat order, one AdamW segment per tensor): the master copy as given,
-    /// the model-dtype copy rounded.
+    /// Allocates every region of `layout` (zeroed) and uploads the whole model `params` (f32,
+    /// in `param_table`'s flat order) as this rank holds it ([`RegionSizes::initial_params`],
+    /// [`RegionSizes::initial_master`], one AdamW segment per tensor of what it owns,
+    /// [`RegionSizes::adam_segments`]): the master copy as given, the model-dtype copy rounded.
     pub fn new(
         stream: &Arc<CudaStream>,
         layout: &dyn RegionSizes,
         param_table: &TensorTable,
         params: &[f32],
     ) -> Result<Self, CudaError> {
-        if params.len() != layout.region_len(Region::Params) {
+        if params.len() != param_table.total_len() {
             return Err(CudaError::Shape(format!(
                 "{} initial parameters for a model of {}",
                 params.len(),
-                layout.region_len(Region::Params)
+                param_table.total_len()
             )));
         }
-        let rounded: Vec<T> = params.iter().map(|&x| T::from_f32(x)).collect();
-        let host_segments: Vec<AdamSegment> = param_table
-            .entries()
-            .iter()
-            .map(|e| AdamSegment::new(e.span.offset, e.span.len, Decay::Apply))
+        let initial = layout.initial_params(params);
+        let rounded: Vec<T> = initial.iter().map(|&x| T::from_f32(x)).collect();
+        let host_segments: Vec<AdamSegment> = layout
+            .adam_segments(param_table)
+            .into_iter()
+            .map(|(offset, len)| AdamSegment::new(offset, len, Decay::Apply))
             .collect();
         let len = |r| layout.region_len(r);
         Ok(Self {
@@ -100,7 +108,7 @@ impl<T: Storage> DeviceBuffers<T> {
             grads: zeros(stream, len(Region::Grads))?,
             activations: zeros(stream, len(Region::Step(CudaRegion::Activations)))?,
             master: if layout.trains_master() {
-                stream.clone_htod(params)?
+                stream.clone_htod(&layout.initial_master(params))?
             } else {
                 zeros(stream, 0)?
             },
@@ -116,8 +124,20 @@ impl<T: Storage> DeviceBuffers<T> {
             norm_partials: zeros(stream, len(Region::Step(CudaRegion::NormPartials)))?,
             norm_total: zeros(stream, len(Region::Step(CudaRegion::NormTotal)))?,
             found_inf: zeros(stream, len(Region::Step(CudaRegion::FoundInf)))?,
-            segments: stream.clone_htod(&host_segments)?,
+            segments: {
+                // The table is allocated whole (one entry per parameter tensor, as planned);
+                // a rank's partition may need fewer, the AdamW op reads their prefix.
+                let mut table = host_segments.clone();
+                table.resize(
+                    len(Region::Step(CudaRegion::Segments)).max(table.len()),
+                    AdamSegment::new(0, 0, Decay::Apply),
+                );
+                stream.clone_htod(&table)?
+            },
             host_segments,
+            reduce_staging: zeros(stream, len(Region::ReduceStaging))?,
+            gather_in: zeros(stream, len(Region::GatherIn))?,
+            gather_out: zeros(stream, len(Region::GatherOut))?,
         })
     }
 }
@@ -246,6 +266,7 @@ impl Executor<'_> {
             found_inf,
             segments,
             host_segments,
+            ..
         } = bufs;
         match op {
             Op::Zero { tensor } => {
@@ -589,6 +610,10 @@ impl Executor<'_> {
                     }
                 }
             }
+            Op::Collective(_) => Err(CudaError::Shape(format!(
+                "{op:?}: communication runs through the device collectives, not the compute \
+                 executor"
+            ))),
         }
     }
 }

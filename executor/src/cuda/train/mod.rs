@@ -19,22 +19,27 @@
 //! | [`step`] | the op lists of a step's phases | yes |
 //! | [`mfu`] | FLOPs per token and device peaks | yes |
 //! | [`execute`] | allocations and the op interpreter | needs a GPU |
+//! | [`world_step`] | the step of one rank among `W > 1`: the plan's collectives between the units' compute | yes |
+//! | [`execute_comm`] | the communication ops through a `DeviceComm`, on their streams | needs a GPU |
 //! | [`trainer`] | the step's operations on one GPU ([`CudaStep`]), and a run | needs a GPU (its checkpoint layout does not) |
 //!
-//! World size 1 only: for ZeRO stages 0-3 on one GPU the math is the same step. Several GPUs
-//! (one process each, NCCL bucket all-reduce overlapping backward) are not built; the trainer
-//! refuses a world above 1.
+//! For ZeRO stages 0-3 on one GPU the math is the same step. At `W > 1`, [`world_program`]
+//! builds a rank's step from the plan (buckets, stage-3 schedule, parameter all-gather) and
+//! [`execute_comm`] runs its collectives through `cuda::device_comm`; the trainer does not
+//! drive it yet and refuses a world above 1.
 
 pub mod backward;
 pub mod buffers;
 pub mod device_model;
 pub mod execute;
+pub mod execute_comm;
 pub mod forward;
 pub mod llama;
 pub mod mfu;
 pub mod program;
 pub mod step;
 pub mod trainer;
+pub mod world_step;
 
 pub use buffers::{DeviceLayout, Region, TensorRef};
 pub use device_model::DeviceModel;
@@ -44,3 +49,4 @@ pub use trainer::{
     CudaStep, CudaTrainError, check_spec, held_from_whole, owned_from_whole, train_cuda,
     train_cuda_planned,
 };
+pub use world_step::world_program;

@@ -33,12 +33,18 @@ use super::program::{Op, ShapeError, check_head_size};
 pub struct StepProgram {
     /// Before the first micro-step.
     pub start: Vec<Op>,
-    /// One micro-step: forward, classifier, backward.
+    /// One micro-step before the last: forward, classifier, backward (and, where the plan
+    /// reduces every micro-step, its gradient buckets).
     pub micro_step: Vec<Op>,
+    /// The last micro-step, which reduces the gradients (one GPU: the same as
+    /// [`Self::micro_step`]).
+    pub boundary_micro_step: Vec<Op>,
     /// The unscale, norm and inf/NaN pass.
     pub norm: Vec<Op>,
     /// The optimizer step (when the step is applied).
     pub update: Vec<Op>,
+    /// After the optimizer step: the parameters gathered again (stages 1-3 at W > 1).
+    pub after_update: Vec<Op>,
 }
 
 impl StepProgram {
@@ -61,6 +67,7 @@ impl StepProgram {
         };
         Self {
             start: vec![Op::Zero { tensor: grads }],
+            boundary_micro_step: micro_step.clone(),
             micro_step,
             norm: vec![
                 Op::Zero {
@@ -81,16 +88,24 @@ impl StepProgram {
                 exp_avg_sq: whole(Region::ExpAvgSq),
                 segments: whole(Region::Step(CudaRegion::Segments)),
             }],
+            after_update: Vec::new(),
         }
     }
 
     /// Every op of an applied step with `grad_accum` micro-steps, in order.
     pub fn ops(&self, grad_accum: usize) -> impl Iterator<Item = &Op> {
+        let before_boundary = grad_accum.saturating_sub(1);
         self.start
             .iter()
-            .chain((0..grad_accum).flat_map(|_| self.micro_step.iter()))
+            .chain((0..before_boundary).flat_map(|_| self.micro_step.iter()))
+            .chain(self.boundary_micro_step.iter().take(if grad_accum > 0 {
+                usize::MAX
+            } else {
+                0
+            }))
             .chain(self.norm.iter())
             .chain(self.update.iter())
+            .chain(self.after_update.iter())
     }
 
     /// Checks the step before anything is allocated: the model's head size has attention
@@ -104,7 +119,7 @@ impl StepProgram {
     /// Every op fits `layout` (bounds, aliasing, the launcher's shape rules) and every launch
     /// names a compiled entry point with a valid grid in `dtype`.
     pub fn check_ops(&self, layout: &impl RegionSizes, dtype: Dtype) -> Result<(), ShapeError> {
-        self.ops(1).try_for_each(|op| {
+        self.ops(2).try_for_each(|op| {
             op.check(layout)
                 .map_err(|e| ShapeError(format!("{op:?}: {e}")))?;
             op.launches(dtype)

@@ -93,9 +93,11 @@ pub fn kernel_dtype(dtype: ModelDtype) -> dsplan_kernels::Dtype {
 pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
     if spec.world > 1 {
         return Err(CudaTrainError::Setup(format!(
-            "the CUDA backend trains on one GPU; a world of {} needs the multi-GPU gradient \
-             all-reduce, which is not built yet (run with --device cpu for in-process ranks)",
-            spec.world
+            "the CUDA trainer drives one GPU; for a world of {} the plan and each rank's \
+             device step with its collectives are built (`dsplan plan --backend dsplan-cuda \
+             --world-size {}` shows them) but no trainer runs them yet: run with --device cpu \
+             for in-process ranks, or --world-size 1",
+            spec.world, spec.world
         )));
     }
     crate::train::check_model(spec)?;

@@ -3,6 +3,7 @@
 
 use dsplan_kernels::{Dtype, LaunchDims, Work, kernel};
 
+use super::collectives::CommAction;
 use super::{AttentionShape, Op, ShapeError, attention_work, divides};
 use crate::cuda::train::buffers::Element;
 
@@ -397,6 +398,12 @@ impl Op {
                 Work::Segments(segments.len() as u64),
             )?],
             Op::Llama(op) => op.launches(dtype)?,
+            Op::Collective(comm) => match &comm.action {
+                CommAction::Collective { .. } => vec![library("nccl")],
+                CommAction::Copy { pieces } => pieces.iter().map(|_| library("memcpy")).collect(),
+                CommAction::Zero { .. } => vec![library("memset")],
+                CommAction::Sync | CommAction::Release { .. } | CommAction::Mark(_) => Vec::new(),
+            },
         })
     }
 }

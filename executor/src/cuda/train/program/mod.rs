@@ -11,10 +11,15 @@
 //! `launches.rs` the kernels each op launches; `llama.rs` the Llama family's ops, all three
 //! side by side.
 
+pub mod collectives;
 mod launches;
 pub mod llama;
 mod shapes;
 
+pub use collectives::{
+    CollectiveRecord, CommAction, CommOp, CommStream, CopyPiece, EventId, Marker, Purpose,
+    Reduction, collective_sequence,
+};
 pub use launches::{ArgType, Launch, attention_head_sizes, check_head_size};
 pub use llama::LlamaOp;
 
@@ -268,6 +273,9 @@ pub enum Op {
     },
     /// An operation of the Llama family's step ([`LlamaOp`]).
     Llama(LlamaOp),
+    /// Communication: a collective, its pack and unpack copies, stream events, position
+    /// markers ([`collectives`]).
+    Collective(CommOp),
 }
 
 /// A shape rule an op breaks.
@@ -469,6 +477,7 @@ impl Op {
                 list
             }
             Op::Llama(op) => op.tensors(),
+            Op::Collective(comm) => comm.tensors(),
         }
     }
 }

@@ -78,6 +78,8 @@ impl Op {
                 None => vec![P, G, ExpAvg, ExpAvgSq, SEGMENTS],
             },
             Op::Llama(op) => op.expected_regions(),
+            // A collective's operands are picked by region at run time.
+            Op::Collective(comm) => comm.tensors().iter().map(|(t, _)| t.region).collect(),
         }
     }
 
@@ -308,6 +310,7 @@ impl Op {
                 params_out.map_or(Ok(()), |p| expect("params_out", &p, n))
             }
             Op::Llama(op) => op.check_shapes(),
+            Op::Collective(comm) => comm.check_shapes(),
         }
     }
 }

@@ -1,0 +1,715 @@
+//! The step of one rank among `W > 1` ([`world_program`]): the one-GPU compute ops of
+//! [`super::forward`] and [`super::backward`], cut into the plan's units, with the plan's
+//! collectives between them as [`CommOp`]s.
+//!
+//! Every decision is the plan's:
+//! - **gradient buckets** (`buckets.reduce`): each bucket is reduced where the plan flushes it
+//!   (after the backward of its trace step, or in the backward epilogue), in every micro-step
+//!   or at the boundary only (`buckets.timing`), with the plan's collective, on the
+//!   communication stream when the plan overlaps reduction with backward (else on the compute
+//!   stream). Stages 0-2 average in place over the bucket's range of the flat gradients, so
+//!   gradients accumulated over micro-steps stay averaged; stage 3 packs each tensor's `W`
+//!   slices rank by rank and reduce-scatters into the rank's gradient partition;
+//! - **stage 3 fetches** (`stage3.steps`): before a unit's compute, its on-demand tensors,
+//!   then its prefetch batch, each one all-gather of the packed slices on the communication
+//!   stream; the compute waits for the event of every gather that wrote a tensor it reads;
+//!   after the unit, the schedule's releases; the persistent tensors gathered again after
+//!   the optimizer step;
+//! - **stages 1-2 parameter all-gather** (`buckets.param_gather`): after the optimizer step,
+//!   on the communication stream, one collective per piece; the next step's forward waits
+//!   for it;
+//! - the gradient norm and the overflow flag are summed (maxed) over the ranks' partitions
+//!   (stages 1-3), two scalar all-reduces the plan's op graph does not list.
+//!
+//! A compute op belongs to the unit of the parameters it reads or the gradients it writes
+//! (GPT-2's tied `wte`: the embedding going forward, the LM head coming back); ops without
+//! parameters stay in the unit before them. A [`Marker`] follows each unit's compute and the
+//! optimizer step, so a collective's position (markers before it) is in the plan's op graph
+//! coordinates.
+
+use std::collections::BTreeMap;
+
+use dsplan_planner::config::ZeroStage;
+use dsplan_planner::memory::cuda_layout::CudaRegion;
+use dsplan_planner::plan::buckets::{FlushPoint, ReduceBucket};
+use dsplan_planner::plan::cuda_world::CudaScheme;
+use dsplan_planner::plan::settings::{Overlap, ReduceTiming};
+use dsplan_planner::plan::stage3::trace_step;
+use dsplan_planner::plan::{Collective, ModelGraph, Plan};
+
+use super::backward::backward_ops;
+use super::buffers::{DeviceLayout, Region, TensorRef};
+use super::forward::forward_ops;
+use super::program::{
+    Access, CommAction, CommOp, CommStream, CopyPiece, EventId, Marker, Op, Purpose, Reduction,
+    ShapeError,
+};
+use super::step::StepProgram;
+use crate::tensor::Span;
+
+/// The pass of a compute op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Forward,
+    Backward,
+}
+
+/// The step of rank `layout.shares.rank` of `plan` (see the [module documentation](self)).
+/// `graph` is the model graph the plan was compiled from; `layout` holds the rank's shares
+/// of the same plan.
+pub fn world_program(
+    layout: &DeviceLayout,
+    plan: &Plan,
+    graph: &ModelGraph,
+) -> Result<StepProgram, ShapeError> {
+    let mut builder = Builder::new(layout, plan, graph)?;
+    let params_ready = builder.event();
+    let mut start = vec![Op::Zero {
+        tensor: layout.whole(Region::Grads),
+    }];
+    if layout.shares.world > 1 {
+        start.push(sync(CommStream::Compute, vec![params_ready], None));
+    }
+    let micro_step = builder.micro_step(plan.buckets.timing == ReduceTiming::EveryMicroStep)?;
+    let boundary_micro_step = builder.micro_step(true)?;
+    let norm = builder.norm();
+    let update = builder.update();
+    let after_update = builder.after_update(params_ready)?;
+    Ok(StepProgram {
+        start,
+        micro_step,
+        boundary_micro_step,
+        norm,
+        update,
+        after_update,
+    })
+}
+
+fn sync(stream: CommStream, waits: Vec<EventId>, record: Option<EventId>) -> Op {
+    Op::Collective(CommOp {
+        stream,
+        waits,
+        record,
+        action: CommAction::Sync,
+    })
+}
+
+fn on(stream: CommStream, action: CommAction) -> Op {
+    Op::Collective(CommOp::on(stream, action))
+}
+
+fn slice(region: Region, offset: usize, len: usize) -> TensorRef {
+    TensorRef {
+        region,
+        span: Span::new(offset, len),
+    }
+}
+
+struct Builder<'a> {
+    layout: &'a DeviceLayout,
+    plan: &'a Plan,
+    /// Model tensor → the executor's span of it in the flat buffers.
+    spans: Vec<Span>,
+    /// Model tensor → its slice in the stage-3 shard (offset from the shard's start).
+    shard: Vec<Span>,
+    /// `(start, end, model tensor)` of the flat buffers, by start.
+    by_offset: Vec<(usize, usize, usize)>,
+    /// Model tensor → trace steps whose unit holds it, ascending.
+    steps_of: Vec<Vec<usize>>,
+    /// Trace steps (twice the units).
+    steps: usize,
+    world: usize,
+    events: usize,
+    ops: Vec<Op>,
+    started: Option<usize>,
+    pending: BTreeMap<usize, EventId>,
+    reduce_events: Vec<EventId>,
+    reduces: bool,
+}
+
+impl<'a> Builder<'a> {
+    fn new(
+        layout: &'a DeviceLayout,
+        plan: &'a Plan,
+        graph: &ModelGraph,
+    ) -> Result<Self, ShapeError> {
+        let entries = layout.params.table().entries();
+        let mut spans = Vec::with_capacity(graph.tensors.len());
+        let mut shard = Vec::with_capacity(graph.tensors.len());
+        for tensor in &graph.tensors {
+            let index = entries
+                .iter()
+                .position(|e| e.name == tensor.name)
+                .ok_or_else(|| {
+                    ShapeError(format!(
+                        "the plan's tensor `{}` is not a parameter of the device model",
+                        tensor.name
+                    ))
+                })?;
+            spans.push(entries[index].span);
+            shard.push(
+                layout
+                    .shard_spans
+                    .get(index)
+                    .copied()
+                    .unwrap_or(Span::new(0, 0)),
+            );
+        }
+        if layout.shares.scheme == CudaScheme::FlatPartition {
+            for entry in &plan.layout.entries {
+                let ours = spans.get(entry.tensor).map(|s| s.offset as u64);
+                if ours != Some(entry.offset) {
+                    return Err(ShapeError(format!(
+                        "`{}` sits at {ours:?} in the device's flat buffer, at {} in the plan's",
+                        entry.name, entry.offset
+                    )));
+                }
+            }
+        }
+        let mut by_offset: Vec<(usize, usize, usize)> = spans
+            .iter()
+            .enumerate()
+            .map(|(t, s)| (s.offset, s.end(), t))
+            .collect();
+        by_offset.sort_unstable();
+        let units = graph.units.len();
+        let mut steps_of = vec![Vec::new(); graph.tensors.len()];
+        for step in 0..2 * units {
+            for &t in &graph.units[trace_step(units, step).0].tensors {
+                if let Some(list) = steps_of.get_mut(t) {
+                    list.push(step);
+                }
+            }
+        }
+        Ok(Self {
+            layout,
+            plan,
+            spans,
+            shard,
+            by_offset,
+            steps_of,
+            steps: 2 * units,
+            world: layout.shares.world.max(1) as usize,
+            events: 0,
+            ops: Vec::new(),
+            started: None,
+            pending: BTreeMap::new(),
+            reduce_events: Vec::new(),
+            reduces: false,
+        })
+    }
+
+    fn event(&mut self) -> EventId {
+        self.events += 1;
+        EventId(self.events - 1)
+    }
+
+    fn sharded(&self) -> bool {
+        self.layout.shares.scheme == CudaScheme::Sharded
+    }
+
+    /// Model tensors an op reads (parameters) or writes (gradients) in the flat buffers.
+    fn touched(&self, op: &Op) -> Vec<usize> {
+        let shares = &self.layout.shares;
+        let mut found = Vec::new();
+        for (tensor, access) in op.tensors() {
+            let flat = match (tensor.region, access) {
+                (Region::Params, _) => shares.params as usize,
+                (Region::Grads, Access::Write) => shares.grads as usize,
+                _ => continue,
+            };
+            let (a, b) = (tensor.span.offset, tensor.span.end().min(flat));
+            for &(start, end, t) in &self.by_offset {
+                if start < b && a < end && !found.contains(&t) {
+                    found.push(t);
+                }
+            }
+        }
+        found
+    }
+
+    /// The trace step `op` computes in.
+    fn target(&self, op: &Op, pass: Pass) -> Option<usize> {
+        let units = self.steps / 2;
+        let range = match pass {
+            Pass::Forward => 0..units,
+            Pass::Backward => units..self.steps,
+        };
+        let low = self.started.unwrap_or(0).max(range.start);
+        self.touched(op)
+            .iter()
+            .filter_map(|&t| {
+                self.steps_of[t]
+                    .iter()
+                    .copied()
+                    .find(|&s| s >= low && range.contains(&s))
+            })
+            .max()
+    }
+
+    /// Issues every trace step up to `target`: the markers and after-hooks of the steps
+    /// left, the before-hooks of the steps entered.
+    fn advance(&mut self, target: usize) -> Result<(), ShapeError> {
+        let first = self.started.map_or(0, |s| s + 1);
+        for step in first..=target {
+            if step > 0 {
+                self.close(step - 1)?;
+            }
+            self.open(step);
+            self.started = Some(step);
+        }
+        Ok(())
+    }
+
+    fn open(&mut self, step: usize) {
+        let Some(schedule) = self.plan.stage3.as_ref() else {
+            return;
+        };
+        let Some(record) = schedule.steps.get(step) else {
+            return;
+        };
+        let batches = [
+            (record.on_demand.clone(), Purpose::Fetch { step }),
+            (record.prefetch.clone(), Purpose::Prefetch { step }),
+        ];
+        for (batch, purpose) in batches {
+            if !batch.is_empty() {
+                self.gather(&batch, purpose, Vec::new());
+            }
+        }
+    }
+
+    fn close(&mut self, step: usize) -> Result<(), ShapeError> {
+        self.ops.push(on(
+            CommStream::Compute,
+            CommAction::Mark(Marker::Unit { step }),
+        ));
+        if self.reduces {
+            let flushed: Vec<ReduceBucket> = self
+                .plan
+                .buckets
+                .reduce
+                .iter()
+                .filter(|b| b.flush == FlushPoint::BackwardStep { step })
+                .cloned()
+                .collect();
+            for bucket in &flushed {
+                self.reduce(bucket)?;
+            }
+        }
+        if let Some(record) = self.plan.stage3.as_ref().and_then(|s| s.steps.get(step)) {
+            let released = record.released.clone();
+            self.release(&released);
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, tensors: &[usize]) {
+        if tensors.is_empty() {
+            return;
+        }
+        let spans = tensors
+            .iter()
+            .map(|&t| slice(Region::Params, self.spans[t].offset, self.spans[t].len))
+            .collect();
+        self.ops.push(on(
+            CommStream::Compute,
+            CommAction::Release { tensors: spans },
+        ));
+    }
+
+    /// Stage 3: all-gathers the slices of `tensors` into the gathered parameters on the
+    /// communication stream (pack, all-gather, unpack); the tensors wait for its event.
+    fn gather(&mut self, tensors: &[usize], purpose: Purpose, waits: Vec<EventId>) {
+        let world = self.world;
+        let base = self.layout.shares.params as usize;
+        let mut pack = Vec::new();
+        let mut at = 0;
+        let mut placed = Vec::new();
+        for &t in tensors {
+            let s = self.shard[t];
+            pack.push(CopyPiece {
+                dst: slice(Region::GatherIn, at, s.len),
+                src: slice(Region::Params, base + s.offset, s.len),
+            });
+            placed.push((t, at, s.len));
+            at += s.len;
+        }
+        let total = at;
+        let mut unpack = Vec::new();
+        for rank in 0..world {
+            for &(t, offset, len) in &placed {
+                let whole = self.spans[t];
+                let from = (rank * len).min(whole.len);
+                let real = (from + len).min(whole.len) - from;
+                if real > 0 {
+                    unpack.push(CopyPiece {
+                        dst: slice(Region::Params, whole.offset + from, real),
+                        src: slice(Region::GatherOut, rank * total + offset, real),
+                    });
+                }
+            }
+        }
+        let done = self.event();
+        self.ops.push(Op::Collective(CommOp {
+            stream: CommStream::Comm,
+            waits,
+            record: None,
+            action: CommAction::Copy { pieces: pack },
+        }));
+        self.ops.push(on(
+            CommStream::Comm,
+            CommAction::Collective {
+                kind: Collective::AllGather,
+                input: slice(Region::GatherIn, 0, total),
+                output: slice(Region::GatherOut, 0, world * total),
+                reduction: None,
+                purpose,
+                world,
+            },
+        ));
+        self.ops.push(Op::Collective(CommOp {
+            stream: CommStream::Comm,
+            waits: Vec::new(),
+            record: Some(done),
+            action: CommAction::Copy { pieces: unpack },
+        }));
+        for &t in tensors {
+            self.pending.insert(t, done);
+        }
+    }
+
+    /// One of the plan's gradient buckets.
+    fn reduce(&mut self, bucket: &ReduceBucket) -> Result<(), ShapeError> {
+        let stream = match self.plan.settings.overlap {
+            Overlap::Overlapped => CommStream::Comm,
+            Overlap::Serialized => CommStream::Compute,
+        };
+        let mut waits = Vec::new();
+        if stream == CommStream::Comm {
+            let ready = self.event();
+            self.ops
+                .push(sync(CommStream::Compute, Vec::new(), Some(ready)));
+            waits.push(ready);
+        }
+        let done = (stream == CommStream::Comm).then(|| self.event());
+        let purpose = Purpose::ReduceBucket {
+            bucket: bucket.index,
+        };
+        let world = self.world;
+        let mut tensors = bucket.tensors.clone();
+        let ops = if self.sharded() {
+            tensors.sort_by_key(|&t| self.shard[t].offset);
+            let chunk: usize = tensors.iter().map(|&t| self.shard[t].len).sum();
+            let first = tensors.first().map_or(0, |&t| self.shard[t].offset);
+            contiguous(tensors.iter().map(|&t| self.shard[t]), bucket.index)?;
+            let mut pieces = Vec::new();
+            for rank in 0..world {
+                let mut at = rank * chunk;
+                for &t in &tensors {
+                    let (whole, p) = (self.spans[t], self.shard[t].len);
+                    let from = (rank * p).min(whole.len);
+                    let real = (from + p).min(whole.len) - from;
+                    if real > 0 {
+                        pieces.push(CopyPiece {
+                            dst: slice(Region::ReduceStaging, at, real),
+                            src: slice(Region::Grads, whole.offset + from, real),
+                        });
+                    }
+                    at += p;
+                }
+            }
+            let partition = self.layout.shares.grads as usize + first;
+            vec![
+                CommOp {
+                    stream,
+                    waits,
+                    record: None,
+                    action: CommAction::Zero {
+                        tensor: slice(Region::ReduceStaging, 0, world * chunk),
+                    },
+                },
+                CommOp::on(stream, CommAction::Copy { pieces }),
+                CommOp {
+                    stream,
+                    waits: Vec::new(),
+                    record: done,
+                    action: CommAction::Collective {
+                        kind: Collective::ReduceScatter,
+                        input: slice(Region::ReduceStaging, 0, world * chunk),
+                        output: slice(Region::Grads, partition, chunk),
+                        reduction: Some(Reduction::Avg),
+                        purpose,
+                        world,
+                    },
+                },
+            ]
+        } else {
+            if bucket.collective != Collective::AllReduce {
+                return Err(ShapeError(format!(
+                    "bucket {}: the plan's {} is not run on a flat partition",
+                    bucket.index,
+                    bucket.collective.as_str()
+                )));
+            }
+            tensors.sort_by_key(|&t| self.spans[t].offset);
+            let range = contiguous(tensors.iter().map(|&t| self.spans[t]), bucket.index)?;
+            let data = slice(Region::Grads, range.offset, range.len);
+            vec![CommOp {
+                stream,
+                waits,
+                record: done,
+                action: CommAction::Collective {
+                    kind: Collective::AllReduce,
+                    input: data,
+                    output: data,
+                    reduction: Some(Reduction::Avg),
+                    purpose,
+                    world,
+                },
+            }]
+        };
+        self.ops.extend(ops.into_iter().map(Op::Collective));
+        self.reduce_events.extend(done);
+        Ok(())
+    }
+
+    /// One micro-step: forward and backward cut into units, with the plan's collectives.
+    fn micro_step(&mut self, reduces: bool) -> Result<Vec<Op>, ShapeError> {
+        self.reduces = reduces;
+        self.started = None;
+        let forward = forward_ops(self.layout);
+        let backward = backward_ops(self.layout);
+        let passes = [(Pass::Forward, forward), (Pass::Backward, backward)];
+        for (pass, ops) in passes {
+            for op in ops {
+                let target = self.target(&op, pass).or(match self.started {
+                    None => Some(0),
+                    Some(_) => None,
+                });
+                if let Some(target) = target
+                    && self.started.is_none_or(|s| target > s)
+                {
+                    self.advance(target)?;
+                }
+                self.wait_for_gathers(&op);
+                self.ops.push(op);
+            }
+        }
+        let last = self.steps.saturating_sub(1);
+        self.advance(last)?;
+        self.close(last)?;
+        if reduces {
+            let epilogue: Vec<ReduceBucket> = self
+                .plan
+                .buckets
+                .reduce
+                .iter()
+                .filter(|b| b.flush == FlushPoint::Epilogue)
+                .cloned()
+                .collect();
+            for bucket in &epilogue {
+                self.reduce(bucket)?;
+            }
+        }
+        if let Some(schedule) = self.plan.stage3.as_ref() {
+            let released = schedule.released_at_end.clone();
+            self.release(&released);
+        }
+        if !self.reduce_events.is_empty() {
+            let waits = std::mem::take(&mut self.reduce_events);
+            self.ops.push(sync(CommStream::Compute, waits, None));
+        }
+        Ok(std::mem::take(&mut self.ops))
+    }
+
+    fn wait_for_gathers(&mut self, op: &Op) {
+        let mut waits: Vec<EventId> = self
+            .touched(op)
+            .iter()
+            .filter_map(|t| self.pending.remove(t))
+            .collect();
+        waits.sort_unstable();
+        waits.dedup();
+        if !waits.is_empty() {
+            self.ops.push(sync(CommStream::Compute, waits, None));
+        }
+    }
+
+    /// The unscale and norm over the rank's gradients; the sums over the ranks.
+    fn norm(&mut self) -> Vec<Op> {
+        let layout = self.layout;
+        let found_inf = layout.whole(Region::Step(CudaRegion::FoundInf));
+        let total = layout.whole(Region::Step(CudaRegion::NormTotal));
+        let mut ops = vec![
+            Op::Zero { tensor: found_inf },
+            Op::UnscaleNorm {
+                grads: layout.owned(Region::Grads),
+                partials: layout.whole(Region::Step(CudaRegion::NormPartials)),
+                total,
+                found_inf,
+            },
+        ];
+        if layout.shares.scheme != CudaScheme::Replicated {
+            for (data, reduction) in [(total, Reduction::Sum), (found_inf, Reduction::Max)] {
+                ops.push(on(
+                    CommStream::Compute,
+                    CommAction::Collective {
+                        kind: Collective::AllReduce,
+                        input: data,
+                        output: data,
+                        reduction: Some(reduction),
+                        purpose: Purpose::StepScalars,
+                        world: self.world,
+                    },
+                ));
+            }
+        }
+        ops
+    }
+
+    /// The fused AdamW over the rank's partition, then the optimizer's marker.
+    fn update(&mut self) -> Vec<Op> {
+        let layout = self.layout;
+        let owned = layout.owned(Region::Params);
+        let (master, params_out) = if layout.has_master() {
+            (layout.whole(Region::Master), Some(owned))
+        } else {
+            (owned, None)
+        };
+        let segments = layout
+            .whole(Region::Step(CudaRegion::Segments))
+            .prefix(layout.segments().len());
+        vec![
+            Op::AdamW {
+                master,
+                params_out,
+                grads: layout.owned(Region::Grads),
+                exp_avg: layout.whole(Region::ExpAvg),
+                exp_avg_sq: layout.whole(Region::ExpAvgSq),
+                segments,
+            },
+            on(CommStream::Compute, CommAction::Mark(Marker::Optimizer)),
+        ]
+    }
+
+    /// The parameters gathered again after the step: stages 1-2's all-gather pieces,
+    /// stage 3's persistent tensors. Records `params_ready`.
+    fn after_update(&mut self, params_ready: EventId) -> Result<Vec<Op>, ShapeError> {
+        let layout = self.layout;
+        let world = self.world;
+        let stepped = self.event();
+        let mut ops = vec![sync(CommStream::Compute, Vec::new(), Some(stepped))];
+        match layout.shares.scheme {
+            CudaScheme::Replicated => {
+                ops.push(sync(CommStream::Comm, Vec::new(), Some(params_ready)));
+            }
+            CudaScheme::FlatPartition => {
+                let Some(gather) = self.plan.buckets.param_gather.as_ref() else {
+                    return Err(ShapeError(
+                        "the plan partitions the optimizer but gathers no parameters after its step"
+                            .into(),
+                    ));
+                };
+                let partition = layout.shares.optimizer as usize;
+                let mine = layout.shares.partition as usize;
+                let mut waits = vec![stepped];
+                for (index, piece) in gather.shards.iter().enumerate() {
+                    let (a, b) = (piece.start as usize, piece.end as usize);
+                    let len = b - a;
+                    let purpose = Purpose::ParamGather { shard: index };
+                    if len == partition {
+                        ops.push(Op::Collective(CommOp {
+                            stream: CommStream::Comm,
+                            waits: std::mem::take(&mut waits),
+                            record: None,
+                            action: CommAction::Collective {
+                                kind: Collective::AllGather,
+                                input: slice(Region::Params, mine, partition),
+                                output: slice(Region::Params, 0, world * partition),
+                                reduction: None,
+                                purpose,
+                                world,
+                            },
+                        }));
+                        continue;
+                    }
+                    ops.push(Op::Collective(CommOp {
+                        stream: CommStream::Comm,
+                        waits: std::mem::take(&mut waits),
+                        record: None,
+                        action: CommAction::Copy {
+                            pieces: vec![CopyPiece {
+                                dst: slice(Region::GatherIn, 0, len),
+                                src: slice(Region::Params, mine + a, len),
+                            }],
+                        },
+                    }));
+                    ops.push(on(
+                        CommStream::Comm,
+                        CommAction::Collective {
+                            kind: Collective::AllGather,
+                            input: slice(Region::GatherIn, 0, len),
+                            output: slice(Region::GatherOut, 0, world * len),
+                            reduction: None,
+                            purpose,
+                            world,
+                        },
+                    ));
+                    let pieces = (0..world)
+                        .map(|rank| CopyPiece {
+                            dst: slice(Region::Params, rank * partition + a, len),
+                            src: slice(Region::GatherOut, rank * len, len),
+                        })
+                        .collect();
+                    ops.push(on(CommStream::Comm, CommAction::Copy { pieces }));
+                }
+                ops.push(sync(CommStream::Comm, waits, Some(params_ready)));
+            }
+            CudaScheme::Sharded => {
+                let persistent: Vec<usize> = self
+                    .plan
+                    .shards
+                    .persistent
+                    .as_ref()
+                    .map(|p| {
+                        p.entries
+                            .iter()
+                            .filter_map(|&e| self.plan.layout.entries.get(e).map(|e| e.tensor))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                self.ops.clear();
+                if persistent.is_empty() || self.plan.settings.stage != ZeroStage::Weights {
+                    ops.push(sync(CommStream::Comm, vec![stepped], Some(params_ready)));
+                } else {
+                    self.gather(&persistent, Purpose::PersistentRegather, vec![stepped]);
+                    for &t in &persistent {
+                        self.pending.remove(&t);
+                    }
+                    ops.append(&mut self.ops);
+                    ops.push(sync(CommStream::Comm, Vec::new(), Some(params_ready)));
+                }
+            }
+        }
+        Ok(ops)
+    }
+}
+
+/// The one range `spans` cover back to back (sorted by offset), or an error naming the
+/// bucket.
+fn contiguous(spans: impl Iterator<Item = Span>, bucket: usize) -> Result<Span, ShapeError> {
+    let mut range: Option<Span> = None;
+    for span in spans {
+        range = Some(match range {
+            None => span,
+            Some(r) if r.end() == span.offset => Span::new(r.offset, r.len + span.len),
+            Some(_) => {
+                return Err(ShapeError(format!(
+                    "bucket {bucket}: its tensors are not back to back in the device buffers"
+                )));
+            }
+        });
+    }
+    Ok(range.unwrap_or(Span::new(0, 0)))
+}

@@ -1,0 +1,336 @@
+//! What one rank of dsplan's CUDA step holds at world size `W` ([`CudaShares`]): the sizes of
+//! its model states and of the buffers its collectives use, from the plan's layout, buckets and
+//! stage-3 schedule. The `dsplan-cuda` buffer list ([`super::cuda_buffers`]) and the
+//! executor's `DeviceLayout` both read this one description, so the plan and the allocation
+//! agree by construction.
+//!
+//! The device's compute kernels read the parameters and accumulate the gradients in one flat
+//! buffer each, at the model's tensor offsets. A rank therefore keeps, by scheme
+//! (`Ψ` the model's elements, `Ψ'` the flat buffer padded to `2W`, `P = Ψ'/W` a flat
+//! partition, `H = Σ⌈numel/W⌉` a stage-3 shard):
+//!
+//! | buffer | one GPU, stage 0 | stages 1, 2 (flat partition) | stage 3 (sharded) |
+//! |---|---|---|---|
+//! | parameters (the buffer the kernels read) | `Ψ` | `Ψ'` | `Ψ`, gathered on the plan's schedule |
+//! | parameter shard | - | - | `H` |
+//! | gradients (the buffer backward accumulates into) | `Ψ` | `Ψ'` | `Ψ` |
+//! | gradient partition | - | - | `H` (reduce-scatter output) |
+//! | fp32 master, AdamW moments | `Ψ` | `P` | `H` |
+//! | reduce-scatter staging | - | - | the largest bucket on the wire (`Σ W·⌈numel/W⌉`) |
+//! | gather staging (input, output) | - | sharded all-gather: the largest piece, `W ×` it | the largest fetch, prefetch or persistent re-gather (`Σ⌈numel/W⌉`), `W ×` it |
+//!
+//! Stages 0-2 reduce each bucket in place in the flat gradients (a bucket's tensors are
+//! contiguous there: [`check_cuda_world`] refuses a plan where they are not), with an average,
+//! so stage 2 keeps its reduced gradients in the same flat buffer: its gradient memory is stage
+//! 1's (a backward that writes into buckets is not built). Stage 3 keeps the whole model's
+//! gathered parameters in one buffer: a release returns no memory, so its parameter memory is
+//! `Ψ + H`, not the schedule's live peak.
+
+use serde::Serialize;
+
+use super::Plan;
+use super::buckets::Buckets;
+use super::dtype::Dtype;
+use super::layout::Layout;
+use super::model_graph::ModelGraph;
+use super::run_policy::RunPolicy;
+use super::settings::{FlatOrder, OffloadTarget, Settings};
+use super::shards::Shards;
+use super::stage3::Stage3Schedule;
+use crate::config::ZeroStage;
+use crate::diagnostics::{Code, Diagnostic};
+
+/// How a rank's model states are cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CudaScheme {
+    /// Every rank holds everything (one GPU, or stage 0).
+    Replicated,
+    /// One flat buffer cut into `W` equal partitions: master and moments (stages 1, 2).
+    FlatPartition,
+    /// Every tensor cut into `W` slices: parameters, gradients, master and moments (stage 3).
+    Sharded,
+}
+
+/// The element counts of one rank's device buffers (see the [module documentation](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CudaShares {
+    /// Ranks.
+    pub world: u64,
+    /// How the states are cut.
+    pub scheme: CudaScheme,
+    /// The flat parameter buffer the kernels read (model dtype).
+    pub params: u64,
+    /// The flat gradient buffer backward accumulates into (model dtype).
+    pub grads: u64,
+    /// fp32 master weights (0 when the parameters are the master).
+    pub master: u64,
+    /// Each AdamW moment (fp32).
+    pub optimizer: u64,
+    /// The rank these shares are ([`Self::for_rank`]; 0 from [`Self::new`]).
+    pub rank: u64,
+    /// First element of this rank's partition in the flat buffers (`rank × P`; otherwise 0).
+    pub partition: u64,
+    /// Stage 3: this rank's parameter slices (model dtype).
+    pub param_shard: u64,
+    /// Stage 3: this rank's reduced gradient slices (model dtype).
+    pub grad_partition: u64,
+    /// Stage 3: the reduce-scatter staging (model dtype).
+    pub bucket: u64,
+    /// The all-gather staging's input (model dtype); its output is `world ×` it.
+    pub gather: u64,
+}
+
+impl CudaShares {
+    /// One GPU: everything whole; a master copy when the model is 16-bit.
+    pub fn one_gpu(psi: u64, model_dtype: Dtype) -> Self {
+        Self {
+            world: 1,
+            scheme: CudaScheme::Replicated,
+            params: psi,
+            grads: psi,
+            master: if model_dtype == Dtype::Fp32 { 0 } else { psi },
+            optimizer: psi,
+            rank: 0,
+            partition: 0,
+            param_shard: 0,
+            grad_partition: 0,
+            bucket: 0,
+            gather: 0,
+        }
+    }
+
+    /// Rank 0's shares under the plan's `settings`, `layout`, `buckets` and stage-3 schedule
+    /// (every rank's buffers have the same sizes; only [`Self::partition`] moves).
+    pub fn new(
+        settings: &Settings,
+        layout: &Layout,
+        shards: &Shards,
+        buckets: &Buckets,
+        stage3: Option<&Stage3Schedule>,
+    ) -> Self {
+        let psi = layout.numel;
+        let world = settings.world_size.max(1);
+        if world == 1 {
+            return Self::one_gpu(psi, settings.dtypes.params);
+        }
+        let has_master = layout.master_dtype.is_some();
+        match settings.stage {
+            ZeroStage::Disabled => Self {
+                world,
+                ..Self::one_gpu(psi, settings.dtypes.params)
+            },
+            ZeroStage::OptimizerStates | ZeroStage::Gradients => {
+                let partition = layout.partition_numel;
+                let pieces = buckets.param_gather.as_ref().map_or(0, |g| {
+                    if g.shards.len() > 1 {
+                        g.shards.iter().map(|s| s.len()).max().unwrap_or(0)
+                    } else {
+                        0
+                    }
+                });
+                Self {
+                    world,
+                    scheme: CudaScheme::FlatPartition,
+                    params: layout.padded_numel,
+                    grads: layout.padded_numel,
+                    master: if has_master { partition } else { 0 },
+                    optimizer: partition,
+                    rank: 0,
+                    partition: 0,
+                    param_shard: 0,
+                    grad_partition: 0,
+                    bucket: 0,
+                    gather: pieces,
+                }
+            }
+            ZeroStage::Weights => {
+                let shard = layout.partition_numel;
+                let slice = |t: usize| layout.entry_of(t).map_or(0, |e| e.partition_numel);
+                let batch = |tensors: &[usize]| tensors.iter().map(|&t| slice(t)).sum::<u64>();
+                let fetches = stage3.map_or(0, |s| {
+                    s.steps
+                        .iter()
+                        .flat_map(|step| [batch(&step.on_demand), batch(&step.prefetch)])
+                        .max()
+                        .unwrap_or(0)
+                });
+                let persistent: u64 = shards.persistent.as_ref().map_or(0, |p| {
+                    p.entries
+                        .iter()
+                        .filter_map(|&e| layout.entries.get(e))
+                        .map(|e| e.partition_numel)
+                        .sum()
+                });
+                let dtype_bytes = settings.dtypes.communication.bytes().max(1);
+                let bucket = buckets
+                    .reduce
+                    .iter()
+                    .map(|b| b.bytes / dtype_bytes)
+                    .max()
+                    .unwrap_or(0);
+                Self {
+                    world,
+                    scheme: CudaScheme::Sharded,
+                    params: psi,
+                    grads: psi,
+                    master: if has_master { shard } else { 0 },
+                    optimizer: shard,
+                    rank: 0,
+                    partition: 0,
+                    param_shard: shard,
+                    grad_partition: shard,
+                    bucket,
+                    gather: fetches.max(persistent),
+                }
+            }
+        }
+    }
+
+    /// Rank 0's shares in `plan`.
+    pub fn of_plan(plan: &Plan) -> Self {
+        Self::new(
+            &plan.settings,
+            &plan.layout,
+            &plan.shards,
+            &plan.buckets,
+            plan.stage3.as_ref(),
+        )
+    }
+
+    /// The same shares for `rank` (its partition's first element).
+    pub fn for_rank(self, rank: u64) -> Self {
+        let partition = match self.scheme {
+            CudaScheme::FlatPartition => rank * self.optimizer,
+            CudaScheme::Replicated | CudaScheme::Sharded => 0,
+        };
+        Self {
+            rank,
+            partition,
+            ..self
+        }
+    }
+
+    /// The all-gather staging's output elements.
+    pub fn gather_out(&self) -> u64 {
+        self.gather.saturating_mul(self.world)
+    }
+}
+
+/// What the CUDA executor does not run at world sizes above 1, each an error naming it: bf16
+/// without ZeRO (DeepSpeed's `BF16_Optimizer` partitions the optimizer, and the plan gathers
+/// no parameters after its step), a communication dtype other than the model's, the
+/// round-robin flat order, gradient accumulation at stage 3, and buckets whose tensors are not
+/// back to back in the flat gradients.
+pub fn check_cuda_world(
+    model: &ModelGraph,
+    settings: &Settings,
+    run: &RunPolicy,
+    found: &mut Vec<Diagnostic>,
+) {
+    if settings.world_size <= 1 {
+        return;
+    }
+    let world = settings.world_size;
+    let mut refuse = |pointer: &str, what: String, help: &str| {
+        found.push(
+            Diagnostic::error(
+                Code::IncompatibleSettings,
+                pointer,
+                format!(
+                    "the dsplan-cuda backend does not run {what} on a world of {world} GPUs yet"
+                ),
+            )
+            .with_help(help.to_string()),
+        );
+    };
+    if settings.stage == ZeroStage::Disabled && settings.partitions_optimizer() {
+        refuse(
+            "/zero_optimization/stage",
+            "bf16 without ZeRO (DeepSpeed's BF16_Optimizer partitions the optimizer, and the plan gathers no parameters after its step)".into(),
+            "set zero_optimization.stage to 1: the same memory and the same math",
+        );
+    }
+    if settings.dtypes.communication != settings.dtypes.params {
+        refuse(
+            "/communication_data_type",
+            format!(
+                "a communication dtype ({}) other than the model's ({})",
+                settings.dtypes.communication.as_str(),
+                settings.dtypes.params.as_str()
+            ),
+            "remove communication_data_type",
+        );
+    }
+    if settings.flat_order == FlatOrder::RoundRobin {
+        refuse(
+            "/zero_optimization/round_robin_gradients",
+            "the round-robin gradient order".into(),
+            "remove round_robin_gradients",
+        );
+    }
+    if settings.stage == ZeroStage::Weights && settings.batch.gradient_accumulation_steps > 1 {
+        refuse(
+            "/gradient_accumulation_steps",
+            "gradient accumulation at stage 3 (it has no device accumulate for the reduce-scattered partitions)".into(),
+            "set gradient_accumulation_steps to 1, or use stage 2",
+        );
+    }
+    if settings.offload_optimizer != OffloadTarget::None
+        || settings.offload_param != OffloadTarget::None
+    {
+        return;
+    }
+    let layout = Layout::new(model, settings);
+    let buckets = super::buckets::buckets(model, &layout, settings, run);
+    if buckets
+        .reduce
+        .iter()
+        .any(|b| b.collective == super::buckets::Collective::Reduce)
+    {
+        refuse(
+            "/zero_optimization/use_multi_rank_bucket_allreduce",
+            "a reduce to each rank per bucket (use_multi_rank_bucket_allreduce: false)".into(),
+            "remove use_multi_rank_bucket_allreduce",
+        );
+    }
+    if settings
+        .stage3
+        .as_ref()
+        .is_some_and(|s3| s3.fetch_with_all_reduce)
+    {
+        refuse(
+            "/zero_optimization/stage3_use_all_reduce_for_fetch_params",
+            "stage 3 fetches by all-reduce".into(),
+            "remove stage3_use_all_reduce_for_fetch_params",
+        );
+    }
+    if let Some(bucket) = buckets
+        .reduce
+        .iter()
+        .find(|b| !contiguous(&layout, &b.tensors))
+    {
+        refuse(
+            "/zero_optimization/reduce_bucket_size",
+            format!(
+                "gradient bucket {} (its tensors are not back to back in the flat buffer: this model's backward order is not the reverse of its parameter order)",
+                bucket.index
+            ),
+            "train this model on the CPU backend, or on one GPU",
+        );
+    }
+}
+
+/// Whether `tensors`' layout entries form one range of the flat (or shard) buffer.
+pub fn contiguous(layout: &Layout, tensors: &[usize]) -> bool {
+    let mut spans: Vec<(u64, u64)> = tensors
+        .iter()
+        .filter_map(|&t| layout.entry_of(t))
+        .map(|e| (e.offset, e.offset + e.partition_numel))
+        .collect();
+    if spans.len() != tensors.len() {
+        return false;
+    }
+    spans.sort_unstable();
+    spans.windows(2).all(|w| w[0].1 == w[1].0)
+}
