@@ -64,7 +64,7 @@ tokens_per_s() {
         --device cpu --metrics "$work/metrics.jsonl" --force > /dev/null 2>&1
     python3 -c 'import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(f"{statistics.median(r[\"tokens_per_s\"] for r in rows[1:]):.1f}")' "$work/metrics.jsonl"
+print("%.1f" % statistics.median(r["tokens_per_s"] for r in rows[1:]))' "$work/metrics.jsonl"
 }
 
 for case in $cases; do
