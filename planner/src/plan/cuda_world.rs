@@ -218,8 +218,8 @@ impl CudaShares {
 }
 
 /// What the CUDA executor does not run at world sizes above 1, each an error naming it: bf16
-/// without ZeRO (DeepSpeed's `BF16_Optimizer` partitions the optimizer, and the plan gathers
-/// no parameters after its step), a communication dtype other than the model's, the
+/// without ZeRO (DeepSpeed's `BF16_Optimizer`, a flat partition under stage 0, which the device
+/// step does not lay out; stage 1 is the same memory and math), a communication dtype other than the model's, the
 /// round-robin flat order, gradient accumulation at stage 3, and buckets whose tensors are not
 /// back to back in the flat gradients.
 pub fn check_cuda_world(
@@ -247,7 +247,7 @@ pub fn check_cuda_world(
     if settings.stage == ZeroStage::Disabled && settings.partitions_optimizer() {
         refuse(
             "/zero_optimization/stage",
-            "bf16 without ZeRO (DeepSpeed's BF16_Optimizer partitions the optimizer, and the plan gathers no parameters after its step)".into(),
+            "bf16 without ZeRO (DeepSpeed's BF16_Optimizer, a flat partition under stage 0, which the device step does not lay out)".into(),
             "set zero_optimization.stage to 1: the same memory and the same math",
         );
     }
