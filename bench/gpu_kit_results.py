@@ -4,7 +4,8 @@ the kit's own keys) and prints the summary tables last.
     python3 gpu_kit_results.py WORK_DIR --out FILE [--copy-to DIR] [--dry]
 
 WORK_DIR holds the parts' outputs (see gpu_check.sh): `parts.tsv` (name, status, seconds,
-exit code), `report.json`, `check.json`, `dsplan_stage{N}.json` and `.jsonl`,
+exit code), `report.json`, `check.json`, `dsplan_stage{N}.json` and `.jsonl` (and
+`dsplan_llama*.json` / `.jsonl`),
 `torch_{eager,compile}.json`, `ds/*.json` (ds_memory.py's lines) and `ds/*.estimate.json`
 (`dsplan estimate --format json`), `tests_*.log`. A missing file leaves its keys null and
 its part's status says why; nothing is invented. Standard library only.
@@ -97,16 +98,41 @@ def kernels_and_step(check):
     return kernels, step
 
 
-def dsplan_stage(work, stage, warmup, torch_runs, batch, seq, dry):
-    summary = load(os.path.join(work, f"dsplan_stage{stage}.json"))
+def run_figures(work, name, warmup):
+    """`dsplan_{name}.json` (the run's summary), the median tokens/s of its `.jsonl` steps after
+    `warmup` (the last step when there are no more), and how many steps that median is over."""
+    summary = load(os.path.join(work, f"dsplan_{name}.json"))
     try:
-        with open(os.path.join(work, f"dsplan_stage{stage}.jsonl")) as f:
+        with open(os.path.join(work, f"dsplan_{name}.jsonl")) as f:
             steps = [json.loads(line) for line in f if line.strip()]
     except (OSError, ValueError):
         steps = []
-    row = {"stage": stage, "world_size": 1, "micro_batch": batch, "seq_len": seq}
     timed = [s["tokens_per_s"] for s in steps[warmup:]] or [s["tokens_per_s"] for s in steps[-1:]]
     rate = statistics.median(timed) if timed else None
+    return summary, rate, len(steps[warmup:])
+
+
+def dsplan_llama(work, variant, warmup):
+    """The ~100M LLaMA run `variant` (llama: keeping activations, llama_ckpt: recomputing each
+    block): tokens/s, device memory against the plan, and the losses."""
+    summary, rate, timed_steps = run_figures(work, variant, warmup)
+    memory = (summary or {}).get("device_memory") or {}
+    return {
+        "variant": variant,
+        "activation_checkpointing": variant.endswith("_ckpt"),
+        "tokens_per_s": rate,
+        "timed_steps": timed_steps,
+        "device_peak_bytes": memory.get("driver_used"),
+        "device_allocated_bytes": memory.get("peak_total"),
+        "plan_peak_bytes": memory.get("plan_peak_total"),
+        "first_loss": (summary or {}).get("first_loss"),
+        "final_loss": (summary or {}).get("final_loss"),
+    }
+
+
+def dsplan_stage(work, stage, warmup, torch_runs, batch, seq, dry):
+    summary, rate, timed_steps = run_figures(work, f"stage{stage}", warmup)
+    row = {"stage": stage, "world_size": 1, "micro_batch": batch, "seq_len": seq}
     device = (summary or {}).get("device") or ""
     peak = peak_flops(device)
     per_token = flops_per_token(GPT2["params"], GPT2["wpe"], GPT2["layers"], GPT2["embd"], seq)
@@ -115,7 +141,7 @@ def dsplan_stage(work, stage, warmup, torch_runs, batch, seq, dry):
     row.update(
         {
             "tokens_per_s": rate,
-            "timed_steps": len(steps[warmup:]),
+            "timed_steps": timed_steps,
             "mfu": rate * per_token / peak if (rate and peak and not dry) else None,
             "mfu_whole_run_reported": (summary or {}).get("mfu"),
             "torch_eager_tokens_per_s": (torch_runs.get("eager") or {}).get("tokens_per_s"),
@@ -223,6 +249,7 @@ def main():
             dsplan_stage(work, int(s), args.warmup, torch_runs, args.batch, args.seq, args.dry)
             for s in args.stages.split()
         ],
+        "llama_100m_bf16": [dsplan_llama(work, v, args.warmup) for v in ("llama", "llama_ckpt")],
         "torch": torch_runs,
         "adamw_bandwidth_fraction": None,
         "adamw_bandwidth_note": "not measured: the kit has no fused-AdamW bandwidth benchmark yet",
@@ -276,6 +303,11 @@ def print_tables(r, path):
               f"{fmt(g['torch_eager_tokens_per_s']):>9} {fmt(g['torch_compile_tokens_per_s']):>9} "
               f"{fmt_bytes(g['device_peak_bytes']):>10} {fmt_bytes(g['device_allocated_bytes']):>10} "
               f"{fmt_bytes(g['plan_peak_bytes']):>10}")
+    print(f"\n{'llama ~100M bf16':<18} {'tokens/s':>10} {'measured':>10} {'allocated':>10} {'plan':>10} {'loss':>15}")
+    for g in r["llama_100m_bf16"]:
+        loss = f"{fmt(g['first_loss'], '{:.3f}')}->{fmt(g['final_loss'], '{:.3f}')}"
+        print(f"{g['variant']:<18} {fmt(g['tokens_per_s']):>10} {fmt_bytes(g['device_peak_bytes']):>10} "
+              f"{fmt_bytes(g['device_allocated_bytes']):>10} {fmt_bytes(g['plan_peak_bytes']):>10} {loss:>15}")
     print(f"\n{'model':<12} {'st':>2} {'offload':>7} {'max_alloc':>10} {'max_resv':>10} {'est':>10} {'est/resv':>8} "
           f"{'tensors':>10} {'t/alloc':>7}  status")
     for d in r["deepspeed_memory"]:
