@@ -514,11 +514,6 @@ impl DeviceLayout {
         self.lengths.bytes(region, self.dtype)
     }
 
-    /// Whether 16-bit parameters are trained through fp32 master weights.
-    pub fn has_master(&self) -> bool {
-        self.len(Region::Master) > 0
-    }
-
     /// A region whole.
     pub fn whole(&self, region: Region) -> TensorRef {
         whole(region, self.len(region))
@@ -618,7 +613,7 @@ impl DeviceLayout {
     /// The fp32 master this rank starts from (its owned range of [`Self::initial_params`]);
     /// empty when the parameters are the master.
     pub fn initial_master(&self, whole: &[f32]) -> Vec<f32> {
-        if !self.has_master() {
+        if !self.trains_master() {
             return Vec::new();
         }
         let owned = self.owned(Region::Params);

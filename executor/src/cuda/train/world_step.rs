@@ -38,7 +38,7 @@ use dsplan_planner::plan::stage3::trace_step;
 use dsplan_planner::plan::{Collective, ModelGraph, Plan};
 
 use super::backward::backward_ops;
-use super::buffers::{DeviceLayout, Region, TensorRef};
+use super::buffers::{DeviceLayout, Region, RegionSizes, TensorRef};
 use super::forward::forward_ops;
 use super::program::{
     Access, CommAction, CommOp, CommStream, CopyPiece, EventId, Marker, Op, Purpose, Reduction,
@@ -572,7 +572,7 @@ impl<'a> Builder<'a> {
     fn update(&mut self) -> Vec<Op> {
         let layout = self.layout;
         let owned = layout.owned(Region::Params);
-        let (master, params_out) = if layout.has_master() {
+        let (master, params_out) = if layout.trains_master() {
             (layout.whole(Region::Master), Some(owned))
         } else {
             (owned, None)

@@ -220,11 +220,6 @@ impl LlamaDeviceLayout {
         self.lengths.bytes(region, self.dtype)
     }
 
-    /// Whether 16-bit parameters are trained through fp32 master weights.
-    pub fn has_master(&self) -> bool {
-        self.len(Region::Master) > 0
-    }
-
     /// A region whole.
     pub fn whole(&self, region: Region) -> TensorRef {
         whole(region, self.len(region))
