@@ -1,0 +1,137 @@
+//! Every kernel launch of the GPT-2 and Llama device steps, pinned: for each op of the step
+//! (one micro-step and the boundary) in f32, bf16 and f16, the kernel, entry point, grid,
+//! block, dynamic shared memory and argument list it launches, compared line by line with
+//! `snapshots/cuda_launches.txt`. The snapshot was written by the launchers before they became
+//! table-driven, so the refactor is checked rather than trusted: none of this code has run on
+//! a GPU, and a launch that changes its grid or argument order would go unnoticed until one.
+//! `DSPLAN_UPDATE_SNAPSHOTS=1 cargo test -p dsplan-executor --test cuda_launch_snapshot`
+//! rewrites it (only for an intended change of a launch).
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use dsplan_executor::cuda::train::StepProgram;
+use dsplan_executor::cuda::train::llama::LlamaDeviceLayout;
+use dsplan_executor::cuda::train::{DeviceLayout, Op};
+use dsplan_executor::model::llama::{AttentionBias, LlamaConfig, LlamaFamily};
+use dsplan_executor::model::rope::{Rope, RopeScaling};
+use dsplan_executor::model::{BatchShape, Gpt2Config};
+use dsplan_executor::train::choose_model;
+use dsplan_kernels::Dtype;
+use dsplan_planner::model::Embeddings;
+
+const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::Bf16, Dtype::F16];
+
+/// tiny-gpt2 widened to head size 64 (the attention kernels' smallest).
+fn gpt2_head_64() -> Gpt2Config {
+    Gpt2Config {
+        n_embd: 128,
+        n_head: 2,
+        ..choose_model(None, 1)
+            .expect("tiny")
+            .config
+            .gpt2()
+            .copied()
+            .expect("a GPT-2")
+    }
+}
+
+/// A two-layer decoder with head size 64 and GQA 4:2.
+fn llama(family: LlamaFamily, attention_bias: AttentionBias, embeddings: Embeddings) -> LlamaConfig {
+    LlamaConfig {
+        family,
+        vocab_size: 300,
+        max_position_embeddings: 128,
+        hidden_size: 256,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        head_dim: 64,
+        intermediate_size: 688,
+        rms_norm_eps: 1e-5,
+        rope: Rope {
+            theta: 10_000.0,
+            scaling: RopeScaling::Default,
+        },
+        attention_bias,
+        embeddings,
+        sliding_window: None,
+    }
+}
+
+/// One line per launch of every op of `ops`.
+fn describe<'a>(out: &mut String, name: &str, dtype: Dtype, ops: impl Iterator<Item = &'a Op>) {
+    for (i, op) in ops.enumerate() {
+        for launch in op.launches(dtype).expect("launches") {
+            let dims = match launch.dims {
+                Some(d) => format!("grid={:?} block={:?} shared=0", d.grid, d.block),
+                None => "library".to_string(),
+            };
+            writeln!(
+                out,
+                "{name} {dtype} op{i} {} {} {dims} args={:?}",
+                launch.kernel, launch.entry_point, launch.args
+            )
+            .expect("write");
+        }
+    }
+}
+
+fn all_launches() -> String {
+    let mut out = String::new();
+    let shape = BatchShape {
+        batch: 2,
+        seq_len: 32,
+    };
+    for dtype in DTYPES {
+        let layout = DeviceLayout::new(gpt2_head_64(), shape, dtype);
+        let program = StepProgram::new(&layout);
+        describe(&mut out, "gpt2", dtype, program.ops(1));
+    }
+    let llamas = [
+        (
+            "llama",
+            llama(LlamaFamily::Llama, AttentionBias::Absent, Embeddings::Untied),
+        ),
+        (
+            "qwen2",
+            llama(LlamaFamily::Qwen2, AttentionBias::Qkv, Embeddings::Tied),
+        ),
+        (
+            "llama-o-bias",
+            llama(LlamaFamily::Llama, AttentionBias::QkvO, Embeddings::Tied),
+        ),
+    ];
+    for (name, config) in llamas {
+        for dtype in DTYPES {
+            let layout = LlamaDeviceLayout::new(config, shape, dtype);
+            let program = StepProgram::llama(&layout);
+            describe(&mut out, name, dtype, program.ops(1));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_launch_of_the_gpt2_and_llama_steps_equals_the_snapshot() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/cuda_launches.txt");
+    let now = all_launches();
+    if std::env::var_os("DSPLAN_UPDATE_SNAPSHOTS").is_some() {
+        std::fs::create_dir_all(path.parent().expect("a folder")).expect("snapshot folder");
+        std::fs::write(&path, &now).expect("snapshot written");
+    }
+    let pinned = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; DSPLAN_UPDATE_SNAPSHOTS=1 writes it",
+            path.display()
+        )
+    });
+    let (now_lines, pinned_lines): (Vec<&str>, Vec<&str>) =
+        (now.lines().collect(), pinned.lines().collect());
+    for (i, (a, b)) in now_lines.iter().zip(&pinned_lines).enumerate() {
+        assert_eq!(a, b, "launch {i} differs from the snapshot");
+    }
+    assert_eq!(now_lines.len(), pinned_lines.len(), "number of launches");
+    // Every launching op of both families is in it, in every dtype.
+    assert!(pinned_lines.len() > 500, "{} launches", pinned_lines.len());
+}
