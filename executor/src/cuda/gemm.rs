@@ -6,6 +6,11 @@
 //! inputs run on tensor cores with f32 accumulation; **f32 inputs use cudarc's
 //! `CUBLAS_COMPUTE_32F_FAST_TF32`**, so f32 products carry TF32 rounding (about 1e-3 relative)
 //! and GPU tests compare them with that tolerance.
+//!
+//! Every product of the step is one [`Product`] (which pass, the weight's layout, the sizes,
+//! the stride of the strided operand, overwrite or add); [`Product::plan`] turns it into the
+//! cuBLASLt configuration and the shape each operand must have, on the host, and
+//! [`Gemm::run`] is the one call into cuBLASLt.
 
 use std::sync::Arc;
 
@@ -20,37 +25,11 @@ pub struct Gemm {
     blas: CudaBlasLT,
 }
 
-fn check(what: &str, len: usize, rows: usize, cols: usize) -> Result<(), CudaError> {
-    if len == rows * cols {
-        Ok(())
-    } else {
-        Err(CudaError::Shape(format!(
-            "{what} has {len} elements, expected ({rows}, {cols})"
-        )))
-    }
-}
-
 /// Elements a `(rows, cols)` block spans when its rows lie `stride` apart.
 pub fn strided_len(rows: usize, cols: usize, stride: usize) -> usize {
     match rows {
         0 => 0,
         r => (r - 1) * stride + cols,
-    }
-}
-
-fn check_strided(
-    what: &str,
-    len: usize,
-    rows: usize,
-    cols: usize,
-    stride: usize,
-) -> Result<(), CudaError> {
-    if stride >= cols && len == strided_len(rows, cols, stride) {
-        Ok(())
-    } else {
-        Err(CudaError::Shape(format!(
-            "{what} has {len} elements, expected ({rows}, {cols}) with rows {stride} apart"
-        )))
     }
 }
 
@@ -70,6 +49,107 @@ impl Accumulate {
             Accumulate::Add => 1.0,
         }
     }
+}
+
+/// Which pass of a linear layer a product is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// `out (N, OC) = inp (N, IC) · W (+ bias)`.
+    Forward,
+    /// `dinp (N, IC) = dout (N, OC) · Wᵀ`.
+    BackwardInput,
+    /// `dW += inpᵀ · dout` (in the weight's layout).
+    BackwardWeight,
+}
+
+/// How the weight is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightLayout {
+    /// `(IC, OC)`: GPT-2's `Conv1D`.
+    InOut,
+    /// `(OC, IC)`: `nn.Linear` (the Llama family, and the tied `lm_head` over `wte`).
+    OutIn,
+}
+
+/// One product: the pass, the weight's layout, `(N, IC, OC)`, the distance between the rows
+/// of the `(N, OC)` operand (the output forward, `dout` backward; `OC` when dense) and
+/// whether the output is overwritten or added to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Product {
+    /// Forward or which backward.
+    pub pass: Pass,
+    /// The weight's layout.
+    pub weight: WeightLayout,
+    /// `(rows, in_features, out_features)`.
+    pub dims: (usize, usize, usize),
+    /// Elements between rows of the `(N, OC)` operand.
+    pub stride: usize,
+    /// Overwrite or add.
+    pub accumulate: Accumulate,
+}
+
+/// The shape one operand must have: `(rows, cols)` with rows `stride` apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Operand {
+    /// Its name in the product.
+    pub name: &'static str,
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+    /// Elements between rows (`cols` when dense).
+    pub stride: usize,
+}
+
+impl Operand {
+    fn dense(name: &'static str, rows: usize, cols: usize) -> Self {
+        Self {
+            name,
+            rows,
+            cols,
+            stride: cols,
+        }
+    }
+
+    /// Elements it spans.
+    pub fn len(&self) -> usize {
+        strided_len(self.rows, self.cols, self.stride)
+    }
+
+    /// Whether it spans no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn check(&self, len: usize) -> Result<(), CudaError> {
+        if self.stride >= self.cols && len == self.len() {
+            return Ok(());
+        }
+        let Operand {
+            name,
+            rows,
+            cols,
+            stride,
+        } = *self;
+        Err(CudaError::Shape(if stride == cols {
+            format!("{name} has {len} elements, expected ({rows}, {cols})")
+        } else {
+            format!("{name} has {len} elements, expected ({rows}, {cols}) with rows {stride} apart")
+        }))
+    }
+}
+
+/// A product as cuBLASLt runs it: its configuration, and the shapes of `A`, `B` and `C` (the
+/// output) in cuBLASLt's order.
+#[derive(Debug, Clone)]
+pub struct ProductPlan {
+    /// cuBLASLt's configuration.
+    pub config: MatmulConfig,
+    /// `A`, `B`, `C`.
+    pub operands: [Operand; 3],
+    /// Whether `A` is the caller's second operand (the weight, or `dout` of a weight
+    /// gradient) and `B` its first; otherwise the other way round.
+    pub second_is_a: bool,
 }
 
 /// Whether cuBLASLt reads an operand transposed.
@@ -111,6 +191,76 @@ fn config(
     }
 }
 
+impl Product {
+    /// The cuBLASLt configuration and operand shapes. The caller's operands are
+    /// `(out, first, second)`: forward `(out, inp, weight)`, backward input
+    /// `(dinp, dout, weight)`, backward weight `(dweight, inp, dout)`.
+    pub fn plan(&self) -> ProductPlan {
+        let (rows, inf, outf) = self.dims;
+        let s = self.stride;
+        let beta = self.accumulate.beta();
+        let strided = |name| Operand {
+            name,
+            rows,
+            cols: outf,
+            stride: s,
+        };
+        let weight = match self.weight {
+            WeightLayout::InOut => Operand::dense("weight", inf, outf),
+            WeightLayout::OutIn => Operand::dense("weight", outf, inf),
+        };
+        let inp = |name| Operand::dense(name, rows, inf);
+        use Op::{Plain, Transposed};
+        use Pass::{BackwardInput, BackwardWeight, Forward};
+        use WeightLayout::{InOut, OutIn};
+        let (config, operands, second_is_a) = match (self.pass, self.weight) {
+            (Forward, InOut) => (
+                config((outf, rows, inf), (Plain, outf), (Plain, inf), s, beta),
+                [weight, inp("inp"), strided("out")],
+                true,
+            ),
+            (Forward, OutIn) => (
+                config((outf, rows, inf), (Transposed, inf), (Plain, inf), s, beta),
+                [weight, inp("inp"), strided("out")],
+                true,
+            ),
+            (BackwardInput, InOut) => (
+                config((inf, rows, outf), (Transposed, outf), (Plain, s), inf, beta),
+                [weight, strided("dout"), inp("dinp")],
+                true,
+            ),
+            (BackwardInput, OutIn) => (
+                config((inf, rows, outf), (Plain, inf), (Plain, s), inf, beta),
+                [weight, strided("dout"), inp("dinp")],
+                true,
+            ),
+            (BackwardWeight, InOut) => (
+                config((outf, inf, rows), (Plain, s), (Transposed, inf), outf, beta),
+                [
+                    strided("dout"),
+                    inp("inp"),
+                    Operand::dense("dweight", inf, outf),
+                ],
+                true,
+            ),
+            (BackwardWeight, OutIn) => (
+                config((inf, outf, rows), (Plain, inf), (Transposed, s), inf, beta),
+                [
+                    inp("inp"),
+                    strided("dout"),
+                    Operand::dense("dweight", outf, inf),
+                ],
+                false,
+            ),
+        };
+        ProductPlan {
+            config,
+            operands,
+            second_is_a,
+        }
+    }
+}
+
 impl Gemm {
     /// A handle on `stream` (loads `libcublasLt`; the caller has checked the driver).
     pub fn new(stream: Arc<CudaStream>) -> Result<Self, CudaError> {
@@ -126,6 +276,43 @@ impl Gemm {
         Ok(Self { blas })
     }
 
+    /// The one call into cuBLASLt: `product` on the caller's `(out, first, second)` (see
+    /// [`Product::plan`]), with a fused bias (forward only), every length checked first.
+    pub fn run<T>(
+        &self,
+        product: Product,
+        out: &mut CudaViewMut<'_, T>,
+        first: &CudaView<'_, T>,
+        second: &CudaView<'_, T>,
+        bias: Option<&CudaView<'_, T>>,
+    ) -> Result<(), CudaError>
+    where
+        CudaBlasLT: Matmul<T>,
+    {
+        let plan = product.plan();
+        let [a_shape, b_shape, c_shape] = plan.operands;
+        let (a, b) = if plan.second_is_a {
+            (second, first)
+        } else {
+            (first, second)
+        };
+        a_shape.check(a.len())?;
+        b_shape.check(b.len())?;
+        c_shape.check(out.len())?;
+        if let Some(bias) = bias {
+            if product.pass != Pass::Forward {
+                return Err(CudaError::Shape(
+                    "a bias is fused into forward products only".to_string(),
+                ));
+            }
+            Operand::dense("bias", 1, product.dims.2).check(bias.len())?;
+        }
+        // SAFETY: every operand's length matches the dimensions and strides given to
+        // cuBLASLt (checked above).
+        unsafe { self.blas.matmul(plan.config, a, b, out, bias, None) }
+            .map_err(|e| CudaError::Blas(format!("{e:?}")))
+    }
+
     /// `out (N, OC) = inp (N, IC) @ weight (IC, OC) + bias (OC)`: `matmul_forward`.
     pub fn matmul_forward<T>(
         &self,
@@ -133,27 +320,18 @@ impl Gemm {
         inp: &CudaView<'_, T>,
         weight: &CudaView<'_, T>,
         bias: Option<&CudaView<'_, T>>,
-        (rows, in_features, out_features): (usize, usize, usize),
+        dims: (usize, usize, usize),
     ) -> Result<(), CudaError>
     where
         CudaBlasLT: Matmul<T>,
     {
-        check("out", out.len(), rows, out_features)?;
-        check("inp", inp.len(), rows, in_features)?;
-        check("weight", weight.len(), in_features, out_features)?;
-        if let Some(bias) = bias {
-            check("bias", bias.len(), 1, out_features)?;
-        }
-        let cfg = config(
-            (out_features, rows, in_features),
-            (Op::Plain, out_features),
-            (Op::Plain, in_features),
-            out_features,
-            0.0,
+        let product = dense(
+            Pass::Forward,
+            WeightLayout::InOut,
+            dims,
+            Accumulate::Overwrite,
         );
-        // SAFETY: every operand's length matches the dimensions given to cuBLASLt (checked).
-        unsafe { self.blas.matmul(cfg, weight, inp, out, bias, None) }
-            .map_err(|e| CudaError::Blas(format!("{e:?}")))
+        self.run(product, out, inp, weight, bias)
     }
 
     /// `dinp (N, IC) = dout (N, OC) @ weight^T`: the first half of `matmul_backward`.
@@ -162,24 +340,18 @@ impl Gemm {
         dinp: &mut CudaViewMut<'_, T>,
         dout: &CudaView<'_, T>,
         weight: &CudaView<'_, T>,
-        (rows, in_features, out_features): (usize, usize, usize),
+        dims: (usize, usize, usize),
     ) -> Result<(), CudaError>
     where
         CudaBlasLT: Matmul<T>,
     {
-        check("dinp", dinp.len(), rows, in_features)?;
-        check("dout", dout.len(), rows, out_features)?;
-        check("weight", weight.len(), in_features, out_features)?;
-        let cfg = config(
-            (in_features, rows, out_features),
-            (Op::Transposed, out_features),
-            (Op::Plain, out_features),
-            in_features,
-            0.0,
+        let product = dense(
+            Pass::BackwardInput,
+            WeightLayout::InOut,
+            dims,
+            Accumulate::Overwrite,
         );
-        // SAFETY: lengths checked against the dimensions.
-        unsafe { self.blas.matmul(cfg, weight, dout, dinp, None, None) }
-            .map_err(|e| CudaError::Blas(format!("{e:?}")))
+        self.run(product, dinp, dout, weight, None)
     }
 
     /// `dweight (IC, OC) += inp^T @ dout`: the second half of `matmul_backward` (the bias
@@ -189,24 +361,18 @@ impl Gemm {
         dweight: &mut CudaViewMut<'_, T>,
         inp: &CudaView<'_, T>,
         dout: &CudaView<'_, T>,
-        (rows, in_features, out_features): (usize, usize, usize),
+        dims: (usize, usize, usize),
     ) -> Result<(), CudaError>
     where
         CudaBlasLT: Matmul<T>,
     {
-        check("dweight", dweight.len(), in_features, out_features)?;
-        check("inp", inp.len(), rows, in_features)?;
-        check("dout", dout.len(), rows, out_features)?;
-        let cfg = config(
-            (out_features, in_features, rows),
-            (Op::Plain, out_features),
-            (Op::Transposed, in_features),
-            out_features,
-            1.0,
+        let product = dense(
+            Pass::BackwardWeight,
+            WeightLayout::InOut,
+            dims,
+            Accumulate::Add,
         );
-        // SAFETY: lengths checked against the dimensions.
-        unsafe { self.blas.matmul(cfg, dout, inp, dweight, None, None) }
-            .map_err(|e| CudaError::Blas(format!("{e:?}")))
+        self.run(product, dweight, inp, dout, None)
     }
 
     /// `out (N, OC) (+)= inp (N, IC) @ weight^T + bias (OC)` with an `nn.Linear` weight
@@ -219,29 +385,21 @@ impl Gemm {
         inp: &CudaView<'_, T>,
         weight: &CudaView<'_, T>,
         bias: Option<&CudaView<'_, T>>,
-        (rows, in_features, out_features): (usize, usize, usize),
+        dims: (usize, usize, usize),
         out_stride: usize,
         accumulate: Accumulate,
     ) -> Result<(), CudaError>
     where
         CudaBlasLT: Matmul<T>,
     {
-        check_strided("out", out.len(), rows, out_features, out_stride)?;
-        check("inp", inp.len(), rows, in_features)?;
-        check("weight", weight.len(), out_features, in_features)?;
-        if let Some(bias) = bias {
-            check("bias", bias.len(), 1, out_features)?;
-        }
-        let cfg = config(
-            (out_features, rows, in_features),
-            (Op::Transposed, in_features),
-            (Op::Plain, in_features),
-            out_stride,
-            accumulate.beta(),
-        );
-        // SAFETY: every operand's length matches the dimensions and strides (checked).
-        unsafe { self.blas.matmul(cfg, weight, inp, out, bias, None) }
-            .map_err(|e| CudaError::Blas(format!("{e:?}")))
+        let product = Product {
+            pass: Pass::Forward,
+            weight: WeightLayout::OutIn,
+            dims,
+            stride: out_stride,
+            accumulate,
+        };
+        self.run(product, out, inp, weight, bias)
     }
 
     /// `dinp (N, IC) (+)= dout (N, OC) @ weight` with an `nn.Linear` weight `(OC, IC)`;
@@ -252,26 +410,21 @@ impl Gemm {
         dinp: &mut CudaViewMut<'_, T>,
         dout: &CudaView<'_, T>,
         weight: &CudaView<'_, T>,
-        (rows, in_features, out_features): (usize, usize, usize),
+        dims: (usize, usize, usize),
         dout_stride: usize,
         accumulate: Accumulate,
     ) -> Result<(), CudaError>
     where
         CudaBlasLT: Matmul<T>,
     {
-        check("dinp", dinp.len(), rows, in_features)?;
-        check_strided("dout", dout.len(), rows, out_features, dout_stride)?;
-        check("weight", weight.len(), out_features, in_features)?;
-        let cfg = config(
-            (in_features, rows, out_features),
-            (Op::Plain, in_features),
-            (Op::Plain, dout_stride),
-            in_features,
-            accumulate.beta(),
-        );
-        // SAFETY: lengths checked against the dimensions and strides.
-        unsafe { self.blas.matmul(cfg, weight, dout, dinp, None, None) }
-            .map_err(|e| CudaError::Blas(format!("{e:?}")))
+        let product = Product {
+            pass: Pass::BackwardInput,
+            weight: WeightLayout::OutIn,
+            dims,
+            stride: dout_stride,
+            accumulate,
+        };
+        self.run(product, dinp, dout, weight, None)
     }
 
     /// `dweight (OC, IC) += dout^T @ inp` with an `nn.Linear` weight; `dout`'s rows lie
@@ -281,50 +434,181 @@ impl Gemm {
         dweight: &mut CudaViewMut<'_, T>,
         inp: &CudaView<'_, T>,
         dout: &CudaView<'_, T>,
-        (rows, in_features, out_features): (usize, usize, usize),
+        dims: (usize, usize, usize),
         dout_stride: usize,
     ) -> Result<(), CudaError>
     where
         CudaBlasLT: Matmul<T>,
     {
-        check("dweight", dweight.len(), out_features, in_features)?;
-        check("inp", inp.len(), rows, in_features)?;
-        check_strided("dout", dout.len(), rows, out_features, dout_stride)?;
-        let cfg = config(
-            (in_features, out_features, rows),
-            (Op::Plain, in_features),
-            (Op::Transposed, dout_stride),
-            in_features,
-            1.0,
-        );
-        // SAFETY: lengths checked against the dimensions and strides.
-        unsafe { self.blas.matmul(cfg, inp, dout, dweight, None, None) }
-            .map_err(|e| CudaError::Blas(format!("{e:?}")))
+        let product = Product {
+            pass: Pass::BackwardWeight,
+            weight: WeightLayout::OutIn,
+            dims,
+            stride: dout_stride,
+            accumulate: Accumulate::Add,
+        };
+        self.run(product, dweight, inp, dout, None)
     }
 
-    /// `logits (N, V) = lnf (N, C) @ wte^T`: `logits_forward` (the tied `lm_head`).
+    /// `logits (N, V) = lnf (N, C) @ wte^T`: `logits_forward` (the tied `lm_head`, an
+    /// `nn.Linear` product over `wte (V, C)`).
     pub fn logits_forward<T>(
         &self,
         logits: &mut CudaViewMut<'_, T>,
         lnf: &CudaView<'_, T>,
         wte: &CudaView<'_, T>,
-        (rows, channels, vocab): (usize, usize, usize),
+        dims: (usize, usize, usize),
     ) -> Result<(), CudaError>
     where
         CudaBlasLT: Matmul<T>,
     {
-        check("logits", logits.len(), rows, vocab)?;
-        check("lnf", lnf.len(), rows, channels)?;
-        check("wte", wte.len(), vocab, channels)?;
-        let cfg = config(
-            (vocab, rows, channels),
-            (Op::Transposed, channels),
-            (Op::Plain, channels),
-            vocab,
-            0.0,
+        let product = dense(
+            Pass::Forward,
+            WeightLayout::OutIn,
+            dims,
+            Accumulate::Overwrite,
         );
-        // SAFETY: lengths checked against the dimensions.
-        unsafe { self.blas.matmul(cfg, wte, lnf, logits, None, None) }
-            .map_err(|e| CudaError::Blas(format!("{e:?}")))
+        self.run(product, logits, lnf, wte, None)
+    }
+}
+
+/// A product whose `(N, OC)` operand is dense.
+fn dense(
+    pass: Pass,
+    weight: WeightLayout,
+    dims: (usize, usize, usize),
+    accumulate: Accumulate,
+) -> Product {
+    Product {
+        pass,
+        weight,
+        dims,
+        stride: dims.2,
+        accumulate,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(transa, transb, m, n, k, lda, ldb, ldc, beta)` of a configuration.
+    type Key = (bool, bool, u64, u64, u64, i64, i64, i64, f32);
+
+    fn key(c: &MatmulConfig) -> Key {
+        (
+            c.transa, c.transb, c.m, c.n, c.k, c.lda, c.ldb, c.ldc, c.beta,
+        )
+    }
+
+    /// Each product's configuration and operand order, pinned to what the seven hand-written
+    /// products issued before they became one (N = 5, IC = 3, OC = 7, strided rows 11 apart):
+    /// `(product, configuration, A's name, B's name, A is the caller's second operand)`.
+    #[test]
+    fn every_product_keeps_its_cublaslt_configuration() {
+        let dims = (5, 3, 7);
+        let (n, ic, oc, s) = (5u64, 3u64, 7u64, 11i64);
+        let (ici, oci) = (3i64, 7i64);
+        let with = |pass, weight, stride, accumulate| Product {
+            pass,
+            weight,
+            dims,
+            stride,
+            accumulate,
+        };
+        use Accumulate::{Add, Overwrite};
+        use Pass::{BackwardInput, BackwardWeight, Forward};
+        use WeightLayout::{InOut, OutIn};
+        let cases: [(Product, Key, &str, &str, bool); 7] = [
+            // matmul_forward: config((OC, N, IC), (Plain, OC), (Plain, IC), OC, 0); A = weight.
+            (
+                with(Forward, InOut, 7, Overwrite),
+                (false, false, oc, n, ic, oci, ici, oci, 0.0),
+                "weight",
+                "inp",
+                true,
+            ),
+            // matmul_backward_input: ((IC, N, OC), (T, OC), (Plain, OC), IC, 0); A = weight.
+            (
+                with(BackwardInput, InOut, 7, Overwrite),
+                (true, false, ic, n, oc, oci, oci, ici, 0.0),
+                "weight",
+                "dout",
+                true,
+            ),
+            // matmul_backward_weight: ((OC, IC, N), (Plain, OC), (T, IC), OC, 1); A = dout.
+            (
+                with(BackwardWeight, InOut, 7, Add),
+                (false, true, oc, ic, n, oci, ici, oci, 1.0),
+                "dout",
+                "inp",
+                true,
+            ),
+            // linear_forward: ((OC, N, IC), (T, IC), (Plain, IC), stride, beta); A = weight.
+            (
+                with(Forward, OutIn, 11, Add),
+                (true, false, oc, n, ic, ici, ici, s, 1.0),
+                "weight",
+                "inp",
+                true,
+            ),
+            // linear_backward_input: ((IC, N, OC), (Plain, IC), (Plain, stride), IC, beta).
+            (
+                with(BackwardInput, OutIn, 11, Overwrite),
+                (false, false, ic, n, oc, ici, s, ici, 0.0),
+                "weight",
+                "dout",
+                true,
+            ),
+            // linear_backward_weight: ((IC, OC, N), (Plain, IC), (T, stride), IC, 1); A = inp.
+            (
+                with(BackwardWeight, OutIn, 11, Add),
+                (false, true, ic, oc, n, ici, s, ici, 1.0),
+                "inp",
+                "dout",
+                false,
+            ),
+            // logits_forward (N, C = IC, V = OC): ((V, N, C), (T, C), (Plain, C), V, 0).
+            (
+                with(Forward, OutIn, 7, Overwrite),
+                (true, false, oc, n, ic, ici, ici, oci, 0.0),
+                "weight",
+                "inp",
+                true,
+            ),
+        ];
+        for (product, expected, a, b, second_is_a) in cases {
+            let plan = product.plan();
+            assert_eq!(key(&plan.config), expected, "{product:?}");
+            assert_eq!(plan.operands[0].name, a, "{product:?}");
+            assert_eq!(plan.operands[1].name, b, "{product:?}");
+            assert_eq!(plan.second_is_a, second_is_a, "{product:?}");
+            assert!(!plan.config.transc && plan.config.alpha == 1.0);
+        }
+    }
+
+    /// The operand shapes: a strided `(N, OC)` operand spans `(N - 1) S + OC`, the weight
+    /// follows its layout, and a wrong length is named.
+    #[test]
+    fn operand_shapes_follow_the_layout_and_the_stride() {
+        let product = Product {
+            pass: Pass::Forward,
+            weight: WeightLayout::OutIn,
+            dims: (5, 3, 7),
+            stride: 11,
+            accumulate: Accumulate::Overwrite,
+        };
+        let [weight, inp, out] = product.plan().operands;
+        assert_eq!((weight.rows, weight.cols), (7, 3));
+        assert_eq!(inp.len(), 15);
+        assert_eq!(out.len(), 4 * 11 + 7);
+        assert!(out.check(51).is_ok());
+        let message = out.check(35).expect_err("dense length").to_string();
+        assert!(message.contains("out has 35 elements") && message.contains("11 apart"));
+        let narrow = Operand { stride: 6, ..out };
+        assert!(
+            narrow.check(narrow.len()).is_err(),
+            "rows closer than a row's width"
+        );
     }
 }
