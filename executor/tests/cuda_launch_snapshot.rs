@@ -37,7 +37,11 @@ fn gpt2_head_64() -> Gpt2Config {
 }
 
 /// A two-layer decoder with head size 64 and GQA 4:2.
-fn llama(family: LlamaFamily, attention_bias: AttentionBias, embeddings: Embeddings) -> LlamaConfig {
+fn llama(
+    family: LlamaFamily,
+    attention_bias: AttentionBias,
+    embeddings: Embeddings,
+) -> LlamaConfig {
     LlamaConfig {
         family,
         vocab_size: 300,
@@ -91,7 +95,11 @@ fn all_launches() -> String {
     let llamas = [
         (
             "llama",
-            llama(LlamaFamily::Llama, AttentionBias::Absent, Embeddings::Untied),
+            llama(
+                LlamaFamily::Llama,
+                AttentionBias::Absent,
+                Embeddings::Untied,
+            ),
         ),
         (
             "qwen2",

@@ -1,27 +1,33 @@
-//! Typed launches of the registered kernels: each wrapper checks its buffers' lengths against
-//! the problem's shape (a kernel reading past a buffer is undefined behaviour, so a wrong shape
-//! must be an error before the launch), sizes the grid with the registry's rule, and launches
-//! on the given stream. The semantics of each are those of the CPU function the registry names.
-//! The Llama family's launches (RMSNorm, RoPE, SwiGLU, grouped-query attention) are in
-//! [`llama`].
+//! Typed launches of the registered kernels. Each kernel shape is described once, as data, in
+//! [`table`] (entry point, grid and block from the registry's rule, the argument list under
+//! the `.cu` parameter names, the length each buffer must have); a wrapper here binds device
+//! views to that description and [`Launcher`]'s one launch path checks every view against it
+//! (element type and length: a kernel reading past a buffer is undefined behaviour, so a
+//! wrong shape is an error before the launch) and launches on the given stream. The
+//! semantics of each are those of the CPU function the registry names. The Llama family's
+//! launches (RMSNorm, RoPE, SwiGLU, grouped-query attention) are in [`llama`].
 
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaStream, CudaView, CudaViewMut, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    CudaStream, CudaView, CudaViewMut, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg,
+    ValidAsZeroBits,
 };
-use dsplan_kernels::{Dtype, KernelSpec, Work, kernel};
+use dsplan_kernels::{Dtype, KernelSpec, kernel};
 
 use super::adamw::{AdamScalars, AdamSegment};
 use super::error::CudaError;
 use super::modules::KernelModules;
+use crate::cuda::train::buffers::Element;
 
 pub mod llama;
+pub mod table;
 
-pub use llama::{GroupedAttention, Rotation};
+use table::{Fit, Value};
+pub use table::{GroupedAttention, Heads, KernelCall, Rotation, attention_scale};
 
 /// An element type tensors are stored in on the GPU.
-pub trait Storage: DeviceRepr + ValidAsZeroBits + Copy + Send + Sync + 'static {
+pub trait Storage: Bindable + ValidAsZeroBits + Copy + Send + Sync + 'static {
     /// Its registry dtype.
     const DTYPE: Dtype;
     /// From f32, rounding to nearest even.
@@ -60,6 +66,203 @@ impl Storage for half::f16 {
     }
 }
 
+/// An element type a kernel argument can point to.
+pub trait Bindable: DeviceRepr + 'static {
+    /// Whether it is `element` when the model is stored in `model`.
+    fn is(element: Element, model: Dtype) -> bool;
+}
+
+/// A stored type `dtype` is the model element when the model is stored in it, and f32 is
+/// also the f32 element.
+fn stored_is(dtype: Dtype, element: Element, model: Dtype) -> bool {
+    match element {
+        Element::Model => model == dtype,
+        Element::F32 => dtype == Dtype::F32,
+        _ => false,
+    }
+}
+
+impl Bindable for f32 {
+    fn is(element: Element, model: Dtype) -> bool {
+        stored_is(Dtype::F32, element, model)
+    }
+}
+
+impl Bindable for half::bf16 {
+    fn is(element: Element, model: Dtype) -> bool {
+        stored_is(Dtype::Bf16, element, model)
+    }
+}
+
+impl Bindable for half::f16 {
+    fn is(element: Element, model: Dtype) -> bool {
+        stored_is(Dtype::F16, element, model)
+    }
+}
+
+impl Bindable for f64 {
+    fn is(element: Element, _: Dtype) -> bool {
+        element == Element::F64
+    }
+}
+
+impl Bindable for u32 {
+    fn is(element: Element, _: Dtype) -> bool {
+        element == Element::U32
+    }
+}
+
+impl Bindable for i32 {
+    fn is(element: Element, _: Dtype) -> bool {
+        element == Element::I32
+    }
+}
+
+impl Bindable for AdamSegment {
+    fn is(element: Element, _: Dtype) -> bool {
+        element == Element::AdamSegment
+    }
+}
+
+/// A device buffer bound to an argument the kernel reads.
+pub trait DeviceIn {
+    /// Its length in elements.
+    fn elements(&self) -> usize;
+    /// Whether its elements are `element` when the model is stored in `model`.
+    fn is(&self, element: Element, model: Dtype) -> bool;
+    /// Pushes it onto a launch.
+    fn push<'a>(&'a self, args: &mut LaunchArgs<'a>);
+}
+
+/// A device buffer bound to an argument the kernel writes.
+pub trait DeviceOut {
+    /// Its length in elements.
+    fn elements(&self) -> usize;
+    /// Whether its elements are `element` when the model is stored in `model`.
+    fn is(&self, element: Element, model: Dtype) -> bool;
+    /// Pushes it onto a launch.
+    fn push<'a>(&'a mut self, args: &mut LaunchArgs<'a>);
+}
+
+impl<E: Bindable> DeviceIn for CudaView<'_, E> {
+    fn elements(&self) -> usize {
+        self.len()
+    }
+    fn is(&self, element: Element, model: Dtype) -> bool {
+        E::is(element, model)
+    }
+    fn push<'a>(&'a self, args: &mut LaunchArgs<'a>) {
+        args.arg(self);
+    }
+}
+
+impl<E: Bindable> DeviceOut for CudaViewMut<'_, E> {
+    fn elements(&self) -> usize {
+        self.len()
+    }
+    fn is(&self, element: Element, model: Dtype) -> bool {
+        E::is(element, model)
+    }
+    fn push<'a>(&'a mut self, args: &mut LaunchArgs<'a>) {
+        args.arg(self);
+    }
+}
+
+/// What a wrapper binds to one of a [`KernelCall`]'s slots (its buffers and run-time values),
+/// in the call's order.
+pub enum Operand<'b> {
+    /// A buffer read.
+    In(&'b dyn DeviceIn),
+    /// A buffer written.
+    Out(&'b mut dyn DeviceOut),
+    /// A null pointer (an argument the kernel skips).
+    Null,
+    /// A run-time `float`.
+    Float(f32),
+    /// Adam's scalars.
+    Scalars(AdamScalars),
+}
+
+impl std::fmt::Debug for Operand<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Operand::In(v) => write!(f, "In({} elements)", v.elements()),
+            Operand::Out(v) => write!(f, "Out({} elements)", v.elements()),
+            Operand::Null => f.write_str("Null"),
+            Operand::Float(x) => write!(f, "Float({x})"),
+            Operand::Scalars(s) => write!(f, "Scalars({s:?})"),
+        }
+    }
+}
+
+/// A view read.
+pub fn read<'b, E: Bindable>(view: &'b CudaView<'_, E>) -> Operand<'b> {
+    Operand::In(view)
+}
+
+/// A view written.
+pub fn write<'b, E: Bindable>(view: &'b mut CudaViewMut<'_, E>) -> Operand<'b> {
+    Operand::Out(view)
+}
+
+/// Checks `operands` against `call`'s slots for a model stored in `model`: one operand per
+/// slot, each buffer of the slot's element type and length, a null only where the kernel
+/// skips the pointer, a run-time value where one is due.
+pub fn check_operands(
+    call: &KernelCall,
+    model: Dtype,
+    operands: &[Operand<'_>],
+) -> Result<(), CudaError> {
+    let mut given = operands.iter();
+    for param in &call.params {
+        let operand = match param.value {
+            Value::Int(_) | Value::Long(_) | Value::Float(_) => continue,
+            Value::Buffer { .. } | Value::RunFloat | Value::RunScalars => given.next(),
+        };
+        let bad = |what: String| {
+            CudaError::Shape(format!("{}: `{}` {what}", call.entry_point, param.name))
+        };
+        match (param.value, operand) {
+            (_, None) => return Err(bad("is not bound".to_string())),
+            (Value::Buffer { element, fit }, Some(Operand::In(view))) => {
+                check_buffer(view.elements(), view.is(element, model), element, fit).map_err(bad)?
+            }
+            (Value::Buffer { element, fit }, Some(Operand::Out(view))) => {
+                check_buffer(view.elements(), view.is(element, model), element, fit).map_err(bad)?
+            }
+            (
+                Value::Buffer {
+                    fit: Fit::ExactOrNull(_),
+                    ..
+                },
+                Some(Operand::Null),
+            )
+            | (Value::RunFloat, Some(Operand::Float(_)))
+            | (Value::RunScalars, Some(Operand::Scalars(_))) => {}
+            (value, Some(other)) => {
+                return Err(bad(format!("is {value:?}, bound to {other:?}")));
+            }
+        }
+    }
+    match given.count() {
+        0 => Ok(()),
+        extra => Err(CudaError::Shape(format!(
+            "{}: {extra} operands more than its arguments",
+            call.entry_point
+        ))),
+    }
+}
+
+fn check_buffer(len: usize, typed: bool, element: Element, fit: Fit) -> Result<(), String> {
+    if !typed {
+        return Err(format!("is bound to a buffer that is not {element:?}"));
+    }
+    if !fit.accepts(len) {
+        return Err(format!("has {len} elements, the shape needs {fit:?}"));
+    }
+    Ok(())
+}
+
 /// Launches kernels from `modules` on `stream`.
 #[derive(Debug)]
 pub struct Launcher<'m> {
@@ -69,24 +272,6 @@ pub struct Launcher<'m> {
 
 fn spec(name: &str) -> Result<&'static KernelSpec, CudaError> {
     kernel(name).ok_or_else(|| CudaError::Shape(format!("no kernel `{name}` is registered")))
-}
-
-fn expect_len(what: &str, len: usize, expected: usize) -> Result<(), CudaError> {
-    if len == expected {
-        Ok(())
-    } else {
-        Err(CudaError::Shape(format!(
-            "{what} has {len} elements, the shape needs {expected}"
-        )))
-    }
-}
-
-fn int(what: &str, value: usize) -> Result<i32, CudaError> {
-    i32::try_from(value).map_err(|_| CudaError::Shape(format!("{what} = {value} exceeds i32")))
-}
-
-fn long(value: usize) -> i64 {
-    value as i64
 }
 
 impl<'m> Launcher<'m> {
@@ -100,16 +285,70 @@ impl<'m> Launcher<'m> {
         &self.stream
     }
 
-    fn config(spec: &KernelSpec, work: Work) -> Result<LaunchConfig, CudaError> {
-        let dims = spec.launch.dims(work)?;
-        Ok(LaunchConfig {
-            grid_dim: dims.grid,
-            block_dim: dims.block,
-            shared_mem_bytes: 0,
-        })
+    /// The one launch path: checks `operands` against `call` ([`check_operands`]), then
+    /// launches `call`'s entry point with its grid, block and shared memory, pushing its
+    /// arguments in order (shape values from the call, the rest from `operands`).
+    fn run(
+        &self,
+        call: &KernelCall,
+        model: Dtype,
+        operands: &mut [Operand<'_>],
+    ) -> Result<(), CudaError> {
+        check_operands(call, model, operands)?;
+        let f = self
+            .modules
+            .function(spec(call.kernel)?, &call.entry_point)?;
+        let cfg = LaunchConfig {
+            grid_dim: call.dims.grid,
+            block_dim: call.dims.block,
+            shared_mem_bytes: call.shared_mem_bytes,
+        };
+        let null: u64 = 0;
+        let mut b = self.stream.launch_builder(&f);
+        let mut slots = operands.iter_mut();
+        for param in &call.params {
+            match &param.value {
+                Value::Int(v) => {
+                    b.arg(v);
+                }
+                Value::Long(v) => {
+                    b.arg(v);
+                }
+                Value::Float(v) => {
+                    b.arg(v);
+                }
+                Value::Buffer { .. } | Value::RunFloat | Value::RunScalars => match slots.next() {
+                    Some(Operand::In(view)) => view.push(&mut b),
+                    Some(Operand::Out(view)) => view.push(&mut b),
+                    Some(Operand::Null) => {
+                        b.arg(&null);
+                    }
+                    Some(Operand::Float(x)) => {
+                        b.arg(&*x);
+                    }
+                    Some(Operand::Scalars(s)) => {
+                        b.arg(&*s);
+                    }
+                    None => {
+                        return Err(CudaError::Shape(format!(
+                            "{}: `{}` is not bound",
+                            call.entry_point, param.name
+                        )));
+                    }
+                },
+            }
+        }
+        // SAFETY: every buffer is of the element type and length the kernel's indexing needs
+        // for this shape (checked against the description above); the data-dependent indices
+        // (token ids, bucket rows, targets, Adam segments) are each wrapper's caller's check,
+        // noted there; the entry point takes exactly these arguments in this order (the
+        // descriptions are held against the `.cu` signatures on the host).
+        unsafe { b.launch(cfg) }?;
+        Ok(())
     }
 
-    /// `encoder_forward`: `out (N, C) = wte[tokens] + wpe[t]`.
+    /// `encoder_forward`: `out (N, C) = wte[tokens] + wpe[t]`. Token ids must be < V (the
+    /// caller's check, as for the CPU encoder).
     pub fn encoder_forward<T: Storage>(
         &self,
         out: &mut CudaViewMut<'_, T>,
@@ -119,34 +358,18 @@ impl<'m> Launcher<'m> {
         seq_len: usize,
         channels: usize,
     ) -> Result<(), CudaError> {
-        let rows = tokens.len();
-        expect_len("out", out.len(), rows * channels)?;
-        if seq_len == 0 || rows % seq_len != 0 || wpe.len() < seq_len * channels {
-            return Err(CudaError::Shape(format!(
-                "{rows} tokens do not form rows of T = {seq_len} within wpe"
-            )));
-        }
-        let spec = spec("encoder_forward")?;
-        let f = self.modules.function(spec, spec.entry_point(T::DTYPE)?)?;
-        let cfg = Self::config(spec, Work::Elements((rows * channels) as u64))?;
-        let (rows, seq_len, channels) =
-            (int("rows", rows)?, int("T", seq_len)?, int("C", channels)?);
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(out)
-            .arg(tokens)
-            .arg(wte)
-            .arg(wpe)
-            .arg(&rows)
-            .arg(&seq_len)
-            .arg(&channels);
-        // SAFETY: lengths checked above against the kernel's indexing; tokens must be < V
-        // (checked by the caller, as for the CPU encoder).
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        let call = table::encoder_forward(T::DTYPE, tokens.len(), seq_len, channels)?;
+        self.run(
+            &call,
+            T::DTYPE,
+            &mut [write(out), read(tokens), read(wte), read(wpe)],
+        )
     }
 
     /// `encoder_backward_wpe` then `encoder_backward_wte` (with host-built token buckets already
-    /// on the device): `dwpe[t] += ...`, `dwte[token] += ...`.
+    /// on the device): `dwpe[t] += ...`, `dwte[token] += ...`. The buckets come from
+    /// `TokenBuckets::new` over tokens < V (the caller's check), so every row index is < N and
+    /// every token row is inside dwte.
     #[allow(clippy::too_many_arguments)]
     pub fn encoder_backward<T: Storage>(
         &self,
@@ -159,59 +382,30 @@ impl<'m> Launcher<'m> {
         seq_len: usize,
         channels: usize,
     ) -> Result<(), CudaError> {
-        let rows = bucket_rows.len();
-        expect_len("dout", dout.len(), rows * channels)?;
-        expect_len(
-            "bucket starts",
-            bucket_starts.len(),
-            bucket_tokens.len() + 1,
+        let calls = table::encoder_backward(
+            T::DTYPE,
+            bucket_rows.len(),
+            bucket_tokens.len(),
+            seq_len,
+            channels,
         )?;
-        if seq_len == 0 || rows % seq_len != 0 || dwpe.len() < seq_len * channels {
-            return Err(CudaError::Shape(format!(
-                "{rows} rows do not form a batch of T = {seq_len} within dwpe"
-            )));
+        let mut calls = calls.iter();
+        if let Some(wpe) = calls.next() {
+            self.run(wpe, T::DTYPE, &mut [write(dwpe), read(dout)])?;
         }
-        let batch = int("B", rows / seq_len)?;
-        let (seq_len_i, channels_i) = (int("T", seq_len)?, int("C", channels)?);
-
-        let wpe_spec = spec("encoder_backward_wpe")?;
-        let f = self
-            .modules
-            .function(wpe_spec, wpe_spec.entry_point(T::DTYPE)?)?;
-        let cfg = Self::config(wpe_spec, Work::Elements((seq_len * channels) as u64))?;
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(&mut *dwpe)
-            .arg(dout)
-            .arg(&batch)
-            .arg(&seq_len_i)
-            .arg(&channels_i);
-        // SAFETY: dwpe holds T*C, dout B*T*C elements (checked).
-        unsafe { b.launch(cfg) }?;
-
-        if bucket_tokens.is_empty() {
-            return Ok(());
+        if let Some(wte) = calls.next() {
+            self.run(
+                wte,
+                T::DTYPE,
+                &mut [
+                    write(dwte),
+                    read(dout),
+                    read(bucket_tokens),
+                    read(bucket_starts),
+                    read(bucket_rows),
+                ],
+            )?;
         }
-        let wte_spec = spec("encoder_backward_wte")?;
-        let f = self
-            .modules
-            .function(wte_spec, wte_spec.entry_point(T::DTYPE)?)?;
-        let cfg = Self::config(
-            wte_spec,
-            Work::Groups {
-                groups: bucket_tokens.len() as u64,
-                cols: channels as u64,
-            },
-        )?;
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(dwte)
-            .arg(dout)
-            .arg(bucket_tokens)
-            .arg(bucket_starts)
-            .arg(bucket_rows)
-            .arg(&channels_i);
-        // SAFETY: the buckets come from `TokenBuckets::new` over tokens < V (caller's check),
-        // so every row index is < N and every token row is inside dwte.
-        unsafe { b.launch(cfg) }?;
         Ok(())
     }
 
@@ -227,35 +421,20 @@ impl<'m> Launcher<'m> {
         bias: &CudaView<'_, T>,
         eps: f32,
     ) -> Result<(), CudaError> {
-        let channels = weight.len();
-        let rows = mean.len();
-        expect_len("inp", inp.len(), rows * channels)?;
-        expect_len("out", out.len(), rows * channels)?;
-        expect_len("rstd", rstd.len(), rows)?;
-        expect_len("bias", bias.len(), channels)?;
-        let spec = spec("layernorm_forward")?;
-        let f = self.modules.function(spec, spec.entry_point(T::DTYPE)?)?;
-        let cfg = Self::config(
-            spec,
-            Work::Rows {
-                rows: rows as u64,
-                cols: channels as u64,
-            },
-        )?;
-        let (rows, channels) = (int("N", rows)?, int("C", channels)?);
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(out)
-            .arg(mean)
-            .arg(rstd)
-            .arg(inp)
-            .arg(weight)
-            .arg(bias)
-            .arg(&rows)
-            .arg(&channels)
-            .arg(&eps);
-        // SAFETY: lengths checked above.
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        let call = table::layernorm_forward(T::DTYPE, mean.len(), weight.len())?;
+        self.run(
+            &call,
+            T::DTYPE,
+            &mut [
+                write(out),
+                write(mean),
+                write(rstd),
+                read(inp),
+                read(weight),
+                read(bias),
+                Operand::Float(eps),
+            ],
+        )
     }
 
     /// `residual_layernorm_forward`: `residual = a + b`, `out = LN(residual)`.
@@ -272,41 +451,22 @@ impl<'m> Launcher<'m> {
         bias: &CudaView<'_, T>,
         eps: f32,
     ) -> Result<(), CudaError> {
-        let channels = weight.len();
-        let rows = mean.len();
-        for (what, len) in [
-            ("residual", residual.len()),
-            ("out", out.len()),
-            ("a", a.len()),
-            ("b", b_in.len()),
-        ] {
-            expect_len(what, len, rows * channels)?;
-        }
-        expect_len("rstd", rstd.len(), rows)?;
-        expect_len("bias", bias.len(), channels)?;
-        let spec = spec("residual_layernorm_forward")?;
-        let f = self.modules.function(spec, spec.entry_point(T::DTYPE)?)?;
-        let cfg = Self::config(
-            spec,
-            Work::Rows {
-                rows: rows as u64,
-                cols: channels as u64,
-            },
-        )?;
-        let (rows, channels) = (int("N", rows)?, int("C", channels)?);
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(residual)
-            .arg(out)
-            .arg(mean)
-            .arg(rstd)
-            .arg(a)
-            .arg(b_in)
-            .arg(weight)
-            .arg(bias);
-        b.arg(&rows).arg(&channels).arg(&eps);
-        // SAFETY: lengths checked above.
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        let call = table::residual_layernorm_forward(T::DTYPE, mean.len(), weight.len())?;
+        self.run(
+            &call,
+            T::DTYPE,
+            &mut [
+                write(residual),
+                write(out),
+                write(mean),
+                write(rstd),
+                read(a),
+                read(b_in),
+                read(weight),
+                read(bias),
+                Operand::Float(eps),
+            ],
+        )
     }
 
     /// `layernorm_backward` then `add_partials` twice: `dinp +=`, `dweight +=`, `dbias +=`.
@@ -325,44 +485,33 @@ impl<'m> Launcher<'m> {
         rstd: &CudaView<'_, f32>,
     ) -> Result<(), CudaError> {
         let channels = weight.len();
-        let rows = mean.len();
-        for (what, len) in [
-            ("dinp", dinp.len()),
-            ("dout", dout.len()),
-            ("inp", inp.len()),
-        ] {
-            expect_len(what, len, rows * channels)?;
-        }
-        expect_len("rstd", rstd.len(), rows)?;
-        expect_len("dweight", dweight.len(), channels)?;
-        expect_len("dbias", dbias.len(), channels)?;
-        let spec_bwd = spec("layernorm_backward")?;
-        let work = Work::Rows {
-            rows: rows as u64,
-            cols: channels as u64,
+        let calls = table::layernorm_backward(T::DTYPE, mean.len(), channels)?;
+        let [backward, sum_weight, sum_bias] = calls.as_slice() else {
+            return Err(CudaError::Shape(
+                "layernorm_backward is three launches".into(),
+            ));
         };
-        let cfg = Self::config(spec_bwd, work)?;
-        let chunks = cfg.grid_dim.0 as usize;
-        expect_len("scratch", scratch.len(), chunks * 2 * channels)?;
-        let f = self
-            .modules
-            .function(spec_bwd, spec_bwd.entry_point(T::DTYPE)?)?;
-        let (rows_i, channels_i) = (int("N", rows)?, int("C", channels)?);
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(dinp)
-            .arg(&mut *scratch)
-            .arg(dout)
-            .arg(inp)
-            .arg(weight)
-            .arg(mean)
-            .arg(rstd);
-        b.arg(&rows_i).arg(&channels_i);
-        // SAFETY: lengths checked above, scratch sized for the grid.
-        unsafe { b.launch(cfg) }?;
+        self.run(
+            backward,
+            T::DTYPE,
+            &mut [
+                write(dinp),
+                write(scratch),
+                read(dout),
+                read(inp),
+                read(weight),
+                read(mean),
+                read(rstd),
+            ],
+        )?;
         let scratch = scratch.as_view();
-        let stride = long(2 * channels);
-        self.add_partials(dweight, &scratch.slice(..), chunks, channels, stride)?;
-        self.add_partials(dbias, &scratch.slice(channels..), chunks, channels, stride)
+        let (weight_sums, bias_sums) = (scratch.slice(..), scratch.slice(channels..));
+        self.run(
+            sum_weight,
+            T::DTYPE,
+            &mut [write(dweight), read(&weight_sums)],
+        )?;
+        self.run(sum_bias, T::DTYPE, &mut [write(dbias), read(&bias_sums)])
     }
 
     /// `add_partials`: `acc[c] += partials[k * stride + c]` for `k < chunks`.
@@ -374,30 +523,36 @@ impl<'m> Launcher<'m> {
         width: usize,
         stride: i64,
     ) -> Result<(), CudaError> {
-        expect_len("acc", acc.len(), width)?;
-        if chunks > 0 && partials.len() < (chunks - 1) * stride as usize + width {
-            return Err(CudaError::Shape(
-                "partials shorter than chunks x stride".to_string(),
-            ));
+        let stride = usize::try_from(stride)
+            .map_err(|_| CudaError::Shape(format!("a negative stride {stride}")))?;
+        let call = table::add_partials(T::DTYPE, chunks, width, stride)?;
+        self.run(&call, T::DTYPE, &mut [write(acc), read(partials)])
+    }
+
+    /// Bias gradients from one `(N, W)` output gradient: `column_partials` over all `W`
+    /// columns, then each bias adds its columns (`dbiases[i]` the columns after
+    /// `dbiases[..i]`'s). `scratch` holds `ceil(N / 64) * W` f32.
+    pub fn split_bias_backward<T: Storage>(
+        &self,
+        dbiases: &mut [CudaViewMut<'_, T>],
+        scratch: &mut CudaViewMut<'_, f32>,
+        dout: &CudaView<'_, T>,
+    ) -> Result<(), CudaError> {
+        let widths: Vec<usize> = dbiases.iter().map(|b| b.len()).collect();
+        let width: usize = widths.iter().sum();
+        let rows = table::rows_of("dout", dout.len(), width)?;
+        let calls = table::bias_backward(T::DTYPE, rows, &widths)?;
+        let Some((partials, sums)) = calls.split_first() else {
+            return Err(CudaError::Shape("no column_partials launch".into()));
+        };
+        self.run(partials, T::DTYPE, &mut [write(scratch), read(dout)])?;
+        let mut column = 0;
+        for (dbias, sum) in dbiases.iter_mut().zip(sums) {
+            let cols = dbias.len();
+            let partials = scratch.slice(column..);
+            self.run(sum, T::DTYPE, &mut [write(dbias), read(&partials)])?;
+            column += cols;
         }
-        let spec = spec("add_partials")?;
-        let f = self.modules.function(spec, spec.entry_point(T::DTYPE)?)?;
-        let cfg = Self::config(
-            spec,
-            Work::Rows {
-                rows: chunks as u64,
-                cols: width as u64,
-            },
-        )?;
-        let (chunks, width) = (int("chunks", chunks)?, int("width", width)?);
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(acc)
-            .arg(partials)
-            .arg(&chunks)
-            .arg(&width)
-            .arg(&stride);
-        // SAFETY: lengths checked above.
-        unsafe { b.launch(cfg) }?;
         Ok(())
     }
 
@@ -409,28 +564,7 @@ impl<'m> Launcher<'m> {
         scratch: &mut CudaViewMut<'_, f32>,
         dout: &CudaView<'_, T>,
     ) -> Result<(), CudaError> {
-        let width = dbias.len();
-        if width == 0 || dout.len() % width != 0 {
-            return Err(CudaError::Shape(format!("dout is not (N, {width})")));
-        }
-        let rows = dout.len() / width;
-        let spec = spec("column_partials")?;
-        let cfg = Self::config(
-            spec,
-            Work::Rows {
-                rows: rows as u64,
-                cols: width as u64,
-            },
-        )?;
-        let chunks = cfg.grid_dim.1 as usize;
-        expect_len("scratch", scratch.len(), chunks * width)?;
-        let f = self.modules.function(spec, spec.entry_point(T::DTYPE)?)?;
-        let (rows_i, width_i) = (int("N", rows)?, int("OC", width)?);
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(&mut *scratch).arg(dout).arg(&rows_i).arg(&width_i);
-        // SAFETY: lengths checked above.
-        unsafe { b.launch(cfg) }?;
-        self.add_partials(dbias, &scratch.as_view(), chunks, width, long(width))
+        self.split_bias_backward(std::slice::from_mut(dbias), scratch, dout)
     }
 
     /// `bias_gelu_forward`: `pre += bias` (per column), `out = gelu(pre)`.
@@ -440,20 +574,9 @@ impl<'m> Launcher<'m> {
         out: &mut CudaViewMut<'_, T>,
         bias: &CudaView<'_, T>,
     ) -> Result<(), CudaError> {
-        let width = bias.len();
-        if width == 0 || pre.len() % width != 0 {
-            return Err(CudaError::Shape(format!("pre is not (N, {width})")));
-        }
-        expect_len("out", out.len(), pre.len())?;
-        let spec = spec("bias_gelu_forward")?;
-        let f = self.modules.function(spec, spec.entry_point(T::DTYPE)?)?;
-        let cfg = Self::config(spec, Work::Elements(pre.len() as u64))?;
-        let (rows, width) = (int("N", pre.len() / width)?, int("OC", width)?);
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(pre).arg(out).arg(bias).arg(&rows).arg(&width);
-        // SAFETY: lengths checked above.
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        let rows = table::rows_of("pre", pre.len(), bias.len())?;
+        let call = table::bias_gelu_forward(T::DTYPE, rows, bias.len())?;
+        self.run(&call, T::DTYPE, &mut [write(pre), write(out), read(bias)])
     }
 
     /// `gelu_forward`: `out = gelu(inp)`.
@@ -462,16 +585,8 @@ impl<'m> Launcher<'m> {
         out: &mut CudaViewMut<'_, T>,
         inp: &CudaView<'_, T>,
     ) -> Result<(), CudaError> {
-        expect_len("out", out.len(), inp.len())?;
-        let spec = spec("gelu_forward")?;
-        let f = self.modules.function(spec, spec.entry_point(T::DTYPE)?)?;
-        let cfg = Self::config(spec, Work::Elements(inp.len() as u64))?;
-        let n = long(inp.len());
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(out).arg(inp).arg(&n);
-        // SAFETY: lengths checked above.
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        let call = table::gelu_forward(T::DTYPE, inp.len())?;
+        self.run(&call, T::DTYPE, &mut [write(out), read(inp)])
     }
 
     /// `gelu_backward_inplace`: `d *= gelu'(inp)`.
@@ -480,70 +595,27 @@ impl<'m> Launcher<'m> {
         d: &mut CudaViewMut<'_, T>,
         inp: &CudaView<'_, T>,
     ) -> Result<(), CudaError> {
-        expect_len("d", d.len(), inp.len())?;
-        let spec = spec("gelu_backward_inplace")?;
-        let f = self.modules.function(spec, spec.entry_point(T::DTYPE)?)?;
-        let cfg = Self::config(spec, Work::Elements(inp.len() as u64))?;
-        let n = long(inp.len());
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(d).arg(inp).arg(&n);
-        // SAFETY: lengths checked above.
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        let call = table::gelu_backward(T::DTYPE, inp.len())?;
+        self.run(&call, T::DTYPE, &mut [write(d), read(inp)])
     }
 
-    fn attention_work(
-        qkv_len: usize,
-        batch: usize,
-        seq_len: usize,
-        n_head: usize,
-        head_dim: usize,
-    ) -> Result<Work, CudaError> {
-        expect_len("qkv", qkv_len, batch * seq_len * 3 * n_head * head_dim)?;
-        Ok(Work::Attention {
-            batch: batch as u64,
-            seq_len: seq_len as u64,
-            heads: n_head as u64,
-            head_dim: head_dim as u64,
-        })
-    }
-
-    /// `attention_forward`: `out (B, T, C)` and `lse (B, NH, T)` from `qkv (B, T, 3C)`.
-    #[allow(clippy::too_many_arguments)]
+    /// `attention_forward` (or `attention_forward_gqa`): `out (B, T, NH hs)` and
+    /// `lse (B, NH, T)` from `qkv (B, T, (NH + 2 KV) hs)`.
     pub fn attention_forward<T: Storage>(
         &self,
         out: &mut CudaViewMut<'_, T>,
         lse: &mut CudaViewMut<'_, f32>,
         qkv: &CudaView<'_, T>,
-        batch: usize,
-        seq_len: usize,
-        n_head: usize,
-        head_dim: usize,
+        dims: GroupedAttention,
+        heads: Heads,
     ) -> Result<(), CudaError> {
-        let work = Self::attention_work(qkv.len(), batch, seq_len, n_head, head_dim)?;
-        expect_len("out", out.len(), batch * seq_len * n_head * head_dim)?;
-        expect_len("lse", lse.len(), batch * n_head * seq_len)?;
-        let spec = spec("attention_forward")?;
-        let f = self
-            .modules
-            .function(spec, spec.entry_point_for_head_dim(T::DTYPE, head_dim)?)?;
-        let cfg = Self::config(spec, work)?;
-        let scale = attention_scale(head_dim);
-        let (seq_len, n_head) = (int("T", seq_len)?, int("NH", n_head)?);
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(out)
-            .arg(lse)
-            .arg(qkv)
-            .arg(&seq_len)
-            .arg(&n_head)
-            .arg(&scale);
-        // SAFETY: lengths checked above; the entry point exists for this head size.
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        let call = table::attention_forward(T::DTYPE, dims, heads)?;
+        self.run(&call, T::DTYPE, &mut [write(out), write(lse), read(qkv)])
     }
 
-    /// Attention backward: `delta` (B, NH, T) scratch, then dk/dv and dq into `dqkv (B, T, 3C)`
-    /// (written, not accumulated).
+    /// Attention backward: `delta (B, NH, T)` scratch, then dk/dv (one block per key/value
+    /// head, a group's query heads summed in order) and dq into `dqkv (B, T, (NH + 2 KV) hs)`
+    /// (written, not accumulated; dk/dv and dq write disjoint columns).
     #[allow(clippy::too_many_arguments)]
     pub fn attention_backward<T: Storage>(
         &self,
@@ -553,68 +625,34 @@ impl<'m> Launcher<'m> {
         out: &CudaView<'_, T>,
         qkv: &CudaView<'_, T>,
         lse: &CudaView<'_, f32>,
-        dims: (usize, usize, usize, usize),
+        dims: GroupedAttention,
+        heads: Heads,
     ) -> Result<(), CudaError> {
-        let (batch, seq_len, n_head, head_dim) = dims;
-        let work = Self::attention_work(qkv.len(), batch, seq_len, n_head, head_dim)?;
-        let c = n_head * head_dim;
-        expect_len("dqkv", dqkv.len(), qkv.len())?;
-        expect_len("dout", dout.len(), batch * seq_len * c)?;
-        expect_len("out", out.len(), batch * seq_len * c)?;
-        expect_len("lse", lse.len(), batch * n_head * seq_len)?;
-        expect_len("delta", delta.len(), batch * n_head * seq_len)?;
-        let scale = attention_scale(head_dim);
-        let (b_i, t_i, nh_i, hs_i) = (
-            int("B", batch)?,
-            int("T", seq_len)?,
-            int("NH", n_head)?,
-            int("hs", head_dim)?,
-        );
-
-        let pre = spec("attention_backward_preprocess")?;
-        let f = self.modules.function(pre, pre.entry_point(T::DTYPE)?)?;
-        let cfg = Self::config(
-            pre,
-            Work::Rows {
-                rows: (batch * n_head * seq_len) as u64,
-                cols: head_dim as u64,
-            },
+        let calls = table::attention_backward(T::DTYPE, dims, heads)?;
+        let [preprocess, dkdv, dq] = calls.as_slice() else {
+            return Err(CudaError::Shape(
+                "attention backward is three launches".into(),
+            ));
+        };
+        self.run(
+            preprocess,
+            T::DTYPE,
+            &mut [write(delta), read(dout), read(out)],
         )?;
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(&mut *delta)
-            .arg(dout)
-            .arg(out)
-            .arg(&b_i)
-            .arg(&t_i)
-            .arg(&nh_i)
-            .arg(&hs_i);
-        // SAFETY: lengths checked above.
-        unsafe { b.launch(cfg) }?;
         let delta = delta.as_view();
-
-        for name in ["attention_backward_dkdv", "attention_backward_dq"] {
-            let spec = spec(name)?;
-            let f = self
-                .modules
-                .function(spec, spec.entry_point_for_head_dim(T::DTYPE, head_dim)?)?;
-            let cfg = Self::config(spec, work)?;
-            let mut b = self.stream.launch_builder(&f);
-            b.arg(&mut *dqkv)
-                .arg(dout)
-                .arg(qkv)
-                .arg(lse)
-                .arg(&delta)
-                .arg(&t_i)
-                .arg(&nh_i)
-                .arg(&scale);
-            // SAFETY: lengths checked above; dk/dv and dq write disjoint columns of dqkv.
-            unsafe { b.launch(cfg) }?;
+        for call in [dkdv, dq] {
+            self.run(
+                call,
+                T::DTYPE,
+                &mut [write(dqkv), read(dout), read(qkv), read(lse), read(&delta)],
+            )?;
         }
         Ok(())
     }
 
     /// `fused_classifier`: logits -> `dloss * (softmax - onehot)` in place, losses (N);
-    /// `targets` holds -1 for rows without a target.
+    /// `targets` holds -1 for rows without a target, and the others must be < V (the
+    /// caller's check).
     pub fn fused_classifier<T: Storage>(
         &self,
         logits: &mut CudaViewMut<'_, T>,
@@ -623,31 +661,18 @@ impl<'m> Launcher<'m> {
         dloss: f32,
     ) -> Result<(), CudaError> {
         let rows = targets.len();
-        expect_len("losses", losses.len(), rows)?;
-        if rows == 0 || logits.len() % rows != 0 {
-            return Err(CudaError::Shape(format!("logits are not ({rows}, V)")));
-        }
-        let vocab = logits.len() / rows;
-        let spec = spec("fused_classifier")?;
-        let f = self.modules.function(spec, spec.entry_point(T::DTYPE)?)?;
-        let cfg = Self::config(
-            spec,
-            Work::Rows {
-                rows: rows as u64,
-                cols: vocab as u64,
-            },
-        )?;
-        let (rows, vocab) = (int("N", rows)?, int("V", vocab)?);
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(logits)
-            .arg(losses)
-            .arg(targets)
-            .arg(&dloss)
-            .arg(&rows)
-            .arg(&vocab);
-        // SAFETY: lengths checked above; targets must be -1 or < V (caller's check).
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        let vocab = table::rows_of("logits", logits.len(), rows)?;
+        let call = table::fused_classifier(T::DTYPE, rows, vocab)?;
+        self.run(
+            &call,
+            T::DTYPE,
+            &mut [
+                write(logits),
+                write(losses),
+                read(targets),
+                Operand::Float(dloss),
+            ],
+        )
     }
 
     /// `cast`: `out = inp` converted (f32 to and from bf16/f16).
@@ -656,17 +681,13 @@ impl<'m> Launcher<'m> {
         out: &mut CudaViewMut<'_, To>,
         inp: &CudaView<'_, From>,
     ) -> Result<(), CudaError> {
-        expect_len("out", out.len(), inp.len())?;
-        let spec = spec("cast")?;
-        let entry = format!("cast_{}_to_{}", From::DTYPE.suffix(), To::DTYPE.suffix());
-        let f = self.modules.function(spec, &entry)?;
-        let cfg = Self::config(spec, Work::Elements(inp.len() as u64))?;
-        let n = long(inp.len());
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(out).arg(inp).arg(&n);
-        // SAFETY: lengths checked above.
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        let call = table::cast(From::DTYPE, To::DTYPE, inp.len())?;
+        let model = if From::DTYPE == Dtype::F32 {
+            To::DTYPE
+        } else {
+            From::DTYPE
+        };
+        self.run(&call, model, &mut [write(out), read(inp)])
     }
 
     /// `unscale_norm_partials` then `sum_partials`: `grads *= inv_scale`, `total[0]` = sum of
@@ -680,34 +701,22 @@ impl<'m> Launcher<'m> {
         total: &mut CudaViewMut<'_, f64>,
         found_inf: &mut CudaViewMut<'_, i32>,
     ) -> Result<(), CudaError> {
-        let spec_partials = spec("unscale_norm_partials")?;
-        let cfg = Self::config(spec_partials, Work::Elements(grads.len() as u64))?;
-        let blocks = cfg.grid_dim.0 as usize;
-        expect_len("partials", partials.len(), blocks)?;
-        expect_len("total", total.len(), 1)?;
-        expect_len("found_inf", found_inf.len(), 1)?;
-        let f = self
-            .modules
-            .function(spec_partials, spec_partials.entry_point(T::DTYPE)?)?;
-        let n = long(grads.len());
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(grads)
-            .arg(&n)
-            .arg(&inv_scale)
-            .arg(&mut *partials)
-            .arg(found_inf);
-        // SAFETY: lengths checked above.
-        unsafe { b.launch(cfg) }?;
-        let spec_sum = spec("sum_partials")?;
-        let f = self.modules.function(spec_sum, "sum_partials_f64")?;
-        let cfg = Self::config(spec_sum, Work::Elements(blocks as u64))?;
-        let count = int("blocks", blocks)?;
+        let calls = table::unscale_and_norm(T::DTYPE, grads.len())?;
+        let [unscale, sum] = calls.as_slice() else {
+            return Err(CudaError::Shape("the norm is two launches".into()));
+        };
+        self.run(
+            unscale,
+            T::DTYPE,
+            &mut [
+                write(grads),
+                Operand::Float(inv_scale),
+                write(partials),
+                write(found_inf),
+            ],
+        )?;
         let partials = partials.as_view();
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(total).arg(&partials).arg(&count);
-        // SAFETY: lengths checked above.
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        self.run(sum, T::DTYPE, &mut [write(total), read(&partials)])
     }
 
     /// `adamw`: one step over `segments` (already on the device, `segment_count` of them);
@@ -725,14 +734,14 @@ impl<'m> Launcher<'m> {
         scalars: AdamScalars,
     ) -> Result<(), CudaError> {
         let n = master.len();
-        for (what, len) in [
-            ("grads", grads.len()),
-            ("exp_avg", exp_avg.len()),
-            ("exp_avg_sq", exp_avg_sq.len()),
-        ] {
-            expect_len(what, len, n)?;
+        if segments.len() != host_segments.len() {
+            return Err(CudaError::Shape(format!(
+                "{} segments on the device, {} on the host",
+                segments.len(),
+                host_segments.len()
+            )));
         }
-        expect_len("segments", segments.len(), host_segments.len())?;
+        // The kernel indexes by the segments: each must lie inside the buffers.
         for segment in host_segments {
             if segment.offset < 0 || segment.len < 0 || (segment.offset + segment.len) as usize > n
             {
@@ -741,34 +750,189 @@ impl<'m> Launcher<'m> {
                 )));
             }
         }
-        let spec = spec("adamw")?;
-        let f = self.modules.function(spec, spec.entry_point(G::DTYPE)?)?;
-        let cfg = Self::config(spec, Work::Segments(host_segments.len() as u64))?;
-        let null: u64 = 0;
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(master);
-        match params_out {
-            Some(out) => {
-                expect_len("params_out", out.len(), n)?;
-                b.arg(out);
-            }
-            None => {
-                b.arg(&null);
-            }
-        }
-        b.arg(grads)
-            .arg(exp_avg)
-            .arg(exp_avg_sq)
-            .arg(segments)
-            .arg(&scalars);
-        // SAFETY: lengths and segment bounds checked above (`host_segments` is the caller's
-        // copy of `segments`); a null params_out is skipped by the kernel.
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        let call = table::adamw(G::DTYPE, n, host_segments.len())?;
+        let params_out = match params_out {
+            Some(view) => write(view),
+            None => Operand::Null,
+        };
+        self.run(
+            &call,
+            G::DTYPE,
+            &mut [
+                write(master),
+                params_out,
+                read(grads),
+                write(exp_avg),
+                write(exp_avg_sq),
+                read(segments),
+                Operand::Scalars(scalars),
+            ],
+        )
     }
 }
 
-/// `head_dim^-0.5`, rounded as the CPU attention rounds it.
-pub fn attention_scale(head_dim: usize) -> f32 {
-    (head_dim as f64).powf(-0.5) as f32
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in for a device view: a length and the element it holds.
+    struct Fake(usize, Element);
+
+    impl DeviceIn for Fake {
+        fn elements(&self) -> usize {
+            self.0
+        }
+        fn is(&self, element: Element, _: Dtype) -> bool {
+            element == self.1
+        }
+        fn push<'a>(&'a self, _: &mut LaunchArgs<'a>) {}
+    }
+
+    impl DeviceOut for Fake {
+        fn elements(&self) -> usize {
+            self.0
+        }
+        fn is(&self, element: Element, _: Dtype) -> bool {
+            element == self.1
+        }
+        fn push<'a>(&'a mut self, _: &mut LaunchArgs<'a>) {}
+    }
+
+    fn layernorm(rows: usize, c: usize) -> (KernelCall, [Fake; 3], [Fake; 3]) {
+        let call = table::layernorm_forward(Dtype::Bf16, rows, c).expect("described");
+        let model = Element::Model;
+        (
+            call,
+            [
+                Fake(rows * c, model),
+                Fake(rows, Element::F32),
+                Fake(rows, Element::F32),
+            ],
+            [Fake(rows * c, model), Fake(c, model), Fake(c, model)],
+        )
+    }
+
+    fn check<'a>(
+        call: &KernelCall,
+        outs: &'a mut [Fake; 3],
+        ins: &'a [Fake; 3],
+        eps: Operand<'a>,
+    ) -> Result<(), CudaError> {
+        let [o, m, r] = outs;
+        let [i, w, b] = ins;
+        check_operands(
+            call,
+            Dtype::Bf16,
+            &[
+                Operand::Out(o),
+                Operand::Out(m),
+                Operand::Out(r),
+                Operand::In(i),
+                Operand::In(w),
+                Operand::In(b),
+                eps,
+            ],
+        )
+    }
+
+    /// Views of the described element types and lengths bind; a view one element short, of
+    /// another element type, a missing run-time value or a null where the kernel needs the
+    /// pointer is refused before any launch, naming the `.cu` parameter.
+    #[test]
+    fn operands_are_checked_against_the_description() {
+        let (call, mut outs, ins) = layernorm(6, 8);
+        check(&call, &mut outs, &ins, Operand::Float(1e-5)).expect("binds");
+
+        let (call, mut outs, _) = layernorm(6, 8);
+        let short = [
+            Fake(48, Element::Model),
+            Fake(8, Element::Model),
+            Fake(7, Element::Model),
+        ];
+        let message = check(&call, &mut outs, &short, Operand::Float(1e-5))
+            .expect_err("short bias")
+            .to_string();
+        assert!(message.contains("`bias` has 7 elements"), "{message}");
+
+        let (call, mut outs, _) = layernorm(6, 8);
+        let wrong = [
+            Fake(48, Element::F32),
+            Fake(8, Element::Model),
+            Fake(8, Element::Model),
+        ];
+        let message = check(&call, &mut outs, &wrong, Operand::Float(1e-5))
+            .expect_err("f32 input")
+            .to_string();
+        assert!(
+            message.contains("`inp`") && message.contains("not Model"),
+            "{message}"
+        );
+
+        let (call, mut outs, ins) = layernorm(6, 8);
+        let message = check(&call, &mut outs, &ins, Operand::Null)
+            .expect_err("no eps")
+            .to_string();
+        assert!(message.contains("`eps`"), "{message}");
+
+        // adamw's params_out may be null (f32 training); its grads may not.
+        let adam = table::adamw(Dtype::F32, 10, 1).expect("described");
+        let (g, seg) = (Fake(10, Element::Model), Fake(1, Element::AdamSegment));
+        let scalars = AdamScalars::new(&crate::optim::AdamConfig::default(), 1, 1e-3, 1.0);
+        let adam_with = |grads: Option<&Fake>| {
+            let mut outs = [
+                Fake(10, Element::F32),
+                Fake(10, Element::F32),
+                Fake(10, Element::F32),
+            ];
+            let [m, ea, eas] = &mut outs;
+            check_operands(
+                &adam,
+                Dtype::F32,
+                &[
+                    Operand::Out(m),
+                    Operand::Null,
+                    grads.map_or(Operand::Null, |g| Operand::In(g)),
+                    Operand::Out(ea),
+                    Operand::Out(eas),
+                    Operand::In(&seg),
+                    Operand::Scalars(scalars),
+                ],
+            )
+        };
+        adam_with(Some(&g)).expect("null params_out");
+        assert!(adam_with(None).is_err(), "null grads");
+
+        // One operand too many.
+        let gelu = table::gelu_forward(Dtype::F16, 4).expect("described");
+        let (mut out, inp, extra) = (
+            Fake(4, Element::Model),
+            Fake(4, Element::Model),
+            Fake(4, Element::Model),
+        );
+        let result = check_operands(
+            &gelu,
+            Dtype::F16,
+            &[
+                Operand::Out(&mut out),
+                Operand::In(&inp),
+                Operand::In(&extra),
+            ],
+        );
+        assert!(result.is_err());
+    }
+
+    /// The real element types: a bf16 view is the model element only in bf16 training, an
+    /// f32 view is f32 always and the model element in f32 training.
+    #[test]
+    fn element_types_resolve_against_the_model_dtype() {
+        assert!(half::bf16::is(Element::Model, Dtype::Bf16));
+        assert!(!half::bf16::is(Element::Model, Dtype::F16));
+        assert!(!half::bf16::is(Element::F32, Dtype::Bf16));
+        assert!(f32::is(Element::F32, Dtype::Bf16));
+        assert!(f32::is(Element::Model, Dtype::F32));
+        assert!(!f32::is(Element::Model, Dtype::F16));
+        assert!(f64::is(Element::F64, Dtype::F32) && !f64::is(Element::F32, Dtype::F32));
+        assert!(u32::is(Element::U32, Dtype::Bf16) && !i32::is(Element::U32, Dtype::Bf16));
+        assert!(AdamSegment::is(Element::AdamSegment, Dtype::F16));
+    }
 }

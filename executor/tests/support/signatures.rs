@@ -1,5 +1,6 @@
-//! Kernel launches held against the `.cu` signatures: the argument types an op passes equal
-//! the parameter list its entry point declares. Shared by the device-step host tests.
+//! Kernel launches held against the `.cu` signatures: the argument types and names an op
+//! passes equal the parameter list its entry point declares. Shared by the device-step host
+//! tests.
 
 use dsplan_executor::cuda::train::Op;
 use dsplan_executor::cuda::train::buffers::Element;
@@ -35,6 +36,9 @@ pub fn check_launch_signatures<'a>(ops: impl Iterator<Item = &'a Op>, dtype: Dty
             };
             let launched: Vec<ArgType> = launch.args.iter().map(stored).collect();
             assert_eq!(declared, launched, "{} ({op:?})", launch.entry_point);
+            // The names too, so two arguments of one type cannot trade places unnoticed.
+            let names: Vec<&str> = params.iter().map(|p| param_name(p)).collect();
+            assert_eq!(names, launch.names, "{} ({op:?})", launch.entry_point);
             checked += 1;
         }
     }
@@ -91,4 +95,13 @@ pub fn arg_type(param: &str, model: Dtype) -> ArgType {
             other => panic!("scalar {other} in `{param}`"),
         }
     }
+}
+
+/// The name a `.cu` parameter declares (`const float* __restrict__ inp` is `inp`).
+pub fn param_name(param: &str) -> &str {
+    param
+        .split_whitespace()
+        .last()
+        .unwrap_or_default()
+        .trim_start_matches('*')
 }

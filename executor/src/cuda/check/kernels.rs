@@ -1,7 +1,8 @@
 //! Every registered kernel against the CPU function it must match, on random inputs, in f32,
 //! bf16 and f16, with per-precision tolerances; the cuBLASLt products against the CPU
 //! matmuls; and NCCL's world of one. Each comparison is a [`CheckRow`]. The Llama family's
-//! kernels (RMSNorm, RoPE, SwiGLU, grouped-query attention) are in [`llama`].
+//! own kernels (RMSNorm, RoPE, SwiGLU) are in [`llama`]; attention is one case for both
+//! families (one key/value head per query head, and grouped).
 //!
 //! 16-bit cases feed the CPU reference the inputs rounded to the storage type, so the
 //! tolerance covers only the kernel's own rounding (outputs stored in 16 bits, f32 arithmetic
@@ -18,10 +19,12 @@ use crate::cuda::adamw::{AdamScalars, AdamSegment, Decay};
 use crate::cuda::encoder_buckets::TokenBuckets;
 use crate::cuda::error::CudaError;
 use crate::cuda::gemm::Gemm;
-use crate::cuda::launch::Storage;
+use crate::cuda::launch::{GroupedAttention, Heads, Storage};
 use crate::cuda::nccl::NcclComm;
 use crate::launch::LaunchEnv;
-use crate::model::attention::{AttentionDims, attention_backward, attention_forward};
+use crate::model::attention::{
+    AttentionDims, grouped_attention_backward, grouped_attention_forward,
+};
 use crate::model::classifier::{crossentropy_forward_backward, logits_forward};
 use crate::model::encoder::{encoder_backward, encoder_forward};
 use crate::model::gelu::{gelu_backward_inplace, gelu_forward};
@@ -38,12 +41,14 @@ pub const CASES: &[(&str, Case)] = &[
     ("encoder", |gpu| all_dtypes(gpu, encoder_case)),
     ("layernorm", |gpu| all_dtypes(gpu, layernorm_case)),
     ("gelu and bias", |gpu| all_dtypes(gpu, gelu_and_bias_case)),
-    ("attention", attention),
+    ("attention", |gpu| attention(gpu, Heads::Shared)),
     ("classifier", |gpu| all_dtypes(gpu, classifier_case)),
     ("rmsnorm", |gpu| all_dtypes(gpu, llama::rmsnorm_case)),
     ("rope", |gpu| all_dtypes(gpu, llama::rope_case)),
     ("swiglu", |gpu| all_dtypes(gpu, llama::swiglu_case)),
-    ("grouped-query attention", llama::grouped_attention),
+    ("grouped-query attention", |gpu| {
+        attention(gpu, Heads::Grouped)
+    }),
     ("casts", |gpu| rows(gpu, casts)),
     ("unscale and norm", |gpu| rows(gpu, unscale_norm)),
     ("adamw", |gpu| rows(gpu, adamw)),
@@ -473,12 +478,33 @@ fn gelu_and_bias_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Resul
     Ok(())
 }
 
-fn attention(gpu: &Gpu) -> Result<Vec<CheckRow>, String> {
+/// Attention against `grouped_attention_forward` / `_backward` (GPT-2's attention when every
+/// query head has its own key/value head), head sizes 64 and 128: [`Heads::Shared`] with
+/// three heads, [`Heads::Grouped`] with four query heads sharing two key/value heads and four
+/// sharing one.
+pub(super) fn attention(gpu: &Gpu, heads: Heads) -> Result<Vec<CheckRow>, String> {
+    let groups: &[(usize, usize)] = match heads {
+        Heads::Shared => &[(3, 3)],
+        Heads::Grouped => &[(4, 2), (4, 1)],
+    };
     let mut out = Vec::new();
     for head_dim in [64, 128] {
-        for p in Precision::ALL {
-            typed!(p, attention_typed, gpu, &mut out, head_dim)
-                .map_err(|e| format!("head size {head_dim}, {}: {e}", p.dtype()))?;
+        for &(n_head, kv_heads) in groups {
+            let dims = GroupedAttention {
+                batch: 2,
+                seq_len: 70,
+                n_head,
+                kv_heads,
+                head_dim,
+            };
+            for p in Precision::ALL {
+                typed!(p, attention_typed, gpu, &mut out, dims, heads).map_err(|e| {
+                    format!(
+                        "head size {head_dim}, {n_head} heads over {kv_heads}, {}: {e}",
+                        p.dtype()
+                    )
+                })?;
+            }
         }
     }
     Ok(out)
@@ -487,10 +513,18 @@ fn attention(gpu: &Gpu) -> Result<Vec<CheckRow>, String> {
 fn attention_typed<T: Storage>(
     gpu: &Gpu,
     rows: &mut Vec<CheckRow>,
-    head_dim: usize,
+    gqa: GroupedAttention,
+    heads: Heads,
 ) -> Result<(), CudaError> {
-    let (b, t, nh) = (2, 70, 3);
-    let c = nh * head_dim;
+    let GroupedAttention {
+        batch: b,
+        seq_len: t,
+        n_head: nh,
+        kv_heads,
+        head_dim,
+    } = gqa;
+    let a = nh * head_dim;
+    let width = (nh + 2 * kv_heads) * head_dim;
     let dt = dtype::<T>();
     let dims = AttentionDims {
         batch: b,
@@ -498,37 +532,43 @@ fn attention_typed<T: Storage>(
         n_head: nh,
         head_dim,
     };
-    let mut rng = Random(3 + head_dim as u64);
-    let (qkv_t, qkv) = stored::<T>(&rng.vec(b * t * 3 * c, 1.0));
-    let mut out = vec![0.0; b * t * c];
+    let (suffix, label, seed) = match heads {
+        Heads::Shared => ("", format!("hs{head_dim}"), 3 + head_dim as u64),
+        Heads::Grouped => (
+            "_gqa",
+            format!("hs{head_dim} {nh}q/{kv_heads}kv"),
+            23 + head_dim as u64 + kv_heads as u64,
+        ),
+    };
+    let mut rng = Random(seed);
+    let (qkv_t, qkv) = stored::<T>(&rng.vec(b * t * width, 1.0));
+    let mut out = vec![0.0; b * t * a];
     let mut att = vec![0.0; b * nh * t * t];
-    attention_forward(&mut out, &mut att, &qkv, dims);
+    grouped_attention_forward(&mut out, &mut att, &qkv, dims, kv_heads);
     let d_qkv = gpu.up(&qkv_t)?;
-    let mut d_out = gpu.zeros::<T>(b * t * c)?;
+    let mut d_out = gpu.zeros::<T>(b * t * a)?;
     let mut d_lse = gpu.zeros::<f32>(b * nh * t)?;
     let launcher = gpu.launcher();
     launcher.attention_forward(
         &mut d_out.as_view_mut(),
         &mut d_lse.as_view_mut(),
         &d_qkv.as_view(),
-        b,
-        t,
-        nh,
-        head_dim,
+        gqa,
+        heads,
     )?;
     let rtol = tolerance::<T>() * if T::DTYPE == Dtype::F32 { 20.0 } else { 1.0 };
     rows.push(CheckRow::relative(
-        &format!("attention_forward hs{head_dim}"),
+        &format!("attention_forward{suffix} {label}"),
         dt,
         &to_f32(&gpu.down(&d_out)?),
         &out,
         rtol,
     ));
 
-    let (dout_t, dout) = stored::<T>(&rng.vec(b * t * c, 1.0));
+    let (dout_t, dout) = stored::<T>(&rng.vec(b * t * a, 1.0));
     let mut dqkv = vec![0.0; qkv.len()];
     let mut datt = vec![0.0; att.len()];
-    attention_backward(&mut dqkv, &mut datt, &dout, &qkv, &att, dims);
+    grouped_attention_backward(&mut dqkv, &mut datt, &dout, &qkv, &att, dims, kv_heads);
     let d_dout = gpu.up(&dout_t)?;
     let mut d_dqkv = gpu.zeros::<T>(qkv.len())?;
     let mut d_delta = gpu.zeros::<f32>(b * nh * t)?;
@@ -539,10 +579,11 @@ fn attention_typed<T: Storage>(
         &d_out.as_view(),
         &d_qkv.as_view(),
         &d_lse.as_view(),
-        (b, t, nh, head_dim),
+        gqa,
+        heads,
     )?;
     rows.push(CheckRow::relative(
-        &format!("attention_backward hs{head_dim} dqkv"),
+        &format!("attention_backward{suffix} {label} dqkv"),
         dt,
         &to_f32(&gpu.down(&d_dqkv)?),
         &dqkv,

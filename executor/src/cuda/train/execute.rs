@@ -18,7 +18,7 @@ use super::program::Op;
 use crate::cuda::adamw::{AdamScalars, AdamSegment, Decay};
 use crate::cuda::error::CudaError;
 use crate::cuda::gemm::Gemm;
-use crate::cuda::launch::{Launcher, Storage};
+use crate::cuda::launch::{Heads, Launcher, Storage};
 use crate::tensor::Span;
 use crate::tensor::TensorTable;
 
@@ -505,10 +505,8 @@ impl Executor<'_> {
                     out_v,
                     &mut stats.slice_mut(range(lse)),
                     &qkv_v.as_view(),
-                    shape.batch,
-                    shape.seq_len,
-                    shape.n_head,
-                    shape.head_dim,
+                    shape.heads(),
+                    Heads::Shared,
                 )
             }),
             Op::AttentionBackward {
@@ -533,7 +531,8 @@ impl Executor<'_> {
                         &out_v.as_view(),
                         &qkv_v.as_view(),
                         &stats.slice(range(lse)),
-                        (shape.batch, shape.seq_len, shape.n_head, shape.head_dim),
+                        shape.heads(),
+                        Heads::Shared,
                     )
                 },
             ),

@@ -1,15 +1,12 @@
-//! The Llama family's kernels against their CPU twins (`rmsnorm.cu`, `rope.cu`, `swiglu.cu`,
-//! and the grouped-query entry points of `attention.cu`), in f32, bf16 and f16, fed the same
-//! (rounded) inputs as the CPU reference.
+//! The Llama family's own kernels against their CPU twins (`rmsnorm.cu`, `rope.cu`,
+//! `swiglu.cu`), in f32, bf16 and f16, fed the same (rounded) inputs as the CPU reference.
+//! Grouped-query attention is checked with GPT-2's attention in [`super`].
 
 use super::{Precision, Random, dtype, stored, to_f32, tolerance};
 use crate::cuda::check::compare::CheckRow;
 use crate::cuda::check::gpu::Gpu;
 use crate::cuda::error::CudaError;
-use crate::cuda::launch::{GroupedAttention, Rotation, Storage};
-use crate::model::attention::{
-    AttentionDims, grouped_attention_backward, grouped_attention_forward,
-};
+use crate::cuda::launch::{Rotation, Storage};
 use crate::model::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
 use crate::model::rope::{Rope, RopeScaling, rope_backward, rope_forward};
 use crate::model::swiglu::{swiglu_backward, swiglu_forward};
@@ -191,107 +188,6 @@ fn swiglu_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), C
         &to_f32(&gpu.down(&d_dgu)?),
         &dgu,
         tol,
-    ));
-    Ok(())
-}
-
-/// Grouped-query attention (4 query heads sharing 2 key/value heads, and 4 sharing 1) against
-/// `grouped_attention_forward` / `_backward`, head sizes 64 and 128.
-pub(super) fn grouped_attention(gpu: &Gpu) -> Result<Vec<CheckRow>, String> {
-    let mut out = Vec::new();
-    for head_dim in [64, 128] {
-        for kv_heads in [2, 1] {
-            for p in Precision::ALL {
-                typed!(
-                    p,
-                    grouped_attention_typed,
-                    gpu,
-                    &mut out,
-                    head_dim,
-                    kv_heads
-                )
-                .map_err(|e| {
-                    format!(
-                        "head size {head_dim}, {kv_heads} kv heads, {}: {e}",
-                        p.dtype()
-                    )
-                })?;
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn grouped_attention_typed<T: Storage>(
-    gpu: &Gpu,
-    rows: &mut Vec<CheckRow>,
-    head_dim: usize,
-    kv_heads: usize,
-) -> Result<(), CudaError> {
-    let (b, t, nh) = (2, 70, 4);
-    let a = nh * head_dim;
-    let width = (nh + 2 * kv_heads) * head_dim;
-    let dt = dtype::<T>();
-    let dims = AttentionDims {
-        batch: b,
-        seq_len: t,
-        n_head: nh,
-        head_dim,
-    };
-    let gqa = GroupedAttention {
-        batch: b,
-        seq_len: t,
-        n_head: nh,
-        kv_heads,
-        head_dim,
-    };
-    let label = format!("hs{head_dim} {nh}q/{kv_heads}kv");
-    let mut rng = Random(23 + head_dim as u64 + kv_heads as u64);
-    let (qkv_t, qkv) = stored::<T>(&rng.vec(b * t * width, 1.0));
-    let mut out = vec![0.0; b * t * a];
-    let mut att = vec![0.0; b * nh * t * t];
-    grouped_attention_forward(&mut out, &mut att, &qkv, dims, kv_heads);
-    let d_qkv = gpu.up(&qkv_t)?;
-    let mut d_out = gpu.zeros::<T>(b * t * a)?;
-    let mut d_lse = gpu.zeros::<f32>(b * nh * t)?;
-    let launcher = gpu.launcher();
-    launcher.attention_forward_gqa(
-        &mut d_out.as_view_mut(),
-        &mut d_lse.as_view_mut(),
-        &d_qkv.as_view(),
-        gqa,
-    )?;
-    let rtol = tolerance::<T>() * if T::DTYPE == Dtype::F32 { 20.0 } else { 1.0 };
-    rows.push(CheckRow::relative(
-        &format!("attention_forward_gqa {label}"),
-        dt,
-        &to_f32(&gpu.down(&d_out)?),
-        &out,
-        rtol,
-    ));
-
-    let (dout_t, dout) = stored::<T>(&rng.vec(b * t * a, 1.0));
-    let mut dqkv = vec![0.0; qkv.len()];
-    let mut datt = vec![0.0; att.len()];
-    grouped_attention_backward(&mut dqkv, &mut datt, &dout, &qkv, &att, dims, kv_heads);
-    let d_dout = gpu.up(&dout_t)?;
-    let mut d_dqkv = gpu.zeros::<T>(qkv.len())?;
-    let mut d_delta = gpu.zeros::<f32>(b * nh * t)?;
-    launcher.attention_backward_gqa(
-        &mut d_dqkv.as_view_mut(),
-        &mut d_delta.as_view_mut(),
-        &d_dout.as_view(),
-        &d_out.as_view(),
-        &d_qkv.as_view(),
-        &d_lse.as_view(),
-        gqa,
-    )?;
-    rows.push(CheckRow::relative(
-        &format!("attention_backward_gqa {label} dqkv"),
-        dt,
-        &to_f32(&gpu.down(&d_dqkv)?),
-        &dqkv,
-        rtol * 5.0,
     ));
     Ok(())
 }

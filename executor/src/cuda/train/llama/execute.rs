@@ -5,7 +5,7 @@
 use cudarc::cublaslt::{CudaBlasLT, Matmul};
 
 use crate::cuda::error::CudaError;
-use crate::cuda::launch::Storage;
+use crate::cuda::launch::{Heads, Storage};
 use crate::cuda::train::execute::{
     DeviceBuffers, Executor, RunScalars, carve, range, self_channels, shape_error,
 };
@@ -237,11 +237,12 @@ impl Executor<'_> {
                 let [out_v, qkv_v] = a else {
                     return Err(wrong());
                 };
-                l.attention_forward_gqa(
+                l.attention_forward(
                     out_v,
                     &mut stats.slice_mut(range(lse)),
                     &qkv_v.as_view(),
                     *dims,
+                    Heads::Grouped,
                 )
             }),
             LlamaOp::AttentionBackward {
@@ -259,7 +260,7 @@ impl Executor<'_> {
                     let [dqkv_v, dout_v, out_v, qkv_v] = a else {
                         return Err(wrong());
                     };
-                    l.attention_backward_gqa(
+                    l.attention_backward(
                         dqkv_v,
                         &mut scratch.slice_mut(range(delta)),
                         &dout_v.as_view(),
@@ -267,6 +268,7 @@ impl Executor<'_> {
                         &qkv_v.as_view(),
                         &stats.slice(range(lse)),
                         *dims,
+                        Heads::Grouped,
                     )
                 },
             ),

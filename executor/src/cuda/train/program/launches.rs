@@ -1,10 +1,13 @@
-//! [`Op::launches`]: the kernels (and library calls) each op launches, with their argument
-//! types and grid sizes from the registry's launch rules.
+//! [`Op::launches`]: the kernels (and library calls) each op launches, read from the same
+//! descriptions the launcher binds its views to ([`crate::cuda::launch::table`]): argument
+//! types and `.cu` names in order, grid and block from the registry's rules.
 
-use dsplan_kernels::{Dtype, LaunchDims, Work, kernel};
+use dsplan_kernels::{Dtype, LaunchDims, kernel};
 
 use super::collectives::CommAction;
-use super::{AttentionShape, Op, ShapeError, attention_work, divides};
+use super::{Op, ShapeError, divides};
+use crate::cuda::error::CudaError;
+use crate::cuda::launch::table::{self, Heads, KernelCall, Value, attention_entry};
 use crate::cuda::train::buffers::Element;
 
 /// A kernel argument's type, as the `.cu` signature declares it.
@@ -31,105 +34,55 @@ pub struct Launch {
     pub entry_point: String,
     /// Argument types in order (empty for library calls).
     pub args: Vec<ArgType>,
+    /// The arguments' `.cu` parameter names, in the same order.
+    pub names: Vec<&'static str>,
     /// Grid and block from the registry's rule (`None` for library calls).
     pub dims: Option<LaunchDims>,
 }
 
-pub(super) fn launch(
-    name: &'static str,
-    entry_point: String,
-    args: Vec<ArgType>,
-    work: Work,
-) -> Result<Launch, ShapeError> {
-    let spec = kernel(name).ok_or_else(|| ShapeError(format!("no kernel `{name}`")))?;
-    if !spec.entry_points.contains(&entry_point.as_str()) {
-        return Err(ShapeError(format!(
-            "{name}: no entry point `{entry_point}` is compiled"
-        )));
+impl From<KernelCall> for Launch {
+    fn from(call: KernelCall) -> Self {
+        let arg = |value: Value| match value {
+            Value::Buffer { element, .. } => ArgType::Pointer(element),
+            Value::Int(_) => ArgType::Int,
+            Value::Long(_) => ArgType::Long,
+            Value::Float(_) | Value::RunFloat => ArgType::Float,
+            Value::RunScalars => ArgType::Scalars,
+        };
+        Launch {
+            kernel: call.kernel,
+            args: call.params.iter().map(|p| arg(p.value)).collect(),
+            names: call.params.iter().map(|p| p.name).collect(),
+            entry_point: call.entry_point,
+            dims: Some(call.dims),
+        }
     }
-    let dims = spec
-        .launch
-        .dims(work)
-        .map_err(|e| ShapeError(format!("{name}: {e}")))?;
-    Ok(Launch {
-        kernel: name,
-        entry_point,
-        args,
-        dims: Some(dims),
-    })
 }
 
+/// A library call (no kernel of ours).
 pub(super) fn library(name: &'static str) -> Launch {
     Launch {
         kernel: name,
         entry_point: String::new(),
         args: Vec::new(),
+        names: Vec::new(),
         dims: None,
     }
 }
 
-pub(super) fn entry(name: &str, dtype: Dtype) -> String {
-    format!("{name}_{}", dtype.suffix())
-}
-
-pub(super) fn attention_entry(name: &str, dtype: Dtype, head_dim: usize) -> String {
-    format!("{name}_hs{head_dim}_{}", dtype.suffix())
-}
-
-/// An attention backward's launches: `delta`, then the dk/dv and dq kernels named in
-/// `kernels`, each over its number of head blocks per batch row (`shape.n_head` query
-/// heads). The grouped-query entry points (`*_gqa`) take the key/value head count as one more
-/// `int`.
-pub(super) fn attention_backward_launches(
-    dtype: Dtype,
-    shape: &AttentionShape,
-    kernels: [(&'static str, usize); 2],
+/// The launches of `calls`, a description's error as the op's shape error.
+pub(super) fn described(
+    calls: Result<Vec<KernelCall>, CudaError>,
 ) -> Result<Vec<Launch>, ShapeError> {
-    use ArgType::{Float, Int, Pointer};
-    use Element::{F32, Model};
-    let grouped = kernels[0].0.ends_with("_gqa");
-    let mut args = vec![
-        Pointer(Model),
-        Pointer(Model),
-        Pointer(Model),
-        Pointer(F32),
-        Pointer(F32),
-        Int,
-        Int,
-    ];
-    if grouped {
-        args.push(Int);
+    match calls {
+        Ok(calls) => Ok(calls.into_iter().map(Launch::from).collect()),
+        Err(e) => Err(ShapeError(e.to_string())),
     }
-    args.push(Float);
-    let mut list = vec![launch(
-        "attention_backward_preprocess",
-        entry("attention_backward_preprocess", dtype),
-        vec![
-            Pointer(F32),
-            Pointer(Model),
-            Pointer(Model),
-            Int,
-            Int,
-            Int,
-            Int,
-        ],
-        Work::Rows {
-            rows: (shape.batch * shape.n_head * shape.seq_len) as u64,
-            cols: shape.head_dim as u64,
-        },
-    )?];
-    for (name, heads) in kernels {
-        list.push(launch(
-            name,
-            attention_entry(name, dtype, shape.head_dim),
-            args.clone(),
-            attention_work(&AttentionShape {
-                n_head: heads,
-                ..*shape
-            }),
-        )?);
-    }
-    Ok(list)
+}
+
+/// One launch.
+pub(super) fn one(call: Result<KernelCall, CudaError>) -> Result<Vec<Launch>, ShapeError> {
+    described(call.map(|c| vec![c]))
 }
 
 /// The attention kernels a step launches (each instantiated per head size).
@@ -182,41 +135,16 @@ impl Op {
     /// The kernels the op launches in order, for model dtype `dtype` (the encoder's bucket
     /// count taken at its largest, one group per row).
     pub fn launches(&self, dtype: Dtype) -> Result<Vec<Launch>, ShapeError> {
-        use ArgType::{Float, Int, Long, Pointer, Scalars};
-        use Element::{F32, F64, I32, Model, U32};
-        let rows = |rows: usize, cols: usize| Work::Rows {
-            rows: rows as u64,
-            cols: cols as u64,
-        };
-        let elements = |n: usize| Work::Elements(n as u64);
-        let add_partials = |width: usize, chunks: usize| {
-            launch(
-                "add_partials",
-                entry("add_partials", dtype),
-                vec![Pointer(Model), Pointer(F32), Int, Int, Long],
-                rows(chunks, width),
-            )
-        };
-        Ok(match self {
-            Op::Zero { .. } => vec![library("memset")],
+        match self {
+            Op::Zero { .. } => Ok(vec![library("memset")]),
             Op::EncoderForward {
-                out, tokens, wpe, ..
+                out,
+                tokens,
+                seq_len,
+                ..
             } => {
-                let _ = wpe;
-                vec![launch(
-                    "encoder_forward",
-                    entry("encoder_forward", dtype),
-                    vec![
-                        Pointer(Model),
-                        Pointer(U32),
-                        Pointer(Model),
-                        Pointer(Model),
-                        Int,
-                        Int,
-                        Int,
-                    ],
-                    elements(out.len().max(tokens.len())),
-                )?]
+                let c = divides("out", out.len(), tokens.len())?;
+                one(table::encoder_forward(dtype, tokens.len(), *seq_len, c))
             }
             Op::EncoderBackward {
                 dout,
@@ -224,186 +152,57 @@ impl Op {
                 seq_len,
                 ..
             } => {
-                let c = divides("dout", dout.len(), bucket_rows.len())?;
-                vec![
-                    launch(
-                        "encoder_backward_wpe",
-                        entry("encoder_backward_wpe", dtype),
-                        vec![Pointer(Model), Pointer(Model), Int, Int, Int],
-                        elements(seq_len * c),
-                    )?,
-                    launch(
-                        "encoder_backward_wte",
-                        entry("encoder_backward_wte", dtype),
-                        vec![
-                            Pointer(Model),
-                            Pointer(Model),
-                            Pointer(U32),
-                            Pointer(I32),
-                            Pointer(I32),
-                            Int,
-                        ],
-                        Work::Groups {
-                            groups: bucket_rows.len() as u64,
-                            cols: c as u64,
-                        },
-                    )?,
-                ]
+                let rows = bucket_rows.len();
+                let c = divides("dout", dout.len(), rows)?;
+                described(table::encoder_backward(dtype, rows, rows, *seq_len, c))
             }
-            Op::LayerNormForward { mean, weight, .. } => vec![launch(
-                "layernorm_forward",
-                entry("layernorm_forward", dtype),
-                vec![
-                    Pointer(Model),
-                    Pointer(F32),
-                    Pointer(F32),
-                    Pointer(Model),
-                    Pointer(Model),
-                    Pointer(Model),
-                    Int,
-                    Int,
-                    Float,
-                ],
-                rows(mean.len(), weight.len()),
-            )?],
-            Op::ResidualLayerNormForward { mean, weight, .. } => vec![launch(
-                "residual_layernorm_forward",
-                entry("residual_layernorm_forward", dtype),
-                vec![
-                    Pointer(Model),
-                    Pointer(Model),
-                    Pointer(F32),
-                    Pointer(F32),
-                    Pointer(Model),
-                    Pointer(Model),
-                    Pointer(Model),
-                    Pointer(Model),
-                    Int,
-                    Int,
-                    Float,
-                ],
-                rows(mean.len(), weight.len()),
-            )?],
+            Op::LayerNormForward { mean, weight, .. } => {
+                one(table::layernorm_forward(dtype, mean.len(), weight.len()))
+            }
+            Op::ResidualLayerNormForward { mean, weight, .. } => one(
+                table::residual_layernorm_forward(dtype, mean.len(), weight.len()),
+            ),
             Op::LayerNormBackward { mean, weight, .. } => {
-                let (n, c) = (mean.len(), weight.len());
-                let chunks = n.div_ceil(32);
-                vec![
-                    launch(
-                        "layernorm_backward",
-                        entry("layernorm_backward", dtype),
-                        vec![
-                            Pointer(Model),
-                            Pointer(F32),
-                            Pointer(Model),
-                            Pointer(Model),
-                            Pointer(Model),
-                            Pointer(F32),
-                            Pointer(F32),
-                            Int,
-                            Int,
-                        ],
-                        rows(n, c),
-                    )?,
-                    add_partials(c, chunks)?,
-                    add_partials(c, chunks)?,
-                ]
+                described(table::layernorm_backward(dtype, mean.len(), weight.len()))
             }
             Op::MatmulForward { .. }
             | Op::MatmulBackwardInput { .. }
             | Op::MatmulBackwardWeight { .. }
-            | Op::LogitsForward { .. } => vec![library("cublasLt")],
+            | Op::LogitsForward { .. } => Ok(vec![library("cublasLt")]),
             Op::BiasBackward { dbias, dout, .. } => {
                 let width = dbias.len();
-                let n = divides("dout", dout.len(), width)?;
-                vec![
-                    launch(
-                        "column_partials",
-                        entry("column_partials", dtype),
-                        vec![Pointer(F32), Pointer(Model), Int, Int],
-                        rows(n, width),
-                    )?,
-                    add_partials(width, n.div_ceil(64))?,
-                ]
+                let rows = divides("dout", dout.len(), width)?;
+                described(table::bias_backward(dtype, rows, &[width]))
             }
-            Op::GeluForward { inp, .. } => vec![launch(
-                "gelu_forward",
-                entry("gelu_forward", dtype),
-                vec![Pointer(Model), Pointer(Model), Long],
-                elements(inp.len()),
-            )?],
-            Op::GeluBackward { inp, .. } => vec![launch(
-                "gelu_backward_inplace",
-                entry("gelu_backward_inplace", dtype),
-                vec![Pointer(Model), Pointer(Model), Long],
-                elements(inp.len()),
-            )?],
-            Op::AttentionForward { shape, .. } => vec![launch(
-                "attention_forward",
-                attention_entry("attention_forward", dtype, shape.head_dim),
-                vec![
-                    Pointer(Model),
-                    Pointer(F32),
-                    Pointer(Model),
-                    Int,
-                    Int,
-                    Float,
-                ],
-                attention_work(shape),
-            )?],
-            Op::AttentionBackward { shape, .. } => attention_backward_launches(
+            Op::GeluForward { inp, .. } => one(table::gelu_forward(dtype, inp.len())),
+            Op::GeluBackward { inp, .. } => one(table::gelu_backward(dtype, inp.len())),
+            Op::AttentionForward { shape, .. } => one(table::attention_forward(
                 dtype,
-                shape,
-                [
-                    ("attention_backward_dkdv", shape.n_head),
-                    ("attention_backward_dq", shape.n_head),
-                ],
-            )?,
+                shape.heads(),
+                Heads::Shared,
+            )),
+            Op::AttentionBackward { shape, .. } => described(table::attention_backward(
+                dtype,
+                shape.heads(),
+                Heads::Shared,
+            )),
             Op::FusedClassifier {
                 logits, targets, ..
-            } => vec![launch(
-                "fused_classifier",
-                entry("fused_classifier", dtype),
-                vec![Pointer(Model), Pointer(F32), Pointer(I32), Float, Int, Int],
-                rows(
-                    targets.len(),
-                    divides("logits", logits.len(), targets.len())?,
-                ),
-            )?],
-            Op::UnscaleNorm { grads, .. } => vec![
-                launch(
-                    "unscale_norm_partials",
-                    entry("unscale_norm_partials", dtype),
-                    vec![Pointer(Model), Long, Float, Pointer(F64), Pointer(I32)],
-                    elements(grads.len()),
-                )?,
-                launch(
-                    "sum_partials",
-                    "sum_partials_f64".to_string(),
-                    vec![Pointer(F64), Pointer(F64), Int],
-                    elements(crate::cuda::train::buffers::NORM_BLOCKS),
-                )?,
-            ],
-            Op::AdamW { segments, .. } => vec![launch(
-                "adamw",
-                entry("adamw", dtype),
-                vec![
-                    Pointer(F32),
-                    Pointer(Model),
-                    Pointer(Model),
-                    Pointer(F32),
-                    Pointer(F32),
-                    Pointer(Element::AdamSegment),
-                    Scalars,
-                ],
-                Work::Segments(segments.len() as u64),
-            )?],
-            Op::Llama(op) => op.launches(dtype)?,
-            Op::Collective(comm) => match &comm.action {
+            } => {
+                let vocab = divides("logits", logits.len(), targets.len())?;
+                one(table::fused_classifier(dtype, targets.len(), vocab))
+            }
+            Op::UnscaleNorm { grads, .. } => described(table::unscale_and_norm(dtype, grads.len())),
+            Op::AdamW {
+                master, segments, ..
+            } => one(table::adamw(dtype, master.len(), segments.len())),
+            Op::Llama(op) => op.launches(dtype),
+            Op::Collective(comm) => Ok(match &comm.action {
                 CommAction::Collective { .. } => vec![library("nccl")],
                 CommAction::Copy { pieces } => pieces.iter().map(|_| library("memcpy")).collect(),
                 CommAction::Zero { .. } => vec![library("memset")],
                 CommAction::Sync | CommAction::Release { .. } | CommAction::Mark(_) => Vec::new(),
-            },
-        })
+            }),
+        }
     }
 }

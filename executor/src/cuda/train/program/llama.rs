@@ -7,14 +7,15 @@
 //! `S >= W` elements apart, spanning `(N - 1)·S + W` elements from its first column (q, k
 //! and v of `qkv` when each projection has its own bias).
 
-use dsplan_kernels::{Dtype, Work};
+use dsplan_kernels::Dtype;
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
-use super::launches::{attention_backward_launches, attention_entry, entry, launch, library};
-use super::{Access, ArgType, AttentionShape, GemmDims, Launch, ShapeError, divides, expect};
+use super::launches::{described, library, one};
+use super::{Access, GemmDims, Launch, ShapeError, divides, expect};
 use crate::cuda::gemm::{Accumulate, strided_len};
+use crate::cuda::launch::table::{self, Heads, RopeShape};
 use crate::cuda::launch::{GroupedAttention, Rotation};
-use crate::cuda::train::buffers::{Element, Region, TensorRef};
+use crate::cuda::train::buffers::{Region, TensorRef};
 
 /// Rows per block of `rmsnorm_backward` (its `RMSNORM_BACKWARD_ROWS`).
 const RMSNORM_BACKWARD_ROWS: usize = 32;
@@ -235,15 +236,6 @@ fn attention_sizes(dims: &GroupedAttention) -> Result<(usize, usize), ShapeError
         rows * (dims.n_head + 2 * dims.kv_heads) * dims.head_dim,
         rows * dims.n_head * dims.head_dim,
     ))
-}
-
-fn attention_work(dims: &GroupedAttention, heads: usize) -> Work {
-    Work::Attention {
-        batch: dims.batch as u64,
-        seq_len: dims.seq_len as u64,
-        heads: heads as u64,
-        head_dim: dims.head_dim as u64,
-    }
 }
 
 impl LlamaOp {
@@ -573,112 +565,42 @@ impl LlamaOp {
         }
     }
 
-    /// The kernels the op launches in order, for model dtype `dtype`.
+    /// The kernels the op launches in order, for model dtype `dtype` (the embedding's bucket
+    /// count taken at its largest, one group per row).
     pub fn launches(&self, dtype: Dtype) -> Result<Vec<Launch>, ShapeError> {
-        use ArgType::{Float, Int, Long, Pointer};
-        use Element::{F32, I32, Model, U32};
-        let rows = |rows: usize, cols: usize| Work::Rows {
-            rows: rows as u64,
-            cols: cols as u64,
-        };
-        let elements = |n: usize| Work::Elements(n as u64);
-        let add_partials = |width: usize, chunks: usize| {
-            launch(
-                "add_partials",
-                entry("add_partials", dtype),
-                vec![Pointer(Model), Pointer(F32), Int, Int, Long],
-                rows(chunks, width),
-            )
-        };
-        Ok(match self {
-            LlamaOp::Embed { out, tokens, .. } => vec![launch(
-                "encoder_forward",
-                entry("encoder_forward", dtype),
-                vec![
-                    Pointer(Model),
-                    Pointer(U32),
-                    Pointer(Model),
-                    Pointer(Model),
-                    Int,
-                    Int,
-                    Int,
-                ],
-                elements(out.len().max(tokens.len())),
-            )?],
+        match self {
+            LlamaOp::Embed {
+                out,
+                tokens,
+                seq_len,
+                ..
+            } => {
+                let c = divides("out", out.len(), tokens.len())?;
+                one(table::encoder_forward(dtype, tokens.len(), *seq_len, c))
+            }
             LlamaOp::EmbedBackward {
                 dout, bucket_rows, ..
-            } => vec![launch(
-                "encoder_backward_wte",
-                entry("encoder_backward_wte", dtype),
-                vec![
-                    Pointer(Model),
-                    Pointer(Model),
-                    Pointer(U32),
-                    Pointer(I32),
-                    Pointer(I32),
-                    Int,
-                ],
-                Work::Groups {
-                    groups: bucket_rows.len() as u64,
-                    cols: divides("dout", dout.len(), bucket_rows.len())? as u64,
-                },
-            )?],
-            LlamaOp::RmsNormForward { rstd, weight, .. } => vec![launch(
-                "rmsnorm_forward",
-                entry("rmsnorm_forward", dtype),
-                vec![
-                    Pointer(Model),
-                    Pointer(F32),
-                    Pointer(Model),
-                    Pointer(Model),
-                    Int,
-                    Int,
-                    Float,
-                ],
-                rows(rstd.len(), weight.len()),
-            )?],
-            LlamaOp::RmsNormBackward { rstd, weight, .. } => {
-                let (n, c) = (rstd.len(), weight.len());
-                vec![
-                    launch(
-                        "rmsnorm_backward",
-                        entry("rmsnorm_backward", dtype),
-                        vec![
-                            Pointer(Model),
-                            Pointer(F32),
-                            Pointer(Model),
-                            Pointer(Model),
-                            Pointer(Model),
-                            Pointer(F32),
-                            Int,
-                            Int,
-                        ],
-                        rows(n, c),
-                    )?,
-                    add_partials(c, n.div_ceil(RMSNORM_BACKWARD_ROWS))?,
-                ]
+            } => {
+                let rows = bucket_rows.len();
+                let c = divides("dout", dout.len(), rows)?;
+                described(table::embedding_backward(dtype, rows, rows, c))
             }
-            LlamaOp::Copy { .. } => vec![library("memcpy")],
+            LlamaOp::RmsNormForward { rstd, weight, .. } => {
+                one(table::rmsnorm_forward(dtype, rstd.len(), weight.len()))
+            }
+            LlamaOp::RmsNormBackward { rstd, weight, .. } => {
+                described(table::rmsnorm_backward(dtype, rstd.len(), weight.len()))
+            }
+            LlamaOp::Copy { .. } => Ok(vec![library("memcpy")]),
             LlamaOp::LinearForward { .. }
             | LlamaOp::LinearBackwardInput { .. }
-            | LlamaOp::LinearBackwardWeight { .. } => vec![library("cublasLt")],
+            | LlamaOp::LinearBackwardWeight { .. } => Ok(vec![library("cublasLt")]),
             LlamaOp::QkvBiasBackward { dqkv, widths, .. } => {
-                let width: usize = widths.iter().sum();
-                let n = divides("dqkv", dqkv.len(), width)?;
-                let chunks = n.div_ceil(COLUMN_PARTIAL_ROWS);
-                let mut list = vec![launch(
-                    "column_partials",
-                    entry("column_partials", dtype),
-                    vec![Pointer(F32), Pointer(Model), Int, Int],
-                    rows(n, width),
-                )?];
-                for w in widths {
-                    list.push(add_partials(*w, chunks)?);
-                }
-                list
+                let rows = divides("dqkv", dqkv.len(), widths.iter().sum())?;
+                described(table::bias_backward(dtype, rows, widths))
             }
             LlamaOp::Rope {
-                rows: r,
+                rows,
                 cos,
                 heads,
                 width,
@@ -686,67 +608,29 @@ impl LlamaOp {
                 rotation,
                 ..
             } => {
-                let half = divides("cos", cos.len(), *seq_len)?;
-                let n = divides("rows", r.len(), *width)?;
-                let name = match rotation {
-                    Rotation::Forward => "rope_forward",
-                    Rotation::Backward => "rope_backward",
+                let shape = RopeShape {
+                    len: rows.len(),
+                    table: cos.len(),
+                    width: *width,
+                    heads: *heads,
+                    seq_len: *seq_len,
                 };
-                vec![launch(
-                    name,
-                    entry(name, dtype),
-                    vec![
-                        Pointer(Model),
-                        Pointer(F32),
-                        Pointer(F32),
-                        Int,
-                        Int,
-                        Int,
-                        Int,
-                        Int,
-                    ],
-                    elements(n * heads * half),
-                )?]
+                one(table::rope(dtype, shape, *rotation))
             }
-            LlamaOp::SwiGluForward { out, .. } => vec![launch(
-                "swiglu_forward",
-                entry("swiglu_forward", dtype),
-                vec![Pointer(Model), Pointer(Model), Int, Int],
-                elements(out.len()),
-            )?],
-            LlamaOp::SwiGluBackward { dout, .. } => vec![launch(
-                "swiglu_backward",
-                entry("swiglu_backward", dtype),
-                vec![Pointer(Model), Pointer(Model), Pointer(Model), Int, Int],
-                elements(dout.len()),
-            )?],
-            LlamaOp::AttentionForward { dims, .. } => vec![launch(
-                "attention_forward_gqa",
-                attention_entry("attention_forward_gqa", dtype, dims.head_dim),
-                vec![
-                    Pointer(Model),
-                    Pointer(F32),
-                    Pointer(Model),
-                    Int,
-                    Int,
-                    Int,
-                    Float,
-                ],
-                attention_work(dims, dims.n_head),
-            )?],
-            LlamaOp::AttentionBackward { dims, .. } => attention_backward_launches(
-                dtype,
-                &AttentionShape {
-                    batch: dims.batch,
-                    seq_len: dims.seq_len,
-                    n_head: dims.n_head,
-                    head_dim: dims.head_dim,
-                },
-                [
-                    ("attention_backward_dkdv_gqa", dims.kv_heads),
-                    ("attention_backward_dq_gqa", dims.n_head),
-                ],
-            )?,
-        })
+            LlamaOp::SwiGluForward { out, inner, .. } => {
+                let rows = divides("out", out.len(), *inner)?;
+                one(table::swiglu_forward(dtype, rows, *inner))
+            }
+            LlamaOp::SwiGluBackward { dout, inner, .. } => {
+                let rows = divides("dout", dout.len(), *inner)?;
+                one(table::swiglu_backward(dtype, rows, *inner))
+            }
+            LlamaOp::AttentionForward { dims, .. } => {
+                one(table::attention_forward(dtype, *dims, Heads::Grouped))
+            }
+            LlamaOp::AttentionBackward { dims, .. } => {
+                described(table::attention_backward(dtype, *dims, Heads::Grouped))
+            }
+        }
     }
 }

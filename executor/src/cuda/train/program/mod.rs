@@ -25,8 +25,6 @@ pub use llama::LlamaOp;
 
 use std::fmt;
 
-use dsplan_kernels::Work;
-
 use super::buffers::TensorRef;
 
 /// `(B, T, NH, hs)` of an attention call.
@@ -40,6 +38,19 @@ pub struct AttentionShape {
     pub n_head: usize,
     /// Head size.
     pub head_dim: usize,
+}
+
+impl AttentionShape {
+    /// The launcher's sizes: one key/value head per query head.
+    pub fn heads(&self) -> crate::cuda::launch::GroupedAttention {
+        crate::cuda::launch::GroupedAttention {
+            batch: self.batch,
+            seq_len: self.seq_len,
+            n_head: self.n_head,
+            kv_heads: self.n_head,
+            head_dim: self.head_dim,
+        }
+    }
 }
 
 /// `(rows, in_features, out_features)` of a product.
@@ -479,15 +490,6 @@ impl Op {
             Op::Llama(op) => op.tensors(),
             Op::Collective(comm) => comm.tensors(),
         }
-    }
-}
-
-fn attention_work(shape: &AttentionShape) -> Work {
-    Work::Attention {
-        batch: shape.batch as u64,
-        seq_len: shape.seq_len as u64,
-        heads: shape.n_head as u64,
-        head_dim: shape.head_dim as u64,
     }
 }
 

@@ -1,0 +1,918 @@
+//! Every kernel launch described as data, one function per kernel shape: the registry name and
+//! entry point, grid and block from the registry's rule, and the argument list in the `.cu`
+//! signature's order, each argument under its `.cu` parameter name. A buffer argument carries
+//! its element type and the length the shape needs; a shape-derived scalar carries its value;
+//! a run-time value (LayerNorm's epsilon, the loss scale, Adam's scalars) is a slot the caller
+//! fills.
+//!
+//! Both sides read these descriptions: [`super::Launcher`] binds device views to them and
+//! launches, and the device step's [`crate::cuda::train::Op::launches`] lists them on the host,
+//! where they are checked against the `.cu` signatures (types and names) and pinned by a
+//! snapshot. An op that launches several kernels (a norm's backward and its partial sums) is
+//! one function returning them in order.
+
+use dsplan_kernels::{Dtype, LaunchDims, Work, kernel};
+
+use crate::cuda::error::CudaError;
+use crate::cuda::train::buffers::Element;
+
+/// How a buffer's length must relate to the shape's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    /// Exactly this many elements.
+    Exact(usize),
+    /// At least this many (the kernel reads a prefix, or indexes by data).
+    AtLeast(usize),
+    /// Exactly this many, or a null pointer (the kernel skips it).
+    ExactOrNull(usize),
+}
+
+impl Fit {
+    /// Whether `len` elements fit.
+    pub fn accepts(self, len: usize) -> bool {
+        match self {
+            Fit::Exact(n) | Fit::ExactOrNull(n) => len == n,
+            Fit::AtLeast(n) => len >= n,
+        }
+    }
+}
+
+/// One argument's value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    /// A device buffer: a view the caller binds.
+    Buffer {
+        /// Its element type.
+        element: Element,
+        /// Its length.
+        fit: Fit,
+    },
+    /// `int`, from the shape.
+    Int(i32),
+    /// `long long`, from the shape.
+    Long(i64),
+    /// `float`, from the shape.
+    Float(f32),
+    /// `float`, bound at run time.
+    RunFloat,
+    /// `AdamScalars`, bound at run time.
+    RunScalars,
+}
+
+/// One argument: its `.cu` parameter name and value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Param {
+    /// The parameter's name in the `.cu` signature.
+    pub name: &'static str,
+    /// Its value or slot.
+    pub value: Value,
+}
+
+/// One kernel launch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelCall {
+    /// The registry name.
+    pub kernel: &'static str,
+    /// The entry point launched.
+    pub entry_point: String,
+    /// Grid and block from the registry's rule.
+    pub dims: LaunchDims,
+    /// Dynamic shared memory in bytes (no kernel uses any).
+    pub shared_mem_bytes: u32,
+    /// The arguments in order.
+    pub params: Vec<Param>,
+}
+
+/// `<name>_<dtype>`.
+pub fn entry(name: &str, dtype: Dtype) -> String {
+    format!("{name}_{}", dtype.suffix())
+}
+
+/// `<name>_hs<head_dim>_<dtype>`.
+pub fn attention_entry(name: &str, dtype: Dtype, head_dim: usize) -> String {
+    format!("{name}_hs{head_dim}_{}", dtype.suffix())
+}
+
+fn shape_error(message: String) -> CudaError {
+    CudaError::Shape(message)
+}
+
+/// Grid and block of `name` over `work` (for a size that depends on the grid).
+fn dims_of(name: &'static str, work: Work) -> Result<LaunchDims, CudaError> {
+    let spec = kernel(name).ok_or_else(|| shape_error(format!("no kernel `{name}`")))?;
+    Ok(spec.launch.dims(work)?)
+}
+
+impl KernelCall {
+    /// `name`'s launch at `entry_point` over `work`; the entry point must be compiled.
+    pub fn new(
+        name: &'static str,
+        entry_point: String,
+        work: Work,
+        params: Vec<Param>,
+    ) -> Result<Self, CudaError> {
+        let spec = kernel(name).ok_or_else(|| shape_error(format!("no kernel `{name}`")))?;
+        if !spec.entry_points.contains(&entry_point.as_str()) {
+            return Err(shape_error(format!(
+                "{name}: no entry point `{entry_point}` is compiled"
+            )));
+        }
+        let dims = dims_of(name, work)?;
+        Ok(Self {
+            kernel: name,
+            entry_point,
+            dims,
+            shared_mem_bytes: 0,
+            params,
+        })
+    }
+
+    /// `name` at its `dtype` entry point.
+    fn typed(
+        name: &'static str,
+        dtype: Dtype,
+        work: Work,
+        params: Vec<Param>,
+    ) -> Result<Self, CudaError> {
+        Self::new(name, entry(name, dtype), work, params)
+    }
+
+    /// The buffer slots in order, with their names.
+    pub fn buffers(&self) -> impl Iterator<Item = (&'static str, Element, Fit)> + '_ {
+        self.params.iter().filter_map(|p| match p.value {
+            Value::Buffer { element, fit } => Some((p.name, element, fit)),
+            _ => None,
+        })
+    }
+}
+
+/// A buffer of `n` elements of `element`.
+fn buf(name: &'static str, element: Element, n: usize) -> Param {
+    at(name, element, Fit::Exact(n))
+}
+
+/// A buffer of `element` fitting `fit`.
+fn at(name: &'static str, element: Element, fit: Fit) -> Param {
+    Param {
+        name,
+        value: Value::Buffer { element, fit },
+    }
+}
+
+/// `n` elements of the model dtype.
+fn model(name: &'static str, n: usize) -> Param {
+    buf(name, Element::Model, n)
+}
+
+/// `n` f32.
+fn f32s(name: &'static str, n: usize) -> Param {
+    buf(name, Element::F32, n)
+}
+
+/// An `int` from the shape (an error above `i32::MAX`).
+fn int(name: &'static str, value: usize) -> Result<Param, CudaError> {
+    let value =
+        i32::try_from(value).map_err(|_| shape_error(format!("{name} = {value} exceeds i32")))?;
+    Ok(Param {
+        name,
+        value: Value::Int(value),
+    })
+}
+
+/// A `long long` from the shape.
+fn long(name: &'static str, value: usize) -> Param {
+    Param {
+        name,
+        value: Value::Long(value as i64),
+    }
+}
+
+/// A `float` bound at run time.
+fn run_float(name: &'static str) -> Param {
+    Param {
+        name,
+        value: Value::RunFloat,
+    }
+}
+
+fn rows(rows: usize, cols: usize) -> Work {
+    Work::Rows {
+        rows: rows as u64,
+        cols: cols as u64,
+    }
+}
+
+fn elements(n: usize) -> Work {
+    Work::Elements(n as u64)
+}
+
+/// Rows of `part` elements in `whole`, or an error naming `what`.
+pub fn rows_of(what: &str, whole: usize, part: usize) -> Result<usize, CudaError> {
+    if part == 0 || !whole.is_multiple_of(part) {
+        return Err(shape_error(format!(
+            "{what}: {whole} elements are not rows of {part}"
+        )));
+    }
+    Ok(whole / part)
+}
+
+/// `encoder_forward`: `out (N, C) = wte[tokens] + wpe[t]` over `rows` tokens in rows of
+/// `seq_len`.
+pub fn encoder_forward(
+    dtype: Dtype,
+    rows: usize,
+    seq_len: usize,
+    channels: usize,
+) -> Result<KernelCall, CudaError> {
+    if seq_len == 0 || !rows.is_multiple_of(seq_len) {
+        return Err(shape_error(format!(
+            "{rows} tokens do not form rows of T = {seq_len}"
+        )));
+    }
+    KernelCall::typed(
+        "encoder_forward",
+        dtype,
+        elements(rows * channels),
+        vec![
+            model("out", rows * channels),
+            buf("tokens", Element::U32, rows),
+            at("wte", Element::Model, Fit::AtLeast(channels)),
+            at("wpe", Element::Model, Fit::AtLeast(seq_len * channels)),
+            int("rows", rows)?,
+            int("seq_len", seq_len)?,
+            int("channels", channels)?,
+        ],
+    )
+}
+
+/// `encoder_backward_wte` over `groups` token buckets of `rows` rows (no launch without a
+/// bucket).
+fn embedding_backward_call(
+    dtype: Dtype,
+    rows: usize,
+    groups: usize,
+    channels: usize,
+) -> Result<Option<KernelCall>, CudaError> {
+    if groups == 0 {
+        return Ok(None);
+    }
+    KernelCall::typed(
+        "encoder_backward_wte",
+        dtype,
+        Work::Groups {
+            groups: groups as u64,
+            cols: channels as u64,
+        },
+        vec![
+            at("dwte", Element::Model, Fit::AtLeast(channels)),
+            model("dout", rows * channels),
+            buf("bucket_token", Element::U32, groups),
+            buf("bucket_start", Element::I32, groups + 1),
+            buf("bucket_rows", Element::I32, rows),
+            int("channels", channels)?,
+        ],
+    )
+    .map(Some)
+}
+
+/// The embedding gradient alone (the Llama family): `encoder_backward_wte` when there are
+/// buckets.
+pub fn embedding_backward(
+    dtype: Dtype,
+    rows: usize,
+    groups: usize,
+    channels: usize,
+) -> Result<Vec<KernelCall>, CudaError> {
+    Ok(embedding_backward_call(dtype, rows, groups, channels)?
+        .into_iter()
+        .collect())
+}
+
+/// GPT-2's encoder backward: `encoder_backward_wpe`, then `encoder_backward_wte` when there
+/// are buckets.
+pub fn encoder_backward(
+    dtype: Dtype,
+    rows: usize,
+    groups: usize,
+    seq_len: usize,
+    channels: usize,
+) -> Result<Vec<KernelCall>, CudaError> {
+    if seq_len == 0 || !rows.is_multiple_of(seq_len) {
+        return Err(shape_error(format!(
+            "{rows} rows do not form a batch of T = {seq_len}"
+        )));
+    }
+    let mut calls = vec![KernelCall::typed(
+        "encoder_backward_wpe",
+        dtype,
+        elements(seq_len * channels),
+        vec![
+            at("dwpe", Element::Model, Fit::AtLeast(seq_len * channels)),
+            model("dout", rows * channels),
+            int("batch", rows / seq_len)?,
+            int("seq_len", seq_len)?,
+            int("channels", channels)?,
+        ],
+    )?];
+    calls.extend(embedding_backward_call(dtype, rows, groups, channels)?);
+    Ok(calls)
+}
+
+/// `layernorm_forward`: `out = LN(inp)` over `(rows, channels)`, saving mean and rstd.
+pub fn layernorm_forward(
+    dtype: Dtype,
+    rows: usize,
+    channels: usize,
+) -> Result<KernelCall, CudaError> {
+    let n = rows * channels;
+    KernelCall::typed(
+        "layernorm_forward",
+        dtype,
+        self::rows(rows, channels),
+        vec![
+            model("out", n),
+            f32s("mean", rows),
+            f32s("rstd", rows),
+            model("inp", n),
+            model("weight", channels),
+            model("bias", channels),
+            int("rows", rows)?,
+            int("channels", channels)?,
+            run_float("eps"),
+        ],
+    )
+}
+
+/// `residual_layernorm_forward`: `residual = a + b`, `out = LN(residual)`.
+pub fn residual_layernorm_forward(
+    dtype: Dtype,
+    rows: usize,
+    channels: usize,
+) -> Result<KernelCall, CudaError> {
+    let n = rows * channels;
+    KernelCall::typed(
+        "residual_layernorm_forward",
+        dtype,
+        self::rows(rows, channels),
+        vec![
+            model("residual", n),
+            model("out", n),
+            f32s("mean", rows),
+            f32s("rstd", rows),
+            model("a", n),
+            model("b", n),
+            model("weight", channels),
+            model("bias", channels),
+            int("rows", rows)?,
+            int("channels", channels)?,
+            run_float("eps"),
+        ],
+    )
+}
+
+/// `add_partials`: `acc[c] += partials[k * stride + c]` for `k < chunks`, `c < width`.
+pub fn add_partials(
+    dtype: Dtype,
+    chunks: usize,
+    width: usize,
+    stride: usize,
+) -> Result<KernelCall, CudaError> {
+    let needed = if chunks == 0 {
+        0
+    } else {
+        (chunks - 1) * stride + width
+    };
+    KernelCall::typed(
+        "add_partials",
+        dtype,
+        rows(chunks, width),
+        vec![
+            model("acc", width),
+            at("partials", Element::F32, Fit::AtLeast(needed)),
+            int("chunks", chunks)?,
+            int("width", width)?,
+            long("stride", stride),
+        ],
+    )
+}
+
+/// A norm's backward kernel `name` over `(rows, channels)` whose partial sums hold `sums`
+/// rows of `channels` per chunk, then one `add_partials` per sum: LayerNorm's two (weight
+/// and bias; it reads the saved mean), RMSNorm's one (weight).
+fn norm_backward(
+    name: &'static str,
+    dtype: Dtype,
+    rows: usize,
+    channels: usize,
+    sums: usize,
+) -> Result<Vec<KernelCall>, CudaError> {
+    let n = rows * channels;
+    let work = self::rows(rows, channels);
+    let chunks = dims_of(name, work)?.grid.0 as usize;
+    let mut params = vec![
+        model("dinp", n),
+        f32s("partials", chunks * sums * channels),
+        model("dout", n),
+        model("inp", n),
+        model("weight", channels),
+    ];
+    if sums == 2 {
+        params.push(f32s("mean", rows));
+    }
+    params.extend([
+        f32s("rstd", rows),
+        int("rows", rows)?,
+        int("channels", channels)?,
+    ]);
+    let mut calls = vec![KernelCall::typed(name, dtype, work, params)?];
+    for _ in 0..sums {
+        calls.push(add_partials(dtype, chunks, channels, sums * channels)?);
+    }
+    Ok(calls)
+}
+
+/// `layernorm_backward` then `add_partials` for the weight and the bias.
+pub fn layernorm_backward(
+    dtype: Dtype,
+    rows: usize,
+    channels: usize,
+) -> Result<Vec<KernelCall>, CudaError> {
+    norm_backward("layernorm_backward", dtype, rows, channels, 2)
+}
+
+/// `rmsnorm_forward`: `out = weight * (inp * rstd)`, saving `rstd`.
+pub fn rmsnorm_forward(
+    dtype: Dtype,
+    rows: usize,
+    channels: usize,
+) -> Result<KernelCall, CudaError> {
+    let n = rows * channels;
+    KernelCall::typed(
+        "rmsnorm_forward",
+        dtype,
+        self::rows(rows, channels),
+        vec![
+            model("out", n),
+            f32s("rstd", rows),
+            model("inp", n),
+            model("weight", channels),
+            int("rows", rows)?,
+            int("channels", channels)?,
+            run_float("eps"),
+        ],
+    )
+}
+
+/// `rmsnorm_backward` then `add_partials` for the weight.
+pub fn rmsnorm_backward(
+    dtype: Dtype,
+    rows: usize,
+    channels: usize,
+) -> Result<Vec<KernelCall>, CudaError> {
+    norm_backward("rmsnorm_backward", dtype, rows, channels, 1)
+}
+
+/// Bias gradients from one `(rows, W)` output gradient: `column_partials` over all `W`
+/// columns, then one `add_partials` per bias of `widths` (the columns after the earlier
+/// biases'; their sum is `W`).
+pub fn bias_backward(
+    dtype: Dtype,
+    rows: usize,
+    widths: &[usize],
+) -> Result<Vec<KernelCall>, CudaError> {
+    let width: usize = widths.iter().sum();
+    let work = self::rows(rows, width);
+    let chunks = dims_of("column_partials", work)?.grid.1 as usize;
+    let mut calls = vec![KernelCall::typed(
+        "column_partials",
+        dtype,
+        work,
+        vec![
+            f32s("partials", chunks * width),
+            model("data", rows * width),
+            int("rows", rows)?,
+            int("width", width)?,
+        ],
+    )?];
+    for &w in widths {
+        calls.push(add_partials(dtype, chunks, w, width)?);
+    }
+    Ok(calls)
+}
+
+/// `bias_gelu_forward`: `pre += bias` per column, `out = gelu(pre)` over `(rows, width)`.
+pub fn bias_gelu_forward(dtype: Dtype, rows: usize, width: usize) -> Result<KernelCall, CudaError> {
+    let n = rows * width;
+    KernelCall::typed(
+        "bias_gelu_forward",
+        dtype,
+        elements(n),
+        vec![
+            model("pre", n),
+            model("out", n),
+            model("bias", width),
+            int("rows", rows)?,
+            int("width", width)?,
+        ],
+    )
+}
+
+/// An elementwise kernel `(out, inp, long long n)`: `gelu_forward` (`out`, `inp`) or
+/// `gelu_backward_inplace` (`d`, `inp`).
+fn unary(
+    name: &'static str,
+    dtype: Dtype,
+    names: [&'static str; 2],
+    n: usize,
+) -> Result<KernelCall, CudaError> {
+    KernelCall::typed(
+        name,
+        dtype,
+        elements(n),
+        vec![model(names[0], n), model(names[1], n), long("n", n)],
+    )
+}
+
+/// `gelu_forward`: `out = gelu(inp)` over `n` elements.
+pub fn gelu_forward(dtype: Dtype, n: usize) -> Result<KernelCall, CudaError> {
+    unary("gelu_forward", dtype, ["out", "inp"], n)
+}
+
+/// `gelu_backward_inplace`: `d *= gelu'(inp)` over `n` elements.
+pub fn gelu_backward(dtype: Dtype, n: usize) -> Result<KernelCall, CudaError> {
+    unary("gelu_backward_inplace", dtype, ["d", "inp"], n)
+}
+
+/// `cast`: `out = inp` converted from `from` to `to` (f32 to and from bf16/f16) over `n`.
+pub fn cast(from: Dtype, to: Dtype, n: usize) -> Result<KernelCall, CudaError> {
+    let side = |d: Dtype| {
+        if d == Dtype::F32 {
+            Element::F32
+        } else {
+            Element::Model
+        }
+    };
+    KernelCall::new(
+        "cast",
+        format!("cast_{}_to_{}", from.suffix(), to.suffix()),
+        elements(n),
+        vec![
+            buf("out", side(to), n),
+            buf("inp", side(from), n),
+            long("n", n),
+        ],
+    )
+}
+
+/// `swiglu_forward`: `out (N, I) = silu(gate) * up` from `gate_up (N, 2I)`.
+pub fn swiglu_forward(dtype: Dtype, rows: usize, inner: usize) -> Result<KernelCall, CudaError> {
+    KernelCall::typed(
+        "swiglu_forward",
+        dtype,
+        elements(rows * inner),
+        vec![
+            model("out", rows * inner),
+            model("gate_up", rows * 2 * inner),
+            int("rows", rows)?,
+            int("inner", inner)?,
+        ],
+    )
+}
+
+/// `swiglu_backward`: `dgate_up (N, 2I)` from `dout (N, I)` and `gate_up`.
+pub fn swiglu_backward(dtype: Dtype, rows: usize, inner: usize) -> Result<KernelCall, CudaError> {
+    KernelCall::typed(
+        "swiglu_backward",
+        dtype,
+        elements(rows * inner),
+        vec![
+            model("dgate_up", rows * 2 * inner),
+            model("dout", rows * inner),
+            model("gate_up", rows * 2 * inner),
+            int("rows", rows)?,
+            int("inner", inner)?,
+        ],
+    )
+}
+
+/// `[gate | up]` rows of `len` elements.
+pub fn swiglu_rows(len: usize, inner: usize) -> Result<usize, CudaError> {
+    if inner == 0 || !len.is_multiple_of(2 * inner) {
+        return Err(shape_error(format!(
+            "gate_up ({len} elements) is not (N, 2 x {inner})"
+        )));
+    }
+    Ok(len / (2 * inner))
+}
+
+/// Which way a RoPE launch turns the pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rotation {
+    /// By `+angle`: `rope_forward` (`executor::model::rope::rope_forward`).
+    Forward,
+    /// By `-angle`, the transpose: `rope_backward` on the gradient.
+    Backward,
+}
+
+/// The sizes of one RoPE launch: rows `width` wide whose first `heads` heads turn at the
+/// positions `r % seq_len` by a table of `half` angles per position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RopeShape {
+    /// Elements of the rotated tensor.
+    pub len: usize,
+    /// Elements of the cos (and of the sin) table, `T * hs/2`.
+    pub table: usize,
+    /// Row width.
+    pub width: usize,
+    /// Heads turned per row.
+    pub heads: usize,
+    /// `T`.
+    pub seq_len: usize,
+}
+
+/// `rope_forward` or `rope_backward`, in place.
+pub fn rope(dtype: Dtype, shape: RopeShape, rotation: Rotation) -> Result<KernelCall, CudaError> {
+    let RopeShape {
+        len,
+        table,
+        width,
+        heads,
+        seq_len,
+    } = shape;
+    if seq_len == 0 || !table.is_multiple_of(seq_len) || width == 0 || !len.is_multiple_of(width) {
+        return Err(shape_error(format!(
+            "the table ({table} values) is not (T = {seq_len}, hs/2), or the rows not {width} wide"
+        )));
+    }
+    let half = table / seq_len;
+    let n_rows = len / width;
+    if heads * 2 * half > width {
+        return Err(shape_error(format!(
+            "{heads} heads of {} do not fit rows of {width}",
+            2 * half
+        )));
+    }
+    let name = match rotation {
+        Rotation::Forward => "rope_forward",
+        Rotation::Backward => "rope_backward",
+    };
+    KernelCall::typed(
+        name,
+        dtype,
+        elements(n_rows * heads * half),
+        vec![
+            model("rows", len),
+            f32s("cos_t", table),
+            f32s("sin_t", table),
+            int("n_rows", n_rows)?,
+            int("width", width)?,
+            int("heads", heads)?,
+            int("half", half)?,
+            int("seq_len", seq_len)?,
+        ],
+    )
+}
+
+/// Whether attention's keys and values have their own head count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heads {
+    /// One key/value head per query head (GPT-2): the plain entry points.
+    Shared,
+    /// `kv_heads` key/value heads (grouped-query): the `*_gqa` entry points, which take the
+    /// count.
+    Grouped,
+}
+
+/// The sizes of one attention call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupedAttention {
+    /// `B`.
+    pub batch: usize,
+    /// `T`.
+    pub seq_len: usize,
+    /// `NH`, query heads.
+    pub n_head: usize,
+    /// `KV`, key/value heads (divides `NH`; equals it for [`Heads::Shared`]).
+    pub kv_heads: usize,
+    /// `hs`.
+    pub head_dim: usize,
+}
+
+impl GroupedAttention {
+    /// Elements of a `[q | k | v]` row: `(NH + 2 KV) hs`.
+    fn width(&self) -> usize {
+        (self.n_head + 2 * self.kv_heads) * self.head_dim
+    }
+
+    /// Elements of `qkv`.
+    pub fn qkv_len(&self) -> usize {
+        self.batch * self.seq_len * self.width()
+    }
+
+    /// Elements of the output `(B, T, NH hs)`.
+    fn out_len(&self) -> usize {
+        self.batch * self.seq_len * self.n_head * self.head_dim
+    }
+
+    /// Elements of `lse` and `delta`, `(B, NH, T)`.
+    fn stats_len(&self) -> usize {
+        self.batch * self.n_head * self.seq_len
+    }
+
+    fn check(&self, heads: Heads) -> Result<(), CudaError> {
+        if self.kv_heads == 0 || !self.n_head.is_multiple_of(self.kv_heads) {
+            return Err(shape_error(format!(
+                "{} key/value heads do not divide {} query heads",
+                self.kv_heads, self.n_head
+            )));
+        }
+        if heads == Heads::Shared && self.kv_heads != self.n_head {
+            return Err(shape_error(format!(
+                "{} key/value heads for {} query heads need the grouped-query kernels",
+                self.kv_heads, self.n_head
+            )));
+        }
+        Ok(())
+    }
+
+    /// The work of `heads` blocks per batch row.
+    fn work(&self, heads: usize) -> Work {
+        Work::Attention {
+            batch: self.batch as u64,
+            seq_len: self.seq_len as u64,
+            heads: heads as u64,
+            head_dim: self.head_dim as u64,
+        }
+    }
+
+    /// `seq_len`, `n_head` and (grouped) `kv_heads`.
+    fn head_params(&self, heads: Heads) -> Result<Vec<Param>, CudaError> {
+        let mut params = vec![int("seq_len", self.seq_len)?, int("n_head", self.n_head)?];
+        if heads == Heads::Grouped {
+            params.push(int("kv_heads", self.kv_heads)?);
+        }
+        params.push(Param {
+            name: "scale",
+            value: Value::Float(attention_scale(self.head_dim)),
+        });
+        Ok(params)
+    }
+}
+
+/// `head_dim^-0.5`, rounded as the CPU attention rounds it.
+pub fn attention_scale(head_dim: usize) -> f32 {
+    (head_dim as f64).powf(-0.5) as f32
+}
+
+/// An attention kernel's name for `heads`.
+fn attention_name(base: &'static str, grouped: &'static str, heads: Heads) -> &'static str {
+    match heads {
+        Heads::Shared => base,
+        Heads::Grouped => grouped,
+    }
+}
+
+/// `attention_forward` (or `_gqa`): `out (B, T, NH hs)` and `lse (B, NH, T)` from `qkv`.
+pub fn attention_forward(
+    dtype: Dtype,
+    dims: GroupedAttention,
+    heads: Heads,
+) -> Result<KernelCall, CudaError> {
+    dims.check(heads)?;
+    let name = attention_name("attention_forward", "attention_forward_gqa", heads);
+    let mut params = vec![
+        model("out", dims.out_len()),
+        f32s("lse", dims.stats_len()),
+        model("qkv", dims.qkv_len()),
+    ];
+    params.extend(dims.head_params(heads)?);
+    KernelCall::new(
+        name,
+        attention_entry(name, dtype, dims.head_dim),
+        dims.work(dims.n_head),
+        params,
+    )
+}
+
+/// Attention backward: `attention_backward_preprocess` (`delta`), then dk/dv (one block per
+/// key/value head) and dq into `dqkv` (written, not accumulated).
+pub fn attention_backward(
+    dtype: Dtype,
+    dims: GroupedAttention,
+    heads: Heads,
+) -> Result<Vec<KernelCall>, CudaError> {
+    dims.check(heads)?;
+    let mut calls = vec![KernelCall::typed(
+        "attention_backward_preprocess",
+        dtype,
+        rows(dims.stats_len(), dims.head_dim),
+        vec![
+            f32s("delta", dims.stats_len()),
+            model("dout", dims.out_len()),
+            model("out", dims.out_len()),
+            int("batch", dims.batch)?,
+            int("seq_len", dims.seq_len)?,
+            int("n_head", dims.n_head)?,
+            int("head_dim", dims.head_dim)?,
+        ],
+    )?];
+    for (name, work_heads) in [
+        (
+            attention_name(
+                "attention_backward_dkdv",
+                "attention_backward_dkdv_gqa",
+                heads,
+            ),
+            dims.kv_heads,
+        ),
+        (
+            attention_name("attention_backward_dq", "attention_backward_dq_gqa", heads),
+            dims.n_head,
+        ),
+    ] {
+        let mut params = vec![
+            model("dqkv", dims.qkv_len()),
+            model("dout", dims.out_len()),
+            model("qkv", dims.qkv_len()),
+            f32s("lse", dims.stats_len()),
+            f32s("delta", dims.stats_len()),
+        ];
+        params.extend(dims.head_params(heads)?);
+        calls.push(KernelCall::new(
+            name,
+            attention_entry(name, dtype, dims.head_dim),
+            dims.work(work_heads),
+            params,
+        )?);
+    }
+    Ok(calls)
+}
+
+/// `fused_classifier`: logits `(rows, vocab)` to `dloss * (softmax - onehot)` in place, the
+/// losses `(rows)`; `targets` holds -1 for rows without a target.
+pub fn fused_classifier(dtype: Dtype, rows: usize, vocab: usize) -> Result<KernelCall, CudaError> {
+    KernelCall::typed(
+        "fused_classifier",
+        dtype,
+        self::rows(rows, vocab),
+        vec![
+            model("logits", rows * vocab),
+            f32s("losses", rows),
+            buf("targets", Element::I32, rows),
+            run_float("dloss"),
+            int("rows", rows)?,
+            int("vocab", vocab)?,
+        ],
+    )
+}
+
+/// `unscale_norm_partials` over `n` gradients then `sum_partials`: `grads *= inv_scale`, the
+/// sum of squares into `out[0]` (f64), `found_inf[0]` set on inf/NaN.
+pub fn unscale_and_norm(dtype: Dtype, n: usize) -> Result<Vec<KernelCall>, CudaError> {
+    let blocks = dims_of("unscale_norm_partials", elements(n))?.grid.0 as usize;
+    let partials = KernelCall::typed(
+        "unscale_norm_partials",
+        dtype,
+        elements(n),
+        vec![
+            model("grads", n),
+            long("n", n),
+            run_float("inv_scale"),
+            buf("partials", Element::F64, blocks),
+            buf("found_inf", Element::I32, 1),
+        ],
+    )?;
+    let sum = KernelCall::new(
+        "sum_partials",
+        "sum_partials_f64".to_string(),
+        elements(blocks),
+        vec![
+            buf("out", Element::F64, 1),
+            buf("partials", Element::F64, blocks),
+            int("count", blocks)?,
+        ],
+    )?;
+    Ok(vec![partials, sum])
+}
+
+/// `adamw`: one step over `n` parameters in `segments` segments; `params_out` (the 16-bit
+/// copy) may be null in f32 training.
+pub fn adamw(dtype: Dtype, n: usize, segments: usize) -> Result<KernelCall, CudaError> {
+    KernelCall::typed(
+        "adamw",
+        dtype,
+        Work::Segments(segments as u64),
+        vec![
+            f32s("master", n),
+            at("params_out", Element::Model, Fit::ExactOrNull(n)),
+            model("grads", n),
+            f32s("exp_avg", n),
+            f32s("exp_avg_sq", n),
+            buf("segments", Element::AdamSegment, segments),
+            Param {
+                name: "s",
+                value: Value::RunScalars,
+            },
+        ],
+    )
+}
