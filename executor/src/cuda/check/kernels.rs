@@ -1,8 +1,8 @@
 //! Every registered kernel against the CPU function it must match, on random inputs, in f32,
-//! bf16 and f16, with per-precision tolerances; the cuBLASLt products against the CPU
-//! matmuls; and NCCL's world of one. Each comparison is a [`CheckRow`]. The Llama family's
-//! own kernels (RMSNorm, RoPE, SwiGLU) are in [`llama`]; attention is one case for both
-//! families (one key/value head per query head, and grouped).
+//! bf16 and f16, with per-precision tolerances; every cuBLASLt product against a row-major
+//! reference ([`products`]); and NCCL's world of one. Each comparison is a [`CheckRow`]. The
+//! Llama family's own kernels (RMSNorm, RoPE, SwiGLU) are in [`llama`]; attention is one case
+//! for both families (one key/value head per query head, and grouped).
 //!
 //! 16-bit cases feed the CPU reference the inputs rounded to the storage type, so the
 //! tolerance covers only the kernel's own rounding (outputs stored in 16 bits, f32 arithmetic
@@ -18,18 +18,17 @@ use crate::comm::{Comm, ReduceOp};
 use crate::cuda::adamw::{AdamScalars, AdamSegment, Decay};
 use crate::cuda::encoder_buckets::TokenBuckets;
 use crate::cuda::error::CudaError;
-use crate::cuda::gemm::Gemm;
 use crate::cuda::launch::{GroupedAttention, Heads, Storage};
 use crate::cuda::nccl::NcclComm;
 use crate::launch::LaunchEnv;
 use crate::model::attention::{
     AttentionDims, grouped_attention_backward, grouped_attention_forward,
 };
-use crate::model::classifier::{crossentropy_forward_backward, logits_forward};
+use crate::model::classifier::crossentropy_forward_backward;
 use crate::model::encoder::{encoder_backward, encoder_forward};
 use crate::model::gelu::{gelu_backward_inplace, gelu_forward};
 use crate::model::layernorm::{layernorm_backward, layernorm_forward};
-use crate::model::matmul::{add_column_sums, matmul_backward, matmul_forward};
+use crate::model::matmul::add_column_sums;
 use crate::model::residual::residual_forward;
 use crate::optim::{AdamConfig, adam_step, sum_of_squares};
 
@@ -52,7 +51,7 @@ pub const CASES: &[(&str, Case)] = &[
     ("casts", |gpu| rows(gpu, casts)),
     ("unscale and norm", |gpu| rows(gpu, unscale_norm)),
     ("adamw", |gpu| rows(gpu, adamw)),
-    ("cuBLASLt", |gpu| rows(gpu, cublaslt)),
+    ("cuBLASLt", |gpu| rows(gpu, products::cublaslt)),
     ("NCCL", nccl_world_of_one),
 ];
 
@@ -110,6 +109,7 @@ macro_rules! typed {
 }
 
 mod llama;
+mod products;
 
 /// Compiles every kernel file for the device (or reads it from the kernel cache) and looks up
 /// every entry point of every registered kernel: one row per file.
@@ -831,113 +831,6 @@ fn adamw(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
         "bf16",
         &gpu.down(&d_copy)?,
         &copy,
-    ));
-    Ok(())
-}
-
-/// cuBLASLt's products (f32 in TF32, bf16 on tensor cores) against the CPU matmuls.
-fn cublaslt(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
-    let gemm = Gemm::new(gpu.stream.clone())?;
-    let (n, ic, oc) = (64, 96, 160);
-    let mut rng = Random(29);
-    let (inp, w, bias) = (
-        rng.vec(n * ic, 1.0),
-        rng.vec(ic * oc, 0.1),
-        rng.vec(oc, 0.5),
-    );
-    let mut out = vec![0.0; n * oc];
-    matmul_forward(&mut out, &inp, &w, &bias);
-    let (d_inp, d_w, d_bias) = (gpu.up(&inp)?, gpu.up(&w)?, gpu.up(&bias)?);
-    let mut d_out = gpu.zeros::<f32>(n * oc)?;
-    gemm.matmul_forward(
-        &mut d_out.as_view_mut(),
-        &d_inp.as_view(),
-        &d_w.as_view(),
-        Some(&d_bias.as_view()),
-        (n, ic, oc),
-    )?;
-    // f32 GEMMs run in TF32 (cudarc's compute type): about 1e-3 relative.
-    rows.push(CheckRow::relative(
-        "cuBLASLt matmul_forward (tf32)",
-        "f32",
-        &gpu.down(&d_out)?,
-        &out,
-        5e-3,
-    ));
-
-    let dout = rng.vec(n * oc, 1.0);
-    let (mut dinp, mut dw, mut db) = (vec![0.0; n * ic], vec![0.0; ic * oc], vec![0.0; oc]);
-    matmul_backward(&mut dinp, &mut dw, &mut db, &dout, &inp, &w);
-    let d_dout = gpu.up(&dout)?;
-    let mut d_dinp = gpu.zeros::<f32>(n * ic)?;
-    let mut d_dw = gpu.zeros::<f32>(ic * oc)?;
-    gemm.matmul_backward_input(
-        &mut d_dinp.as_view_mut(),
-        &d_dout.as_view(),
-        &d_w.as_view(),
-        (n, ic, oc),
-    )?;
-    gemm.matmul_backward_weight(
-        &mut d_dw.as_view_mut(),
-        &d_inp.as_view(),
-        &d_dout.as_view(),
-        (n, ic, oc),
-    )?;
-    rows.push(CheckRow::relative(
-        "cuBLASLt matmul_backward dinp (tf32)",
-        "f32",
-        &gpu.down(&d_dinp)?,
-        &dinp,
-        5e-3,
-    ));
-    rows.push(CheckRow::relative(
-        "cuBLASLt matmul_backward dweight (tf32)",
-        "f32",
-        &gpu.down(&d_dw)?,
-        &dw,
-        5e-3,
-    ));
-
-    let (v, c) = (300, ic);
-    let wte = rng.vec(v * c, 0.2);
-    let mut logits = vec![0.0; n * v];
-    logits_forward(&mut logits, &inp, &wte, c);
-    let d_wte = gpu.up(&wte)?;
-    let mut d_logits = gpu.zeros::<f32>(n * v)?;
-    gemm.logits_forward(
-        &mut d_logits.as_view_mut(),
-        &d_inp.as_view(),
-        &d_wte.as_view(),
-        (n, c, v),
-    )?;
-    rows.push(CheckRow::relative(
-        "cuBLASLt logits_forward (tf32)",
-        "f32",
-        &gpu.down(&d_logits)?,
-        &logits,
-        5e-3,
-    ));
-
-    // bf16 on tensor cores.
-    let (inp_t, inp_r) = stored::<half::bf16>(&inp);
-    let (w_t, w_r) = stored::<half::bf16>(&w);
-    let (bias_t, bias_r) = stored::<half::bf16>(&bias);
-    matmul_forward(&mut out, &inp_r, &w_r, &bias_r);
-    let (d_inp, d_w, d_bias) = (gpu.up(&inp_t)?, gpu.up(&w_t)?, gpu.up(&bias_t)?);
-    let mut d_out = gpu.zeros::<half::bf16>(n * oc)?;
-    gemm.matmul_forward(
-        &mut d_out.as_view_mut(),
-        &d_inp.as_view(),
-        &d_w.as_view(),
-        Some(&d_bias.as_view()),
-        (n, ic, oc),
-    )?;
-    rows.push(CheckRow::relative(
-        "cuBLASLt matmul_forward",
-        "bf16",
-        &to_f32(&gpu.down(&d_out)?),
-        &out,
-        2e-2,
     ));
     Ok(())
 }
