@@ -1,12 +1,10 @@
 //! `dsplan estimate` as a user runs it: DeepSpeed's documented T0_3B table, the JSON document,
 //! the model sources and the error paths with their exit codes.
 
-use assert_cmd::Command;
 use serde_json::Value;
 
-fn dsplan() -> Command {
-    Command::cargo_bin("dsplan").expect("the dsplan binary is built")
-}
+mod support;
+use support::dsplan;
 
 fn stdout_of(args: &[&str]) -> String {
     let output = dsplan().args(args).output().expect("dsplan runs");

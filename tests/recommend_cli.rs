@@ -4,14 +4,12 @@
 //! `dsplan validate --world-size N`. Figures are dsplan's own predictions, asserted at the
 //! precision the human output prints (0.01 GiB, 0.1 s).
 
-use assert_cmd::Command;
 use serde_json::Value;
 
-const GIB: f64 = (1u64 << 30) as f64;
+mod support;
+use support::dsplan;
 
-fn dsplan() -> Command {
-    Command::cargo_bin("dsplan").expect("the dsplan binary is built")
-}
+const GIB: f64 = (1u64 << 30) as f64;
 
 /// Runs `dsplan recommend ARGS --format json --output DIR/ds_config.json`; returns the JSON
 /// document and checks the written config with `dsplan validate`.

@@ -3,22 +3,10 @@
 //! **fabricated** check result read through `--show-check` (its device is named as such): it
 //! tests the rendering, and is no GPU result.
 
-use assert_cmd::Command;
 use serde_json::{Value, json};
 
-fn dsplan() -> Command {
-    Command::cargo_bin("dsplan").expect("the dsplan binary is built")
-}
-
-/// Runs and returns (exit code, stdout, stderr).
-fn run(args: &[&str]) -> (i32, String, String) {
-    let output = dsplan().args(args).output().expect("dsplan runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
+mod support;
+use support::run;
 
 /// The machine part of `report --format json`, or `None` (after saying so) where a driver
 /// works: these tests are about a machine without one.

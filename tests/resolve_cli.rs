@@ -3,8 +3,10 @@
 
 use std::path::Path;
 
-use assert_cmd::Command;
 use serde_json::{Value, json};
+
+mod support;
+use support::{dsplan, run};
 
 const HF_CONFIG: &str = r#"{
   "train_batch_size": "auto",
@@ -19,24 +21,10 @@ const HF_CONFIG: &str = r#"{
 }
 "#;
 
-fn dsplan() -> Command {
-    Command::cargo_bin("dsplan").expect("the dsplan binary is built")
-}
-
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let path = dir.join(name);
     std::fs::write(&path, text).expect("temp file written");
     path.display().to_string()
-}
-
-/// (exit code, stdout, stderr)
-fn run(args: &[&str]) -> (i32, String, String) {
-    let output = dsplan().args(args).output().expect("dsplan runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }
 
 #[test]

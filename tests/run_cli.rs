@@ -2,30 +2,14 @@
 //! planner's learning-rate schedule and loss-scale state machine, the saved model, the data
 //! formats, and the errors with their exit codes.
 
-use assert_cmd::Command;
 use dsplan_executor::data::{LlmcFormat, write_llmc_tokens};
 use dsplan_executor::io::safetensors::load_params;
 use dsplan_executor::model::ParamLayout;
 use dsplan_executor::train::{TrainSettings, choose_model};
 use serde_json::{Value, json};
 
-fn dsplan() -> Command {
-    Command::cargo_bin("dsplan").expect("the dsplan binary is built")
-}
-
-/// Runs and returns (exit code, stdout, stderr).
-fn run(args: &[&str]) -> (i32, String, String) {
-    let output = dsplan().args(args).output().expect("dsplan runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-fn config_path(name: &str) -> String {
-    format!("{}/configs/{name}", env!("CARGO_MANIFEST_DIR"))
-}
+mod support;
+use support::{config_path, run};
 
 fn write_config(dir: &std::path::Path, config: &Value) -> String {
     let path = dir.join("ds_config.json");

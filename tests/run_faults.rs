@@ -7,26 +7,10 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;
 
-use assert_cmd::Command;
 use serde_json::Value;
 
-fn dsplan() -> Command {
-    Command::cargo_bin("dsplan").expect("the dsplan binary is built")
-}
-
-/// Runs and returns (exit code, stdout, stderr).
-fn run(args: &[&str]) -> (i32, String, String) {
-    let output = dsplan().args(args).output().expect("dsplan runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-fn config_path(name: &str) -> String {
-    format!("{}/configs/{name}", env!("CARGO_MANIFEST_DIR"))
-}
+mod support;
+use support::{config_path, dsplan, run};
 
 fn text(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")

@@ -4,27 +4,15 @@
 
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
 use serde_json::{Value, json};
 
-fn dsplan() -> Command {
-    Command::cargo_bin("dsplan").expect("the dsplan binary is built")
-}
+mod support;
+use support::run;
 
 fn write(dir: &Path, name: &str, value: &Value) -> String {
     let path = dir.join(name);
     std::fs::write(&path, value.to_string()).expect("temp file written");
     path.display().to_string()
-}
-
-/// (exit code, stdout, stderr)
-fn run(args: &[&str]) -> (i32, String, String) {
-    let output = dsplan().args(args).output().expect("dsplan runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }
 
 fn hf_warmup_decay() -> Value {
