@@ -4,7 +4,9 @@ the kit's own keys) and prints the summary tables last.
     python3 gpu_kit_results.py WORK_DIR --out FILE [--copy-to DIR] [--dry]
 
 WORK_DIR holds the parts' outputs (see gpu_check.sh): `parts.tsv` (name, status, seconds,
-exit code), `report.json`, `check.json`, `dsplan_stage{N}.json` and `.jsonl` (and
+exit code), `report.json`, `check.json`, `dsplan_stage{N}.json` and `.jsonl` (W = 1),
+`dsplan_w2_stage{N}.json` and `.jsonl` (W = 2 thread ranks on one GPU; `world_size: 2` rows
+of `gpt2_124m_bf16`, memory of rank 0 with every rank's in `ranks_allocated_bytes`), (and
 `dsplan_llama*.json` / `.jsonl`),
 `torch_{eager,compile}.json`, `ds/*.json` (ds_memory.py's lines) and `ds/*.estimate.json`
 (`dsplan estimate --format json`), `tests_*.log`. A missing file leaves its keys null and
@@ -130,9 +132,10 @@ def dsplan_llama(work, variant, warmup):
     }
 
 
-def dsplan_stage(work, stage, warmup, torch_runs, batch, seq, dry):
-    summary, rate, timed_steps = run_figures(work, f"stage{stage}", warmup)
-    row = {"stage": stage, "world_size": 1, "micro_batch": batch, "seq_len": seq}
+def dsplan_stage(work, stage, warmup, torch_runs, batch, seq, dry, world=1):
+    name = f"stage{stage}" if world == 1 else f"w{world}_stage{stage}"
+    summary, rate, timed_steps = run_figures(work, name, warmup)
+    row = {"stage": stage, "world_size": world, "micro_batch": batch, "seq_len": seq}
     device = (summary or {}).get("device") or ""
     peak = peak_flops(device)
     per_token = flops_per_token(GPT2["params"], GPT2["wpe"], GPT2["layers"], GPT2["embd"], seq)
@@ -156,6 +159,14 @@ def dsplan_stage(work, stage, warmup, torch_runs, batch, seq, dry):
             "final_loss": (summary or {}).get("final_loss"),
         }
     )
+    if world > 1:
+        # Every rank's device buffers (the summary's `memory.ranks`); the GPU's tokens/s is
+        # the whole job's (both ranks share it), so MFU is of the one GPU.
+        ranks = (cpu_memory.get("ranks") or []) if isinstance(cpu_memory, dict) else []
+        row["ranks_allocated_bytes"] = [r.get("peak_total") for r in ranks]
+        if not dry:
+            for key in ("torch_eager_tokens_per_s", "torch_compile_tokens_per_s"):
+                row[key] = None
     if dry and cpu_memory:
         ranks = cpu_memory.get("ranks") or [{}]
         row["cpu_measured_peak_bytes"] = ranks[0].get("peak_total")
@@ -225,6 +236,8 @@ def main():
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--stages", default="0 1 2 3")
+    parser.add_argument("--w2-batch", type=int, default=8)
+    parser.add_argument("--w2-stages", default="1 2 3")
     args = parser.parse_args()
     work = args.work
 
@@ -248,6 +261,10 @@ def main():
         "gpt2_124m_bf16": [
             dsplan_stage(work, int(s), args.warmup, torch_runs, args.batch, args.seq, args.dry)
             for s in args.stages.split()
+        ]
+        + [
+            dsplan_stage(work, int(s), args.warmup, torch_runs, args.w2_batch, args.seq, args.dry, 2)
+            for s in args.w2_stages.split()
         ],
         "llama_100m_bf16": [dsplan_llama(work, v, args.warmup) for v in ("llama", "llama_ckpt")],
         "torch": torch_runs,
@@ -293,13 +310,13 @@ def print_tables(r, path):
     print("step vs CPU: " + ("not run" if s is None else f"passed={s['passed']} max_rel_err={s['max_rel_err']}"))
     for name, t in r["gpu_tests"].items():
         print(f"tests {name}: {t}")
-    print(f"\n{'stage':>5} {'tokens/s':>10} {'MFU':>7} {'eager':>9} {'compile':>9} {'measured':>10} {'allocated':>10} {'plan':>10}")
+    print(f"\n{'stage':>5} {'W':>2} {'tokens/s':>10} {'MFU':>7} {'eager':>9} {'compile':>9} {'measured':>10} {'allocated':>10} {'plan':>10}")
     if r["dry_run"]:
         print("(dry run: tiny-gpt2 on the CPU; memory columns are the CPU rank's measured peak and its plan)")
     for g in r["gpt2_124m_bf16"]:
         if r["dry_run"]:
             g = dict(g, device_peak_bytes=g.get("cpu_measured_peak_bytes"), plan_peak_bytes=g.get("cpu_plan_peak_bytes"))
-        print(f"{g['stage']:>5} {fmt(g['tokens_per_s']):>10} {fmt(g['mfu'], '{:.1%}'):>7} "
+        print(f"{g['stage']:>5} {g['world_size']:>2} {fmt(g['tokens_per_s']):>10} {fmt(g['mfu'], '{:.1%}'):>7} "
               f"{fmt(g['torch_eager_tokens_per_s']):>9} {fmt(g['torch_compile_tokens_per_s']):>9} "
               f"{fmt_bytes(g['device_peak_bytes']):>10} {fmt_bytes(g['device_allocated_bytes']):>10} "
               f"{fmt_bytes(g['plan_peak_bytes']):>10}")

@@ -342,8 +342,9 @@ fn refusals_say_why_with_the_contract_exit_codes() {
 
 /// `--device cuda` with the default model fails cleanly on any machine: without a usable GPU
 /// it names what is missing (driver, device, libraries); with one, tiny-gpt2's head size of
-/// 16, which has no attention kernel. `--device auto` trains on the CPU after exactly one
-/// notice line saying why.
+/// 16, which has no attention kernel. The same at `--world-size 2` and as rank 1 of a
+/// torchrun-style job. `--device auto` trains on the CPU after exactly one notice line saying
+/// why.
 #[test]
 fn device_cuda_fails_cleanly_and_auto_falls_back_with_one_notice() {
     let zero2 = config_path("zero2_fp16.json");
@@ -366,6 +367,55 @@ fn device_cuda_fails_cleanly_and_auto_falls_back_with_one_notice() {
         "{stderr}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
+
+    // World size 2 (thread ranks) fails where world size 1 does: the device probe (or, on a
+    // GPU, tiny-gpt2's head size), never the world size.
+    let (code, stdout, stderr_two) = run(&[
+        "run",
+        &zero2,
+        "--device",
+        "cuda",
+        "--world-size",
+        "2",
+        "--steps",
+        "1",
+    ]);
+    assert_eq!(code, 2, "{stderr_two}");
+    assert!(stdout.is_empty(), "{stdout}");
+    let error_two: Vec<&str> = stderr_two
+        .lines()
+        .filter(|l| l.starts_with("error:"))
+        .collect();
+    assert_eq!(error_two, error, "W = 2 fails as W = 1: {stderr_two}");
+
+    // A rank started by torchrun (or the DeepSpeed launcher) with --device cuda gets past the
+    // launcher's refusal to the same probe: it is a GPU rank, not a CPU rank wanting MPI.
+    let output = dsplan()
+        .args(["run", &zero2, "--device", "cuda", "--steps", "1"])
+        .envs([
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29533"),
+        ])
+        .output()
+        .expect("dsplan runs");
+    let stderr_rank = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr_rank}");
+    let error_rank: Vec<&str> = stderr_rank
+        .lines()
+        .filter(|l| l.starts_with("error:"))
+        .collect();
+    assert_eq!(error_rank.len(), 1, "{stderr_rank}");
+    assert!(
+        error_rank[0].starts_with("error: rank 1: --device cuda: ")
+            && reasons.iter().any(|r| error_rank[0].contains(r)),
+        "{stderr_rank}"
+    );
+    assert!(!stderr_rank.contains("MPI"), "{stderr_rank}");
+    assert!(!stderr_rank.contains("panicked"), "{stderr_rank}");
 
     let (code, stdout, stderr) = run(&[
         "run",

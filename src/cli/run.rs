@@ -197,7 +197,7 @@ impl Failure {
 
 /// Run `dsplan run`.
 pub fn run(args: RunArgs) -> Outcome {
-    let ranks = match Ranks::detect(args.world_size) {
+    let ranks = match Ranks::detect(args.world_size, args.device) {
         Ok(ranks) => ranks,
         Err(failure) => return Ranks::Threads.fail(&failure),
     };
@@ -365,7 +365,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
             settings.stage as u8,
             precision_name(&settings.precision),
             ranks.kind(),
-            cuda::place(&backend),
+            cuda::place(&backend, ranks, world),
         );
         eprintln!(
             "model {} ({} parameters); data {data_name}; {} x {seq_len} tokens per rank and micro-step, {} micro-step(s), global batch {}; {steps} steps",
@@ -419,11 +419,18 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     }
     let observer = |m: &StepMetrics| progress.observe(m);
     let result = match &backend {
-        Backend::Cuda(device) => cuda::train(&spec, &plan, &graph, &checkpoints, device, &observer)
-            .map_err(|e| match e {
-                CudaTrainError::Run(e) => train_failure(e, &display),
-                other => Failure::input(format!("--device cuda: {other}")),
-            }),
+        Backend::Cuda(device) => cuda::train(
+            &spec,
+            &plan,
+            &graph,
+            &checkpoints,
+            (device, ranks),
+            &observer,
+        )
+        .map_err(|e| match e {
+            CudaTrainError::Run(e) => train_failure(e, &display),
+            other => Failure::input(format!("--device cuda: {other}")),
+        }),
         Backend::Cpu => ranks
             .train(&spec, &plan, &graph, &checkpoints, &observer)
             .map_err(|e| train_failure(e, &display)),

@@ -5,7 +5,7 @@
 //! | backend | memory | implementation |
 //! |---|---|---|
 //! | CPU, ZeRO stages 0-3 | host, one [`crate::zero::ZeroRank`] per rank | [`crate::zero::engine::CpuStep`] |
-//! | CUDA, one GPU | device buffers ([`crate::cuda::train::DeviceLayout`]) | `crate::cuda::train::trainer::CudaStep` |
+//! | CUDA, one rank per GPU (or sharing one) | device buffers ([`crate::cuda::train::DeviceLayout`]) | `crate::cuda::train::rank::CudaStep` |
 //!
 //! Checkpoints go through the same interface: a backend hands out and takes back its owned
 //! optimizer state in the CPU rank's layout ([`OwnedState`]), so a checkpoint is the same

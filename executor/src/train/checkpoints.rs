@@ -96,7 +96,7 @@ pub(crate) enum RankFailure {
 
 impl RankFailure {
     /// Whether this is a reaction to another rank's failure rather than its own.
-    pub(super) fn is_secondary(&self) -> bool {
+    pub(crate) fn is_secondary(&self) -> bool {
         matches!(
             self,
             RankFailure::Zero(ZeroError::Comm(crate::comm::CommError::PeerLeft { .. }))

@@ -12,7 +12,7 @@
 //!   weights at the end;
 //! * `step.rs`: the one training loop of every backend (the step's order, loss scaler,
 //!   schedule, clipping, metrics, divergence, checkpoints, resume) over a [`StepBackend`]
-//!   (the CPU's [`crate::zero::CpuStep`], the GPU's `crate::cuda::train::trainer::CudaStep`),
+//!   (the CPU's [`crate::zero::CpuStep`], the GPU's `crate::cuda::train::rank::CudaStep`),
 //!   with the host decisions in [`StepControl`]; [`TrainReport`] is every backend's report;
 //! * [`train_planned_with`]: the same, saving checkpoints ([`SavePolicy`]) and resuming from
 //!   one ([`resume_point`]), see [`crate::checkpoint`].
@@ -32,12 +32,14 @@ mod spec;
 pub(crate) mod step;
 
 pub use backend::StepBackend;
+pub(crate) use checkpoints::RankFailure;
 pub use checkpoints::{CheckpointOptions, SavePolicy, resume_point};
 pub use control::StepControl;
 pub use divergence::{Diverged, check_loss};
 pub use error::TrainError;
 pub use model::{DEFAULT_PRESET, ModelChoiceError, ModelSource, choose_model, model_config};
 pub use plan::{compile_cuda_plan, compile_plan};
+pub(crate) use rank::gather_everyone;
 pub use rank::train_planned_as_rank;
 pub use report::TrainReport;
 pub(crate) use run::check_model;

@@ -86,7 +86,7 @@ pub(super) fn run_rank(
 
 /// Every rank's master shard (all-gathered, padded to the longest) and memory report (exact
 /// `u64`s through `f64` scalar reductions: byte counts stay far below 2^53).
-fn gather_everyone(
+pub(crate) fn gather_everyone(
     comm: &mut dyn Comm,
     master: &[f32],
     memory: &MemoryReport,

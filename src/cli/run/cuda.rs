@@ -11,15 +11,21 @@
 //! the driver reports in use). The run's plan is compiled with the `dsplan-cuda` backend,
 //! whose buffers are the device step's, so allocated and planned memory agree to the byte.
 //!
-//! One process, GPU 0 (the multi-process launch, one GPU per `LOCAL_RANK`, is not built).
+//! Ranks as threads start at GPU 0 and are placed by
+//! [`dsplan_executor::cuda::train::thread_placement`] (one GPU each while there are enough,
+//! NCCL between them; ranks sharing a GPU stage their collectives through host memory); a
+//! process started by a launcher trains as its rank ([`super::ranks::GpuRank`]).
 
-use dsplan_executor::cuda::train::{CudaTrainError, check_spec, train_cuda_planned};
+use dsplan_executor::cuda::train::{
+    CudaTrainError, check_spec, thread_placement, train_cuda_planned,
+};
 use dsplan_executor::cuda::{Backend, CudaDeviceInfo, DeviceChoice, choose_backend};
 use dsplan_executor::metrics::StepMetrics;
 use dsplan_executor::train::{CheckpointOptions, TrainReport, TrainSpec};
 use dsplan_planner::config::OffloadDevice;
 use dsplan_planner::plan::{ModelGraph, Plan};
 
+use super::ranks::Ranks;
 use super::{Device, Failure};
 
 /// The GPU a single process trains on.
@@ -83,23 +89,37 @@ fn unsupported(spec: &TrainSpec) -> Option<String> {
     check_spec(spec).err().map(|e| e.to_string())
 }
 
-/// Where the run computes, for the opening line.
-pub(super) fn place(backend: &Backend) -> String {
-    match backend {
-        Backend::Cpu => "on the CPU".to_string(),
-        Backend::Cuda(device) => format!("on GPU {} ({})", device.ordinal, device.name),
+/// Where the run computes, for the opening line: the CPU, one GPU, where `world` thread
+/// ranks are placed and how they communicate, or this process rank's GPU.
+pub(super) fn place(backend: &Backend, ranks: &Ranks, world: usize) -> String {
+    let Backend::Cuda(device) = backend else {
+        return "on the CPU".to_string();
+    };
+    match ranks {
+        Ranks::Gpu(rank) => rank.describe(&device.name),
+        _ if world > 1 => match thread_placement(world, device.ordinal) {
+            Ok(placement) => format!("{placement}, {}", device.name),
+            Err(e) => format!("on GPU {} ({}; {e})", device.ordinal, device.name),
+        },
+        _ => format!("on GPU {} ({})", device.ordinal, device.name),
     }
 }
 
-/// Trains `spec` on `device` by `plan` through the one training loop, with the CPU run's
-/// checkpoints and observer; the summary is every run's ([`super::report`]).
+/// Trains `spec` by `plan` through the one training loop, with the CPU run's checkpoints and
+/// observer: every rank as a thread from `device` on, or this process as its rank; the
+/// summary is every run's ([`super::report`]).
 pub(super) fn train(
     spec: &TrainSpec,
     plan: &Plan,
     graph: &ModelGraph,
     checkpoints: &CheckpointOptions,
-    device: &CudaDeviceInfo,
+    (device, ranks): (&CudaDeviceInfo, &Ranks),
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, CudaTrainError> {
-    train_cuda_planned(spec, plan, graph, checkpoints, device.ordinal, observer)
+    match ranks {
+        Ranks::Gpu(rank) => rank.train(spec, plan, graph, checkpoints, observer),
+        Ranks::Threads | Ranks::Process(_) => {
+            train_cuda_planned(spec, plan, graph, checkpoints, device.ordinal, observer)
+        }
+    }
 }

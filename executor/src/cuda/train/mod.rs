@@ -21,12 +21,17 @@
 //! | [`execute`] | allocations and the op interpreter | needs a GPU |
 //! | [`world_step`] | the step of one rank among `W > 1`: the plan's collectives between the units' compute | yes |
 //! | [`execute_comm`] | the communication ops through a `DeviceComm`, on their streams | needs a GPU |
-//! | [`trainer`] | the step's operations on one GPU ([`CudaStep`]), and a run | needs a GPU (its checkpoint layout does not) |
+//! | [`owned`] | a rank's owned share of the model states, in the device's and the CPU checkpoint's layouts | yes |
+//! | [`placement`] | each rank's GPU and the device collective, from the rank and GPU counts | yes |
+//! | [`rank`] | the step's operations on one rank's GPU buffers ([`CudaStep`]) | needs a GPU |
+//! | [`world`] | the runs: one GPU, `W` thread ranks, one process rank of a job | needs a GPU (its programs are built on the host) |
+//! | [`trainer`] | whether the GPU can run a spec ([`check_spec`]), the run's errors and front door | yes, up to the first driver call |
 //!
 //! For ZeRO stages 0-3 on one GPU the math is the same step. At `W > 1`, [`world_program`]
 //! builds a rank's step from the plan (buckets, stage-3 schedule, parameter all-gather) and
-//! [`execute_comm`] runs its collectives through `cuda::device_comm`; the trainer does not
-//! drive it yet and refuses a world above 1.
+//! [`execute_comm`] runs its collectives through `cuda::device_comm`; [`world`] drives `W`
+//! thread ranks (or this process as one rank of a job) through the one training loop,
+//! GPT-2 only (the Llama family's device step has no per-rank shares yet).
 
 pub mod backward;
 pub mod buffers;
@@ -36,17 +41,25 @@ pub mod execute_comm;
 pub mod forward;
 pub mod llama;
 pub mod mfu;
+pub mod owned;
+pub mod placement;
 pub mod program;
+pub mod rank;
 pub mod step;
 pub mod trainer;
+pub mod world;
 pub mod world_step;
 
 pub use buffers::{DeviceLayout, Region, TensorRef};
 pub use device_model::DeviceModel;
+pub use owned::{DeviceOwned, held_from_whole, owned_from_whole, scatter_owned};
+pub use placement::{DeviceLink, NcclLibrary, Placement, place_process, place_ranks};
 pub use program::{Launch, Op, ShapeError};
+pub use rank::{CudaStep, NcclWithHost, RankComm};
 pub use step::StepProgram;
-pub use trainer::{
-    CudaStep, CudaTrainError, check_spec, held_from_whole, owned_from_whole, train_cuda,
-    train_cuda_planned,
+pub use trainer::{CudaTrainError, check_spec, kernel_dtype, train_cuda};
+pub use world::{
+    nccl_library, rank_models, thread_placement, train_cuda_as_rank, train_cuda_planned,
+    visible_gpus,
 };
 pub use world_step::world_program;

@@ -1,6 +1,6 @@
 //! One optimizer step on the device: the op lists of its phases ([`StepProgram`]). The host
 //! decisions between them are the one training loop's (`crate::train::step`, with
-//! `crate::train::StepControl`), the same as on the CPU; `super::trainer::CudaStep` runs each
+//! `crate::train::StepControl`), the same as on the CPU; `super::rank::CudaStep` runs each
 //! phase when the loop asks for it.
 //!
 //! DeepSpeed's order:

@@ -1,0 +1,493 @@
+//! The GPU runs: [`train_cuda_planned`] trains `W` thread ranks of this process (one at
+//! `W = 1`), [`train_cuda_as_rank`] this process as one rank of a job of processes (torchrun,
+//! the DeepSpeed launcher, `mpirun`, `srun`). Both go through the one training loop of every
+//! backend (`crate::train::step::drive`) with a [`CudaStep`] per rank, and hand back the shared
+//! [`TrainReport`]: the final parameters consolidated from every rank's master as on the CPU,
+//! the memory of every rank, the traffic. **Needs a GPU.**
+//!
+//! Where the ranks train is data ([`super::placement`]): each thread rank gets its GPU
+//! ordinal and the device collective from the rank count and the visible GPUs. Each rank has
+//! its own context handle, compute stream, communication stream, kernels and buffers.
+//!
+//! At `W = 1` the step is one GPU's program ([`DeviceModel::program`], no collectives, the
+//! default stream); at `W > 1` it is [`world_program`] over the rank's shares of the plan
+//! ([`DeviceLayout::with_shares`]), GPT-2 only. Every rank's program is built and checked on
+//! the host before anything touches the GPU.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::cublaslt::{CudaBlasLT, Matmul};
+use cudarc::driver::{CudaContext, CudaStream};
+use dsplan_kernels::cache::CubinCache;
+use dsplan_planner::plan::cuda_world::CudaShares;
+use dsplan_planner::plan::{ModelGraph, Plan, PlanBackend};
+
+use super::buffers::DeviceLayout;
+use super::device_model::DeviceModel;
+use super::execute::{DeviceBuffers, Executor};
+use super::owned::DeviceOwned;
+use super::placement::{DeviceLink, NcclLibrary, Placement, place_ranks};
+use super::rank::{CudaStep, NcclWithHost, RankComm, RankParts};
+use super::step::StepProgram;
+use super::trainer::{CudaTrainError, check_spec, kernel_dtype};
+use super::world_step::world_program;
+use crate::checkpoint::consolidate;
+use crate::comm::{Comm, CommTraffic, LocalComm, run_ranks};
+use crate::cuda::device_comm::{HostStaged, Wire};
+use crate::cuda::error::CudaError;
+use crate::cuda::gemm::Gemm;
+use crate::cuda::launch::{Launcher, Storage};
+use crate::cuda::modules::KernelModules;
+use crate::cuda::nccl::{NcclComm, nccl_present};
+use crate::metrics::{DeviceRun, MemoryReport, StepMetrics};
+use crate::model::ModelConfig;
+use crate::train::run::{Prepared, prepare};
+use crate::train::step::{Driven, drive};
+use crate::train::{CheckpointOptions, RankFailure, TrainError, TrainReport, TrainSpec};
+use crate::zero::Dtype as ModelDtype;
+
+/// A rank's device model and its step, built and checked on the host.
+pub struct RankModel {
+    /// The rank's buffers (its shares of the plan at `W > 1`).
+    pub model: DeviceModel,
+    /// Its step.
+    pub program: StepProgram,
+}
+
+/// Builds and checks the step of every rank of `plan` (compiled for `graph`) for `spec`, on
+/// micro-batches of `spec`'s shape, before any CUDA call: one GPU's program at `W = 1`,
+/// [`world_program`] over each rank's shares at `W > 1` (GPT-2 only; [`check_spec`] refuses
+/// the rest).
+pub fn rank_models(
+    spec: &TrainSpec,
+    plan: &Plan,
+    graph: &ModelGraph,
+) -> Result<Vec<RankModel>, CudaTrainError> {
+    let shape = crate::model::BatchShape {
+        batch: spec.settings.batch.micro_batch,
+        seq_len: spec.seq_len,
+    };
+    let dtype = kernel_dtype(spec.settings.precision.model_dtype());
+    let recompute = spec.settings.recompute;
+    let world = spec.world.max(1);
+    if world == 1 {
+        let model = DeviceModel::new(&spec.model, shape, dtype, recompute);
+        let program = model.program();
+        return Ok(vec![RankModel { model, program }]);
+    }
+    let ModelConfig::Gpt2(config) = &spec.model else {
+        return Err(CudaTrainError::Setup(world_refusal(world)));
+    };
+    let shares = CudaShares::of_plan(plan);
+    (0..world)
+        .map(|rank| {
+            let layout = DeviceLayout::with_shares(
+                *config,
+                shape,
+                dtype,
+                recompute,
+                shares.for_rank(rank as u64),
+            );
+            let program = world_program(&layout, plan, graph).map_err(|e| {
+                CudaTrainError::Setup(format!("rank {rank}'s step from the plan: {e}"))
+            })?;
+            program
+                .check(&layout)
+                .map_err(|e| CudaTrainError::Setup(format!("rank {rank}'s step: {e}")))?;
+            Ok(RankModel {
+                model: DeviceModel::Gpt2(layout),
+                program,
+            })
+        })
+        .collect()
+}
+
+/// Why a model family other than GPT-2 is refused at `world` ranks.
+pub(super) fn world_refusal(world: usize) -> String {
+    format!(
+        "the CUDA trainer runs {world} ranks for GPT-2 only: the Llama family's device step has \
+         no per-rank shares of the plan yet (its buffers are one GPU's); train it with \
+         --world-size 1 on the GPU, or on the CPU (--device cpu) at any world size"
+    )
+}
+
+/// The GPUs this process sees (`CUDA_VISIBLE_DEVICES` applied by the driver).
+pub fn visible_gpus() -> Result<usize, CudaError> {
+    let count = CudaContext::device_count()?;
+    Ok(usize::try_from(count).unwrap_or(0))
+}
+
+/// Whether NCCL can be loaded, as data.
+pub fn nccl_library() -> NcclLibrary {
+    if nccl_present() {
+        NcclLibrary::Present
+    } else {
+        NcclLibrary::Missing
+    }
+}
+
+/// Where `world` thread ranks of a run on GPU `first` train on this machine.
+pub fn thread_placement(world: usize, first: usize) -> Result<Placement, CudaTrainError> {
+    place_ranks(world, visible_gpus()?, first, nccl_library())
+        .map_err(|e| CudaTrainError::Setup(e.to_string()))
+}
+
+/// Runs `spec` by `plan` (compiled for `graph`, best with
+/// [`crate::train::compile_cuda_plan`]: then each rank's device memory is the plan's to the
+/// byte), resumed and saved as `checkpoints` says, calling `observer` with every step of rank
+/// 0. One rank trains on GPU `ordinal`; `W > 1` thread ranks are placed by
+/// [`thread_placement`] from GPU `ordinal` on.
+pub fn train_cuda_planned(
+    spec: &TrainSpec,
+    plan: &Plan,
+    graph: &ModelGraph,
+    checkpoints: &CheckpointOptions,
+    ordinal: usize,
+    observer: &(dyn Fn(&StepMetrics) + Sync),
+) -> Result<TrainReport, CudaTrainError> {
+    check_spec(spec)?;
+    let prepared = prepare(spec, plan, graph, checkpoints, PlanBackend::DsplanCuda)?;
+    let models = rank_models(spec, plan, graph)?;
+    let world = prepared.world;
+    let placement = if world == 1 {
+        Placement {
+            ordinals: vec![ordinal],
+            link: DeviceLink::Alone,
+        }
+    } else {
+        thread_placement(world, ordinal)?
+    };
+    let run = RankRun {
+        prepared: &prepared,
+        checkpoints,
+        observer,
+        collect: Collect::Own,
+    };
+    let started = Instant::now();
+    let outcomes: Vec<Result<RankResult, RankError>> = if world == 1 {
+        vec![run.rank(0, &models[0], ordinal, |_, stream| {
+            let alone = LocalComm::group(1)
+                .map_err(|e| CudaError::Nccl(e.to_string()))?
+                .pop()
+                .ok_or_else(|| CudaError::Nccl("a group of one has no rank".to_string()))?;
+            Ok(HostStaged::new(alone, stream.clone()))
+        })]
+    } else {
+        run_ranks(world, |host: LocalComm| {
+            let rank = host.rank();
+            let on = placement.ordinals[rank];
+            match placement.link {
+                DeviceLink::Nccl => run.rank(rank, &models[rank], on, |ctx, _| {
+                    let mut host = host;
+                    let nccl = NcclComm::from_host_comm(ctx.new_stream()?, &mut host)?;
+                    Ok(NcclWithHost { nccl, host })
+                }),
+                DeviceLink::HostStaged | DeviceLink::Alone => {
+                    run.rank(rank, &models[rank], on, |ctx, _| {
+                        Ok(HostStaged::new(host, ctx.new_stream()?))
+                    })
+                }
+            }
+        })
+        .map_err(TrainError::Comm)?
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    let mut ranks = Vec::with_capacity(world);
+    let mut failures = Vec::new();
+    for (rank, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(result) => ranks.push(result),
+            Err(error) => failures.push((rank, error)),
+        }
+    }
+    if !failures.is_empty() {
+        // A rank's own failure, rather than the others noticing that it left.
+        let own = failures
+            .iter()
+            .position(|(_, e)| !e.is_secondary())
+            .unwrap_or(0);
+        let (rank, error) = failures.swap_remove(own);
+        return Err(error.at(rank, world));
+    }
+    let masters: Vec<Vec<f32>> = ranks
+        .iter_mut()
+        .map(|r| std::mem::take(&mut r.master))
+        .collect();
+    let memory = ranks.iter().map(|r| r.memory).collect();
+    let traffic = ranks.iter().map(|r| r.traffic.clone()).collect();
+    let gpus = {
+        let mut distinct = placement.ordinals.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        distinct.len()
+    };
+    let first = ranks
+        .into_iter()
+        .next()
+        .ok_or_else(|| CudaTrainError::Setup("no rank finished".to_string()))?;
+    Ok(report(
+        &prepared,
+        &models[0].model,
+        first,
+        masters,
+        memory,
+        traffic,
+        seconds,
+        gpus,
+    ))
+}
+
+/// Runs this process as rank `rank` of a job of processes on GPU `ordinal`, by `plan`
+/// (compiled for `graph`; `spec.world` is the job's size), its communication made by
+/// `connect` from the rank's context and compute stream (NCCL from the launcher's
+/// rendezvous, or over MPI). Every rank returns the whole run's report: the final parameters
+/// are consolidated from every rank's master (gathered over the host `Comm`), `memory` holds
+/// every rank's; `steps` and `checkpoints` are rank 0's (empty elsewhere).
+pub fn train_cuda_as_rank<C: RankComm>(
+    spec: &TrainSpec,
+    plan: &Plan,
+    graph: &ModelGraph,
+    checkpoints: &CheckpointOptions,
+    (rank, ordinal): (usize, usize),
+    connect: impl FnOnce(&Arc<CudaContext>, &Arc<CudaStream>) -> Result<C, CudaError>,
+    observer: &(dyn Fn(&StepMetrics) + Sync),
+) -> Result<TrainReport, CudaTrainError> {
+    check_spec(spec)?;
+    let prepared = prepare(spec, plan, graph, checkpoints, PlanBackend::DsplanCuda)?;
+    let world = prepared.world;
+    if rank >= world {
+        return Err(CudaTrainError::Setup(format!(
+            "this process is rank {rank}, but the run was planned for {world} rank(s)"
+        )));
+    }
+    let mut models = rank_models(spec, plan, graph)?;
+    let model = models.swap_remove(rank);
+    let run = RankRun {
+        prepared: &prepared,
+        checkpoints,
+        observer,
+        collect: Collect::Everyone,
+    };
+    let started = Instant::now();
+    let mut result = run
+        .rank(rank, &model, ordinal, connect)
+        .map_err(|e| e.at(rank, world))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let (masters, memory): (Vec<Vec<f32>>, Vec<MemoryReport>) =
+        std::mem::take(&mut result.gathered).into_iter().unzip();
+    let traffic = vec![result.traffic.clone()];
+    Ok(report(
+        &prepared,
+        &model.model,
+        result,
+        masters,
+        memory,
+        traffic,
+        seconds,
+        world,
+    ))
+}
+
+/// The shared report of a GPU run from rank 0's (or this process's) result.
+#[allow(clippy::too_many_arguments)]
+fn report(
+    prepared: &Prepared<'_>,
+    model: &DeviceModel,
+    result: RankResult,
+    masters: Vec<Vec<f32>>,
+    memory: Vec<MemoryReport>,
+    traffic: Vec<CommTraffic>,
+    seconds: f64,
+    gpus: usize,
+) -> TrainReport {
+    let spec = prepared.spec;
+    let plan = &prepared.engine_plan;
+    let final_params = consolidate(plan, plan.stage(), &masters);
+    let tokens = prepared.tokens_per_step * spec.steps.saturating_sub(prepared.first_step);
+    // MFU of one GPU: the tokens each GPU processed per second.
+    let per_gpu = tokens as f64 / seconds.max(1e-9) / gpus.max(1) as f64;
+    let mfu = model
+        .mfu(spec.seq_len, &result.device_name)
+        .map(|m| m.utilisation(per_gpu));
+    TrainReport {
+        steps: result.driven.steps,
+        final_params,
+        memory,
+        predicted: prepared.predicted,
+        plan_memory: prepared.plan_memory,
+        correspondence: prepared.correspondence.clone(),
+        traffic,
+        applied_steps: result.driven.applied_steps,
+        seconds,
+        tokens,
+        nvme: None,
+        first_step: prepared.first_step,
+        checkpoints: result.driven.checkpoints,
+        device: Some(DeviceRun {
+            name: result.device_name,
+            mfu,
+            driver_used_bytes: result.driver_used_bytes,
+        }),
+    }
+}
+
+/// Whether a rank collects every rank's master and memory at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Collect {
+    /// Thread ranks: the caller joins every rank's result.
+    Own,
+    /// Process ranks: every rank gathers everyone's over the host `Comm`.
+    Everyone,
+}
+
+/// What every rank of a run shares.
+struct RankRun<'a> {
+    prepared: &'a Prepared<'a>,
+    checkpoints: &'a CheckpointOptions,
+    observer: &'a (dyn Fn(&StepMetrics) + Sync),
+    collect: Collect,
+}
+
+/// What one rank hands back.
+struct RankResult {
+    /// Its fp32 master, in the CPU rank's layout.
+    master: Vec<f32>,
+    memory: MemoryReport,
+    traffic: CommTraffic,
+    driven: Driven,
+    device_name: String,
+    driver_used_bytes: u64,
+    /// Every rank's master and memory ([`Collect::Everyone`]); empty otherwise.
+    gathered: Vec<(Vec<f32>, MemoryReport)>,
+}
+
+/// How one rank failed.
+enum RankError {
+    /// Before or around the loop (the device, the kernels, the communicator).
+    Setup(CudaTrainError),
+    /// In the loop.
+    Loop(Box<RankFailure>),
+}
+
+impl From<CudaError> for RankError {
+    fn from(e: CudaError) -> Self {
+        RankError::Setup(CudaTrainError::Cuda(e))
+    }
+}
+
+impl RankError {
+    fn is_secondary(&self) -> bool {
+        match self {
+            RankError::Setup(_) => false,
+            RankError::Loop(failure) => failure.is_secondary(),
+        }
+    }
+
+    /// The run's error for this failure of rank `rank` of `world`.
+    fn at(self, rank: usize, world: usize) -> CudaTrainError {
+        match self {
+            RankError::Setup(CudaTrainError::Cuda(e)) if world > 1 => {
+                CudaTrainError::Setup(format!("rank {rank}: {e}"))
+            }
+            RankError::Setup(e) => e,
+            RankError::Loop(failure) => CudaTrainError::Run((*failure).into_train_error(rank)),
+        }
+    }
+}
+
+impl RankRun<'_> {
+    /// Runs rank `rank` of `model` on GPU `ordinal`, its communication made by `connect`.
+    fn rank<C: RankComm>(
+        &self,
+        rank: usize,
+        model: &RankModel,
+        ordinal: usize,
+        connect: impl FnOnce(&Arc<CudaContext>, &Arc<CudaStream>) -> Result<C, CudaError>,
+    ) -> Result<RankResult, RankError> {
+        match self.prepared.spec.settings.precision.model_dtype() {
+            ModelDtype::F32 => self.rank_on::<f32, C>(rank, model, ordinal, connect),
+            ModelDtype::Bf16 => self.rank_on::<half::bf16, C>(rank, model, ordinal, connect),
+            ModelDtype::F16 => self.rank_on::<half::f16, C>(rank, model, ordinal, connect),
+        }
+    }
+
+    fn rank_on<T: Storage + Wire, C: RankComm>(
+        &self,
+        rank: usize,
+        model: &RankModel,
+        ordinal: usize,
+        connect: impl FnOnce(&Arc<CudaContext>, &Arc<CudaStream>) -> Result<C, CudaError>,
+    ) -> Result<RankResult, RankError>
+    where
+        CudaBlasLT: Matmul<T>,
+    {
+        let prepared = self.prepared;
+        let RankModel { model, program } = model;
+        let layout = model.sizes();
+        let owned = DeviceOwned::of_model(model);
+        let ctx = CudaContext::new(ordinal).map_err(CudaError::from)?;
+        let device_name = ctx.name().map_err(CudaError::from)?;
+        let stream = if prepared.world == 1 {
+            ctx.default_stream()
+        } else {
+            ctx.new_stream().map_err(CudaError::from)?
+        };
+        let comm = connect(&ctx, &stream)?;
+        let modules =
+            KernelModules::new(ctx.clone(), CubinCache::default_dir().map(CubinCache::new))?;
+        let executor = Executor {
+            launcher: Launcher::new(&modules, stream.clone()),
+            gemm: Gemm::new(stream.clone())?,
+            eps: model.eps(),
+        };
+        let bufs = DeviceBuffers::<T>::new(
+            &stream,
+            layout,
+            model.param_table(),
+            prepared.initial_params,
+        )?;
+        let mut backend = CudaStep::new(
+            RankParts {
+                executor: &executor,
+                stream: stream.clone(),
+                program,
+                layout,
+                owned: &owned,
+                plan: &prepared.engine_plan,
+                rank,
+                bufs,
+                comm,
+                grad_accum: prepared.control.grad_accum,
+            },
+            &model.constants(),
+        )?;
+        let driven = drive(&mut backend, prepared, self.checkpoints, self.observer)
+            .map_err(|f| RankError::Loop(Box::new(f)))?;
+        let (free, total) = ctx.mem_get_info().map_err(CudaError::from)?;
+        let master = backend.export_master()?;
+        let allocated = model.bytes_by_category();
+        let memory = MemoryReport {
+            peak_total: allocated.total(),
+            peak: allocated,
+            at_peak: allocated,
+        };
+        let gathered = match self.collect {
+            Collect::Own => Vec::new(),
+            Collect::Everyone => {
+                crate::train::gather_everyone(backend.comm_mut().host(), &master, &memory)
+                    .map_err(|e| RankError::Loop(Box::new(RankFailure::from(e))))?
+            }
+        };
+        let traffic = backend.comm_mut().traffic();
+        Ok(RankResult {
+            master,
+            memory,
+            traffic,
+            driven,
+            device_name,
+            driver_used_bytes: total.saturating_sub(free) as u64,
+            gathered,
+        })
+    }
+}
