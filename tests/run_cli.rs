@@ -9,7 +9,7 @@ use dsplan_executor::train::{TrainSettings, choose_model};
 use serde_json::{Value, json};
 
 mod support;
-use support::{config_path, run};
+use support::{config_path, dsplan, run};
 
 fn write_config(dir: &std::path::Path, config: &Value) -> String {
     let path = dir.join("ds_config.json");
