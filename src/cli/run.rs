@@ -334,7 +334,15 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     if ranks.reports() {
         eprint!("{}", render::human(&file, &plan_warnings));
     }
-    let preflight = memory::preflight(&plan, &backend, world, num_params, data_bytes);
+    let ranks_per_gpu = cuda::ranks_per_gpu(&backend, ranks, world);
+    let preflight = memory::preflight(
+        &plan,
+        &backend,
+        world,
+        ranks_per_gpu,
+        num_params,
+        data_bytes,
+    );
     memory::enforce(preflight, args.force)?;
     let model = choose_model(args.model.as_deref(), args.seed)
         .map_err(|e: ModelChoiceError| Failure::usage(e.to_string()))?;

@@ -24,8 +24,24 @@ pub struct MemoryNeed {
     pub ranks: u64,
     /// Host memory held once for the whole process: initial weights, training data.
     pub host_shared: u64,
-    /// The plan's peak of one rank in device memory (GPU runs; one device per rank).
-    pub device_per_rank: Option<u64>,
+    /// Device memory (GPU runs; `None` on the CPU).
+    pub device: Option<DeviceNeed>,
+}
+
+/// What a GPU run holds on its busiest device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceNeed {
+    /// The plan's peak of one rank in device memory.
+    pub per_rank: u64,
+    /// How many ranks train on the busiest GPU (1 when each rank has its own).
+    pub ranks_per_gpu: u64,
+}
+
+impl DeviceNeed {
+    /// Bytes on the busiest GPU: `per_rank * ranks_per_gpu` (saturating).
+    pub fn total(&self) -> u64 {
+        self.per_rank.saturating_mul(self.ranks_per_gpu)
+    }
 }
 
 impl MemoryNeed {
@@ -93,12 +109,12 @@ pub fn check(need: &MemoryNeed, available: &Available) -> Result<(), Shortfall> 
             need: *need,
         });
     }
-    if let (Some(per_rank), Some(device)) = (need.device_per_rank, &available.device)
-        && per_rank > device.bytes
+    if let (Some(wanted), Some(device)) = (need.device, &available.device)
+        && wanted.total() > device.bytes
     {
         return Err(Shortfall {
             pool: Pool::Device,
-            needed: per_rank,
+            needed: wanted.total(),
             available: device.bytes,
             source: device.source.clone(),
             need: *need,
@@ -127,13 +143,26 @@ impl fmt::Display for Shortfall {
                 gib(self.available),
                 self.source
             )?,
-            Pool::Device => write!(
-                f,
-                "the plan needs {} of device memory per rank, but {} is available ({})",
-                gib(self.needed),
-                gib(self.available),
-                self.source
-            )?,
+            Pool::Device => {
+                let ranks = need.device.map_or(1, |d| d.ranks_per_gpu);
+                write!(f, "the plan needs {} of device memory", gib(self.needed))?;
+                if ranks > 1 {
+                    let per_rank = need.device.map_or(0, |d| d.per_rank);
+                    write!(
+                        f,
+                        " on one GPU ({} per rank x {ranks} ranks sharing it)",
+                        gib(per_rank)
+                    )?;
+                } else {
+                    f.write_str(" per rank")?;
+                }
+                write!(
+                    f,
+                    ", but {} is available ({})",
+                    gib(self.available),
+                    self.source
+                )?
+            }
         }
         write!(
             f,
@@ -167,7 +196,7 @@ mod tests {
             host_per_rank: 10 << 30,
             ranks: 2,
             host_shared: 1 << 30,
-            device_per_rank: None,
+            device: None,
         };
         assert_eq!(need.host_total(), 21 << 30);
         assert!(check(&need, &host(21 << 30)).is_ok());
@@ -188,7 +217,10 @@ mod tests {
             host_per_rank: 1,
             ranks: 1,
             host_shared: 0,
-            device_per_rank: Some(80 << 30),
+            device: Some(DeviceNeed {
+                per_rank: 80 << 30,
+                ranks_per_gpu: 1,
+            }),
         };
         let available = Available {
             host: None,
@@ -200,5 +232,36 @@ mod tests {
         let shortfall = check(&need, &available).expect_err("short");
         assert_eq!(shortfall.pool, Pool::Device);
         assert!(shortfall.to_string().contains("79.00 GiB is available"));
+    }
+
+    #[test]
+    fn ranks_sharing_a_gpu_add_up_there() {
+        let mut need = MemoryNeed {
+            host_per_rank: 1,
+            ranks: 2,
+            host_shared: 0,
+            device: Some(DeviceNeed {
+                per_rank: 30 << 30,
+                ranks_per_gpu: 1,
+            }),
+        };
+        let available = Available {
+            host: None,
+            device: Some(MemoryFigure {
+                bytes: 40 << 30,
+                source: "GPU 0's total memory".to_string(),
+            }),
+        };
+        // One rank per GPU fits; two on one GPU need 60 GiB there.
+        assert!(check(&need, &available).is_ok());
+        need.device = Some(DeviceNeed {
+            per_rank: 30 << 30,
+            ranks_per_gpu: 2,
+        });
+        let text = check(&need, &available).expect_err("short").to_string();
+        assert!(
+            text.contains("60.00 GiB of device memory on one GPU (30.00 GiB per rank x 2 ranks"),
+            "{text}"
+        );
     }
 }

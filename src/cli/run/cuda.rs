@@ -105,6 +105,20 @@ pub(super) fn place(backend: &Backend, ranks: &Ranks, world: usize) -> String {
     }
 }
 
+/// How many ranks train on the busiest GPU: the thread ranks [`thread_placement`] puts on
+/// one GPU, or the node's processes sharing this process's GPU (1 on the CPU or when the
+/// placement is unknown; the run then fails at placement with its own error).
+pub(super) fn ranks_per_gpu(backend: &Backend, ranks: &Ranks, world: usize) -> usize {
+    match (backend, ranks) {
+        (Backend::Cpu, _) => 1,
+        (Backend::Cuda(_), Ranks::Gpu(rank)) => rank.processes_per_gpu(),
+        (Backend::Cuda(device), _) if world > 1 => {
+            thread_placement(world, device.ordinal).map_or(1, |p| p.busiest())
+        }
+        (Backend::Cuda(_), _) => 1,
+    }
+}
+
 /// Trains `spec` by `plan` through the one training loop, with the CPU run's checkpoints and
 /// observer: every rank as a thread from `device` on, or this process as its rank; the
 /// summary is every run's ([`super::report`]).

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use dsplan_executor::cuda::Backend;
 use dsplan_executor::preflight::{
-    self, Available, MemoryFigure, MemoryNeed, Shortfall, host::host_available,
+    self, Available, DeviceNeed, MemoryFigure, MemoryNeed, Shortfall, host::host_available,
 };
 use dsplan_planner::plan::{Device, Plan};
 
@@ -22,12 +22,14 @@ pub(super) struct Preflight {
     seconds: f64,
 }
 
-/// Checks `plan` on `backend` with `ranks` ranks, `num_params` initial weights (f32, held once)
-/// and `data_bytes` of training data in memory.
+/// Checks `plan` on `backend` with `ranks` ranks in this process (`ranks_per_gpu` of them, or of
+/// the node's processes, on the busiest GPU), `num_params` initial weights (f32, held once) and
+/// `data_bytes` of training data in memory.
 pub(super) fn preflight(
     plan: &Plan,
     backend: &Backend,
     ranks: usize,
+    ranks_per_gpu: usize,
     num_params: usize,
     data_bytes: u64,
 ) -> Preflight {
@@ -49,7 +51,7 @@ pub(super) fn preflight(
                 host_per_rank: peak(Device::Gpu).saturating_add(peak(Device::Cpu)),
                 ranks: ranks as u64,
                 host_shared,
-                device_per_rank: None,
+                device: None,
             },
             None,
         ),
@@ -58,7 +60,10 @@ pub(super) fn preflight(
                 host_per_rank: peak(Device::Cpu),
                 ranks: ranks as u64,
                 host_shared,
-                device_per_rank: Some(peak(Device::Gpu)),
+                device: Some(DeviceNeed {
+                    per_rank: peak(Device::Gpu),
+                    ranks_per_gpu: ranks_per_gpu as u64,
+                }),
             },
             Some(MemoryFigure {
                 bytes: info.total_memory,

@@ -30,7 +30,8 @@ use dsplan_executor::cuda::nccl::NcclComm;
 #[cfg(feature = "mpi")]
 use dsplan_executor::cuda::train::NcclWithHost;
 use dsplan_executor::cuda::train::{
-    CudaTrainError, DeviceLink, nccl_library, place_process, train_cuda_as_rank, visible_gpus,
+    CudaTrainError, DeviceLink, nccl_library, place_process, processes_per_gpu, train_cuda_as_rank,
+    visible_gpus,
 };
 use dsplan_executor::launch::{LaunchEnv, Launcher};
 use dsplan_executor::metrics::StepMetrics;
@@ -372,6 +373,13 @@ impl GpuRank {
     /// This process's GPU and device collective ([`place_process`]), or why it cannot train:
     /// processes that need the host staging (they share a GPU, or NCCL is missing) without
     /// MPI.
+    /// How many of this node's processes train on this process's GPU (the node's
+    /// processes over its visible GPUs; 1 when the count of either is unknown).
+    pub(super) fn processes_per_gpu(&self) -> usize {
+        let local = self.env.local_world_size.unwrap_or(1);
+        visible_gpus().map_or(1, |visible| processes_per_gpu(local, visible))
+    }
+
     pub(super) fn placement(&self) -> Result<(usize, DeviceLink), Failure> {
         let visible = visible_gpus().map_err(|e| Failure::usage(format!("--device cuda: {e}")))?;
         let nccl = nccl_library();

@@ -53,7 +53,9 @@ pub mod world_step;
 pub use buffers::{DeviceLayout, Region, TensorRef};
 pub use device_model::DeviceModel;
 pub use owned::{DeviceOwned, held_from_whole, owned_from_whole, scatter_owned};
-pub use placement::{DeviceLink, NcclLibrary, Placement, place_process, place_ranks};
+pub use placement::{
+    DeviceLink, NcclLibrary, Placement, place_process, place_ranks, processes_per_gpu,
+};
 pub use program::{Launch, Op, ShapeError};
 pub use rank::{CudaStep, NcclWithHost, RankComm};
 pub use step::StepProgram;

@@ -112,13 +112,30 @@ pub fn place_process(
     }
 }
 
+/// How many of a node's `local_ranks` processes share the busiest of `visible` GPUs when
+/// [`place_process`] places them (1 while each has its own; 1 without a GPU to place on).
+pub fn processes_per_gpu(local_ranks: usize, visible: usize) -> usize {
+    if visible == 0 {
+        return 1;
+    }
+    local_ranks.div_ceil(visible).max(1)
+}
+
 impl Placement {
+    /// The most ranks that train on one GPU (their device memory adds up there).
+    pub fn busiest(&self) -> usize {
+        let mut ordinals = self.ordinals.clone();
+        ordinals.sort_unstable();
+        ordinals
+            .chunk_by(|a, b| a == b)
+            .map(<[usize]>::len)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Whether two ranks train on one GPU.
     pub fn shares_a_gpu(&self) -> bool {
-        let mut seen = self.ordinals.clone();
-        seen.sort_unstable();
-        seen.dedup();
-        seen.len() < self.ordinals.len()
+        self.busiest() > 1
     }
 }
 
@@ -185,6 +202,17 @@ mod tests {
             assert_eq!(placed.link, link, "{ranks} on {visible} {nccl:?}");
             // NCCL never gets two ranks on one GPU.
             assert!(!(placed.link == Nccl && placed.shares_a_gpu()));
+            // The busiest GPU holds ⌈ranks / GPUs used⌉ ranks' memory.
+            assert_eq!(
+                placed.busiest(),
+                ranks.div_ceil(visible),
+                "{ranks} on {visible}"
+            );
+        }
+        for (local_ranks, visible, busiest) in
+            [(1, 1, 1), (2, 1, 2), (3, 2, 2), (2, 8, 1), (4, 0, 1)]
+        {
+            assert_eq!(processes_per_gpu(local_ranks, visible), busiest);
         }
         assert_eq!(place_ranks(2, 0, 0, Present), Err(PlacementError::NoGpu));
         assert_eq!(place_ranks(0, 2, 0, Present), Err(PlacementError::NoRanks));
