@@ -119,8 +119,9 @@ pub enum CommAction {
     },
     /// Only the stream bookkeeping (waits and record) of the op.
     Sync,
-    /// Stage 3: the tensors' gathered copies go stale after their module (the gathered buffer
-    /// is allocated whole, so no memory returns).
+    /// Stage 3: the tensors' places in the parameter arena are free after their module: a
+    /// later gather the plan places there reuses them (no device call; the op records the
+    /// event that gather waits for).
     Release {
         /// The parameter spans released.
         tensors: Vec<TensorRef>,
