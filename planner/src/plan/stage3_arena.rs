@@ -7,10 +7,11 @@
 //!
 //! Placement:
 //! 1. the persistent tensors (gathered throughout) first, back to back, in model order;
-//! 2. every gathered interval, by the step that gathers it (larger tensors first within a
-//!    step), at the lowest offset free for the whole interval (first fit). A tensor gathered
-//!    twice in a micro-step (forward, then again for backward) is placed once per interval
-//!    and may land elsewhere the second time;
+//! 2. every gathered interval at the lowest offset free for the whole interval (first fit),
+//!    in two orders, keeping the smaller arena: by the step that gathers it (larger tensors
+//!    first within a step), and by size (largest first). A tensor gathered twice in a
+//!    micro-step (forward, then again for backward) is placed once per interval and may land
+//!    elsewhere the second time;
 //! 3. if first fit needs more than the whole model (fragmentation), every tensor takes its
 //!    place in model order instead ([`ArenaPacking::ModelOrder`]): never larger than the model.
 //!
@@ -25,7 +26,8 @@
 use serde::Serialize;
 
 use super::model_graph::ModelGraph;
-use super::stage3::Stage3Schedule;
+use super::stage3::{GatheredInterval, Stage3Schedule};
+use std::cmp::Reverse;
 
 /// How a tensor stays in the arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -139,19 +141,16 @@ impl Stage3Arena {
                 interval.to = step;
             }
         }
-        intervals.sort_by_key(|i| (i.from, std::cmp::Reverse(numel(i.tensor)), i.tensor));
-        for interval in intervals {
-            let mut span = ArenaSpan {
-                tensor: interval.tensor,
-                residency: Residency::Gathered,
-                from: interval.from,
-                to: interval.to,
-                offset: 0,
-                numel: numel(interval.tensor),
-            };
-            span.offset = first_fit(&spans, &span);
-            spans.push(span);
-        }
+        let by_step = |i: &GatheredInterval| (i.from, Reverse(numel(i.tensor)), i.tensor);
+        let by_size = |i: &GatheredInterval| (Reverse(numel(i.tensor)), i.from, i.tensor);
+        let mut in_step_order = intervals.clone();
+        in_step_order.sort_by_key(by_step);
+        intervals.sort_by_key(by_size);
+        let mut spans = [in_step_order, intervals]
+            .into_iter()
+            .map(|order| first_fit_all(spans.clone(), order, numel))
+            .min_by_key(|placed| placed.iter().map(ArenaSpan::end).max().unwrap_or(0))
+            .unwrap_or_default();
         let needed = spans.iter().map(ArenaSpan::end).max().unwrap_or(0);
         if needed <= model.total_params() {
             return Self {
@@ -230,6 +229,27 @@ pub fn fused_reads(model: &ModelGraph) -> Vec<(usize, usize)> {
         (Some(wte), Some(wpe)) => unit_of(wpe).map(|u| vec![(wte, u)]).unwrap_or_default(),
         _ => Vec::new(),
     }
+}
+
+/// `placed` and every interval of `order` placed after them by first fit, in that order.
+fn first_fit_all(
+    mut placed: Vec<ArenaSpan>,
+    order: Vec<GatheredInterval>,
+    numel: impl Fn(usize) -> u64,
+) -> Vec<ArenaSpan> {
+    for interval in order {
+        let mut span = ArenaSpan {
+            tensor: interval.tensor,
+            residency: Residency::Gathered,
+            from: interval.from,
+            to: interval.to,
+            offset: 0,
+            numel: numel(interval.tensor),
+        };
+        span.offset = first_fit(&placed, &span);
+        placed.push(span);
+    }
+    placed
 }
 
 /// The lowest offset where `span` overlaps no placed span gathered at a common step.
