@@ -519,3 +519,53 @@ fn the_cuda_backend_lists_the_device_steps_buffers_on_one_and_two_gpus() {
         "{stderr}"
     );
 }
+
+/// At stage 3 on several GPUs the `dsplan-cuda` plan shows the gathered-parameter arena it
+/// places (human: its size against the model's; JSON: every tensor's place), and its buffer
+/// list allocates the arena: a schedule that releases needs less than the model.
+#[test]
+fn the_cuda_stage3_plan_shows_its_parameter_arena() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = json!({
+        "train_micro_batch_size_per_gpu": 2,
+        "bf16": {"enabled": true},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+        "zero_optimization": {
+            "stage": 3,
+            "stage3_max_reuse_distance": 0,
+            "stage3_max_live_parameters": 30_000_000,
+            "stage3_prefetch_bucket_size": 5_000_000
+        }
+    });
+    let file = config_file(&dir, "z3.json", &config);
+    let path = file.to_str().expect("utf-8");
+    let args = [
+        path,
+        "--model",
+        "gpt2",
+        "--world-size",
+        "8",
+        "--backend",
+        "dsplan-cuda",
+    ];
+    let out = plan(&args).success().get_output().stdout.clone();
+    let text = String::from_utf8(out).expect("utf-8");
+    assert!(text.contains("device parameter arena"), "{text}");
+
+    let mut json_args = args.to_vec();
+    json_args.extend(["--format", "json"]);
+    let out = plan(&json_args).success().get_output().stdout.clone();
+    let plan_json: Value = serde_json::from_slice(&out).expect("json");
+    let arena = &plan_json["stage3"]["arena"];
+    let numel = arena["numel"].as_u64().expect("arena size");
+    let total = plan_json["model"]["total_params"].as_u64().expect("model");
+    assert!(numel < total, "{numel} of {total}");
+    assert!(!arena["spans"].as_array().expect("places").is_empty());
+    let gathered = plan_json["buffers"]
+        .as_array()
+        .expect("buffers")
+        .iter()
+        .find(|b| b["kind"] == "gathered-parameters")
+        .expect("the arena's buffer");
+    assert_eq!(gathered["numel"].as_u64(), Some(numel), "{gathered}");
+}

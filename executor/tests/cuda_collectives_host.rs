@@ -10,7 +10,6 @@ use dsplan_executor::metrics::{Category, PlanMemory};
 use dsplan_executor::model::{BatchShape, Gpt2Config, Recompute};
 use dsplan_executor::train::{TrainSettings, choose_model, compile_cuda_plan};
 use dsplan_kernels::Dtype;
-use dsplan_planner::plan::cuda_world::CudaShares;
 use dsplan_planner::plan::graph::OpKind;
 use dsplan_planner::plan::{Collective, ModelGraph, Plan, Stream};
 use serde_json::json;
@@ -72,14 +71,15 @@ fn rank_layout(
     dtype: Dtype,
     rank: usize,
 ) -> DeviceLayout {
-    let shares = CudaShares::of_plan(plan).for_rank(rank as u64);
-    DeviceLayout::with_shares(
+    DeviceLayout::for_plan_rank(
         model,
         BatchShape { batch: 2, seq_len },
         dtype,
         Recompute::Nothing,
-        shares,
+        plan,
+        rank,
     )
+    .expect("the plan's layout")
 }
 
 /// Every rank's device buffers, per category and in total, equal the plan's to the byte:

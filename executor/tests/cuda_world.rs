@@ -25,7 +25,7 @@ use dsplan_executor::cuda::{DeviceChoice, LaunchEnv, probe, resolve_backend};
 use dsplan_executor::model::{BatchShape, Gpt2Config, Recompute};
 use dsplan_executor::train::{TrainSettings, choose_model, compile_cuda_plan};
 use dsplan_kernels::Dtype;
-use dsplan_planner::plan::cuda_world::{CudaScheme, CudaShares};
+use dsplan_planner::plan::cuda_world::CudaScheme;
 use half::bf16;
 use serde_json::json;
 
@@ -120,7 +120,7 @@ fn two_thread_ranks_share_one_gpu_through_the_staged_collectives() {
         let whole: Vec<f32> = (0..psi).map(|i| value(0, i)).collect();
         let results = run_ranks(2, |host: LocalComm| {
             let rank = host.rank();
-            let layout = DeviceLayout::with_shares(
+            let layout = DeviceLayout::for_plan_rank(
                 model,
                 BatchShape {
                     batch: 2,
@@ -128,8 +128,10 @@ fn two_thread_ranks_share_one_gpu_through_the_staged_collectives() {
                 },
                 Dtype::Bf16,
                 Recompute::Nothing,
-                CudaShares::of_plan(&plan).for_rank(rank as u64),
-            );
+                &plan,
+                rank,
+            )
+            .expect("the plan's layout");
             let program = world_program(&layout, &plan, &graph).expect("program");
             let (compute, communication_stream) = streams();
             let mut comm = HostStaged::new(host, communication_stream);

@@ -510,6 +510,22 @@ fn stage3(plan: &Plan, out: &mut String) {
         thousands(schedule.peak_live_numel),
         thousands(schedule.persistent_numel)
     ));
+    if let Some(arena) = &schedule.arena {
+        out.truncate(out.len() - 1);
+        out.push_str(&format!(
+            "  device parameter arena {} elements ({}, {} of the model's {}; {:?}): {} placements\n\n",
+            thousands(arena.numel),
+            gib(arena.numel * plan.settings.dtypes.params.bytes()),
+            percent(arena.numel, plan.model.total_params),
+            thousands(plan.model.total_params),
+            arena.packing,
+            arena.spans.len()
+        ));
+    }
+}
+
+fn percent(part: u64, whole: u64) -> String {
+    format!("{:.1}%", 100.0 * part as f64 / whole.max(1) as f64)
 }
 
 fn offload(plan: &Plan, out: &mut String) {

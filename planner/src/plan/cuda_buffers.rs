@@ -141,11 +141,16 @@ fn model_state_buffers(list: &mut BufferList, model_dtype: Dtype, shares: &CudaS
             list.add(name, kind, dtype, numel, Device::Gpu, run);
         }
     };
-    let params_kind = match shares.scheme {
-        CudaScheme::Sharded => BufferKind::GatheredParameters,
-        CudaScheme::Replicated | CudaScheme::FlatPartition => BufferKind::Parameters,
+    let (params_name, params_kind) = match shares.scheme {
+        CudaScheme::Sharded => (
+            "stage-3 gathered-parameter arena",
+            BufferKind::GatheredParameters,
+        ),
+        CudaScheme::Replicated | CudaScheme::FlatPartition => {
+            ("parameters", BufferKind::Parameters)
+        }
     };
-    gpu("parameters", params_kind, model_dtype, shares.params);
+    gpu(params_name, params_kind, model_dtype, shares.params);
     gpu(
         "gradients",
         BufferKind::Gradients,

@@ -11,7 +11,7 @@
 //!
 //! | buffer | one GPU, stage 0 | stages 1, 2 (flat partition) | stage 3 (sharded) |
 //! |---|---|---|---|
-//! | parameters (the buffer the kernels read) | `Ψ` | `Ψ'` | `Ψ`, gathered on the plan's schedule |
+//! | parameters (the buffer the kernels read) | `Ψ` | `Ψ'` | the arena `A`, gathered into on the plan's schedule |
 //! | parameter shard | - | - | `H` |
 //! | gradients (the buffer backward accumulates into) | `Ψ` | `Ψ'` | `Ψ` |
 //! | gradient partition | - | - | `H` (reduce-scatter output) |
@@ -22,9 +22,11 @@
 //! Stages 0-2 reduce each bucket in place in the flat gradients (a bucket's tensors are
 //! contiguous there: [`check_cuda_world`] refuses a plan where they are not), with an average,
 //! so stage 2 keeps its reduced gradients in the same flat buffer: its gradient memory is stage
-//! 1's (a backward that writes into buckets is not built). Stage 3 keeps the whole model's
-//! gathered parameters in one buffer: a release returns no memory, so its parameter memory is
-//! `Ψ + H`, not the schedule's live peak.
+//! 1's (a backward that writes into buckets is not built). Stage 3 keeps its gathered
+//! parameters in one arena of `A` elements where the plan places every gathered tensor of
+//! every trace step ([`super::stage3_arena`]): a released tensor's place is reused by a later
+//! gather, so `A` is at least the schedule's live peak and at most `Ψ`, and its parameter
+//! memory is `A + H`.
 
 use serde::Serialize;
 
@@ -59,7 +61,8 @@ pub struct CudaShares {
     pub world: u64,
     /// How the states are cut.
     pub scheme: CudaScheme,
-    /// The flat parameter buffer the kernels read (model dtype).
+    /// The parameter buffer the kernels read (model dtype): the flat parameters, or at
+    /// stage 3 the gathered-parameter arena.
     pub params: u64,
     /// The flat gradient buffer backward accumulates into (model dtype).
     pub grads: u64,
@@ -169,10 +172,13 @@ impl CudaShares {
                     .map(|b| b.bytes / dtype_bytes)
                     .max()
                     .unwrap_or(0);
+                let arena = stage3
+                    .and_then(|s| s.arena.as_ref())
+                    .map_or(psi, |a| a.numel);
                 Self {
                     world,
                     scheme: CudaScheme::Sharded,
-                    params: psi,
+                    params: arena,
                     grads: psi,
                     master: if has_master { shard } else { 0 },
                     optimizer: shard,

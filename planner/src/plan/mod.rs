@@ -18,7 +18,7 @@
 //! | the moments of a step | [`ticks`] |
 //! | every allocation, and the memory timeline | [`buffers`], [`activations`] (sizes from [`crate::memory`]), [`timeline`] |
 //! | the same for dsplan's CPU executor ([`PlanBackend::DsplanCpu`]) | [`backend`], [`cpu_buffers`], [`cpu_units`] |
-//! | the same for dsplan's CUDA executor ([`PlanBackend::DsplanCuda`]) | [`cuda_buffers`], [`cuda_world`] |
+//! | the same for dsplan's CUDA executor ([`PlanBackend::DsplanCuda`]) | [`cuda_buffers`], [`cuda_world`], [`stage3_arena`] |
 //! | op graph, cost model, critical path, step time | [`graph`], [`cost`], [`cluster`] |
 //! | Chrome trace of a step | [`trace`] |
 //!
@@ -48,6 +48,7 @@ pub mod run_policy;
 pub mod settings;
 pub mod shards;
 pub mod stage3;
+pub mod stage3_arena;
 pub mod ticks;
 pub mod timeline;
 pub mod trace;
@@ -247,7 +248,21 @@ fn compile_parts(
     let buckets = buckets::buckets(model, &layout, &settings, &run);
     let stage3 = match (&settings.stage3, &shards.persistent) {
         (Some(s3), Some(persistent)) => {
-            Some(stage3::schedule(model, &layout, persistent, s3, &nvme))
+            let mut schedule = stage3::schedule(model, &layout, persistent, s3, &nvme);
+            if settings.backend == PlanBackend::DsplanCuda && settings.world_size > 1 {
+                let tensors: Vec<usize> = persistent
+                    .entries
+                    .iter()
+                    .filter_map(|&e| layout.entries.get(e).map(|e| e.tensor))
+                    .collect();
+                schedule.arena = Some(stage3_arena::Stage3Arena::place(
+                    model,
+                    &schedule,
+                    &tensors,
+                    &stage3_arena::fused_reads(model),
+                ));
+            }
+            Some(schedule)
         }
         _ => None,
     };

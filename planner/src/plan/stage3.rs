@@ -26,6 +26,7 @@ use super::layout::Layout;
 use super::model_graph::ModelGraph;
 use super::settings::Stage3Settings;
 use super::shards::PersistentSet;
+use super::stage3_arena::Stage3Arena;
 
 /// Forward or backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -96,6 +97,10 @@ pub struct Stage3Schedule {
     pub peak_live_numel: u64,
     /// Every gathered interval of a non-persistent tensor.
     pub intervals: Vec<GatheredInterval>,
+    /// dsplan's CUDA step at world sizes above 1: every gathered tensor's place in the
+    /// device's parameter arena ([`super::stage3_arena`]; `None` for other backends).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arena: Option<Stage3Arena>,
 }
 
 impl Stage3Schedule {
@@ -193,6 +198,7 @@ pub fn schedule(
         persistent_numel: persistent.numel,
         peak_live_numel: peak,
         intervals: replay.intervals,
+        arena: None,
     }
 }
 

@@ -27,7 +27,11 @@
 //! (`planner::plan::cuda_world::CudaShares`, [`DeviceLayout::with_shares`]): `Params` and
 //! `Grads` are the flat buffers the kernels use (at stage 3 followed by the rank's parameter
 //! shard and gradient partition), `Master` and the moments the rank's partition, and
-//! `ReduceStaging`, `GatherIn`, `GatherOut` the collectives' staging (category buckets).
+//! `ReduceStaging`, `GatherIn`, `GatherOut` the collectives' staging (category buckets). At
+//! stage 3 `Params` starts with the plan's gathered-parameter arena
+//! (`planner::plan::stage3_arena`) instead of the whole model: the plan places every gathered
+//! tensor in it ([`DeviceLayout::for_plan_rank`] carries the placement), and the persistent
+//! tensors start at their places.
 //!
 //! At world size 1 ZeRO stages 0-3 compute the same step, and this layout is the same for all
 //! of them: the buffers DeepSpeed adds per stage (stage 1/2's fp32 gradient partition built at
@@ -41,7 +45,9 @@ use dsplan_kernels::Dtype;
 use dsplan_planner::memory::cuda_layout::{
     self, CudaElement, CudaLayoutShape, CudaRegion, CudaTensor,
 };
+use dsplan_planner::plan::Plan;
 use dsplan_planner::plan::cuda_world::{CudaScheme, CudaShares};
+use dsplan_planner::plan::stage3_arena::Stage3Arena;
 
 use crate::metrics::{ByCategory, Category};
 use crate::model::{BatchShape, Gpt2Config, ParamLayout, Recompute};
@@ -286,6 +292,12 @@ pub struct DeviceLayout {
     /// [`Region::Params`], after the working gradients in [`Region::Grads`]), offsets from the
     /// shard's start, [`ParamLayout`] order; empty otherwise.
     pub shard_spans: Vec<Span>,
+    /// Stage 3: the plan's gathered-parameter arena (the start of [`Region::Params`]); `None`
+    /// otherwise, or when the layout was built from shares alone ([`Self::with_shares`]).
+    pub arena: Option<Stage3Arena>,
+    /// Stage 3: each persistent tensor's flat span (in [`ParamLayout`] order) and its place
+    /// in the arena, where the rank starts it ([`Self::initial_params`]).
+    pub persistent_places: Vec<(Span, Span)>,
     /// Region lengths in elements.
     lengths: RegionLengths,
 }
@@ -500,8 +512,59 @@ impl DeviceLayout {
             attention_delta,
             shares,
             shard_spans,
+            arena: None,
+            persistent_places: Vec::new(),
             lengths,
         }
+    }
+
+    /// The buffers of rank `rank` of `plan` ([`Self::with_shares`] with the plan's shares for
+    /// that rank), carrying the plan's stage-3 arena; an error when the plan shards the
+    /// parameters without placing them, or places a tensor the model does not have.
+    pub fn for_plan_rank(
+        config: Gpt2Config,
+        shape: BatchShape,
+        dtype: Dtype,
+        recompute: Recompute,
+        plan: &Plan,
+        rank: usize,
+    ) -> Result<Self, String> {
+        let shares = CudaShares::of_plan(plan).for_rank(rank as u64);
+        let mut layout = Self::with_shares(config, shape, dtype, recompute, shares);
+        if shares.scheme != CudaScheme::Sharded {
+            return Ok(layout);
+        }
+        let arena = plan
+            .stage3
+            .as_ref()
+            .and_then(|s| s.arena.as_ref())
+            .ok_or("the plan shards the parameters but places no stage-3 arena")?;
+        let entries = layout.params.table().entries();
+        for place in arena.persistent() {
+            let name = plan
+                .layout
+                .entries
+                .iter()
+                .find(|e| e.tensor == place.tensor)
+                .map(|e| e.name.as_str());
+            let flat = entries
+                .iter()
+                .find(|e| Some(e.name.as_str()) == name)
+                .map(|e| e.span)
+                .filter(|s| s.len as u64 == place.numel)
+                .ok_or_else(|| {
+                    format!(
+                        "the plan's persistent tensor {} ({name:?}) is not a parameter of {} elements of the device model",
+                        place.tensor, place.numel
+                    )
+                })?;
+            layout.persistent_places.push((
+                flat,
+                Span::new(to_usize(place.offset), to_usize(place.numel)),
+            ));
+        }
+        layout.arena = Some(arena.clone());
+        Ok(layout)
     }
 
     /// Elements of `region`.
@@ -525,8 +588,8 @@ impl DeviceLayout {
     }
 
     /// Bytes per memory category (what allocating every region costs). At stage 3 the
-    /// parameters' region holds the gathered parameters (category gathered) and then the
-    /// rank's shard (category params).
+    /// parameters' region holds the gathered-parameter arena (category gathered) and then
+    /// the rank's shard (category params).
     pub fn bytes_by_category(&self) -> ByCategory {
         let mut total = ByCategory::default();
         let mut add = |category: Category, bytes: u64| {
@@ -592,11 +655,29 @@ impl DeviceLayout {
     }
 
     /// The parameters' region as this rank starts it from the whole model `whole` (f32,
-    /// [`ParamLayout`] order): the model, zero padding to the flat buffer's length, and at
-    /// stage 3 the rank's slices of every tensor (zero-padded) after it.
+    /// [`ParamLayout`] order): the model and zero padding to the flat buffer's length; at
+    /// stage 3 the arena (the persistent tensors at their places, zeros elsewhere) and the
+    /// rank's slices of every tensor (zero-padded) after it.
     pub fn initial_params(&self, whole: &[f32]) -> Vec<f32> {
-        let mut out = whole.to_vec();
-        out.resize(to_usize(self.shares.params), 0.0);
+        let mut out = match self.shares.scheme {
+            CudaScheme::Sharded => {
+                let mut arena = vec![0.0; to_usize(self.shares.params)];
+                for &(flat, place) in &self.persistent_places {
+                    if let (Some(dst), Some(src)) = (
+                        arena.get_mut(place.offset..place.end()),
+                        whole.get(flat.offset..flat.end()),
+                    ) {
+                        dst.copy_from_slice(src);
+                    }
+                }
+                arena
+            }
+            CudaScheme::Replicated | CudaScheme::FlatPartition => {
+                let mut flat = whole.to_vec();
+                flat.resize(to_usize(self.shares.params), 0.0);
+                flat
+            }
+        };
         if self.shares.scheme == CudaScheme::Sharded {
             let rank = to_usize(self.shares.rank);
             for (entry, slice) in self.params.table().entries().iter().zip(&self.shard_spans) {

@@ -12,9 +12,13 @@
 //!   slices rank by rank and reduce-scatters into the rank's gradient partition;
 //! - **stage 3 fetches** (`stage3.steps`): before a unit's compute, its on-demand tensors,
 //!   then its prefetch batch, each one all-gather of the packed slices on the communication
-//!   stream; the compute waits for the event of every gather that wrote a tensor it reads;
-//!   after the unit, the schedule's releases; the persistent tensors gathered again after
-//!   the optimizer step;
+//!   stream into the tensors' places in the parameter arena for that trace step
+//!   (`stage3.arena`); the compute reads each parameter at its place for the step it runs in
+//!   and waits for the event of every gather that wrote a tensor it reads; after the unit,
+//!   the releases of the places that end there (the schedule's, but for a tensor the device
+//!   reads later in a fused op), then an event on the compute stream that a later gather
+//!   into a released place waits for (a place held by a later step's tensor waits for the
+//!   micro-step's start); the persistent tensors gathered again after the optimizer step;
 //! - **stages 1-2 parameter all-gather** (`buckets.param_gather`): after the optimizer step,
 //!   on the communication stream, one collective per piece; the next step's forward waits
 //!   for it;
@@ -35,10 +39,11 @@ use dsplan_planner::plan::buckets::{FlushPoint, ReduceBucket};
 use dsplan_planner::plan::cuda_world::CudaScheme;
 use dsplan_planner::plan::settings::{Overlap, ReduceTiming};
 use dsplan_planner::plan::stage3::trace_step;
+use dsplan_planner::plan::stage3_arena::{ArenaSpan, Stage3Arena};
 use dsplan_planner::plan::{Collective, ModelGraph, Plan};
 
 use super::backward::backward_ops;
-use super::buffers::{DeviceLayout, Region, RegionSizes, TensorRef};
+use super::buffers::{DeviceLayout, Region, RegionSizes, TensorRef, to_usize};
 use super::forward::forward_ops;
 use super::program::{
     Access, CommAction, CommOp, CommStream, CopyPiece, EventId, Marker, Op, Purpose, Reduction,
@@ -112,6 +117,16 @@ struct Builder<'a> {
     spans: Vec<Span>,
     /// Model tensor → its slice in the stage-3 shard (offset from the shard's start).
     shard: Vec<Span>,
+    /// Model tensor → its name (for errors).
+    names: Vec<String>,
+    /// Stage 3: the plan's parameter arena.
+    arena: Option<&'a Stage3Arena>,
+    /// Elements of the flat parameters the compute ops are built over.
+    flat_len: usize,
+    /// Stage 3: trace step → the event recorded on the compute stream after its releases.
+    released: BTreeMap<usize, EventId>,
+    /// Stage 3: the event recorded on the compute stream as the micro-step starts.
+    entered: Option<EventId>,
     /// `(start, end, model tensor)` of the flat buffers, by start.
     by_offset: Vec<(usize, usize, usize)>,
     /// Model tensor → trace steps whose unit holds it, ascending.
@@ -166,6 +181,11 @@ impl<'a> Builder<'a> {
                 }
             }
         }
+        let arena = match layout.shares.scheme {
+            CudaScheme::Sharded => Some(stage3_arena(layout, plan, &spans, graph)?),
+            CudaScheme::Replicated | CudaScheme::FlatPartition => None,
+        };
+        let flat_len = spans.iter().map(|s| s.end()).max().unwrap_or(0);
         let mut by_offset: Vec<(usize, usize, usize)> = spans
             .iter()
             .enumerate()
@@ -186,6 +206,11 @@ impl<'a> Builder<'a> {
             plan,
             spans,
             shard,
+            names: graph.tensors.iter().map(|t| t.name.clone()).collect(),
+            arena,
+            flat_len,
+            released: BTreeMap::new(),
+            entered: None,
             by_offset,
             steps_of,
             steps: 2 * units,
@@ -208,13 +233,14 @@ impl<'a> Builder<'a> {
         self.layout.shares.scheme == CudaScheme::Sharded
     }
 
-    /// Model tensors an op reads (parameters) or writes (gradients) in the flat buffers.
+    /// Model tensors a compute op (as built, over the flat parameters) reads (parameters)
+    /// or writes (gradients) in the flat buffers.
     fn touched(&self, op: &Op) -> Vec<usize> {
         let shares = &self.layout.shares;
         let mut found = Vec::new();
         for (tensor, access) in op.tensors() {
             let flat = match (tensor.region, access) {
-                (Region::Params, _) => shares.params as usize,
+                (Region::Params, _) => self.flat_len,
                 (Region::Grads, Access::Write) => shares.grads as usize,
                 _ => continue,
             };
@@ -255,28 +281,100 @@ impl<'a> Builder<'a> {
             if step > 0 {
                 self.close(step - 1)?;
             }
-            self.open(step);
+            self.open(step)?;
             self.started = Some(step);
         }
         Ok(())
     }
 
-    fn open(&mut self, step: usize) {
+    fn open(&mut self, step: usize) -> Result<(), ShapeError> {
         let Some(schedule) = self.plan.stage3.as_ref() else {
-            return;
+            return Ok(());
         };
         let Some(record) = schedule.steps.get(step) else {
-            return;
+            return Ok(());
         };
         let batches = [
             (record.on_demand.clone(), Purpose::Fetch { step }),
             (record.prefetch.clone(), Purpose::Prefetch { step }),
         ];
         for (batch, purpose) in batches {
-            if !batch.is_empty() {
-                self.gather(&batch, purpose, Vec::new());
+            if batch.is_empty() {
+                continue;
+            }
+            let mut places = Vec::with_capacity(batch.len());
+            for &t in &batch {
+                places.push((t, self.place(t, step, Placed::GatheredAt)?));
+            }
+            let waits = self.free_before(&places);
+            self.gather(&places, purpose, waits);
+        }
+        Ok(())
+    }
+
+    /// Stage 3: tensor `t`'s span in the arena while trace step `step` runs. `Placed` says
+    /// what the step must be to its interval: the one that gathers it, the one that
+    /// releases it, or any step in between.
+    fn place(&self, t: usize, step: usize, placed: Placed) -> Result<ArenaSpan, ShapeError> {
+        let name = || self.names.get(t).map_or("?", String::as_str).to_string();
+        let arena = self.arena.ok_or_else(|| {
+            ShapeError(format!(
+                "`{}` is gathered, but the plan places no stage-3 arena",
+                name()
+            ))
+        })?;
+        let span = arena.span_at(t, step).copied().ok_or_else(|| {
+            ShapeError(format!(
+                "`{}` is used at trace step {step}, where the plan's stage-3 arena does not hold it",
+                name()
+            ))
+        })?;
+        let fits = match placed {
+            Placed::GatheredAt => span.from == step,
+            Placed::ReleasedAt => span.to == step,
+            Placed::Live => true,
+        };
+        if !fits {
+            return Err(ShapeError(format!(
+                "`{}` at trace step {step}: the plan's arena holds it over steps {}..={}",
+                name(),
+                span.from,
+                span.to
+            )));
+        }
+        Ok(span)
+    }
+
+    /// Stage 3: the events a gather into `places` waits for before it overwrites them: the
+    /// compute of the step that released the latest earlier tensor there, and the start of
+    /// the micro-step when a later step's tensor held the place in the micro-step before.
+    fn free_before(&self, places: &[(usize, ArenaSpan)]) -> Vec<EventId> {
+        let Some(arena) = self.arena else {
+            return Vec::new();
+        };
+        let mut latest_release: Option<usize> = None;
+        let mut after_entry = false;
+        for (_, place) in places {
+            for other in arena
+                .spans
+                .iter()
+                .filter(|o| o.overlaps(place) && o.numel > 0)
+            {
+                if other.to < place.from {
+                    latest_release = latest_release.max(Some(other.to));
+                } else if other.from > place.to {
+                    after_entry = true;
+                }
             }
         }
+        let mut waits: Vec<EventId> = latest_release
+            .and_then(|step| self.released.get(&step).copied())
+            .into_iter()
+            .collect();
+        if after_entry {
+            waits.extend(self.entered);
+        }
+        waits
     }
 
     fn close(&mut self, step: usize) -> Result<(), ShapeError> {
@@ -297,36 +395,84 @@ impl<'a> Builder<'a> {
                 self.reduce(bucket)?;
             }
         }
-        if let Some(record) = self.plan.stage3.as_ref().and_then(|s| s.steps.get(step)) {
-            let released = record.released.clone();
-            self.release(&released);
+        if let Some(arena) = self.arena {
+            self.release(&arena.released_after(step), step)?;
         }
         Ok(())
     }
 
-    fn release(&mut self, tensors: &[usize]) {
-        if tensors.is_empty() {
-            return;
+    /// Stage 3: the release of `tensors` after trace step `step` (the plan's arena places
+    /// end there), and the event recorded after the step's compute that a later gather into
+    /// their places waits for.
+    fn release(&mut self, tensors: &[usize], step: usize) -> Result<(), ShapeError> {
+        let mut spans = Vec::with_capacity(tensors.len());
+        for &t in tensors {
+            let place = self.place(t, step, Placed::ReleasedAt)?;
+            spans.push(slice(
+                Region::Params,
+                to_usize(place.offset),
+                to_usize(place.numel),
+            ));
         }
-        let spans = tensors
-            .iter()
-            .map(|&t| slice(Region::Params, self.spans[t].offset, self.spans[t].len))
-            .collect();
-        self.ops.push(on(
-            CommStream::Compute,
-            CommAction::Release { tensors: spans },
-        ));
+        let done = self.event();
+        let action = if spans.is_empty() {
+            CommAction::Sync
+        } else {
+            CommAction::Release { tensors: spans }
+        };
+        self.ops.push(Op::Collective(CommOp {
+            stream: CommStream::Compute,
+            waits: Vec::new(),
+            record: Some(done),
+            action,
+        }));
+        self.released.insert(step, done);
+        Ok(())
     }
 
-    /// Stage 3: all-gathers the slices of `tensors` into the gathered parameters on the
-    /// communication stream (pack, all-gather, unpack); the tensors wait for its event.
-    fn gather(&mut self, tensors: &[usize], purpose: Purpose, waits: Vec<EventId>) {
+    /// Stage 3: a compute op built over the flat parameters, its parameter reads moved to
+    /// their places in the arena for trace step `step`.
+    fn in_arena(&self, mut op: Op, step: usize) -> Result<Op, ShapeError> {
+        if self.arena.is_none() {
+            return Ok(op);
+        }
+        for (tensor, access) in op.tensors_mut() {
+            if tensor.region != Region::Params || tensor.is_empty() {
+                continue;
+            }
+            let (a, b) = (tensor.span.offset, tensor.span.end());
+            let Some(&(start, end, t)) = self
+                .by_offset
+                .iter()
+                .find(|&&(start, end, _)| start <= a && b <= end && start < end)
+            else {
+                return Err(ShapeError(format!(
+                    "a compute op touches parameters {a}..{b}, which are not within one tensor"
+                )));
+            };
+            if access == Access::Write {
+                return Err(ShapeError(format!(
+                    "a compute op writes the gathered `{}` at stage 3",
+                    self.names[t]
+                )));
+            }
+            let place = self.place(t, step, Placed::Live)?;
+            debug_assert_eq!(end - start, to_usize(place.numel));
+            tensor.span = Span::new(to_usize(place.offset) + (a - start), b - a);
+        }
+        Ok(op)
+    }
+
+    /// Stage 3: all-gathers the slices of `places`' tensors into their places in the arena on
+    /// the communication stream (pack, all-gather, unpack) after `waits`; the tensors wait
+    /// for its event.
+    fn gather(&mut self, places: &[(usize, ArenaSpan)], purpose: Purpose, waits: Vec<EventId>) {
         let world = self.world;
         let base = self.layout.shares.params as usize;
         let mut pack = Vec::new();
         let mut at = 0;
         let mut placed = Vec::new();
-        for &t in tensors {
+        for &(t, _) in places {
             let s = self.shard[t];
             pack.push(CopyPiece {
                 dst: slice(Region::GatherIn, at, s.len),
@@ -338,13 +484,13 @@ impl<'a> Builder<'a> {
         let total = at;
         let mut unpack = Vec::new();
         for rank in 0..world {
-            for &(t, offset, len) in &placed {
-                let whole = self.spans[t];
-                let from = (rank * len).min(whole.len);
-                let real = (from + len).min(whole.len) - from;
+            for (&(t, offset, len), (_, place)) in placed.iter().zip(places) {
+                let numel = self.spans[t].len;
+                let from = (rank * len).min(numel);
+                let real = (from + len).min(numel) - from;
                 if real > 0 {
                     unpack.push(CopyPiece {
-                        dst: slice(Region::Params, whole.offset + from, real),
+                        dst: slice(Region::Params, to_usize(place.offset) + from, real),
                         src: slice(Region::GatherOut, rank * total + offset, real),
                     });
                 }
@@ -374,7 +520,7 @@ impl<'a> Builder<'a> {
             record: Some(done),
             action: CommAction::Copy { pieces: unpack },
         }));
-        for &t in tensors {
+        for &(t, _) in places {
             self.pending.insert(t, done);
         }
     }
@@ -478,6 +624,14 @@ impl<'a> Builder<'a> {
     fn micro_step(&mut self, reduces: bool) -> Result<Vec<Op>, ShapeError> {
         self.reduces = reduces;
         self.started = None;
+        self.released.clear();
+        self.entered = None;
+        if self.arena.is_some() {
+            let entered = self.event();
+            self.ops
+                .push(sync(CommStream::Compute, Vec::new(), Some(entered)));
+            self.entered = Some(entered);
+        }
         let forward = forward_ops(self.layout);
         let backward = backward_ops(self.layout);
         let passes = [(Pass::Forward, forward), (Pass::Backward, backward)];
@@ -493,6 +647,7 @@ impl<'a> Builder<'a> {
                     self.advance(target)?;
                 }
                 self.wait_for_gathers(&op);
+                let op = self.in_arena(op, self.started.unwrap_or(0))?;
                 self.ops.push(op);
             }
         }
@@ -511,10 +666,6 @@ impl<'a> Builder<'a> {
             for bucket in &epilogue {
                 self.reduce(bucket)?;
             }
-        }
-        if let Some(schedule) = self.plan.stage3.as_ref() {
-            let released = schedule.released_at_end.clone();
-            self.release(&released);
         }
         if !self.reduce_events.is_empty() {
             let waits = std::mem::take(&mut self.reduce_events);
@@ -667,24 +818,16 @@ impl<'a> Builder<'a> {
                 ops.push(sync(CommStream::Comm, waits, Some(params_ready)));
             }
             CudaScheme::Sharded => {
-                let persistent: Vec<usize> = self
-                    .plan
-                    .shards
-                    .persistent
-                    .as_ref()
-                    .map(|p| {
-                        p.entries
-                            .iter()
-                            .filter_map(|&e| self.plan.layout.entries.get(e).map(|e| e.tensor))
-                            .collect()
-                    })
+                let persistent: Vec<(usize, ArenaSpan)> = self
+                    .arena
+                    .map(|a| a.persistent().map(|p| (p.tensor, *p)).collect())
                     .unwrap_or_default();
                 self.ops.clear();
                 if persistent.is_empty() || self.plan.settings.stage != ZeroStage::Weights {
                     ops.push(sync(CommStream::Comm, vec![stepped], Some(params_ready)));
                 } else {
                     self.gather(&persistent, Purpose::PersistentRegather, vec![stepped]);
-                    for &t in &persistent {
+                    for &(t, _) in &persistent {
                         self.pending.remove(&t);
                     }
                     ops.append(&mut self.ops);
@@ -694,6 +837,59 @@ impl<'a> Builder<'a> {
         }
         Ok(ops)
     }
+}
+
+/// What a trace step must be to a tensor's interval in the arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placed {
+    /// The step whose fetch or prefetch gathers it.
+    GatheredAt,
+    /// The step after which it is released.
+    ReleasedAt,
+    /// Any step it is gathered through.
+    Live,
+}
+
+/// The plan's stage-3 arena, checked against `layout` (built from the same plan,
+/// [`DeviceLayout::for_plan_rank`]) and the flat parameters' `spans`.
+fn stage3_arena<'a>(
+    layout: &DeviceLayout,
+    plan: &'a Plan,
+    spans: &[Span],
+    graph: &ModelGraph,
+) -> Result<&'a Stage3Arena, ShapeError> {
+    let arena = plan
+        .stage3
+        .as_ref()
+        .and_then(|s| s.arena.as_ref())
+        .ok_or_else(|| {
+            ShapeError("the plan shards the parameters but places no stage-3 arena".into())
+        })?;
+    if layout.arena.as_ref() != Some(arena) {
+        return Err(ShapeError(
+            "the device layout holds another stage-3 arena than the plan's (build it with DeviceLayout::for_plan_rank)".into(),
+        ));
+    }
+    if arena.numel != layout.shares.params {
+        return Err(ShapeError(format!(
+            "the plan's arena has {} elements, the layout's {}",
+            arena.numel, layout.shares.params
+        )));
+    }
+    for place in &arena.spans {
+        let numel = spans.get(place.tensor).map(|s| s.len as u64);
+        if numel != Some(place.numel) || place.end() > arena.numel {
+            let name = graph
+                .tensors
+                .get(place.tensor)
+                .map_or("?", |t| t.name.as_str());
+            return Err(ShapeError(format!(
+                "the arena's place for `{name}` ({} elements at {}) does not fit the tensor ({numel:?} elements) or the arena",
+                place.numel, place.offset
+            )));
+        }
+    }
+    Ok(arena)
 }
 
 /// The one range `spans` cover back to back (sorted by offset), or an error naming the

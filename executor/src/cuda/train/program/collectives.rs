@@ -119,8 +119,9 @@ pub enum CommAction {
     },
     /// Only the stream bookkeeping (waits and record) of the op.
     Sync,
-    /// Stage 3: the tensors' gathered copies go stale after their module (the gathered buffer
-    /// is allocated whole, so no memory returns).
+    /// Stage 3: the tensors' places in the parameter arena are free after their module: a
+    /// later gather the plan places there reuses them (no device call; the op records the
+    /// event that gather waits for).
     Release {
         /// The parameter spans released.
         tensors: Vec<TensorRef>,
@@ -156,19 +157,25 @@ impl CommOp {
     /// Every device tensor it touches, with whether it writes it (an in-place collective
     /// lists its output only).
     pub fn tensors(&self) -> Vec<(TensorRef, Access)> {
-        match &self.action {
+        let mut op = self.clone();
+        op.tensors_mut().into_iter().map(|(t, a)| (*t, a)).collect()
+    }
+
+    /// [`Self::tensors`], each to be moved.
+    pub fn tensors_mut(&mut self) -> Vec<(&mut TensorRef, Access)> {
+        match &mut self.action {
             CommAction::Collective { input, output, .. } => {
                 if contains(output, input) {
-                    vec![(*output, Access::Write)]
+                    vec![(output, Access::Write)]
                 } else {
-                    vec![(*input, Access::Read), (*output, Access::Write)]
+                    vec![(input, Access::Read), (output, Access::Write)]
                 }
             }
             CommAction::Copy { pieces } => pieces
-                .iter()
-                .flat_map(|p| [(p.dst, Access::Write), (p.src, Access::Read)])
+                .iter_mut()
+                .flat_map(|p| [(&mut p.dst, Access::Write), (&mut p.src, Access::Read)])
                 .collect(),
-            CommAction::Zero { tensor } => vec![(*tensor, Access::Write)],
+            CommAction::Zero { tensor } => vec![(tensor, Access::Write)],
             CommAction::Release { .. } | CommAction::Sync | CommAction::Mark(_) => Vec::new(),
         }
     }

@@ -241,6 +241,12 @@ fn attention_sizes(dims: &GroupedAttention) -> Result<(usize, usize), ShapeError
 impl LlamaOp {
     /// Every tensor the op touches, with whether it writes it.
     pub fn tensors(&self) -> Vec<(TensorRef, Access)> {
+        let mut op = self.clone();
+        op.tensors_mut().into_iter().map(|(t, a)| (*t, a)).collect()
+    }
+
+    /// [`Self::tensors`], each to be moved (the one list of an op's operands).
+    pub fn tensors_mut(&mut self) -> Vec<(&mut TensorRef, Access)> {
         use Access::{Read, Write};
         match self {
             LlamaOp::Embed {
@@ -249,7 +255,7 @@ impl LlamaOp {
                 wte,
                 zeros,
                 ..
-            } => vec![(*out, Write), (*tokens, Read), (*wte, Read), (*zeros, Read)],
+            } => vec![(out, Write), (tokens, Read), (wte, Read), (zeros, Read)],
             LlamaOp::EmbedBackward {
                 dwte,
                 dout,
@@ -257,18 +263,18 @@ impl LlamaOp {
                 bucket_starts,
                 bucket_rows,
             } => vec![
-                (*dwte, Write),
-                (*dout, Read),
-                (*bucket_tokens, Read),
-                (*bucket_starts, Read),
-                (*bucket_rows, Read),
+                (dwte, Write),
+                (dout, Read),
+                (bucket_tokens, Read),
+                (bucket_starts, Read),
+                (bucket_rows, Read),
             ],
             LlamaOp::RmsNormForward {
                 out,
                 rstd,
                 inp,
                 weight,
-            } => vec![(*out, Write), (*rstd, Write), (*inp, Read), (*weight, Read)],
+            } => vec![(out, Write), (rstd, Write), (inp, Read), (weight, Read)],
             LlamaOp::RmsNormBackward {
                 dinp,
                 dweight,
@@ -278,15 +284,15 @@ impl LlamaOp {
                 weight,
                 rstd,
             } => vec![
-                (*dinp, Write),
-                (*dweight, Write),
-                (*scratch, Write),
-                (*dout, Read),
-                (*inp, Read),
-                (*weight, Read),
-                (*rstd, Read),
+                (dinp, Write),
+                (dweight, Write),
+                (scratch, Write),
+                (dout, Read),
+                (inp, Read),
+                (weight, Read),
+                (rstd, Read),
             ],
-            LlamaOp::Copy { dst, src } => vec![(*dst, Write), (*src, Read)],
+            LlamaOp::Copy { dst, src } => vec![(dst, Write), (src, Read)],
             LlamaOp::LinearForward {
                 out,
                 inp,
@@ -294,41 +300,41 @@ impl LlamaOp {
                 bias,
                 ..
             } => {
-                let mut list = vec![(*out, Write), (*inp, Read), (*weight, Read)];
-                list.extend(bias.map(|b| (b, Read)));
+                let mut list = vec![(out, Write), (inp, Read), (weight, Read)];
+                list.extend(bias.as_mut().map(|b| (b, Read)));
                 list
             }
             LlamaOp::LinearBackwardInput {
                 dinp, dout, weight, ..
-            } => vec![(*dinp, Write), (*dout, Read), (*weight, Read)],
+            } => vec![(dinp, Write), (dout, Read), (weight, Read)],
             LlamaOp::LinearBackwardWeight {
                 dweight, inp, dout, ..
-            } => vec![(*dweight, Write), (*inp, Read), (*dout, Read)],
+            } => vec![(dweight, Write), (inp, Read), (dout, Read)],
             LlamaOp::QkvBiasBackward {
                 dbiases,
                 scratch,
                 dqkv,
                 ..
             } => {
-                let mut list: Vec<(TensorRef, Access)> =
-                    dbiases.iter().map(|b| (*b, Write)).collect();
-                list.extend([(*scratch, Write), (*dqkv, Read)]);
+                let mut list: Vec<(&mut TensorRef, Access)> =
+                    dbiases.iter_mut().map(|b| (b, Write)).collect();
+                list.extend([(scratch, Write), (dqkv, Read)]);
                 list
             }
             LlamaOp::Rope { rows, cos, sin, .. } => {
-                vec![(*rows, Write), (*cos, Read), (*sin, Read)]
+                vec![(rows, Write), (cos, Read), (sin, Read)]
             }
             LlamaOp::SwiGluForward { out, gate_up, .. } => {
-                vec![(*out, Write), (*gate_up, Read)]
+                vec![(out, Write), (gate_up, Read)]
             }
             LlamaOp::SwiGluBackward {
                 dgate_up,
                 dout,
                 gate_up,
                 ..
-            } => vec![(*dgate_up, Write), (*dout, Read), (*gate_up, Read)],
+            } => vec![(dgate_up, Write), (dout, Read), (gate_up, Read)],
             LlamaOp::AttentionForward { out, lse, qkv, .. } => {
-                vec![(*out, Write), (*lse, Write), (*qkv, Read)]
+                vec![(out, Write), (lse, Write), (qkv, Read)]
             }
             LlamaOp::AttentionBackward {
                 dqkv,
@@ -339,12 +345,12 @@ impl LlamaOp {
                 lse,
                 ..
             } => vec![
-                (*dqkv, Write),
-                (*delta, Write),
-                (*dout, Read),
-                (*out, Read),
-                (*qkv, Read),
-                (*lse, Read),
+                (dqkv, Write),
+                (delta, Write),
+                (dout, Read),
+                (out, Read),
+                (qkv, Read),
+                (lse, Read),
             ],
         }
     }

@@ -326,16 +326,22 @@ fn divides(what: &str, whole: usize, part: usize) -> Result<usize, ShapeError> {
 impl Op {
     /// Every tensor the op touches, with whether it writes it.
     pub fn tensors(&self) -> Vec<(TensorRef, Access)> {
+        let mut op = self.clone();
+        op.tensors_mut().into_iter().map(|(t, a)| (*t, a)).collect()
+    }
+
+    /// [`Self::tensors`], each to be moved (the one list of an op's operands).
+    pub fn tensors_mut(&mut self) -> Vec<(&mut TensorRef, Access)> {
         use Access::{Read, Write};
         match self {
-            Op::Zero { tensor } => vec![(*tensor, Write)],
+            Op::Zero { tensor } => vec![(tensor, Write)],
             Op::EncoderForward {
                 out,
                 tokens,
                 wte,
                 wpe,
                 ..
-            } => vec![(*out, Write), (*tokens, Read), (*wte, Read), (*wpe, Read)],
+            } => vec![(out, Write), (tokens, Read), (wte, Read), (wpe, Read)],
             Op::EncoderBackward {
                 dwte,
                 dwpe,
@@ -345,12 +351,12 @@ impl Op {
                 bucket_rows,
                 ..
             } => vec![
-                (*dwte, Write),
-                (*dwpe, Write),
-                (*dout, Read),
-                (*bucket_tokens, Read),
-                (*bucket_starts, Read),
-                (*bucket_rows, Read),
+                (dwte, Write),
+                (dwpe, Write),
+                (dout, Read),
+                (bucket_tokens, Read),
+                (bucket_starts, Read),
+                (bucket_rows, Read),
             ],
             Op::LayerNormForward {
                 out,
@@ -360,12 +366,12 @@ impl Op {
                 weight,
                 bias,
             } => vec![
-                (*out, Write),
-                (*mean, Write),
-                (*rstd, Write),
-                (*inp, Read),
-                (*weight, Read),
-                (*bias, Read),
+                (out, Write),
+                (mean, Write),
+                (rstd, Write),
+                (inp, Read),
+                (weight, Read),
+                (bias, Read),
             ],
             Op::ResidualLayerNormForward {
                 residual,
@@ -377,14 +383,14 @@ impl Op {
                 weight,
                 bias,
             } => vec![
-                (*residual, Write),
-                (*out, Write),
-                (*mean, Write),
-                (*rstd, Write),
-                (*a, Read),
-                (*b, Read),
-                (*weight, Read),
-                (*bias, Read),
+                (residual, Write),
+                (out, Write),
+                (mean, Write),
+                (rstd, Write),
+                (a, Read),
+                (b, Read),
+                (weight, Read),
+                (bias, Read),
             ],
             Op::LayerNormBackward {
                 dinp,
@@ -397,15 +403,15 @@ impl Op {
                 mean,
                 rstd,
             } => vec![
-                (*dinp, Write),
-                (*dweight, Write),
-                (*dbias, Write),
-                (*scratch, Write),
-                (*dout, Read),
-                (*inp, Read),
-                (*weight, Read),
-                (*mean, Read),
-                (*rstd, Read),
+                (dinp, Write),
+                (dweight, Write),
+                (dbias, Write),
+                (scratch, Write),
+                (dout, Read),
+                (inp, Read),
+                (weight, Read),
+                (mean, Read),
+                (rstd, Read),
             ],
             Op::MatmulForward {
                 out,
@@ -414,28 +420,28 @@ impl Op {
                 bias,
                 ..
             } => {
-                let mut list = vec![(*out, Write), (*inp, Read), (*weight, Read)];
-                list.extend(bias.map(|b| (b, Read)));
+                let mut list = vec![(out, Write), (inp, Read), (weight, Read)];
+                list.extend(bias.as_mut().map(|b| (b, Read)));
                 list
             }
             Op::MatmulBackwardInput {
                 dinp, dout, weight, ..
-            } => vec![(*dinp, Write), (*dout, Read), (*weight, Read)],
+            } => vec![(dinp, Write), (dout, Read), (weight, Read)],
             Op::MatmulBackwardWeight {
                 dweight, inp, dout, ..
-            } => vec![(*dweight, Write), (*inp, Read), (*dout, Read)],
+            } => vec![(dweight, Write), (inp, Read), (dout, Read)],
             Op::BiasBackward {
                 dbias,
                 scratch,
                 dout,
-            } => vec![(*dbias, Write), (*scratch, Write), (*dout, Read)],
+            } => vec![(dbias, Write), (scratch, Write), (dout, Read)],
             Op::LogitsForward {
                 logits, lnf, wte, ..
-            } => vec![(*logits, Write), (*lnf, Read), (*wte, Read)],
-            Op::GeluForward { out, inp } => vec![(*out, Write), (*inp, Read)],
-            Op::GeluBackward { d, inp } => vec![(*d, Write), (*inp, Read)],
+            } => vec![(logits, Write), (lnf, Read), (wte, Read)],
+            Op::GeluForward { out, inp } => vec![(out, Write), (inp, Read)],
+            Op::GeluBackward { d, inp } => vec![(d, Write), (inp, Read)],
             Op::AttentionForward { out, lse, qkv, .. } => {
-                vec![(*out, Write), (*lse, Write), (*qkv, Read)]
+                vec![(out, Write), (lse, Write), (qkv, Read)]
             }
             Op::AttentionBackward {
                 dqkv,
@@ -446,28 +452,28 @@ impl Op {
                 lse,
                 ..
             } => vec![
-                (*dqkv, Write),
-                (*delta, Write),
-                (*dout, Read),
-                (*out, Read),
-                (*qkv, Read),
-                (*lse, Read),
+                (dqkv, Write),
+                (delta, Write),
+                (dout, Read),
+                (out, Read),
+                (qkv, Read),
+                (lse, Read),
             ],
             Op::FusedClassifier {
                 logits,
                 losses,
                 targets,
-            } => vec![(*logits, Write), (*losses, Write), (*targets, Read)],
+            } => vec![(logits, Write), (losses, Write), (targets, Read)],
             Op::UnscaleNorm {
                 grads,
                 partials,
                 total,
                 found_inf,
             } => vec![
-                (*grads, Write),
-                (*partials, Write),
-                (*total, Write),
-                (*found_inf, Write),
+                (grads, Write),
+                (partials, Write),
+                (total, Write),
+                (found_inf, Write),
             ],
             Op::AdamW {
                 master,
@@ -477,18 +483,18 @@ impl Op {
                 exp_avg_sq,
                 segments,
             } => {
-                let mut list = vec![(*master, Write)];
-                list.extend(params_out.map(|p| (p, Write)));
+                let mut list = vec![(master, Write)];
+                list.extend(params_out.as_mut().map(|p| (p, Write)));
                 list.extend([
-                    (*grads, Read),
-                    (*exp_avg, Write),
-                    (*exp_avg_sq, Write),
-                    (*segments, Read),
+                    (grads, Read),
+                    (exp_avg, Write),
+                    (exp_avg_sq, Write),
+                    (segments, Read),
                 ]);
                 list
             }
-            Op::Llama(op) => op.tensors(),
-            Op::Collective(comm) => comm.tensors(),
+            Op::Llama(op) => op.tensors_mut(),
+            Op::Collective(comm) => comm.tensors_mut(),
         }
     }
 }
