@@ -20,7 +20,6 @@ use std::time::Instant;
 use cudarc::cublaslt::{CudaBlasLT, Matmul};
 use cudarc::driver::{CudaContext, CudaStream};
 use dsplan_kernels::cache::CubinCache;
-use dsplan_planner::plan::cuda_world::CudaShares;
 use dsplan_planner::plan::{ModelGraph, Plan, PlanBackend};
 
 use super::buffers::DeviceLayout;
@@ -79,16 +78,10 @@ pub fn rank_models(
     let ModelConfig::Gpt2(config) = &spec.model else {
         return Err(CudaTrainError::Setup(world_refusal(world)));
     };
-    let shares = CudaShares::of_plan(plan);
     (0..world)
         .map(|rank| {
-            let layout = DeviceLayout::with_shares(
-                *config,
-                shape,
-                dtype,
-                recompute,
-                shares.for_rank(rank as u64),
-            );
+            let layout = DeviceLayout::for_plan_rank(*config, shape, dtype, recompute, plan, rank)
+                .map_err(|e| CudaTrainError::Setup(format!("rank {rank}'s buffers: {e}")))?;
             let program = world_program(&layout, plan, graph).map_err(|e| {
                 CudaTrainError::Setup(format!("rank {rank}'s step from the plan: {e}"))
             })?;
