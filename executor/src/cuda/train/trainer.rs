@@ -105,7 +105,7 @@ pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
         batch: spec.settings.batch.micro_batch,
         seq_len: spec.seq_len,
     };
-    let dtype = kernel_dtype(spec.settings.precision.model_dtype());
+    let dtype = kernel_dtype(spec.settings.precision().model_dtype());
     let model = DeviceModel::new(&spec.model, shape, dtype, spec.settings.recompute);
     model
         .check(&model.program())
@@ -154,7 +154,7 @@ pub fn train_cuda_planned(
         ordinal,
         observer,
     };
-    match spec.settings.precision.model_dtype() {
+    match spec.settings.precision().model_dtype() {
         ModelDtype::F32 => run.on::<f32>(),
         ModelDtype::Bf16 => run.on::<half::bf16>(),
         ModelDtype::F16 => run.on::<half::f16>(),
