@@ -464,3 +464,102 @@ fn schedule_json<S: Serializer>(schedule: &Option<LrSchedule>, s: S) -> Result<S
         .serialize(s),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn read_json(document: &Value) -> Result<Training, Vec<Diagnostic>> {
+        let config = crate::config::from_value(document).expect("typed");
+        read(Sources {
+            config: &config,
+            document,
+            schedule: None,
+        })
+    }
+
+    fn fp16(stage: u64, fp16: Value) -> LossScaling {
+        let document = json!({"fp16": fp16, "zero_optimization": {"stage": stage},
+            "optimizer": {"type": "AdamW"}});
+        read_json(&document).expect("read").loss_scaling
+    }
+
+    #[test]
+    fn the_scaler_takes_zeros_defaults_only_when_no_key_is_written() {
+        let LossScaling::Fp16 { scale, args } = fp16(2, json!({"enabled": true})) else {
+            panic!("fp16 expected");
+        };
+        assert_eq!(args, ScalerArgs::ZeroDefaults);
+        assert_eq!((scale.initial_scale_power, scale.hysteresis), (32, 1));
+        // Without ZeRO, FP16_Optimizer gets the config's defaults.
+        let LossScaling::Fp16 { scale, args } = fp16(0, json!({"enabled": true})) else {
+            panic!("fp16 expected");
+        };
+        assert_eq!(args, ScalerArgs::ConfigDefaults);
+        assert_eq!((scale.initial_scale_power, scale.hysteresis), (16, 2));
+        // A written key, even at its default value, passes the section's values.
+        let written = json!({"enabled": true, "initial_scale_power": 16});
+        let LossScaling::Fp16 { scale, args } = fp16(3, written) else {
+            panic!("fp16 expected");
+        };
+        assert_eq!(args, ScalerArgs::Config);
+        assert_eq!((scale.initial_scale_power, scale.hysteresis), (16, 2));
+    }
+
+    #[test]
+    fn what_the_executor_cannot_run_is_refused_at_its_pointer() {
+        let cases = [
+            (json!({"optimizer": {"type": "Lamb"}}), "/optimizer/type"),
+            (json!({}), "/optimizer"),
+            (
+                json!({"optimizer": {"type": "Adam", "params": {"amsgrad": true}}}),
+                "/optimizer/params/amsgrad",
+            ),
+            (
+                json!({"optimizer": {"type": "Adam"}, "scheduler": {"type": "StepLR"}}),
+                "/scheduler/type",
+            ),
+            (
+                json!({"optimizer": {"type": "Adam"}, "torch_autocast": {"enabled": true}}),
+                "/torch_autocast/enabled",
+            ),
+            (
+                json!({"optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 3,
+                    "offload_optimizer": {"device": "nvme", "nvme_path": "/x", "ratio": 0.5}}}),
+                "/zero_optimization/offload_optimizer/ratio",
+            ),
+        ];
+        for (document, pointer) in cases {
+            let found = read_json(&document).expect_err("refused");
+            assert!(
+                found.iter().any(|d| d.is_error() && d.pointer == pointer),
+                "{pointer}: {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn nvme_offload_at_stage_three_lists_its_swap_directories() {
+        let document = json!({"optimizer": {"type": "AdamW", "params": {"lr": 2e-4}},
+            "zero_optimization": {"stage": 3,
+                "offload_optimizer": {"device": "nvme", "nvme_path": "/a"},
+                "offload_param": {"device": "nvme", "nvme_path": "/b"}}});
+        let training = read_json(&document).expect("read");
+        assert_eq!(
+            training.swap_directories,
+            vec![
+                SwapDirectory {
+                    pointer: "/zero_optimization/offload_optimizer/nvme_path".into(),
+                    path: "/a".into()
+                },
+                SwapDirectory {
+                    pointer: "/zero_optimization/offload_param/nvme_path".into(),
+                    path: "/b".into()
+                },
+            ]
+        );
+        assert_eq!(training.optimizer.lr, 2e-4);
+        assert_eq!(training.optimizer.decay, DecayRule::Decoupled);
+    }
+}
