@@ -105,6 +105,108 @@ fn the_run_policy_is_shown_in_both_forms() {
             .map(Vec::len),
         Some(1)
     );
+    // The run's loop: the optimizer as the executor builds it, the loss scaling, clipping
+    // and schedule, in both forms.
+    assert!(
+        text.contains(
+            "optimizer: AdamW lr 0.0001 betas (0.9, 0.999) eps 0.00000001 weight decay 0 (decoupled), bias correction"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("training: bf16, loss scale 1, a step with inf/NaN gradients is skipped; clip at 1; constant lr"),
+        "{text}"
+    );
+    assert_eq!(
+        value["training"]["optimizer"],
+        json!({"name": "AdamW", "lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8,
+            "weight_decay": 0.0, "decay": "decoupled", "bias_correction": "enabled"})
+    );
+    assert_eq!(
+        value["training"]["loss_scaling"],
+        json!({"precision": "bf16", "overflow": "skip-step"})
+    );
+    // DeepSpeed 0.19.8's default gradient_clipping is 1.0.
+    assert_eq!(value["training"]["clip_threshold"], json!(1.0));
+    assert_eq!(value["training"]["schedule"], Value::Null);
+}
+
+/// DeepSpeed's fp16 trap and a schedule, as `dsplan plan` shows them; what `dsplan run` would
+/// refuse is a warning for dsplan's backends and no training policy for DeepSpeed's.
+#[test]
+fn the_training_policy_follows_deepspeeds_fp16_defaults_and_names_refusals() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = json!({
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": 1.0,
+        "fp16": {"enabled": true},
+        "zero_optimization": {"stage": 2},
+        "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "adam_w_mode": false}},
+        "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}},
+    });
+    let file = config_file(&dir, "fp16.json", &config);
+    let path = file.to_str().expect("utf-8");
+    let args = [path, "--model", "tiny-gpt2", "--world-size", "2"];
+    let text = String::from_utf8(plan(&args).success().get_output().stdout.clone()).expect("utf-8");
+    assert!(
+        text.contains("fp16, dynamic loss scale from 2^32 (window 1000, hysteresis 1, min 1; ZeRO's DynamicLossScaler defaults"),
+        "{text}"
+    );
+    assert!(text.contains("clip at 1; WarmupLR schedule"), "{text}");
+    assert!(text.contains("weight decay 0 (L2)"), "{text}");
+    // One scaler key written: the config's values, 2^16 and hysteresis 2.
+    let mut written = config.clone();
+    written["fp16"]["loss_scale_window"] = json!(500);
+    let file = config_file(&dir, "fp16_written.json", &written);
+    let path = file.to_str().expect("utf-8");
+    let mut json_args = vec![path, "--model", "tiny-gpt2", "--world-size", "2"];
+    json_args.extend(["--format", "json"]);
+    let value: Value =
+        serde_json::from_slice(&plan(&json_args).success().get_output().stdout).expect("json");
+    let scaling = &value["training"]["loss_scaling"];
+    assert_eq!(scaling["args"], json!("config"), "{scaling}");
+    assert_eq!(scaling["scale"]["initial_scale_power"], json!(16));
+    assert_eq!(scaling["scale"]["hysteresis"], json!(2));
+    assert_eq!(value["training"]["schedule"]["type"], json!("WarmupLR"));
+
+    // Lamb: DeepSpeed trains it (no policy, no warning); dsplan run would refuse it.
+    let mut lamb = config.clone();
+    lamb["optimizer"] = json!({"type": "Lamb", "params": {"lr": 1e-3}});
+    lamb["zero_allow_untested_optimizer"] = json!(true);
+    let file = config_file(&dir, "lamb.json", &lamb);
+    let path = file.to_str().expect("utf-8");
+    let deepspeed = plan(&[
+        path,
+        "--model",
+        "tiny-gpt2",
+        "--world-size",
+        "2",
+        "--format",
+        "json",
+    ])
+    .success()
+    .get_output()
+    .clone();
+    let value: Value = serde_json::from_slice(&deepspeed.stdout).expect("json");
+    assert!(value.get("training").is_none(), "{value}");
+    let cpu = plan(&[
+        path,
+        "--model",
+        "tiny-gpt2",
+        "--world-size",
+        "2",
+        "--backend",
+        "dsplan-cpu",
+    ])
+    .success()
+    .get_output()
+    .clone();
+    let stderr = String::from_utf8_lossy(&cpu.stderr);
+    assert!(
+        stderr.contains("dsplan run refuses this config: optimizer `Lamb` is not implemented"),
+        "{stderr}"
+    );
 }
 
 #[test]

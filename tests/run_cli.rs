@@ -76,9 +76,9 @@ fn the_readme_command_trains_and_reports_memory() {
     let raw: Value =
         serde_json::from_str(&std::fs::read_to_string(&config).expect("config")).expect("JSON");
     let settings = TrainSettings::from_config(&raw, 2).expect("settings");
-    let schedule = settings.schedule.as_ref().expect("WarmupLR");
+    let schedule = settings.training.schedule.as_ref().expect("WarmupLR");
     let mut scaler = settings
-        .precision
+        .precision()
         .loss_scaler(settings.stage)
         .expect("scaler");
     let mut applied = 0;

@@ -54,10 +54,10 @@ fn run(settings: TrainSettings, steps: u64) -> (TrainReport, Vec<f32>) {
 /// Replays the run's metrics through the planner's scaler and schedule.
 fn check_against_planner(settings: &TrainSettings, steps: &[StepMetrics]) {
     let mut scaler = settings
-        .precision
+        .precision()
         .loss_scaler(settings.stage)
         .expect("scaler");
-    let schedule = settings.schedule.as_ref().expect("schedule");
+    let schedule = settings.training.schedule.as_ref().expect("schedule");
     let mut applied = 0u64;
     for line in steps {
         assert_eq!(line.loss_scale, scaler.scale(), "step {}", line.step);
@@ -110,7 +110,7 @@ fn deepspeeds_default_scaler_starts_at_two_to_the_32() {
 #[test]
 fn a_skipped_step_leaves_the_parameters_alone() {
     let settings = settings(3, json!({"enabled": true, "initial_scale_power": 30}));
-    assert!(matches!(settings.precision, MixedPrecision::Fp16 { .. }));
+    assert!(matches!(settings.precision(), MixedPrecision::Fp16 { .. }));
     assert_eq!(settings.stage, ZeroStage::Weights);
     let (report, initial) = run(settings, 1);
     assert!(report.steps[0].skipped, "2^30 overflows");

@@ -7,7 +7,7 @@
 //! 1 only, anything else is refused with exit 1).
 //!
 //! `human` prints a compact summary (settings, the engine the executor runs with its gradient
-//! norm rule and gradient average, layout, shards, buckets, stage-3 schedule,
+//! norm rule and gradient average, the run's optimizer, loss scaling, clipping and schedule, layout, shards, buckets, stage-3 schedule,
 //! offload copies, peak memory per phase, step time, diagnostics); `json` the whole plan;
 //! `trace` Chrome trace-event JSON of one step (Perfetto, chrome://tracing). Diagnostics of the
 //! file go to stderr. Exit 1 when the config is refused or, with `--gpu-memory`, when the plan
@@ -32,6 +32,8 @@ use dsplan_planner::plan::{
 use dsplan_planner::validate::{self, ValidateOptions};
 
 use super::Outcome;
+
+mod training;
 use super::estimate::{CheckpointingArg, ZeroInitArg};
 use crate::{render, units};
 
@@ -201,7 +203,7 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
         zero_init: args.zero_init.map_or(ZeroInit::Enabled, ZeroInit::from),
         ..Workload::for_backend(backend, &config)
     };
-    let mut plan = plan::compile(&config, &graph, &cluster, &workload).map_err(|mut refused| {
+    let plan = plan::compile(&config, &graph, &cluster, &workload).map_err(|mut refused| {
         file.locate_all(&mut refused);
         eprint!("{}", render::human(&file, &refused));
         (
@@ -209,6 +211,8 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
             format!("{display} cannot be planned"),
         )
     })?;
+    let (mut plan, refusals) = training::attach(plan, &config, file.value(), backend);
+    plan.diagnostics.extend(refusals);
     file.locate_all(&mut plan.diagnostics);
     let fits = args
         .gpu_memory
@@ -322,6 +326,7 @@ fn header(plan: &Plan, out: &mut String) {
         s.optimizer.states
     ));
     run_policy(plan, out);
+    training::human(plan, out);
     out.push_str(&format!(
         "  batch: micro {} × accumulation {} × {} ranks = {} samples of {} tokens\n",
         s.batch.micro_batch,

@@ -60,7 +60,7 @@ use dsplan_executor::train::settings::override_nvme_path;
 use dsplan_executor::train::{
     CheckpointOptions, DEFAULT_PRESET, DataChoice, ModelChoiceError, SavePolicy, TrainError,
     TrainSettings, TrainSpec, choose_model, compile_cuda_plan, compile_plan, model_config,
-    resume_point, stored_shape,
+    plan_training, resume_point, stored_shape,
 };
 use dsplan_executor::zero::{MixedPrecision, ZeroError};
 use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
@@ -371,7 +371,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         eprintln!(
             "dsplan run {display}: ZeRO stage {}, {}, {world} {} {}",
             settings.stage as u8,
-            precision_name(&settings.precision),
+            precision_name(&settings.precision()),
             ranks.kind(),
             cuda::place(&backend, ranks, world),
         );
@@ -421,7 +421,11 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         Some(path) => Some(MetricsFile::create(path)?),
         None => None,
     };
-    let mut progress = Progress::new(steps, &settings, metrics);
+    let mut progress = Progress::new(
+        steps,
+        plan_training(&plan).map_err(|e| train_failure(e, &display))?,
+        metrics,
+    );
     if let Some(point) = &checkpoints.resume {
         progress.resume_at(point.global_step, point.applied_steps);
     }
@@ -459,7 +463,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
                 path,
                 &spec.model,
                 &report.final_params,
-                settings.precision.model_dtype(),
+                settings.precision().model_dtype(),
             )
             .map_err(|e| Failure::usage(format!("cannot save the model: {e}")))?,
         ),

@@ -63,19 +63,18 @@ pub fn resume_point(
 ) -> Result<ResumePoint, TrainError> {
     let params = spec.model.layout();
     let engine_plan = EnginePlan::from_plan(plan, graph, &params)?;
-    let scaler = fresh_scaler(spec, plan)?;
+    let scaler = fresh_scaler(plan)?;
     let run = EngineState::for_run(spec, &engine_plan, &params, &scaler);
     prepare_resume(loaded, &run, scaler, spec.steps).map_err(TrainError::from)
 }
 
-/// The loss scaler the config builds, for the wrapper of the plan's stage (fp16 without ZeRO:
-/// `FP16_Optimizer`'s).
+/// The loss scaler the plan's training policy builds, for the wrapper of the plan's stage
+/// (fp16 without ZeRO: `FP16_Optimizer`'s).
 pub(super) fn fresh_scaler(
-    spec: &TrainSpec,
     plan: &Plan,
 ) -> Result<dsplan_planner::schedule::loss_scale::LossScaler, TrainError> {
-    spec.settings
-        .precision
+    let training = super::run::plan_training(plan)?;
+    super::settings::convert::mixed_precision(&training.loss_scaling)
         .loss_scaler(plan.settings.stage)
         .map_err(|e| TrainError::Rank {
             rank: 0,

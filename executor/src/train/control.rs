@@ -5,7 +5,9 @@
 use dsplan_planner::schedule::LrSchedule;
 use dsplan_planner::schedule::loss_scale::LossScaler;
 
-use super::TrainSettings;
+use dsplan_planner::plan::Training;
+
+use super::settings::convert;
 use crate::optim::AdamConfig;
 use crate::zero::{ClipRule, MixedPrecision};
 
@@ -33,17 +35,22 @@ pub struct StepControl {
 }
 
 impl StepControl {
-    /// The control of a run of `settings` whose plan computes the norm and clip factor as
-    /// `clip_rule`, starting with `scaler`.
-    pub fn of_run(settings: &TrainSettings, clip_rule: ClipRule, scaler: LossScaler) -> Self {
+    /// The control of a run whose plan trains as `training` with `grad_accum` micro-steps per
+    /// step and computes the norm and clip factor as `clip_rule`, starting with `scaler`.
+    pub fn of_run(
+        training: &Training,
+        grad_accum: usize,
+        clip_rule: ClipRule,
+        scaler: LossScaler,
+    ) -> Self {
         Self {
-            grad_accum: settings.batch.grad_accum.max(1),
-            clip: settings.gradient_clipping,
+            grad_accum: grad_accum.max(1),
+            clip: training.clip_threshold,
             clip_rule,
-            adam: settings.optimizer.adam,
-            base_lr: settings.optimizer.lr,
-            schedule: settings.schedule.clone(),
-            precision: settings.precision,
+            adam: convert::adam_config(&training.optimizer),
+            base_lr: training.optimizer.lr,
+            schedule: training.schedule.clone(),
+            precision: convert::mixed_precision(&training.loss_scaling),
             scaler,
             applied_steps: 0,
         }

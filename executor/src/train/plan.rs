@@ -116,6 +116,7 @@ fn compile_with(
         },
         ..run_workload(backend, &settings.config, seq_len)
     };
-    let plan = plan::compile(&settings.config, &graph, &cluster, &workload)?;
+    let plan = plan::compile(&settings.config, &graph, &cluster, &workload)?
+        .with_training(settings.training.clone());
     Ok((plan, graph))
 }

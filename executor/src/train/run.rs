@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use dsplan_planner::plan::{ModelGraph, Plan, PlanBackend};
+use dsplan_planner::plan::{ModelGraph, Plan, PlanBackend, Training};
 
 use super::checkpoints::{CheckpointOptions, RankFailure, fresh_scaler};
 use super::plan::compile_plan;
@@ -170,6 +170,16 @@ impl Prepared<'_> {
     }
 }
 
+/// The training policy `plan` carries ([`compile_plan`] puts it there); a plan without one
+/// cannot be run.
+pub fn plan_training(plan: &Plan) -> Result<&Training, TrainError> {
+    plan.training.as_ref().ok_or_else(|| {
+        TrainError::PlanMismatch(crate::zero::PlanMismatch {
+            message: "it carries no training policy (optimizer, loss scaling, schedule); compile it with compile_plan".into(),
+        })
+    })
+}
+
 /// Checks `spec` against `plan` and the resume point, opens the data and builds what every
 /// rank shares.
 pub(crate) fn prepare<'a>(
@@ -226,7 +236,8 @@ pub(crate) fn prepare<'a>(
         .iter()
         .map(|&c| (c, correspondence(plan, runs_on)))
         .collect();
-    let scaler = fresh_scaler(spec, plan)?;
+    let training = plan_training(plan)?;
+    let scaler = fresh_scaler(plan)?;
     let resume = checkpoints.resume.as_ref();
     if let Some(resume) = resume
         && (resume.ranks.len() != world || resume.params.len() != param_layout.num_params())
@@ -245,7 +256,7 @@ pub(crate) fn prepare<'a>(
     let first_step = resume.map_or(0, |r| r.global_step);
     let initial_params = resume.map_or(&spec.initial_params, |r| &r.params);
     let template = EngineState::for_run(spec, &engine_plan, &param_layout, &scaler);
-    let control = StepControl::of_run(settings, engine_plan.clip_rule(), scaler);
+    let control = StepControl::of_run(training, batch.grad_accum, engine_plan.clip_rule(), scaler);
     let tokens_per_step = (batch.train_batch * spec.seq_len) as u64;
     Ok(Prepared {
         spec,

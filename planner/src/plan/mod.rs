@@ -8,6 +8,7 @@
 //! |---|---|
 //! | decided settings and diagnostics (fallbacks, refusals) | [`decide`], [`settings`] |
 //! | the engine's behaviour: DeepSpeed's optimizer wrapper, what ranks hold, the norm and clip rule, the gradient average | [`run_policy`] |
+//! | the run's loop: optimizer hyperparameters, precision and loss scaling, clipping threshold, LR schedule, NVMe swap directories (what dsplan's executors refuse) | [`training`] |
 //! | the precision and the element type of every state (the one rule) | [`precision`] |
 //! | tensors with shapes, fetch units in execution order | [`model_graph`] |
 //! | offsets in the flat 16-bit and fp32 master buffers | [`layout`] |
@@ -52,6 +53,7 @@ pub mod stage3_arena;
 pub mod ticks;
 pub mod timeline;
 pub mod trace;
+pub mod training;
 
 use serde::Serialize;
 
@@ -71,6 +73,7 @@ pub use shards::Shards;
 pub use stage3::Stage3Schedule;
 pub use ticks::{Phase, Ticks};
 pub use timeline::Timeline;
+pub use training::{LossScaling, OptimizerPolicy, Training};
 
 use crate::config::DsConfig;
 use crate::diagnostics::{Code, Diagnostic};
@@ -122,6 +125,12 @@ pub struct Plan {
     /// [`compile_memory`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub graph: Option<OpGraph>,
+    /// What the run's loop does around the engine: optimizer, loss scaling, clipping
+    /// threshold, schedule ([`training::read`]; `None` when the plan was compiled without
+    /// them, as for `estimate` and `recommend`, or when dsplan's executors could not run them
+    /// and the backend is DeepSpeed's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub training: Option<Training>,
     /// Decisions and warnings.
     pub diagnostics: Vec<Diagnostic>,
 }
@@ -144,6 +153,14 @@ pub struct MemoryRow {
 }
 
 impl Plan {
+    /// The plan with the run's [`Training`] (what [`training::read`] made of the same config).
+    pub fn with_training(self, training: Training) -> Plan {
+        Plan {
+            training: Some(training),
+            ..self
+        }
+    }
+
     /// The peak of each device split into model states, buffers and activations: the rows
     /// `dsplan estimate --config` prints, from the same buffer list the executor allocates.
     pub fn memory_rows(&self) -> Vec<MemoryRow> {
@@ -335,6 +352,7 @@ fn compile_parts(
         buffers,
         timeline,
         graph,
+        training: None,
         diagnostics,
     })
 }

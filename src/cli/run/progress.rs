@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use dsplan_executor::io::open_stream;
 use dsplan_executor::metrics::PhaseTimes;
 use dsplan_executor::metrics::StepMetrics;
-use dsplan_executor::train::TrainSettings;
+use dsplan_planner::plan::Training;
 use dsplan_planner::schedule::LrSchedule;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -95,7 +95,7 @@ pub(super) struct Progress {
 }
 
 impl Progress {
-    pub(super) fn new(total: u64, settings: &TrainSettings, metrics: Option<MetricsFile>) -> Self {
+    pub(super) fn new(total: u64, training: &Training, metrics: Option<MetricsFile>) -> Self {
         let display = if std::io::stderr().is_terminal() {
             let style =
                 ProgressStyle::with_template("[{elapsed_precise}] [{bar:24}] {pos}/{len} {msg}")
@@ -106,11 +106,11 @@ impl Progress {
             Display::Lines
         };
         Self {
-            base_lr: settings.optimizer.lr,
-            betas: (settings.optimizer.adam.beta1, settings.optimizer.adam.beta2),
-            schedule: settings.schedule.clone(),
-            steps_per_print: settings.steps_per_print,
-            wall_clock_breakdown: settings.wall_clock_breakdown,
+            base_lr: training.optimizer.lr,
+            betas: (training.optimizer.betas[0], training.optimizer.betas[1]),
+            schedule: training.schedule.clone(),
+            steps_per_print: training.steps_per_print,
+            wall_clock_breakdown: training.wall_clock_breakdown,
             display,
             state: Mutex::new(ProgressState {
                 metrics,

@@ -149,7 +149,7 @@ pub(super) fn head(
         "params": facts.num_params,
         "world_size": spec.world,
         "stage": spec.settings.stage as u8,
-        "precision": spec.settings.precision.model_dtype().name(),
+        "precision": spec.settings.precision().model_dtype().name(),
         "steps": totals.steps,
         "applied_steps": totals.applied,
         "skipped_steps": totals.skipped,

@@ -73,7 +73,7 @@ pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
         batch: spec.settings.batch.micro_batch,
         seq_len: spec.seq_len,
     };
-    let dtype = kernel_dtype(spec.settings.precision.model_dtype());
+    let dtype = kernel_dtype(spec.settings.precision().model_dtype());
     let model = DeviceModel::new(&spec.model, shape, dtype, spec.settings.recompute);
     model
         .check(&model.program())

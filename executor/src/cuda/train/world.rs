@@ -67,7 +67,7 @@ pub fn rank_models(
         batch: spec.settings.batch.micro_batch,
         seq_len: spec.seq_len,
     };
-    let dtype = kernel_dtype(spec.settings.precision.model_dtype());
+    let dtype = kernel_dtype(spec.settings.precision().model_dtype());
     let recompute = spec.settings.recompute;
     let world = spec.world.max(1);
     if world == 1 {
@@ -398,7 +398,7 @@ impl RankRun<'_> {
         ordinal: usize,
         connect: impl FnOnce(&Arc<CudaContext>, &Arc<CudaStream>) -> Result<C, CudaError>,
     ) -> Result<RankResult, RankError> {
-        match self.prepared.spec.settings.precision.model_dtype() {
+        match self.prepared.spec.settings.precision().model_dtype() {
             ModelDtype::F32 => self.rank_on::<f32, C>(rank, model, ordinal, connect),
             ModelDtype::Bf16 => self.rank_on::<half::bf16, C>(rank, model, ordinal, connect),
             ModelDtype::F16 => self.rank_on::<half::f16, C>(rank, model, ordinal, connect),

@@ -1,35 +1,40 @@
-//! [`TrainSettings`]: what a resolved `ds_config.json` ([`dsplan_planner::resolve::resolve`])
-//! asks of a training run.
+//! [`TrainSettings`]: a resolved `ds_config.json` ([`dsplan_planner::resolve::resolve`]) as
+//! a run compiles its plan from it.
 //!
 //! Resolution has already filled every `"auto"` as the Hugging Face Trainer would, solved the
-//! batch triangle, materialised DeepSpeed's defaults and built the learning-rate schedule; this
-//! reads the values the engines need beyond the plan (precision and loss scaling, optimizer,
-//! schedule, clipping threshold, printing). What the executor cannot do is an error
-//! that says so; what it does differently from DeepSpeed without changing the result is a
-//! notice. The `activation_checkpointing` section (and the Trainer's `gradient_checkpointing`)
-//! turn on per-layer recomputation ([`checkpointing`]). Sizes, partitions and buckets, the
-//! engine that runs, the gradient norm rule and the gradient average come from the plan
-//! (`planner::plan::compile` of [`TrainSettings::config`], its `run` policy), not from here.
+//! batch triangle, materialised DeepSpeed's defaults and built the learning-rate schedule. The
+//! planner reads the training sections once ([`dsplan_planner::plan::training::read`]:
+//! optimizer, precision and loss scaling, clipping threshold, schedule, NVMe swap directories)
+//! and the plan carries the result (`Plan::training`); the executor converts it into its own
+//! types in one place ([`convert`]) and decides none of it. What the executor cannot do is
+//! the planner's error, at the config's JSON pointer; this module adds the checks that need
+//! the machine (the swap directories exist and are writable) and the sections the planner
+//! does not model: `activation_checkpointing` (and the Trainer's `gradient_checkpointing`) turn
+//! on per-layer recomputation ([`checkpointing`]), and sections dsplan ignores are notices.
+//!
+//! `TrainSettings` is a thin view: the resolved config, what the planner read from it, the
+//! batch sizes resolution solved and the recomputation, kept together because a run is
+//! described (and its settings errors are reported) before the model is chosen and the plan
+//! compiled.
 
 use std::fmt;
 
 mod checkpointing;
+pub mod convert;
 mod ignored;
-mod sections;
+mod swap_directories;
 
-pub use sections::override_nvme_path;
+pub use dsplan_planner::plan::training::override_nvme_path;
 
 use dsplan_planner::config::{DsConfig, ZeroStage};
+use dsplan_planner::diagnostics::Diagnostic;
+use dsplan_planner::plan::Training;
+use dsplan_planner::plan::training::{self, Sources};
 use dsplan_planner::resolve::{Environment, Resolved, resolve};
-use dsplan_planner::schedule::LrSchedule;
 use serde_json::Value;
 
 use crate::model::Recompute;
-use crate::optim::AdamConfig;
 use crate::zero::MixedPrecision;
-use sections::{
-    batch_sizes, check_grad_accum_dtype, check_offload, optimizer, precision, schedule,
-};
 
 /// Where a config cannot be run, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +59,20 @@ impl SettingsError {
     fn with_help(mut self, help: impl Into<String>) -> Self {
         self.help = Some(help.into());
         self
+    }
+
+    /// The first error among the planner's `diagnostics` (`fallback` when there is none).
+    fn first_of(diagnostics: &[Diagnostic], fallback: &str) -> Self {
+        match diagnostics.iter().find(|d| d.is_error()) {
+            Some(d) => {
+                let error = SettingsError::new(d.pointer.clone(), d.message.clone());
+                match &d.help {
+                    Some(help) => error.with_help(help.clone()),
+                    None => error,
+                }
+            }
+            None => SettingsError::new("", fallback),
+        }
     }
 }
 
@@ -84,18 +103,7 @@ pub struct BatchSizes {
     pub train_batch: usize,
 }
 
-/// The optimizer a config names.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OptimizerSettings {
-    /// `optimizer.type` as written.
-    pub name: String,
-    /// `optimizer.params.lr`.
-    pub lr: f64,
-    /// Betas, eps, weight decay, decay mode, bias correction.
-    pub adam: AdamConfig,
-}
-
-/// Everything a run takes from the config. See the [module documentation](self).
+/// A resolved config as a run uses it. See the [module documentation](self).
 #[derive(Debug, Clone)]
 pub struct TrainSettings {
     /// The resolved config, which the plan is compiled from.
@@ -103,20 +111,11 @@ pub struct TrainSettings {
     /// `zero_optimization.stage` as the config gives it, for reports and checkpoint metadata;
     /// the engines run the plan's stage (`Plan::run`).
     pub stage: ZeroStage,
-    /// `fp16` / `bf16`.
-    pub precision: MixedPrecision,
+    /// What the planner read from the training sections; the plan compiled from these
+    /// settings carries it (`Plan::training`), and the run follows the plan's.
+    pub training: Training,
     /// Batch sizes for the world size given.
     pub batch: BatchSizes,
-    /// `gradient_clipping` (0: off).
-    pub gradient_clipping: f64,
-    /// `optimizer`.
-    pub optimizer: OptimizerSettings,
-    /// `scheduler`, if any.
-    pub schedule: Option<LrSchedule>,
-    /// `steps_per_print` (DeepSpeed's default 10).
-    pub steps_per_print: u64,
-    /// `wall_clock_breakdown`.
-    pub wall_clock_breakdown: bool,
     /// Whether backward recomputes each block's forward (`activation_checkpointing`, or the
     /// Trainer's `gradient_checkpointing`).
     pub recompute: Recompute,
@@ -128,30 +127,30 @@ impl TrainSettings {
     /// The settings of a resolved config.
     pub fn from_resolved(resolved: &Resolved) -> Result<Self, SettingsError> {
         let config = &resolved.typed;
-        let mut notices = Vec::new();
-        let stage = config.zero_optimization.stage;
-        let precision = precision(resolved, stage)?;
-        let batch = batch_sizes(resolved);
-        let optimizer = optimizer(config, &mut notices)?;
-        let schedule = schedule(resolved)?;
-        check_offload(config, &mut notices)?;
-        check_grad_accum_dtype(config)?;
+        let training = training::read(Sources {
+            config,
+            document: &resolved.filled,
+            schedule: resolved.schedule.as_ref().map(|s| &s.schedule),
+        })
+        .map_err(|found| SettingsError::first_of(&found, "the config cannot be trained"))?;
+        swap_directories::check(&training.swap_directories)?;
+        let mut notices = training.notes.clone();
         let recompute = checkpointing::recompute(
             &resolved.filled,
             &config.activation_checkpointing,
             &mut notices,
         )?;
         notices.extend(ignored::ignored_section_notices(&resolved.filled));
+        let batch = resolved.batch;
         Ok(Self {
             config: config.clone(),
-            stage,
-            precision,
-            batch,
-            gradient_clipping: config.gradient_clipping.value().copied().unwrap_or(0.0),
-            optimizer,
-            schedule,
-            steps_per_print: config.steps_per_print.map_or(10, |v| v.get()),
-            wall_clock_breakdown: config.wall_clock_breakdown,
+            stage: config.zero_optimization.stage,
+            training,
+            batch: BatchSizes {
+                micro_batch: to_usize(batch.train_micro_batch_size_per_gpu),
+                grad_accum: to_usize(batch.gradient_accumulation_steps),
+                train_batch: to_usize(batch.train_batch_size),
+            },
             recompute,
             notices,
         })
@@ -170,6 +169,11 @@ impl TrainSettings {
         self
     }
 
+    /// The precision the planner read, in the executor's type.
+    pub fn precision(&self) -> MixedPrecision {
+        convert::mixed_precision(&self.training.loss_scaling)
+    }
+
     /// Resolves `raw` for `world` ranks without training arguments or a hidden size (what a
     /// DeepSpeed script without the Hugging Face Trainer gets: explicit values as written,
     /// DeepSpeed's defaults, the Trainer's `"auto"` rules from `TrainingArguments`' defaults)
@@ -180,26 +184,20 @@ impl TrainSettings {
             ..Environment::default()
         };
         let resolved = resolve(raw, &env).map_err(|diagnostics| {
-            let first = diagnostics.iter().find(|d| d.is_error());
-            match first {
-                Some(d) => {
-                    let error = SettingsError::new(d.pointer.clone(), d.message.clone());
-                    match &d.help {
-                        Some(help) => error.with_help(help.clone()),
-                        None => error,
-                    }
-                }
-                None => SettingsError::new("", "the config could not be resolved"),
-            }
+            SettingsError::first_of(&diagnostics, "the config could not be resolved")
         })?;
         Self::from_resolved(&resolved)
     }
 }
 
+fn to_usize(value: u64) -> usize {
+    usize::try_from(value).unwrap_or(usize::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::optim::WeightDecay;
+    use dsplan_planner::plan::training::DecayRule;
     use serde_json::json;
 
     fn base() -> Value {
@@ -217,7 +215,7 @@ mod tests {
         config["train_micro_batch_size_per_gpu"] = json!("auto");
         let settings = TrainSettings::from_config(&config, 2).expect("resolved");
         // TrainingArguments' defaults: max_grad_norm 1.0, per_device_train_batch_size 8.
-        assert_eq!(settings.gradient_clipping, 1.0);
+        assert_eq!(settings.training.clip_threshold, 1.0);
         assert_eq!(settings.batch.micro_batch, 8);
         assert_eq!(settings.batch.train_batch, 16);
         // A bucket size "auto" needs the model's hidden size, which is not given here.
@@ -273,10 +271,10 @@ mod tests {
         let mut config = base();
         config["optimizer"] = json!({"type": "Adam", "params": {"adam_w_mode": false}});
         let settings = TrainSettings::from_config(&config, 1).expect("valid");
-        assert_eq!(settings.optimizer.adam.decay, WeightDecay::L2);
+        assert_eq!(settings.training.optimizer.decay, DecayRule::L2);
         config["optimizer"] = json!({"type": "adam"});
         let settings = TrainSettings::from_config(&config, 1).expect("valid");
-        assert_eq!(settings.optimizer.adam.decay, WeightDecay::Decoupled);
+        assert_eq!(settings.training.optimizer.decay, DecayRule::Decoupled);
     }
 
     #[test]
@@ -285,13 +283,13 @@ mod tests {
         config["fp16"] = json!({"enabled": true});
         config["zero_optimization"] = json!({"stage": 2});
         let settings = TrainSettings::from_config(&config, 1).expect("valid");
-        let MixedPrecision::Fp16 { scale } = settings.precision else {
+        let MixedPrecision::Fp16 { scale } = settings.precision() else {
             panic!("fp16 expected");
         };
         assert_eq!((scale.initial_scale_power, scale.hysteresis), (32, 1));
         config["fp16"] = json!({"enabled": true, "loss_scale_window": 100});
         let settings = TrainSettings::from_config(&config, 1).expect("valid");
-        let MixedPrecision::Fp16 { scale } = settings.precision else {
+        let MixedPrecision::Fp16 { scale } = settings.precision() else {
             panic!("fp16 expected");
         };
         assert_eq!((scale.initial_scale_power, scale.hysteresis), (16, 2));
