@@ -13,6 +13,7 @@
 #               tokens/s (median after the warm-up), MFU, measured vs planned device memory
 #   w2_stage1..3  the same at --world-size 2 (micro-batch 8 per rank): two thread ranks
 #               sharing GPU 0, collectives staged through host memory; tokens/s, memory
+#               (run last, after the DeepSpeed memory runs, so issue 16's parts come first)
 #   llama, llama_ckpt  `dsplan run --device cuda` on a ~100M LLaMA (GQA, head 64), bf16 stage 0,
 #               without and with activation checkpointing (dsplan_llama*.json in the work dir)
 #   torch_*     PyTorch eager and torch.compile on the same GPU (bench/torch_gpu_step.py)
@@ -188,21 +189,6 @@ JSON
         --format json >'$work/dsplan_stage$stage.json'"
 done
 
-# --- 2a. World size 2 as two thread ranks sharing GPU 0 (CUDA_VISIBLE_DEVICES=0: the
-# collectives staged through host memory, NCCL refusing two ranks on one GPU), stages 1-3,
-# micro-batch half of W=1's per rank (the same tokens per step); tokens/s, each rank's device
-# buffers vs the plan's. Dry: tiny-gpt2 as two CPU thread ranks.
-w2_batch=$((batch / 2 > 0 ? batch / 2 : 1))
-w2_steps=$((warmup + 3))
-for stage in 1 2 3; do
-    config="$work/zero${stage}_bf16_w2.json"
-    sed "s/\"train_micro_batch_size_per_gpu\": $batch/\"train_micro_batch_size_per_gpu\": $w2_batch/" \
-        "$work/zero${stage}_bf16.json" >"$config"
-    part "w2_stage$stage" 60 bash -c "CUDA_VISIBLE_DEVICES=0 '$bin' run '$config' --device $device \
-        --model $model --world-size 2 --steps $w2_steps --seq-len $seq \
-        --metrics '$work/dsplan_w2_stage$stage.jsonl' --format json >'$work/dsplan_w2_stage$stage.json'"
-done
-
 # --- 2b. the Llama family on the device: a ~100M LLaMA (V 32000, C 768, L 8, 12 heads over 4,
 # head 64, SwiGLU 2048, untied) from its config.json, bf16 stage 0, without and with activation
 # checkpointing (measured vs planned memory in each JSON). Dry: tiny-llama on the CPU.
@@ -313,6 +299,22 @@ else
     skip ds_runs "deepspeed or torch with CUDA is not importable by $python (wheels in $kit/wheels?)"
 fi
 wait "$tests_pid"
+
+# --- 4a. World size 2, last (issue 16's parts come first when time is short): two thread
+# ranks sharing GPU 0 (CUDA_VISIBLE_DEVICES=0: the collectives staged through host memory,
+# NCCL refusing two ranks on one GPU), stages 1-3, micro-batch half of W=1's per rank (the
+# same tokens per step); tokens/s, each rank's device buffers vs the plan's. Dry: tiny-gpt2
+# as two CPU thread ranks.
+w2_batch=$((batch / 2 > 0 ? batch / 2 : 1))
+w2_steps=$((warmup + 3))
+for stage in 1 2 3; do
+    config="$work/zero${stage}_bf16_w2.json"
+    sed "s/\"train_micro_batch_size_per_gpu\": $batch/\"train_micro_batch_size_per_gpu\": $w2_batch/" \
+        "$work/zero${stage}_bf16.json" >"$config"
+    part "w2_stage$stage" 60 bash -c "CUDA_VISIBLE_DEVICES=0 '$bin' run '$config' --device $device \
+        --model $model --world-size 2 --steps $w2_steps --seq-len $seq \
+        --metrics '$work/dsplan_w2_stage$stage.jsonl' --format json >'$work/dsplan_w2_stage$stage.json'"
+done
 
 # --- 5. the results
 if [[ $mode == gpu ]]; then
