@@ -93,16 +93,48 @@ pub(crate) enum RankFailure {
     Diverged(super::Diverged),
 }
 
-impl RankFailure {
+/// A rank's error, which may only be its reaction to another rank's failure (a peer that left,
+/// a checkpoint a peer failed to write).
+pub(crate) trait RankReaction {
     /// Whether this is a reaction to another rank's failure rather than its own.
-    pub(crate) fn is_secondary(&self) -> bool {
+    fn is_secondary(&self) -> bool;
+}
+
+/// Every rank's result in rank order, or the failure the run reports with its rank: a rank's
+/// own failure rather than the others noticing that it left (the first when all are
+/// reactions).
+pub(crate) fn every_rank<R, E: RankReaction>(
+    outcomes: Vec<Result<R, E>>,
+) -> Result<Vec<R>, (usize, E)> {
+    let mut ranks = Vec::with_capacity(outcomes.len());
+    let mut failures = Vec::new();
+    for (rank, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(result) => ranks.push(result),
+            Err(error) => failures.push((rank, error)),
+        }
+    }
+    if failures.is_empty() {
+        return Ok(ranks);
+    }
+    let own = failures
+        .iter()
+        .position(|(_, e)| !e.is_secondary())
+        .unwrap_or(0);
+    Err(failures.swap_remove(own))
+}
+
+impl RankReaction for RankFailure {
+    fn is_secondary(&self) -> bool {
         matches!(
             self,
             RankFailure::Zero(ZeroError::Comm(crate::comm::CommError::PeerLeft { .. }))
                 | RankFailure::Checkpoint(CheckpointError::PeerFailed)
         )
     }
+}
 
+impl RankFailure {
     /// The run's error for this failure of rank `rank`.
     pub(crate) fn into_train_error(self, rank: usize) -> TrainError {
         match self {

@@ -32,8 +32,8 @@ mod spec;
 pub(crate) mod step;
 
 pub use backend::StepBackend;
-pub(crate) use checkpoints::RankFailure;
 pub use checkpoints::{CheckpointOptions, SavePolicy, resume_point};
+pub(crate) use checkpoints::{RankFailure, RankReaction, every_rank};
 pub use control::StepControl;
 pub use divergence::{Diverged, check_loss};
 pub use error::TrainError;

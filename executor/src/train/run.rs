@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use dsplan_planner::plan::{ModelGraph, Plan, PlanBackend, Training};
 
-use super::checkpoints::{CheckpointOptions, RankFailure, fresh_scaler};
+use super::checkpoints::{CheckpointOptions, every_rank, fresh_scaler};
 use super::plan::compile_plan;
 use super::rank::{Gather, run_rank};
 use super::{StepControl, TrainError, TrainReport, TrainSpec};
@@ -82,23 +82,7 @@ pub fn train_planned_with(
     .map_err(TrainError::Comm)?;
     let seconds = started.elapsed().as_secs_f64();
 
-    let mut ranks = Vec::with_capacity(world);
-    let mut failures: Vec<(usize, RankFailure)> = Vec::new();
-    for (rank, outcome) in outcomes.into_iter().enumerate() {
-        match outcome {
-            Ok(outcome) => ranks.push(outcome),
-            Err(error) => failures.push((rank, error)),
-        }
-    }
-    if !failures.is_empty() {
-        // A rank's own failure, rather than the others noticing that it left.
-        let own = failures
-            .iter()
-            .position(|(_, e)| !e.is_secondary())
-            .unwrap_or(0);
-        let (rank, error) = failures.swap_remove(own);
-        return Err(error.into_train_error(rank));
-    }
+    let mut ranks = every_rank(outcomes).map_err(|(rank, error)| error.into_train_error(rank))?;
     let masters: Vec<Vec<f32>> = ranks
         .iter_mut()
         .map(|r| std::mem::take(&mut r.master))

@@ -122,6 +122,14 @@ pub fn processes_per_gpu(local_ranks: usize, visible: usize) -> usize {
 }
 
 impl Placement {
+    /// How many distinct GPUs the ranks train on.
+    pub fn gpus(&self) -> usize {
+        let mut distinct = self.ordinals.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        distinct.len()
+    }
+
     /// The most ranks that train on one GPU (their device memory adds up there).
     pub fn busiest(&self) -> usize {
         let mut ordinals = self.ordinals.clone();

@@ -43,7 +43,9 @@ use crate::metrics::{DeviceRun, MemoryReport, StepMetrics};
 use crate::model::ModelConfig;
 use crate::train::run::{Prepared, prepare};
 use crate::train::step::{Driven, drive};
-use crate::train::{CheckpointOptions, RankFailure, TrainError, TrainReport, TrainSpec};
+use crate::train::{
+    CheckpointOptions, RankFailure, RankReaction, TrainError, TrainReport, TrainSpec, every_rank,
+};
 use crate::zero::Dtype as ModelDtype;
 
 /// A rank's device model and its step, built and checked on the host.
@@ -186,35 +188,14 @@ pub fn train_cuda_planned(
         .map_err(TrainError::Comm)?
     };
     let seconds = started.elapsed().as_secs_f64();
-    let mut ranks = Vec::with_capacity(world);
-    let mut failures = Vec::new();
-    for (rank, outcome) in outcomes.into_iter().enumerate() {
-        match outcome {
-            Ok(result) => ranks.push(result),
-            Err(error) => failures.push((rank, error)),
-        }
-    }
-    if !failures.is_empty() {
-        // A rank's own failure, rather than the others noticing that it left.
-        let own = failures
-            .iter()
-            .position(|(_, e)| !e.is_secondary())
-            .unwrap_or(0);
-        let (rank, error) = failures.swap_remove(own);
-        return Err(error.at(rank, world));
-    }
+    let mut ranks = every_rank(outcomes).map_err(|(rank, error)| error.at(rank, world))?;
     let masters: Vec<Vec<f32>> = ranks
         .iter_mut()
         .map(|r| std::mem::take(&mut r.master))
         .collect();
     let memory = ranks.iter().map(|r| r.memory).collect();
     let traffic = ranks.iter().map(|r| r.traffic.clone()).collect();
-    let gpus = {
-        let mut distinct = placement.ordinals.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        distinct.len()
-    };
+    let gpus = placement.gpus();
     let first = ranks
         .into_iter()
         .next()
@@ -369,14 +350,16 @@ impl From<CudaError> for RankError {
     }
 }
 
-impl RankError {
+impl RankReaction for RankError {
     fn is_secondary(&self) -> bool {
         match self {
             RankError::Setup(_) => false,
             RankError::Loop(failure) => failure.is_secondary(),
         }
     }
+}
 
+impl RankError {
     /// The run's error for this failure of rank `rank` of `world`.
     fn at(self, rank: usize, world: usize) -> CudaTrainError {
         match self {
