@@ -2,7 +2,14 @@
 # The GPU kit: everything issue 11 (item 5) and issue 16 ask of a lent GPU, in one command of
 # under 8 minutes on a machine without cargo. See bench/README.md, "The GPU kit".
 #
-#   bench/gpu_check.sh [--dry] [--kit DIR] [--budget SECONDS] [--keep DIR]
+#   bench/gpu_check.sh [--dry] [--kit DIR] [--budget SECONDS] [--keep DIR] [--parts LIST]
+#                      [--ds-width N]
+#
+# --parts picks groups (default all: check,stages,torch,tests,w2,llama,ds; `report` always runs),
+# so a rerun after fixes spends device time only where it must. Order: report and check; the
+# timed runs alone on the GPU (stages, torch); then, sharing the GPU because nothing there is
+# timed against a target, the tests, the W = 2 and Llama runs, and DeepSpeed's memory runs
+# (--ds-width processes at a time, default 4).
 #
 # Parts, each time-boxed (and all inside --budget, default 470 s) so one failure or hang does
 # not eat the rest; a part's status (ok, failed, timeout, skipped) goes into the results:
@@ -35,13 +42,16 @@ set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
-mode=gpu kit="$root/.gpukit" budget=470 keep=""
+mode=gpu kit="$root/.gpukit" budget=470 keep="" ds_width=4
+parts="check,stages,torch,tests,w2,llama,ds"
 while (($#)); do
     case "$1" in
         --dry) mode=dry; shift ;;
         --kit) kit="$2"; shift 2 ;;
         --budget) budget="$2"; shift 2 ;;
         --keep) keep="$2"; shift 2 ;;
+        --parts) parts="$2"; shift 2 ;;
+        --ds-width) ds_width="$2"; shift 2 ;;
         *) echo "unknown option $1 (see the head of $0)" >&2; exit 2 ;;
     esac
 done
@@ -131,49 +141,63 @@ echo "torch: $have_torch (CUDA: $have_cuda_torch), deepspeed: $have_ds"
 jit_pid=""
 if [[ $mode == gpu && $have_ds == yes && $have_cuda_torch == yes ]]; then
     export TORCH_EXTENSIONS_DIR="$work/torch_extensions"
-    ( "$python" - >"$work/ds_jit.log" 2>&1 <<'PY'
-import os, time, torch
+    # Two processes (not threads: DeepSpeed's builder edits os.environ while it builds).
+    ds_build() {
+        "$python" - "$1" <<'PY2'
+import os, sys, time, torch
 major, minor = torch.cuda.get_device_capability()
 os.environ.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")
 t = time.time()
-from deepspeed.ops.op_builder import CPUAdamBuilder, FusedAdamBuilder
-FusedAdamBuilder().load()
-CPUAdamBuilder().load()
-print(f"deepspeed ops built in {time.time() - t:.0f} s")
-PY
-    ) &
+from deepspeed.ops import op_builder
+getattr(op_builder, sys.argv[1])().load()
+print(f"deepspeed {sys.argv[1]} built in {time.time() - t:.0f} s")
+PY2
+    }
+    ( ds_build FusedAdamBuilder >"$work/ds_jit.log" 2>&1 &
+      ds_build CPUAdamBuilder >"$work/ds_jit_cpu.log" 2>&1
+      wait ) &
     jit_pid=$!
 fi
+
+# --- which parts run (--parts): a rerun after fixes names only what it needs
+want() { [[ ",$parts," == *",$1,"* ]]; }
+echo "== parts: $parts"
 
 # --- 1. the report, and the check
 part report 30 "$bin" report --format json && cp "$work/report.log" "$work/report.json"
 "$bin" report 2>&1 | tee "$work/report.txt" | tail -n 12
-if [[ $mode == gpu ]]; then
-    part check 150 "$bin" report --check --format json
+if ! want check; then
+    skip check "not in --parts"
+elif [[ $mode == gpu ]]; then
+    part check 120 "$bin" report --check --format json
 else
     part check 30 expect=2 "$bin" report --check --format json
 fi
 # The JSON is on stdout, progress on stderr: keep the JSON object alone.
-"$python" - "$work/check.log" "$work/check.json" <<'PY'
+"$python" - "$work/check.log" "$work/check.json" <<'PY2'
 import json, sys
-text = open(sys.argv[1], errors="replace").read()
+try:
+    text = open(sys.argv[1], errors="replace").read()
+except OSError:
+    text = ""
 start = text.find("{\n")
 try:
     obj, _ = json.JSONDecoder().raw_decode(text[start:]) if start >= 0 else (None, 0)
 except ValueError:
     obj = None
 json.dump(obj or {"check": {"status": "not-run", "reason": "no JSON in check.log"}}, open(sys.argv[2], "w"))
-PY
+PY2
 
-# --- 2. dsplan training: GPT-2 124M bf16 at stages 0-3 (dry: tiny-gpt2 on the CPU)
+# --- 2. dsplan training: GPT-2 124M bf16 at stages 0-3 (dry: tiny-gpt2 on the CPU). Configs
+# first (the Llama and W = 2 parts derive theirs from them), then the runs; a stage 0 that hangs
+# skips stages 1-3 (they would hang the same way and eat the budget), one that fails fast does not.
 if [[ $mode == gpu ]]; then
     batch=16 seq=1024 warmup=3 timed=7 model=gpt2 device=cuda
 else
     batch=2 seq=64 warmup=1 timed=2 model=tiny-gpt2 device=cpu
 fi
 for stage in 0 1 2 3; do
-    config="$work/zero${stage}_bf16.json"
-    cat >"$config" <<JSON
+    cat >"$work/zero${stage}_bf16.json" <<JSON
 {
   "train_micro_batch_size_per_gpu": $batch,
   "gradient_accumulation_steps": 1,
@@ -184,14 +208,66 @@ for stage in 0 1 2 3; do
   "zero_optimization": { "stage": $stage }
 }
 JSON
-    part "stage$stage" 75 bash -c "'$bin' run '$config' --device $device --model $model \
+done
+stage_hung=""
+for stage in 0 1 2 3; do
+    if ! want stages; then skip "stage$stage" "not in --parts"; continue; fi
+    if [[ -n $stage_hung ]]; then skip "stage$stage" "stage 0 timed out"; continue; fi
+    part "stage$stage" 60 bash -c "'$bin' run '$work/zero${stage}_bf16.json' --device $device --model $model \
         --steps $((warmup + timed)) --seq-len $seq --metrics '$work/dsplan_stage$stage.jsonl' \
         --format json >'$work/dsplan_stage$stage.json'"
+    [[ $stage == 0 ]] && grep -q $'^stage0\ttimeout' "$work/parts.tsv" && stage_hung=yes
 done
 
-# --- 2b. the Llama family on the device: a ~100M LLaMA (V 32000, C 768, L 8, 12 heads over 4,
-# head 64, SwiGLU 2048, untied) from its config.json, bf16 stage 0, without and with activation
-# checkpointing (measured vs planned memory in each JSON). Dry: tiny-llama on the CPU.
+# --- 3. PyTorch eager and torch.compile on the same device, alone on it like dsplan's runs
+for mode_name in eager compile; do
+    box=$([[ $mode_name == compile ]] && echo 120 || echo 60)
+    if ! want torch; then
+        skip "torch_$mode_name" "not in --parts"
+    elif [[ $mode == gpu && $have_cuda_torch == yes ]]; then
+        part "torch_$mode_name" "$box" bash -c "cd '$here' && PYTHONUNBUFFERED=1 '$python' torch_gpu_step.py \
+            --mode $mode_name --batch $batch --seq $seq --steps $timed --warmup $warmup"
+    elif [[ $mode == dry && $have_torch == yes ]]; then
+        part "torch_$mode_name" "$box" bash -c "cd '$here' && '$python' torch_gpu_step.py --device cpu \
+            --model nn --preset tiny --mode $mode_name --batch $batch --seq $seq --steps $timed --warmup $warmup"
+    elif [[ $mode == dry ]]; then
+        skip "torch_$mode_name" "torch is not importable by $python here (dry run; on the GPU machine it is)"
+    else
+        skip "torch_$mode_name" "torch with CUDA is not importable by $python"
+    fi
+    [[ -f "$work/torch_$mode_name.log" ]] && tail -n 1 "$work/torch_$mode_name.log" >"$work/torch_$mode_name.json"
+done
+
+# --- 4. Nothing timed from here on that the targets need, so three things share the GPU:
+# (a) the ignored GPU tests, (b) the W = 2 runs then the Llama runs (their memory, not their
+# speed, is the point), (c) in the foreground DeepSpeed's memory runs, --ds-width at a time
+# (each process's caching allocator counts only its own tensors, so the peaks do not mix).
+run_tests() {
+    local t
+    for t in cuda_kernels cuda_train cuda_world cuda_probe; do
+        if ! want tests; then
+            skip "tests_$t" "not in --parts"
+        elif [[ ! -x "$tests_dir/$t" ]]; then
+            skip "tests_$t" "no test binary $tests_dir/$t (run bench/gpu_kit_pack.sh)"
+        elif [[ $mode == gpu && $t != cuda_probe ]]; then
+            part "tests_$t" 150 "$tests_dir/$t" --ignored --test-threads=1 --nocapture
+        else
+            # Dry (and cuda_probe everywhere): list the tests and run the host ones.
+            "$tests_dir/$t" --list --ignored >"$work/list_${t}.log" 2>&1
+            part "tests_$t" 60 "$tests_dir/$t" --test-threads=1
+        fi
+    done
+}
+
+# World size 2: two thread ranks sharing GPU 0 (CUDA_VISIBLE_DEVICES=0: the collectives staged
+# through host memory, NCCL refusing two ranks on one GPU), stages 1-3, micro-batch half of
+# W = 1's per rank (the same tokens per step); tokens/s, each rank's device buffers vs the
+# plan's. Dry: tiny-gpt2 as two CPU thread ranks.
+# The Llama family: a ~100M LLaMA (V 32000, C 768, L 8, 12 heads over 4, head 64, SwiGLU 2048,
+# untied) from its config.json, bf16 stage 0, without and with activation checkpointing
+# (measured vs planned memory in each JSON). Dry: tiny-llama on the CPU.
+w2_batch=$((batch / 2 > 0 ? batch / 2 : 1))
+w2_steps=$((warmup + 3))
 llama_shape="$work/llama_100m_config.json"
 cat >"$llama_shape" <<'JSON'
 { "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32000,
@@ -201,55 +277,35 @@ cat >"$llama_shape" <<'JSON'
   "tie_word_embeddings": false }
 JSON
 llama_model=$([[ $mode == gpu ]] && echo "$llama_shape" || echo tiny-llama)
-"$python" - "$work/zero0_bf16.json" "$work/zero0_bf16_ckpt.json" <<'PY'
+"$python" - "$work/zero0_bf16.json" "$work/zero0_bf16_ckpt.json" <<'PY2'
 import json, sys
 config = json.load(open(sys.argv[1]))
 config["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False}
 json.dump(config, open(sys.argv[2], "w"), indent=2)
-PY
-for variant in llama llama_ckpt; do
-    config="$work/zero0_bf16$([[ $variant == llama_ckpt ]] && echo _ckpt).json"
-    part "$variant" 60 bash -c "'$bin' run '$config' --device $device --model '$llama_model' \
-        --steps $((warmup + timed)) --seq-len $seq --metrics '$work/dsplan_$variant.jsonl' \
-        --format json >'$work/dsplan_$variant.json'"
-done
-
-# --- 3. PyTorch eager and torch.compile on the same device
-for mode_name in eager compile; do
-    box=$([[ $mode_name == compile ]] && echo 150 || echo 75)
-    if [[ $mode == gpu && $have_cuda_torch == yes ]]; then
-        part "torch_$mode_name" "$box" bash -c "cd '$here' && PYTHONUNBUFFERED=1 '$python' torch_gpu_step.py \
-            --mode $mode_name --batch $batch --seq $seq --steps $timed --warmup $warmup"
-    elif [[ $mode == dry && $have_torch == yes ]]; then
-        part "torch_$mode_name" "$box" bash -c "cd '$here' && '$python' torch_gpu_step.py --device cpu \
-            --model nn --preset tiny --mode $mode_name --batch $batch --seq $seq --steps $timed --warmup $warmup"
-    else
-        if [[ $mode == dry ]]; then
-            skip "torch_$mode_name" "torch is not importable by $python here (dry run; on the GPU machine it is)"
-        else
-            skip "torch_$mode_name" "torch with CUDA is not importable by $python"
-        fi
-    fi
-    [[ -f "$work/torch_$mode_name.log" ]] && tail -n 1 "$work/torch_$mode_name.log" >"$work/torch_$mode_name.json"
-done
-
-# --- 4. the ignored GPU tests (background) while DeepSpeed measures memory (foreground)
-run_tests() {
-    local t
-    for t in cuda_kernels cuda_train cuda_probe cuda_world; do
-        if [[ ! -x "$tests_dir/$t" ]]; then
-            skip "tests_$t" "no test binary $tests_dir/$t (run bench/gpu_kit_pack.sh)"
-        elif [[ $mode == gpu && $t != cuda_probe ]]; then
-            part "tests_$t" 200 "$tests_dir/$t" --ignored --test-threads=1 --nocapture
-        else
-            # Dry (and cuda_probe everywhere): list the tests and run the host ones.
-            "$tests_dir/$t" --list --ignored >"$work/list_${t}.log" 2>&1
-            part "tests_$t" 60 "$tests_dir/$t" --test-threads=1
-        fi
+PY2
+run_w2_and_llama() {
+    local stage variant config
+    for stage in 1 2 3; do
+        if ! want w2; then skip "w2_stage$stage" "not in --parts"; continue; fi
+        config="$work/zero${stage}_bf16_w2.json"
+        sed "s/\"train_micro_batch_size_per_gpu\": $batch/\"train_micro_batch_size_per_gpu\": $w2_batch/" \
+            "$work/zero${stage}_bf16.json" >"$config"
+        part "w2_stage$stage" 60 bash -c "CUDA_VISIBLE_DEVICES=0 '$bin' run '$config' --device $device \
+            --model $model --world-size 2 --steps $w2_steps --seq-len $seq \
+            --metrics '$work/dsplan_w2_stage$stage.jsonl' --format json >'$work/dsplan_w2_stage$stage.json'"
+    done
+    for variant in llama llama_ckpt; do
+        if ! want llama; then skip "$variant" "not in --parts"; continue; fi
+        config="$work/zero0_bf16$([[ $variant == llama_ckpt ]] && echo _ckpt).json"
+        part "$variant" 60 bash -c "'$bin' run '$config' --device $device --model '$llama_model' \
+            --steps $((warmup + timed)) --seq-len $seq --metrics '$work/dsplan_$variant.jsonl' \
+            --format json >'$work/dsplan_$variant.json'"
     done
 }
 run_tests &
 tests_pid=$!
+run_w2_and_llama &
+w2_pid=$!
 
 ds_specs=()
 for model_name in gpt2 gpt2-medium; do
@@ -270,27 +326,27 @@ for spec in "${ds_specs[@]}"; do
     "${estimate[@]}" --cuda-context 0B --fragmentation 0 >"$stem.estimate_tensors.json" 2>>"$stem.estimate.err" || true
 done
 echo "== deepspeed configs written and estimated: ${#ds_specs[@]}"
-if [[ $mode == gpu && $have_ds == yes && $have_cuda_torch == yes ]]; then
+if ! want ds; then
+    skip ds_runs "not in --parts"
+elif [[ $mode == gpu && $have_ds == yes && $have_cuda_torch == yes ]]; then
     if [[ -n $jit_pid ]]; then
-        echo "== waiting for DeepSpeed's op build"; wait "$jit_pid"; tail -n 3 "$work/ds_jit.log"
+        echo "== waiting for DeepSpeed's op build"; wait "$jit_pid"; tail -qn 2 "$work/ds_jit.log" "$work/ds_jit_cpu.log"
     fi
     port=29600 ds_pids=()
     for spec in "${ds_specs[@]}"; do
         read -r model_name stage offload <<<"$spec"
         stem="$work/ds/${model_name}_z${stage}_${offload}"
         name="ds_${model_name}_z${stage}_${offload}"
-        # Three at a time: each process's caching allocator counts only its own tensors, so
-        # the measurements do not mix (the run times do; they are not the point here).
         (
             export MASTER_PORT=$port
-            part "$name" 150 env PYTHONUNBUFFERED=1 "$python" "$here/ds_memory.py" \
+            part "$name" 120 env PYTHONUNBUFFERED=1 "$python" "$here/ds_memory.py" \
                 --model "$model_name" --stage "$stage" --offload-optimizer "$offload" \
                 --micro-batch "$ds_batch" --seq "$ds_seq" --config-out "$stem.config.json"
             tail -n 1 "$work/$name.log" >"$stem.run.json"
         ) &
         ds_pids+=($!)
         port=$((port + 1))
-        if ((${#ds_pids[@]} >= 3)); then wait "${ds_pids[0]}"; ds_pids=("${ds_pids[@]:1}"); fi
+        if ((${#ds_pids[@]} >= ds_width)); then wait "${ds_pids[0]}"; ds_pids=("${ds_pids[@]:1}"); fi
     done
     for pid in "${ds_pids[@]}"; do wait "$pid"; done
 elif [[ $mode == dry ]]; then
@@ -298,23 +354,7 @@ elif [[ $mode == dry ]]; then
 else
     skip ds_runs "deepspeed or torch with CUDA is not importable by $python (wheels in $kit/wheels?)"
 fi
-wait "$tests_pid"
-
-# --- 4a. World size 2, last (issue 16's parts come first when time is short): two thread
-# ranks sharing GPU 0 (CUDA_VISIBLE_DEVICES=0: the collectives staged through host memory,
-# NCCL refusing two ranks on one GPU), stages 1-3, micro-batch half of W=1's per rank (the
-# same tokens per step); tokens/s, each rank's device buffers vs the plan's. Dry: tiny-gpt2
-# as two CPU thread ranks.
-w2_batch=$((batch / 2 > 0 ? batch / 2 : 1))
-w2_steps=$((warmup + 3))
-for stage in 1 2 3; do
-    config="$work/zero${stage}_bf16_w2.json"
-    sed "s/\"train_micro_batch_size_per_gpu\": $batch/\"train_micro_batch_size_per_gpu\": $w2_batch/" \
-        "$work/zero${stage}_bf16.json" >"$config"
-    part "w2_stage$stage" 60 bash -c "CUDA_VISIBLE_DEVICES=0 '$bin' run '$config' --device $device \
-        --model $model --world-size 2 --steps $w2_steps --seq-len $seq \
-        --metrics '$work/dsplan_w2_stage$stage.jsonl' --format json >'$work/dsplan_w2_stage$stage.json'"
-done
+wait "$tests_pid" "$w2_pid"
 
 # --- 5. the results
 if [[ $mode == gpu ]]; then
