@@ -3,7 +3,10 @@
 Trains a Hugging Face GPT-2 (random init from an explicit config, no download) with DeepSpeed
 0.19.8 on one GPU for `--steps` steps (bf16, AdamW, clipping 1.0, random tokens) and prints one
 JSON line: `torch.cuda.max_memory_allocated()` and `max_memory_reserved()` over the whole
-process (model build, `deepspeed.initialize`, the steps), next to what the config asked for.
+process (model build, `deepspeed.initialize`, the steps), next to what the config asked for,
+and `phases`: the allocator's counters after `initialize` and after each step's forward,
+backward and optimizer step, each phase's peak measured alone (the peak counters are reset
+before it; the overall maxima are the largest of the phases').
 
 The DeepSpeed config it trains with is written to `--config-out` first, so `dsplan estimate
 --config <that file> --model <same> --seq-len <same>` reads the very same file. With
@@ -46,6 +49,21 @@ def ds_config(stage, offload, micro_batch):
         },
         "zero_optimization": zero,
         "wall_clock_breakdown": False,
+    }
+
+
+def phase_memory(phase, step):
+    """The allocator's counters at the end of a phase: its peaks since the last reset."""
+    import torch
+
+    torch.cuda.synchronize()
+    return {
+        "phase": phase,
+        "step": step,
+        "allocated": torch.cuda.memory_allocated(),
+        "max_allocated": torch.cuda.max_memory_allocated(),
+        "reserved": torch.cuda.memory_reserved(),
+        "max_reserved": torch.cuda.max_memory_reserved(),
     }
 
 
@@ -105,11 +123,21 @@ def main():
     )
     device = engine.device
     tokens = torch.randint(0, 50257, (args.micro_batch, args.seq), device=device)
+    # Where the peak is: each phase's own peak (the allocator's peak counters reset before it),
+    # and the overall maxima kept here across the resets.
+    torch.cuda.synchronize()
+    phases = [phase_memory("initialize", None)]
     losses = []
-    for _ in range(args.steps):
+    for step in range(args.steps):
+        torch.cuda.reset_peak_memory_stats()
         loss = engine(input_ids=tokens, labels=tokens).loss
+        phases.append(phase_memory("forward", step))
+        torch.cuda.reset_peak_memory_stats()
         engine.backward(loss)
+        phases.append(phase_memory("backward", step))
+        torch.cuda.reset_peak_memory_stats()
         engine.step()
+        phases.append(phase_memory("step", step))
         losses.append(loss.item())
     torch.cuda.synchronize()
     print(
@@ -125,8 +153,9 @@ def main():
                 "attention": args.attention,
                 "attention_used": getattr(model.config, "_attn_implementation", None),
                 "zero_init": zero_init,
-                "max_allocated": torch.cuda.max_memory_allocated(),
-                "max_reserved": torch.cuda.max_memory_reserved(),
+                "max_allocated": max(p["max_allocated"] for p in phases),
+                "max_reserved": max(p["max_reserved"] for p in phases),
+                "phases": phases,
                 "allocated_after": torch.cuda.memory_allocated(),
                 "losses": losses,
                 "seconds": time.perf_counter() - started,

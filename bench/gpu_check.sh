@@ -5,7 +5,8 @@
 #   bench/gpu_check.sh [--dry] [--kit DIR] [--budget SECONDS] [--keep DIR] [--parts LIST]
 #                      [--ds-width N]
 #
-# --parts picks groups (default all: check,stages,torch,tests,w2,llama,ds; `report` always runs),
+# --parts picks groups (default all: check,stages,torch,profile,tests,mpi,w2,llama,ds; `report`
+# always runs),
 # so a rerun after fixes spends device time only where it must. Order: report and check; the
 # timed runs alone on the GPU (stages, torch); then, sharing the GPU because nothing there is
 # timed against a target, the tests, the W = 2 and Llama runs, and DeepSpeed's memory runs
@@ -24,6 +25,10 @@
 #   llama, llama_ckpt  `dsplan run --device cuda` on a ~100M LLaMA (GQA, head 64), bf16 stage 0,
 #               without and with activation checkpointing (dsplan_llama*.json in the work dir)
 #   torch_*     PyTorch eager and torch.compile on the same GPU (bench/torch_gpu_step.py)
+#   profile     Nsight Compute's duration of every kernel of 2 steps of stage 0 (ncu_summary.py:
+#               where the step's GPU time goes, and the sum against the step's wall time)
+#   mpi_*       issue 12: 2 processes sharing the GPU under mpirun (bin/dsplan-mpi, the `mpi`
+#               feature), stages 1-3, against 2 thread ranks: the saved models byte for byte
 #   tests_*     the ignored GPU tests (test binaries built and stripped by gpu_kit_pack.sh),
 #               run while the DeepSpeed runs are going (they time nothing); tests_cuda_world
 #               is W = 2: two thread ranks sharing the GPU run the plan's collectives through
@@ -43,7 +48,7 @@ set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 mode=gpu kit="$root/.gpukit" budget=470 keep="" ds_width=4
-parts="check,stages,torch,tests,w2,llama,ds"
+parts="check,stages,torch,profile,tests,mpi,w2,llama,ds"
 while (($#)); do
     case "$1" in
         --dry) mode=dry; shift ;;
@@ -56,6 +61,9 @@ while (($#)); do
     esac
 done
 python="${PYTHON:-python3}"
+if [[ $mode == dry && -z "${PYTHON:-}" && -x "$here/.venv/bin/python" ]]; then
+    python="$here/.venv/bin/python"  # has torch: the dry run exercises the torch parts too
+fi
 start=$(date +%s)
 deadline=$((start + budget))
 work="${keep:-$(mktemp -d /tmp/dsplan-gpu-check.XXXXXX)}"
@@ -135,6 +143,14 @@ have_torch=no have_cuda_torch=no have_ds=no
 "$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null && have_cuda_torch=yes
 "$python" -c "import deepspeed" >/dev/null 2>&1 && have_ds=yes
 echo "torch: $have_torch (CUDA: $have_cuda_torch), deepspeed: $have_ds"
+# The image sets TORCH_CUDA_ARCH_LIST with an arch suffix ("9.0a"), which DeepSpeed 0.19.8's
+# JIT builder cannot parse (seen on an H200, 2026-11-26): name the device's own capability.
+if [[ $mode == gpu && $have_cuda_torch == yes ]]; then
+    echo "TORCH_CUDA_ARCH_LIST was '${TORCH_CUDA_ARCH_LIST:-}'"
+    TORCH_CUDA_ARCH_LIST="$("$python" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())')"
+    export TORCH_CUDA_ARCH_LIST
+    echo "TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
+fi
 
 # DeepSpeed's FusedAdam and CPUAdam JIT-compile (nvcc, ninja) in the background from the
 # start, so the memory runs later find them built.
@@ -238,6 +254,45 @@ for mode_name in eager compile; do
     [[ -f "$work/torch_$mode_name.log" ]] && tail -n 1 "$work/torch_$mode_name.log" >"$work/torch_$mode_name.json"
 done
 
+# The device's copy bandwidth (the ceiling the AdamW kernel is held against): a 4 GiB
+# device-to-device copy through PyTorch, median of 20 after 3 warm-ups, bytes read + written.
+if want profile && [[ $mode == gpu && $have_cuda_torch == yes ]]; then
+    part copy_bandwidth 30 "$python" -c '
+import json, statistics, torch
+n = 1 << 30
+a = torch.randn(n, device="cuda"); b = torch.empty_like(a)
+times = []
+for i in range(23):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); b.copy_(a); e.record(); torch.cuda.synchronize()
+    if i >= 3: times.append(s.elapsed_time(e) / 1e3)
+t = statistics.median(times)
+print(json.dumps({"bytes_moved": 2 * 4 * n, "seconds": t, "bytes_per_s": 2 * 4 * n / t}))'
+    tail -n 1 "$work/copy_bandwidth.log" >"$work/copy_bandwidth.json"
+fi
+
+# --- 3b. Where the step's GPU time goes: Nsight Compute times every kernel of 2 stage-0 steps
+# (clocks and caches as found: --clock-control none, --cache-control none).
+ncu_bin="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)"
+if ! want profile; then
+    skip profile "not in --parts"
+elif [[ $mode != gpu ]]; then
+    skip profile "dry run: Nsight Compute needs a GPU"
+elif [[ -z $ncu_bin ]]; then
+    skip profile "ncu not found"
+else
+    part profile 90 "$ncu_bin" --clock-control none --cache-control none \
+        --metrics gpu__time_duration.sum --csv --page raw --print-units base \
+        --log-file "$work/profile.csv" "$bin" run "$work/zero0_bf16.json" --device cuda \
+        --model $model --steps 2 --seq-len $seq
+    # The CSV is in --log-file; should this ncu print it to stdout instead, the part's log has it.
+    for csv in "$work/profile.csv" "$work/profile.log"; do
+        "$python" "$here/ncu_summary.py" "$csv" --steps 2 --json-out "$work/profile_summary.json" \
+            >"$work/profile_summary.txt" 2>&1 && break
+    done
+    head -n 25 "$work/profile_summary.txt"; tail -n 1 "$work/profile_summary.txt"
+fi
+
 # --- 4. Nothing timed from here on that the targets need, so three things share the GPU:
 # (a) the ignored GPU tests, (b) the W = 2 runs then the Llama runs (their memory, not their
 # speed, is the point), (c) in the foreground DeepSpeed's memory runs, --ds-width at a time
@@ -302,7 +357,32 @@ run_w2_and_llama() {
             --format json >'$work/dsplan_$variant.json'"
     done
 }
-run_tests &
+# Issue 12 on the GPU: 2 processes sharing GPU 0 under mpirun (the `mpi` feature: their
+# collectives staged through host memory over MPI) against 2 thread ranks, stages 1-3, gpt2
+# bf16 at 4 x 256 for 3 steps; the saved models must be equal byte for byte. Dry: the CPU.
+run_mpi() {
+    local stage config mpi_bin="$kit/bin/dsplan-mpi" mpi_model=$model mpi_seq=256 mpi_batch=4
+    [[ $mode == dry ]] && mpi_seq=$seq mpi_batch=$batch
+    for stage in 1 2 3; do
+        if ! want mpi; then skip "mpi_stage$stage" "not in --parts"; continue; fi
+        if [[ ! -x $mpi_bin ]] || ! command -v mpirun >/dev/null; then
+            skip "mpi_stage$stage" "no $mpi_bin or no mpirun"; continue
+        fi
+        config="$work/zero${stage}_bf16_mpi.json"
+        sed "s/\"train_micro_batch_size_per_gpu\": $batch/\"train_micro_batch_size_per_gpu\": $mpi_batch/" \
+            "$work/zero${stage}_bf16.json" >"$config"
+        local common="run '$config' --device $device --model $mpi_model --steps 3 --seq-len $mpi_seq"
+        part "mpi_stage$stage" 90 bash -c "set -e
+            CUDA_VISIBLE_DEVICES=0 '$mpi_bin' $common --world-size 2 --save-model '$work/mpi_threads$stage.safetensors'
+            CUDA_VISIBLE_DEVICES=0 mpirun --allow-run-as-root --oversubscribe --mca plm_rsh_agent false -np 2 \
+                -x LD_LIBRARY_PATH -x DSPLAN_KERNEL_CACHE -x CUDA_VISIBLE_DEVICES \
+                '$mpi_bin' $common --save-model '$work/mpi_processes$stage.safetensors'
+            cmp '$work/mpi_threads$stage.safetensors' '$work/mpi_processes$stage.safetensors'
+            echo 'processes equal threads byte for byte'"
+    done
+}
+run_tests_and_mpi() { run_tests; run_mpi; }
+run_tests_and_mpi &
 tests_pid=$!
 run_w2_and_llama &
 w2_pid=$!

@@ -5,6 +5,7 @@
 #   bench/gpu_kit_pack.sh [--kit DIR] [--no-wheels]
 #
 #   .gpukit/bin/dsplan           release build, stripped
+#   .gpukit/bin/dsplan-mpi       the same with the `mpi` feature (links libmpi.so.40: Open MPI 4.x)
 #   .gpukit/tests/cuda_kernels   the GPU test binaries (`cargo test --release --no-run`),
 #   .gpukit/tests/cuda_train       stripped; run there with --ignored
 #   .gpukit/tests/cuda_probe
@@ -38,12 +39,15 @@ cd "$root"
 rm -rf "$kit"
 mkdir -p "$kit/bin" "$kit/tests" "$kit/wheels"
 
+echo "== building dsplan with the mpi feature (release): bin/dsplan-mpi"
+target="${CARGO_TARGET_DIR:-$root/target}"
+cargo build --release --bin dsplan --features mpi
+cp "$target/release/dsplan" "$kit/bin/dsplan-mpi"
 echo "== building dsplan and the GPU test binaries (release)"
 cargo build --release --bin dsplan
 cargo test --release -p dsplan-executor --test cuda_kernels --test cuda_train --test cuda_probe \
     --test cuda_world \
     --no-run --message-format=json 2>/dev/null >"$kit/.build.json"
-target="${CARGO_TARGET_DIR:-$root/target}"
 cp "$target/release/dsplan" "$kit/bin/dsplan"
 python3 - "$kit/.build.json" "$kit/tests" <<'PY'
 import json, shutil, sys
@@ -57,7 +61,7 @@ for line in open(sys.argv[1]):
         shutil.copy(exe, f"{sys.argv[2]}/{msg['target']['name']}")
 PY
 rm "$kit/.build.json"
-strip "$kit/bin/dsplan" "$kit"/tests/*
+strip "$kit/bin/dsplan" "$kit/bin/dsplan-mpi" "$kit"/tests/*
 for t in cuda_kernels cuda_train cuda_probe cuda_world; do
     [[ -x "$kit/tests/$t" ]] || { echo "error: test binary $t was not built" >&2; exit 1; }
 done

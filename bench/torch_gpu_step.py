@@ -38,7 +38,7 @@ def main():
 
     device = torch.device(args.device)
     torch.manual_seed(0)
-    model, loss_of, wpe_numel = build_model(args.model, args.preset, "sdpa")
+    model, loss_of, wpe_numel, _, n_layer, n_embd = build_model(args.model, args.preset, "sdpa")
     model.to(device).train()
     n_params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(
@@ -47,7 +47,7 @@ def main():
     step_fn = loss_of
     if args.mode == "compile":
         step_fn = torch.compile(loss_of)
-    vocab, _, n_embd, n_layer, _ = PRESETS[args.preset]
+    vocab = PRESETS[args.preset][0]
     tokens = torch.randint(0, vocab, (args.batch, args.seq), device=device)
     n_tokens = args.batch * args.seq
 

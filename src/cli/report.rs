@@ -336,6 +336,7 @@ pub fn human_machine(machine: &MachineReport) -> String {
 fn metric_word(metric: Metric) -> &'static str {
     match metric {
         Metric::Relative => "rel",
+        Metric::NormRelative => "norm rel",
         Metric::ScalarRelative => "scalar rel",
         Metric::UpdateNorm => "update norm",
         Metric::Excess => "abs excess",

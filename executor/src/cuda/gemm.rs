@@ -3,9 +3,8 @@
 //! cuBLASLt is column-major; a row-major `(r, c)` matrix is the column-major `(c, r)` matrix
 //! with the same bytes, so each row-major product `C = A B` is issued as `C^T = B^T A^T`.
 //! Bias is fused through cuBLASLt's `BIAS` epilogue (added per output column). bf16/f16
-//! inputs run on tensor cores with f32 accumulation; **f32 inputs use cudarc's
-//! `CUBLAS_COMPUTE_32F_FAST_TF32`**, so f32 products carry TF32 rounding (about 1e-3 relative)
-//! and GPU tests compare them with that tolerance.
+//! inputs run on tensor cores with f32 accumulation (cudarc's `Matmul`); **f32 inputs run in
+//! full f32 precision** ([`full_f32`]: cudarc's f32 path is TF32, PyTorch's default is not).
 //!
 //! Every product of the step is one [`Product`] (which pass, the weight's layout, the sizes,
 //! the stride of the strided operand, overwrite or add); [`Product::plan`] turns it into the
@@ -14,10 +13,66 @@
 
 use std::sync::Arc;
 
+use cudarc::cublaslt::result::CublasError;
 use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
 use cudarc::driver::{CudaStream, CudaView, CudaViewMut};
 
 use super::error::CudaError;
+use super::launch::Storage;
+
+mod full_f32;
+
+/// An element type products run in, and how cuBLASLt computes them: bf16 and f16 on tensor
+/// cores with f32 accumulation (cudarc's `Matmul`), f32 in full f32 precision ([`full_f32`]).
+pub trait GemmElement: Storage {
+    /// `c = op(a) op(b) (+ bias) + beta c`, as `config` describes it.
+    ///
+    /// # Safety
+    /// Every operand's length matches `config` ([`Gemm::run`] checks them first).
+    unsafe fn matmul(
+        blas: &CudaBlasLT,
+        config: MatmulConfig,
+        a: &CudaView<'_, Self>,
+        b: &CudaView<'_, Self>,
+        c: &mut CudaViewMut<'_, Self>,
+        bias: Option<&CudaView<'_, Self>>,
+    ) -> Result<(), CublasError>;
+}
+
+impl GemmElement for f32 {
+    unsafe fn matmul(
+        blas: &CudaBlasLT,
+        config: MatmulConfig,
+        a: &CudaView<'_, f32>,
+        b: &CudaView<'_, f32>,
+        c: &mut CudaViewMut<'_, f32>,
+        bias: Option<&CudaView<'_, f32>>,
+    ) -> Result<(), CublasError> {
+        // SAFETY: the caller's promise.
+        unsafe { full_f32::matmul(blas, config, a, b, c, bias) }
+    }
+}
+
+/// bf16 and f16: cudarc's product (compute type `CUBLAS_COMPUTE_32F`).
+macro_rules! tensor_core_element {
+    ($t:ty) => {
+        impl GemmElement for $t {
+            unsafe fn matmul(
+                blas: &CudaBlasLT,
+                config: MatmulConfig,
+                a: &CudaView<'_, $t>,
+                b: &CudaView<'_, $t>,
+                c: &mut CudaViewMut<'_, $t>,
+                bias: Option<&CudaView<'_, $t>>,
+            ) -> Result<(), CublasError> {
+                // SAFETY: the caller's promise.
+                unsafe { Matmul::<$t>::matmul(blas, config, a, b, c, bias, None) }
+            }
+        }
+    };
+}
+tensor_core_element!(half::bf16);
+tensor_core_element!(half::f16);
 
 /// A cuBLASLt handle with its workspace, on one stream.
 #[derive(Debug)]
@@ -278,17 +333,14 @@ impl Gemm {
 
     /// The one call into cuBLASLt: `product` on the caller's `(out, first, second)` (see
     /// [`Product::plan`]), with a fused bias (forward only), every length checked first.
-    pub fn run<T>(
+    pub fn run<T: GemmElement>(
         &self,
         product: Product,
         out: &mut CudaViewMut<'_, T>,
         first: &CudaView<'_, T>,
         second: &CudaView<'_, T>,
         bias: Option<&CudaView<'_, T>>,
-    ) -> Result<(), CudaError>
-    where
-        CudaBlasLT: Matmul<T>,
-    {
+    ) -> Result<(), CudaError> {
         let plan = product.plan();
         let [a_shape, b_shape, c_shape] = plan.operands;
         let (a, b) = if plan.second_is_a {
@@ -309,22 +361,19 @@ impl Gemm {
         }
         // SAFETY: every operand's length matches the dimensions and strides given to
         // cuBLASLt (checked above).
-        unsafe { self.blas.matmul(plan.config, a, b, out, bias, None) }
+        unsafe { T::matmul(&self.blas, plan.config, a, b, out, bias) }
             .map_err(|e| CudaError::Blas(format!("{e:?}")))
     }
 
     /// `out (N, OC) = inp (N, IC) @ weight (IC, OC) + bias (OC)`: `matmul_forward`.
-    pub fn matmul_forward<T>(
+    pub fn matmul_forward<T: GemmElement>(
         &self,
         out: &mut CudaViewMut<'_, T>,
         inp: &CudaView<'_, T>,
         weight: &CudaView<'_, T>,
         bias: Option<&CudaView<'_, T>>,
         dims: (usize, usize, usize),
-    ) -> Result<(), CudaError>
-    where
-        CudaBlasLT: Matmul<T>,
-    {
+    ) -> Result<(), CudaError> {
         let product = dense(
             Pass::Forward,
             WeightLayout::InOut,
@@ -335,16 +384,13 @@ impl Gemm {
     }
 
     /// `dinp (N, IC) = dout (N, OC) @ weight^T`: the first half of `matmul_backward`.
-    pub fn matmul_backward_input<T>(
+    pub fn matmul_backward_input<T: GemmElement>(
         &self,
         dinp: &mut CudaViewMut<'_, T>,
         dout: &CudaView<'_, T>,
         weight: &CudaView<'_, T>,
         dims: (usize, usize, usize),
-    ) -> Result<(), CudaError>
-    where
-        CudaBlasLT: Matmul<T>,
-    {
+    ) -> Result<(), CudaError> {
         let product = dense(
             Pass::BackwardInput,
             WeightLayout::InOut,
@@ -356,16 +402,13 @@ impl Gemm {
 
     /// `dweight (IC, OC) += inp^T @ dout`: the second half of `matmul_backward` (the bias
     /// gradient is `Launcher::bias_backward`).
-    pub fn matmul_backward_weight<T>(
+    pub fn matmul_backward_weight<T: GemmElement>(
         &self,
         dweight: &mut CudaViewMut<'_, T>,
         inp: &CudaView<'_, T>,
         dout: &CudaView<'_, T>,
         dims: (usize, usize, usize),
-    ) -> Result<(), CudaError>
-    where
-        CudaBlasLT: Matmul<T>,
-    {
+    ) -> Result<(), CudaError> {
         let product = dense(
             Pass::BackwardWeight,
             WeightLayout::InOut,
@@ -379,7 +422,7 @@ impl Gemm {
     /// `(OC, IC)` (the Llama family's projections); `out`'s rows lie `out_stride` elements
     /// apart (a column block of a wider buffer when `out_stride > OC`).
     #[allow(clippy::too_many_arguments)]
-    pub fn linear_forward<T>(
+    pub fn linear_forward<T: GemmElement>(
         &self,
         out: &mut CudaViewMut<'_, T>,
         inp: &CudaView<'_, T>,
@@ -388,10 +431,7 @@ impl Gemm {
         dims: (usize, usize, usize),
         out_stride: usize,
         accumulate: Accumulate,
-    ) -> Result<(), CudaError>
-    where
-        CudaBlasLT: Matmul<T>,
-    {
+    ) -> Result<(), CudaError> {
         let product = Product {
             pass: Pass::Forward,
             weight: WeightLayout::OutIn,
@@ -405,7 +445,7 @@ impl Gemm {
     /// `dinp (N, IC) (+)= dout (N, OC) @ weight` with an `nn.Linear` weight `(OC, IC)`;
     /// `dout`'s rows lie `dout_stride` elements apart.
     #[allow(clippy::too_many_arguments)]
-    pub fn linear_backward_input<T>(
+    pub fn linear_backward_input<T: GemmElement>(
         &self,
         dinp: &mut CudaViewMut<'_, T>,
         dout: &CudaView<'_, T>,
@@ -413,10 +453,7 @@ impl Gemm {
         dims: (usize, usize, usize),
         dout_stride: usize,
         accumulate: Accumulate,
-    ) -> Result<(), CudaError>
-    where
-        CudaBlasLT: Matmul<T>,
-    {
+    ) -> Result<(), CudaError> {
         let product = Product {
             pass: Pass::BackwardInput,
             weight: WeightLayout::OutIn,
@@ -429,17 +466,14 @@ impl Gemm {
 
     /// `dweight (OC, IC) += dout^T @ inp` with an `nn.Linear` weight; `dout`'s rows lie
     /// `dout_stride` elements apart.
-    pub fn linear_backward_weight<T>(
+    pub fn linear_backward_weight<T: GemmElement>(
         &self,
         dweight: &mut CudaViewMut<'_, T>,
         inp: &CudaView<'_, T>,
         dout: &CudaView<'_, T>,
         dims: (usize, usize, usize),
         dout_stride: usize,
-    ) -> Result<(), CudaError>
-    where
-        CudaBlasLT: Matmul<T>,
-    {
+    ) -> Result<(), CudaError> {
         let product = Product {
             pass: Pass::BackwardWeight,
             weight: WeightLayout::OutIn,
@@ -452,16 +486,13 @@ impl Gemm {
 
     /// `logits (N, V) = lnf (N, C) @ wte^T`: `logits_forward` (the tied `lm_head`, an
     /// `nn.Linear` product over `wte (V, C)`).
-    pub fn logits_forward<T>(
+    pub fn logits_forward<T: GemmElement>(
         &self,
         logits: &mut CudaViewMut<'_, T>,
         lnf: &CudaView<'_, T>,
         wte: &CudaView<'_, T>,
         dims: (usize, usize, usize),
-    ) -> Result<(), CudaError>
-    where
-        CudaBlasLT: Matmul<T>,
-    {
+    ) -> Result<(), CudaError> {
         let product = dense(
             Pass::Forward,
             WeightLayout::OutIn,

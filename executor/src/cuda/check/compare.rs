@@ -21,6 +21,9 @@ pub enum CheckKind {
 pub enum Metric {
     /// `max |got - want| / (|want| + 1% of max |want|)`.
     Relative,
+    /// `‖got - want‖₂ / ‖want‖₂`: a matrix product's measure, since one element of a sum
+    /// that cancels can carry a large relative error that says nothing about the product.
+    NormRelative,
     /// `|got - want| / |want|` of one scalar (a loss, a norm).
     ScalarRelative,
     /// `‖Δgot - Δwant‖ / ‖Δwant‖` of an update (Δ: after minus before).
@@ -125,6 +128,24 @@ impl CheckRow {
         }
     }
 
+    /// A product's output against its reference with [`norm_relative_error`].
+    pub fn norm_relative(name: &str, dtype: &str, got: &[f32], want: &[f32], tol: f64) -> Self {
+        match norm_relative_error(got, want) {
+            Ok(errors) => CheckRow::measured(
+                CheckKind::Kernel,
+                name,
+                dtype,
+                Metric::NormRelative,
+                errors,
+                tol,
+            ),
+            Err(why) => CheckRow {
+                dtype: dtype.to_string(),
+                ..CheckRow::failed(CheckKind::Kernel, name, why)
+            },
+        }
+    }
+
     /// A kernel output against its reference with [`relative_error`].
     pub fn relative(name: &str, dtype: &str, got: &[f32], want: &[f32], tol: f64) -> Self {
         match relative_error(got, want) {
@@ -224,9 +245,61 @@ pub fn relative_error(got: &[f32], want: &[f32]) -> Result<(f64, f64), String> {
     Ok((worst, worst_abs))
 }
 
+/// `(‖g - w‖₂ / ‖w‖₂, max |g - w|)`; NaN when any element is NaN (or `w` is all zeros and
+/// `g` is not). An error when the lengths differ.
+pub fn norm_relative_error(got: &[f32], want: &[f32]) -> Result<(f64, f64), String> {
+    if got.len() != want.len() {
+        return Err(format!("{} elements, expected {}", got.len(), want.len()));
+    }
+    let (mut diff2, mut want2, mut worst_abs) = (0.0f64, 0.0f64, 0.0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        let diff = f64::from(g) - f64::from(w);
+        diff2 += diff * diff;
+        want2 += f64::from(w) * f64::from(w);
+        if diff.is_nan() || diff.abs() > worst_abs {
+            worst_abs = diff.abs();
+        }
+    }
+    let error = match (diff2, want2) {
+        (d, _) if d.is_nan() => f64::NAN,
+        (0.0, 0.0) => 0.0,
+        (_, 0.0) => f64::NAN,
+        (d, w) => (d / w).sqrt(),
+    };
+    Ok((error, worst_abs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_norm_relative_row_measures_the_whole_product_not_its_worst_element() {
+        // One element that cancels to nearly zero carries a 100% error; the product's
+        // norm-wise error stays small, and NaN still fails.
+        let want = [10.0f32, -10.0, 1e-3];
+        let got = [10.0f32, -10.0, 2e-3];
+        let row = CheckRow::norm_relative("x", "bf16", &got, &want, 1e-3);
+        assert_eq!(row.verdict, Verdict::Pass, "{row:?}");
+        assert!(
+            (row.error - 1e-3 / 200f64.sqrt()).abs() < 1e-9,
+            "{}",
+            row.error
+        );
+        assert_eq!(row.metric, Metric::NormRelative);
+        let row = CheckRow::relative("x", "bf16", &got, &want, 1e-3);
+        assert_eq!(
+            row.verdict,
+            Verdict::Fail,
+            "the element-wise measure fails it"
+        );
+        let row = CheckRow::norm_relative("x", "f32", &[f32::NAN, -10.0, 0.0], &want, 1.0);
+        assert_eq!(row.verdict, Verdict::Fail);
+        let row = CheckRow::norm_relative("x", "f32", &[1.0, 0.0], &[0.0, 0.0], 1.0);
+        assert_eq!(row.verdict, Verdict::Fail, "zero reference, nonzero output");
+        let row = CheckRow::norm_relative("x", "f32", &[1.0], &want, 1.0);
+        assert_eq!(row.verdict, Verdict::Fail, "length mismatch");
+    }
 
     #[test]
     fn a_relative_row_passes_within_tolerance_and_fails_beyond_or_on_nan() {

@@ -7,7 +7,7 @@
 //! mutable views of one allocation in safe code. Which region each operand lives in is fixed
 //! per op kind ([`Op::regions`], checked on the host for every op of the step).
 
-use cudarc::cublaslt::{CudaBlasLT, Matmul};
+use crate::cuda::gemm::GemmElement;
 use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut};
 use std::sync::Arc;
 
@@ -228,15 +228,12 @@ pub struct Executor<'m> {
 
 impl Executor<'_> {
     /// Runs `op` on `bufs`.
-    pub fn run<T: Storage>(
+    pub fn run<T: GemmElement>(
         &self,
         op: &Op,
         bufs: &mut DeviceBuffers<T>,
         scalars: &RunScalars,
-    ) -> Result<(), CudaError>
-    where
-        CudaBlasLT: Matmul<T>,
-    {
+    ) -> Result<(), CudaError> {
         if op.regions_ok().is_err() {
             return Err(shape_error(op));
         }

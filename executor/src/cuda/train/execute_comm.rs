@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cudarc::cublaslt::{CudaBlasLT, Matmul};
+use crate::cuda::gemm::GemmElement;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 use dsplan_planner::plan::Collective;
@@ -179,17 +179,14 @@ fn collective<T: Storage + Wire, D: DeviceComm>(
 
 /// Runs `ops` (a phase of the step) in order: compute ops on the [`Executor`], communication
 /// ops through `runner` and `comm`.
-pub fn run_phase<T: Storage + Wire, D: DeviceComm>(
+pub fn run_phase<T: GemmElement + Wire, D: DeviceComm>(
     ops: &[Op],
     executor: &Executor<'_>,
     runner: &mut CommRunner,
     bufs: &mut DeviceBuffers<T>,
     comm: &mut D,
     scalars: &RunScalars,
-) -> Result<(), CudaError>
-where
-    CudaBlasLT: Matmul<T>,
-{
+) -> Result<(), CudaError> {
     for op in ops {
         match op {
             Op::Collective(comm_op) => runner.run(comm_op, bufs, comm)?,

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use cudarc::cublaslt::{CudaBlasLT, Matmul};
+use crate::cuda::gemm::GemmElement;
 use cudarc::driver::CudaStream;
 use dsplan_planner::config::ZeroStage;
 use dsplan_planner::schedule::clip::fp32_clip_coefficient;
@@ -167,10 +167,7 @@ pub struct RankParts<'a, T: Storage, C> {
     pub grad_accum: usize,
 }
 
-impl<'a, T: Storage + Wire, C: RankComm> CudaStep<'a, T, C>
-where
-    CudaBlasLT: Matmul<T>,
-{
+impl<'a, T: GemmElement + Wire, C: RankComm> CudaStep<'a, T, C> {
     /// The backend of `parts`, its constant tables (`constants`) uploaded.
     pub fn new(
         parts: RankParts<'a, T, C>,
@@ -321,10 +318,7 @@ where
     }
 }
 
-impl<T: Storage + Wire, C: RankComm> StepBackend for CudaStep<'_, T, C>
-where
-    CudaBlasLT: Matmul<T>,
-{
+impl<T: GemmElement + Wire, C: RankComm> StepBackend for CudaStep<'_, T, C> {
     fn rank(&self) -> usize {
         self.rank
     }

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::cublaslt::{CudaBlasLT, Matmul};
+use crate::cuda::gemm::GemmElement;
 use cudarc::driver::{CudaContext, CudaStream};
 use dsplan_kernels::cache::CubinCache;
 use dsplan_planner::plan::{ModelGraph, Plan, PlanBackend};
@@ -36,7 +36,7 @@ use crate::comm::{Comm, CommTraffic, LocalComm, run_ranks};
 use crate::cuda::device_comm::{HostStaged, Wire};
 use crate::cuda::error::CudaError;
 use crate::cuda::gemm::Gemm;
-use crate::cuda::launch::{Launcher, Storage};
+use crate::cuda::launch::Launcher;
 use crate::cuda::modules::KernelModules;
 use crate::cuda::nccl::{NcclComm, nccl_present};
 use crate::metrics::{DeviceRun, MemoryReport, StepMetrics};
@@ -388,16 +388,13 @@ impl RankRun<'_> {
         }
     }
 
-    fn rank_on<T: Storage + Wire, C: RankComm>(
+    fn rank_on<T: GemmElement + Wire, C: RankComm>(
         &self,
         rank: usize,
         model: &RankModel,
         ordinal: usize,
         connect: impl FnOnce(&Arc<CudaContext>, &Arc<CudaStream>) -> Result<C, CudaError>,
-    ) -> Result<RankResult, RankError>
-    where
-        CudaBlasLT: Matmul<T>,
-    {
+    ) -> Result<RankResult, RankError> {
         let prepared = self.prepared;
         let RankModel { model, program } = model;
         let layout = model.sizes();

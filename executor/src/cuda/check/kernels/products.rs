@@ -1,7 +1,7 @@
 //! cuBLASLt's products against a plain row-major reference: every [`Product`] the step issues
 //! (GPT-2's `Conv1D` passes, the Llama family's `nn.Linear` passes with strided operands,
 //! bias and accumulation, and the tied logits), each described once and run by one loop in
-//! f32 (TF32) and bf16 (tensor cores). The reference itself is held against the CPU model's
+//! f32 (full precision) and bf16 (tensor cores), measured norm-wise. The reference itself is held against the CPU model's
 //! matmuls on the host.
 
 use super::{Random, stored, to_f32};
@@ -9,7 +9,6 @@ use crate::cuda::check::compare::CheckRow;
 use crate::cuda::check::gpu::Gpu;
 use crate::cuda::error::CudaError;
 use crate::cuda::gemm::{Accumulate, Gemm, Pass, Product, WeightLayout};
-use crate::cuda::launch::Storage;
 
 /// `(N, IC, OC)` of the checked products, and the row distance of the strided ones.
 const DIMS: (usize, usize, usize) = (64, 96, 160);
@@ -140,7 +139,10 @@ fn operands(product: Product, bias: bool, rng: &mut Random) -> [Vec<f32>; 4] {
     ]
 }
 
-/// Every product in f32 (TF32: about 1e-3 relative) and bf16.
+/// Every product in f32 and bf16, norm-wise against the f64 reference: f32 runs in full
+/// precision (rounding alone: about 1e-7 at these sizes), bf16 rounds its output to 8 bits
+/// (about 2e-3; an H200 measured 0.004-0.07 element-wise, a measure one cancelling element
+/// decides).
 pub(super) fn cublaslt(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
     let gemm = Gemm::new(gpu.stream.clone())?;
     let mut rng = Random(29);
@@ -151,8 +153,8 @@ pub(super) fn cublaslt(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaEr
             &gemm,
             product,
             &host,
-            &format!("cuBLASLt {name} (tf32)"),
-            5e-3,
+            &format!("cuBLASLt {name}"),
+            1e-5,
         )?);
         rows.push(run::<half::bf16>(
             gpu,
@@ -160,24 +162,21 @@ pub(super) fn cublaslt(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaEr
             product,
             &host,
             &format!("cuBLASLt {name}"),
-            2e-2,
+            1e-2,
         )?);
     }
     Ok(())
 }
 
 /// One product on the device in `T` against [`reference`] fed the same rounded inputs.
-fn run<T: Storage>(
+fn run<T: crate::cuda::gemm::GemmElement>(
     gpu: &Gpu,
     gemm: &Gemm,
     product: Product,
     [out, first, second, bias]: &[Vec<f32>; 4],
     name: &str,
     tol: f64,
-) -> Result<CheckRow, CudaError>
-where
-    cudarc::cublaslt::CudaBlasLT: cudarc::cublaslt::Matmul<T>,
-{
+) -> Result<CheckRow, CudaError> {
     let [
         (out_t, mut want),
         (first_t, first_r),
@@ -201,7 +200,7 @@ where
         bias_view.as_ref(),
     )?;
     let dtype = T::DTYPE.suffix();
-    Ok(CheckRow::relative(
+    Ok(CheckRow::norm_relative(
         name,
         dtype,
         &to_f32(&gpu.down(&d_out)?),

@@ -2,10 +2,10 @@
 //! step's allocations ([`DeviceBuffers`]), as `super::super::execute` runs the shared ops.
 //! **Needs a GPU**; nothing here is reached without one.
 
-use cudarc::cublaslt::{CudaBlasLT, Matmul};
+use crate::cuda::gemm::GemmElement;
 
 use crate::cuda::error::CudaError;
-use crate::cuda::launch::{Heads, Storage};
+use crate::cuda::launch::Heads;
 use crate::cuda::train::execute::{
     DeviceBuffers, Executor, RunScalars, carve, range, self_channels, shape_error,
 };
@@ -13,15 +13,12 @@ use crate::cuda::train::program::{LlamaOp, Op};
 
 impl Executor<'_> {
     /// Runs `op` on `bufs` (its operands' regions checked by the caller).
-    pub(crate) fn run_llama<T: Storage>(
+    pub(crate) fn run_llama<T: GemmElement>(
         &self,
         op: &LlamaOp,
         bufs: &mut DeviceBuffers<T>,
         scalars: &RunScalars,
-    ) -> Result<(), CudaError>
-    where
-        CudaBlasLT: Matmul<T>,
-    {
+    ) -> Result<(), CudaError> {
         let l = &self.launcher;
         let g = &self.gemm;
         let eps = self.eps;
