@@ -25,7 +25,7 @@
 #   llama, llama_ckpt  `dsplan run --device cuda` on a ~100M LLaMA (GQA, head 64), bf16 stage 0,
 #               without and with activation checkpointing (dsplan_llama*.json in the work dir)
 #   torch_*     PyTorch eager and torch.compile on the same GPU (bench/torch_gpu_step.py)
-#   profile     Nsight Compute's duration of every kernel of 2 steps of stage 0 (ncu_summary.py:
+#   profile     Nsight Compute's duration of every kernel of one step of stage 0 (ncu_summary.py:
 #               where the step's GPU time goes, and the sum against the step's wall time)
 #   mpi_*       issue 12: 2 processes sharing the GPU under mpirun (bin/dsplan-mpi, the `mpi`
 #               feature), stages 1-3, against 2 thread ranks: the saved models byte for byte
@@ -271,7 +271,7 @@ print(json.dumps({"bytes_moved": 2 * 4 * n, "seconds": t, "bytes_per_s": 2 * 4 *
     tail -n 1 "$work/copy_bandwidth.log" >"$work/copy_bandwidth.json"
 fi
 
-# --- 3b. Where the step's GPU time goes: Nsight Compute times every kernel of 2 stage-0 steps
+# --- 3b. Where the step's GPU time goes: Nsight Compute times every kernel of one stage-0 step
 # (clocks and caches as found: --clock-control none, --cache-control none).
 ncu_bin="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)"
 if ! want profile; then
@@ -281,13 +281,13 @@ elif [[ $mode != gpu ]]; then
 elif [[ -z $ncu_bin ]]; then
     skip profile "ncu not found"
 else
-    part profile 90 "$ncu_bin" --clock-control none --cache-control none \
+    part profile 120 "$ncu_bin" --clock-control none --cache-control none \
         --metrics gpu__time_duration.sum --csv --page raw --print-units base \
         --log-file "$work/profile.csv" "$bin" run "$work/zero0_bf16.json" --device cuda \
-        --model $model --steps 2 --seq-len $seq
+        --model $model --steps 1 --seq-len $seq
     # The CSV is in --log-file; should this ncu print it to stdout instead, the part's log has it.
     for csv in "$work/profile.csv" "$work/profile.log"; do
-        "$python" "$here/ncu_summary.py" "$csv" --steps 2 --json-out "$work/profile_summary.json" \
+        "$python" "$here/ncu_summary.py" "$csv" --steps 1 --json-out "$work/profile_summary.json" \
             >"$work/profile_summary.txt" 2>&1 && break
     done
     head -n 25 "$work/profile_summary.txt"; tail -n 1 "$work/profile_summary.txt"
