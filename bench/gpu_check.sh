@@ -109,7 +109,11 @@ part() {
     fi
     printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$(($(date +%s) - t0))" "$rc" "$note" >>"$work/parts.tsv"
     echo "== $name: $status ($(($(date +%s) - t0)) s) $note"
-    if [[ $status != ok ]]; then tail -n 8 "$work/$name.log" | sed 's/^/   | /'; fi
+    if [[ $status != ok ]]; then
+        # Why: the panics' first lines (a test binary prints them before its summary), then the end.
+        grep -A 3 "panicked at" "$work/$name.log" | head -n 24 | sed 's/^/   ! /'
+        tail -n 8 "$work/$name.log" | sed 's/^/   | /'
+    fi
     [[ $status == ok ]]
 }
 skip() {
@@ -422,7 +426,8 @@ elif [[ $mode == gpu && $have_ds == yes && $have_cuda_torch == yes ]]; then
             part "$name" 120 env PYTHONUNBUFFERED=1 "$python" "$here/ds_memory.py" \
                 --model "$model_name" --stage "$stage" --offload-optimizer "$offload" \
                 --micro-batch "$ds_batch" --seq "$ds_seq" --config-out "$stem.config.json"
-            tail -n 1 "$work/$name.log" >"$stem.run.json"
+            # ds_memory.py's JSON line (DeepSpeed and torch may print after it).
+            grep '^{"model"' "$work/$name.log" | tail -n 1 >"$stem.run.json"
         ) &
         ds_pids+=($!)
         port=$((port + 1))
@@ -448,7 +453,12 @@ fi
 "$python" "$here/gpu_kit_results.py" "$work" --out "$results" ${OUT:+--copy-to "$OUT"} $dry_flag \
     --commit "$commit" --warmup "$warmup" --batch "$batch" --seq "$seq" --w2-batch "$w2_batch"
 if [[ -n "${OUT:-}" ]]; then
+    # The logs come back only under 16 MiB: leave the models and the raw profile behind.
     tar -czf "$OUT/gpu_check_logs.tar.gz" -C "$work" --exclude=kernel-cache --exclude=torch_extensions \
-        --exclude=site --exclude=lib . 2>/dev/null
+        --exclude=site --exclude=lib --exclude='*.safetensors' --exclude=profile.csv . 2>/dev/null
+    if (($(stat -c %s "$OUT/gpu_check_logs.tar.gz") > 15 * 1048576)); then
+        echo "note: the logs are over 15 MiB; keeping the .log and .json files only"
+        (cd "$work" && find . -name '*.log' -o -name '*.json' | tar -czf "$OUT/gpu_check_logs.tar.gz" -T -)
+    fi
 fi
 echo "== done in $(($(date +%s) - start)) s; results: $results"

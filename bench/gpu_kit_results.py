@@ -125,6 +125,8 @@ def dsplan_llama(work, variant, warmup):
         "tokens_per_s": rate,
         "timed_steps": timed_steps,
         "device_peak_bytes": memory.get("driver_used"),
+        # Shared with DeepSpeed's memory runs: the driver's figure counts theirs too.
+        "device_peak_counts_other_processes": True,
         "device_allocated_bytes": memory.get("peak_total"),
         "plan_peak_bytes": memory.get("plan_peak_total"),
         "first_loss": (summary or {}).get("first_loss"),
@@ -164,6 +166,9 @@ def dsplan_stage(work, stage, warmup, torch_runs, batch, seq, dry, world=1):
         # the whole job's (both ranks share it), so MFU is of the one GPU.
         ranks = (cpu_memory.get("ranks") or []) if isinstance(cpu_memory, dict) else []
         row["ranks_allocated_bytes"] = [r.get("peak_total") for r in ranks]
+        # These runs share the GPU with DeepSpeed's memory runs (gpu_check.sh, part 4), so
+        # the driver's figure counts their memory too.
+        row["device_peak_counts_other_processes"] = True
         if not dry:
             for key in ("torch_eager_tokens_per_s", "torch_compile_tokens_per_s"):
                 row[key] = None
@@ -197,6 +202,8 @@ def deepspeed_rows(work):
                 "deepspeed_estimator_gpu_bytes": ((estimate.get("full") or {}).get("deepspeed") or {}).get("gpu_bytes"),
                 "run_seconds": run.get("seconds"),
                 "losses": run.get("losses"),
+                # The allocator's counters after initialize and each step's phases (ds_memory.py).
+                "phases": run.get("phases"),
                 "status": "measured" if run.get("max_allocated") is not None else (
                     "estimate only (dry run)" if spec.get("dry") else "not measured (see the part's log)"
                 ),
@@ -208,6 +215,25 @@ def deepspeed_rows(work):
             row["ratio_estimate_to_reserved"] = row["dsplan_estimate_peak"] / row["max_reserved"]
         rows.append(row)
     return rows
+
+
+def adamw_bandwidth(profile, copy, params=GPT2["params"], grad_bytes=2):
+    """The fused AdamW kernel's bandwidth over the device's copy bandwidth, from the `profile`
+    part (its duration in one stage-0 step) and `copy_bandwidth`. The kernel reads the fp32
+    master weights and both fp32 moments and the 16-bit gradients, and writes the three fp32
+    buffers and the 16-bit parameters: `3·4·2 + 2·grad_bytes` bytes per parameter."""
+    if not profile or not copy:
+        return None, "not measured: no `profile` or `copy_bandwidth`"
+    kernels = [k for k in profile.get("kernels", []) if k["kernel"].startswith("adamw_")]
+    if not kernels or not copy.get("bytes_per_s"):
+        return None, "not measured: no adamw_* kernel in the profile"
+    seconds = sum(k["ms_per_step"] for k in kernels) / 1e3
+    moved = params * (3 * 4 * 2 + 2 * grad_bytes)
+    achieved = moved / seconds
+    return achieved / copy["bytes_per_s"], (
+        f"{kernels[0]['kernel']}: {moved / 1e9:.3f} GB in {seconds * 1e3:.3f} ms = "
+        f"{achieved / 1e12:.2f} TB/s against a {copy['bytes_per_s'] / 1e12:.2f} TB/s copy"
+    )
 
 
 def test_counts(work):
@@ -268,8 +294,6 @@ def main():
         ],
         "llama_100m_bf16": [dsplan_llama(work, v, args.warmup) for v in ("llama", "llama_ckpt")],
         "torch": torch_runs,
-        "adamw_bandwidth_fraction": None,
-        "adamw_bandwidth_note": "from `profile` (the AdamW kernel's duration) over `copy_bandwidth`",
         "profile": load(os.path.join(work, "profile_summary.json")),
         "copy_bandwidth": load(os.path.join(work, "copy_bandwidth.json")),
         "deepspeed_memory": deepspeed_rows(work),
@@ -277,6 +301,9 @@ def main():
         "parts": parts(work),
         "machine": machine,
     }
+    results["adamw_bandwidth_fraction"], results["adamw_bandwidth_note"] = adamw_bandwidth(
+        results["profile"], results["copy_bandwidth"]
+    )
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
