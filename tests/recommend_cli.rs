@@ -207,7 +207,9 @@ fn llama_2_13b_on_one_32gb_v100_with_256gib_takes_zero_offload() {
     assert_eq!(chosen["plan"]["strategy"], "zero2-offload-optimizer");
     assert_eq!(chosen["plan"]["micro_batch"], 2);
     assert_eq!(chosen["plan"]["accumulation"], 16);
-    close(gib(&chosen["gpu_peak"]["bytes"]), 30.59, 0.005, "GPU peak");
+    // 30.59 GiB until the loss's backward was counted as DeepSpeed runs it on a GPU (three
+    // fp32 vocab-sized tensors, the fp16 logits gone): +0.27 GiB, the same choice.
+    close(gib(&chosen["gpu_peak"]["bytes"]), 30.86, 0.005, "GPU peak");
     close(
         gib(&chosen["cpu_peak"]["bytes"]),
         220.50,

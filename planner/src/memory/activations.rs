@@ -22,9 +22,12 @@
 //! | MLP input (norm output) | `e·sbh` |
 //! | dense MLP: activation input and output | `2·e·sb·i` |
 //! | gated MLP: gate, up, activation output, product | `4·e·sb·i` |
+//! | HF's `gelu_new` (Python arithmetic): tanh output, `0.5·x`, `1 + tanh` | `3·e·sb·i` more |
 //! | MLP dropout mask | `sbh` (with dropout) |
 //!
-//! For GPT-2 with eager attention this is Korthikanti's `sbh·(34 + 5as/h)`. Selective
+//! For GPT-2 with a fused GELU and eager attention this is Korthikanti's `sbh·(34 + 5as/h)`;
+//! Hugging Face's GPT-2, whose `gelu_new` saves three more `4h`-wide tensors, stores
+//! `sbh·(58 + 5as/h)`. Selective
 //! recomputation and flash attention drop the `s²` terms (flash adds its fp32 statistics);
 //! full checkpointing keeps only each layer's input, `e·sbh`. T5's decoder blocks add a
 //! cross-attention block of the same form.
@@ -37,14 +40,19 @@
 //! The input ends: token ids and labels (int64, `16·s·b`), the embedding dropout mask (`sbh`,
 //! with dropout), the final norm's input (`n·sbh`) and the LM head's input (`e·sbh`).
 //!
-//! The loss follows Hugging Face's causal-LM loss: logits in the model dtype (kept by the
-//! returned output), upcast to fp32, then cross-entropy, whose log-softmax output is saved;
-//! in backward its gradient joins it.
+//! The loss follows Hugging Face's causal-LM loss: logits in the model dtype, upcast to fp32,
+//! then cross-entropy, whose log-softmax output is saved. The model-dtype logits live only
+//! while the forward runs: autograd saves neither them nor the upcast, and the training loop
+//! keeps the loss, not the returned output. In backward the log-softmax's backward holds three
+//! fp32 `s·b·vocab` tensors at once: its saved output, the gradient coming in from the NLL
+//! loss (dense) and the gradient it produces. (The H200 runs of 2026-11-26 measured DeepSpeed's
+//! stage-3 peaks 0.82 GB, one model-dtype logits tensor, above a count that kept the logits
+//! through backward and left the incoming gradient out.)
 //!
 //! Bytes are split by element type ([`TypedBytes`]: model dtype, fp32, 1-byte masks) so that
 //! each part is a whole number of elements of its type.
 
-use super::layer_dims::{Dropout, LayerDims, Mlp, NormKind};
+use super::layer_dims::{Dropout, LayerDims, Mlp, MlpActivation, NormKind};
 use super::shape::{AttentionKernel, Checkpointing, Precision, TrainingShape};
 
 /// Bytes split by element type.
@@ -220,6 +228,9 @@ fn mlp_block(sizes: &Sizes, dims: &LayerDims) -> TypedBytes {
     let inner = match dims.mlp {
         Mlp::Dense => 2 * sizes.e * i,
         Mlp::Gated => 4 * sizes.e * i,
+    } + match dims.activation {
+        MlpActivation::Fused => 0,
+        MlpActivation::TanhGeluComposite => 3 * sizes.e * i,
     };
     sizes.norm_input(h).plus(TypedBytes {
         model: sizes.e * h + inner,
@@ -306,13 +317,16 @@ pub fn input_ends(shape: &TrainingShape, precision: Precision, dims: &LayerDims)
 /// The logits and the loss's buffers of one micro-step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LossBytes {
-    /// Logits in the model dtype, `e·s·b·vocab`, kept from the head's forward to its backward.
+    /// Logits in the model dtype, `e·s·b·vocab`, during the head's forward only.
     pub logits: u128,
     /// The fp32 upcast of the logits in the forward (mixed precision only): `4·s·b·vocab`.
     pub upcast: u128,
     /// The saved log-softmax output, fp32: `4·s·b·vocab`.
     pub log_softmax: u128,
-    /// Its gradient in the backward, fp32: `4·s·b·vocab`.
+    /// The gradient the NLL loss hands the log-softmax in backward, fp32 and dense:
+    /// `4·s·b·vocab`.
+    pub log_softmax_output_grad: u128,
+    /// The gradient the log-softmax produces (w.r.t. its fp32 input): `4·s·b·vocab`.
     pub log_softmax_grad: u128,
 }
 
@@ -324,6 +338,7 @@ pub fn loss_bytes(shape: &TrainingShape, precision: Precision, dims: &LayerDims)
         logits: sizes.e * s_b_v,
         upcast: if precision.is_mixed() { 4 * s_b_v } else { 0 },
         log_softmax: 4 * s_b_v,
+        log_softmax_output_grad: 4 * s_b_v,
         log_softmax_grad: 4 * s_b_v,
     }
 }
@@ -333,6 +348,7 @@ mod tests {
     use super::*;
     use crate::memory::shape::CheckpointPlacement;
 
+    /// A GPT layer with a fused GELU (Korthikanti's model).
     fn gpt(heads: u64, hidden: u64) -> LayerDims {
         LayerDims {
             self_attention_layers: 1,
@@ -344,6 +360,7 @@ mod tests {
             intermediate: 4 * hidden,
             vocab: 50_257,
             mlp: Mlp::Dense,
+            activation: MlpActivation::Fused,
             norm: NormKind::LayerNorm,
             dropout: Dropout::Present,
         }
@@ -384,6 +401,33 @@ mod tests {
         assert_eq!(flash.scores.total(), 0);
         assert_eq!(flash.linear.total(), 34 * sbh + 4 * u128::from(a * s * b));
         assert_eq!(flash.linear.fp32, 4 * u128::from(a * s * b));
+        // Hugging Face's GPT-2: `gelu_new` saves three more 4h-wide tensors, 24 bytes per
+        // token and channel in 16 bits: sbh·(58 + 5as/h).
+        let hf = LayerDims {
+            activation: MlpActivation::TanhGeluComposite,
+            ..dims
+        };
+        let bytes = layer_bytes(
+            &shape(s, b, AttentionKernel::Eager),
+            Precision::Fp16,
+            &hf,
+            AttentionKernel::Eager,
+        );
+        assert_eq!(bytes.linear.total(), 58 * sbh);
+        assert_eq!(bytes.scores.total(), 5 * u128::from(a * s * s * b));
+    }
+
+    #[test]
+    fn gpt2_is_counted_with_hugging_faces_gelu_new() {
+        use crate::model::{LmHead, load};
+        let activation = |name: &str| {
+            let spec = load(name, LmHead::Exclude).expect("preset");
+            let arch = spec.architecture.expect("a preset has its architecture");
+            crate::memory::layer_dims(&arch).activation
+        };
+        assert_eq!(activation("gpt2"), MlpActivation::TanhGeluComposite);
+        assert_eq!(activation("gpt2-medium"), MlpActivation::TanhGeluComposite);
+        assert_eq!(activation("llama-2-7b"), MlpActivation::Fused);
     }
 
     #[test]
@@ -399,6 +443,7 @@ mod tests {
             intermediate: 11_008,
             vocab: 32_000,
             mlp: Mlp::Gated,
+            activation: MlpActivation::Fused,
             norm: NormKind::RmsNormUpcast,
             dropout: Dropout::Absent,
         };
@@ -450,6 +495,11 @@ mod tests {
         let loss = loss_bytes(&shape, Precision::Bf16, &dims);
         assert_eq!(loss.logits, 2 * 1024 * 50_257);
         assert_eq!(loss.upcast + loss.log_softmax, 8 * 1024 * 50_257);
+        // Backward's three fp32 tensors: the saved output and the gradients in and out.
+        assert_eq!(
+            loss.log_softmax + loss.log_softmax_output_grad + loss.log_softmax_grad,
+            12 * 1024 * 50_257
+        );
         assert_eq!(
             loss_bytes(&shape, Precision::Fp32, &dims).upcast,
             0,

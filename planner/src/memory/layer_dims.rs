@@ -1,5 +1,6 @@
 //! [`LayerDims`]: the per-layer dimensions of an architecture the activation formulas read,
-//! with the family traits that change what a layer stores (norm kind, dropout, gated MLP).
+//! with the family traits that change what a layer stores (norm kind, dropout, gated MLP, the
+//! activation function's saved tensors).
 
 use serde::Serialize;
 
@@ -36,6 +37,21 @@ pub enum Mlp {
     Gated,
 }
 
+/// What the MLP's activation function saves for backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MlpActivation {
+    /// One PyTorch operation (`F.gelu`, `F.silu`, `F.relu`, HF's `gelu_pytorch_tanh`): it saves
+    /// its input, the MLP's inner tensor, once.
+    Fused,
+    /// Hugging Face's `gelu_new` (`NewGELUActivation`, GPT-2's default `activation_function`),
+    /// written as Python arithmetic: autograd saves its input and three more inner-width
+    /// tensors (the tanh output, `0.5·x` and `1 + tanh`). Counted with saved-tensor hooks
+    /// (transformers 5.23: 4 inner-width tensors against 1 for `F.gelu`) and seen on an H200 in
+    /// DeepSpeed's peak (bench/results/gpu/2026-11-26-nvidia-h200.json).
+    TanhGeluComposite,
+}
+
 /// The dimensions the activation formulas use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct LayerDims {
@@ -57,6 +73,8 @@ pub struct LayerDims {
     pub vocab: u64,
     /// Dense or gated MLP.
     pub mlp: Mlp,
+    /// What the MLP's activation saves.
+    pub activation: MlpActivation,
     /// Norm kind.
     pub norm: NormKind,
     /// Dropout or not.
@@ -76,6 +94,12 @@ pub fn layer_dims(arch: &Architecture) -> LayerDims {
             ..
         } => Mlp::Gated,
         _ => Mlp::Dense,
+    };
+    // GPT-2's config defaults to `gelu_new`; the other families' activations are one op
+    // (T5's `gated-gelu` also runs `gelu_new`: not measured yet, so counted as fused).
+    let activation = match arch.family {
+        Family::Gpt2 => MlpActivation::TanhGeluComposite,
+        _ => MlpActivation::Fused,
     };
     let norm = match arch.family {
         Family::Llama { .. } | Family::Mistral | Family::Qwen2 | Family::T5 { .. } => {
@@ -97,6 +121,7 @@ pub fn layer_dims(arch: &Architecture) -> LayerDims {
         intermediate: arch.intermediate,
         vocab: arch.vocab,
         mlp,
+        activation,
         norm,
         dropout,
     }

@@ -31,7 +31,7 @@ pub use cpu_arena_llama::{LlamaArenaShape, llama_arena_elements};
 pub use cuda_layout::{
     CudaElement, CudaLayoutShape, CudaRegion, CudaTensor, cuda_tensors, region_elements,
 };
-pub use layer_dims::{Dropout, LayerDims, Mlp, NormKind, layer_dims};
+pub use layer_dims::{Dropout, LayerDims, Mlp, MlpActivation, NormKind, layer_dims};
 pub use optimizer::states_per_param;
 pub use shape::{
     AttentionKernel, CheckpointPlacement, Checkpointing, MAX_SHAPE_DIMENSION, Precision,

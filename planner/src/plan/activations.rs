@@ -7,8 +7,9 @@
 //! working set (twice the largest intermediate) lives through forward and backward. The input
 //! ends: token ids and labels for the whole micro-step, the embedding dropout mask around the
 //! embedding, the final norm's input around the final norm, the head's input, the logits and
-//! the saved log-softmax around the LM head, with the loss's fp32 upcast at the head's forward
-//! and the log-softmax gradient at its backward. T5's last `decoder_layers` blocks carry a
+//! the saved log-softmax around the LM head, with the model-dtype logits and the loss's fp32
+//! upcast at the head's forward only, and the NLL's and the log-softmax's gradients at its
+//! backward. T5's last `decoder_layers` blocks carry a
 //! cross-attention too. Each size is split by element type (model dtype, fp32, 1-byte masks).
 
 use super::buffers::{BufferKind, BufferList, Lifetime, span};
@@ -192,7 +193,7 @@ pub fn activation_buffers(
         dtype,
         elements(loss.logits, dtype),
         Device::Gpu,
-        span(forward(head), backward(head)),
+        span(forward(head), forward(head)),
     );
     list.add(
         "fp32 logits (loss upcast)",
@@ -209,6 +210,14 @@ pub fn activation_buffers(
         elements(loss.log_softmax, Dtype::Fp32),
         Device::Gpu,
         span(forward(head), backward(head)),
+    );
+    list.add(
+        "NLL gradient (into the log-softmax)",
+        BufferKind::LossBuffers,
+        Dtype::Fp32,
+        elements(loss.log_softmax_output_grad, Dtype::Fp32),
+        Device::Gpu,
+        span(backward(head), backward(head)),
     );
     list.add(
         "log-softmax gradient",
