@@ -294,6 +294,48 @@ fn world_two_spec(stage: u8, bf16: bool) -> TrainSpec {
     }
 }
 
+/// Where `gpu` and `cpu` differ beyond `|gpu - cpu| <= rel |cpu| + tol`, tensor by tensor (the
+/// small model's layout): each such tensor's name, how many of its elements are beyond, and its
+/// worst element (index, GPU, CPU and initial values). Printed before a comparison is asserted,
+/// so a failing GPU run says where it went wrong (the first H200 run of the W = 2 tests lost
+/// its logs and said only "stage 1 f32: 9.6e-4 > 1e-6").
+fn beyond_tolerance(initial: &[f32], gpu: &[f32], cpu: &[f32], rel: f64, tol: f64) -> String {
+    let model = small_model().expect("the small model");
+    let layout = dsplan_executor::model::ParamLayout::new(&model);
+    let mut lines = Vec::new();
+    for entry in layout.table().entries() {
+        let range = entry.span.offset..entry.span.end();
+        let mut beyond = 0usize;
+        let mut worst: Option<(f64, usize)> = None;
+        for i in range.clone() {
+            let (g, c) = (f64::from(gpu[i]), f64::from(cpu[i]));
+            let excess = (g - c).abs() - rel * c.abs();
+            if excess > tol || excess.is_nan() {
+                beyond += 1;
+                if worst.is_none_or(|(w, _)| excess > w || excess.is_nan()) {
+                    worst = Some((excess, i));
+                }
+            }
+        }
+        if let Some((excess, i)) = worst {
+            lines.push(format!(
+                "  {}: {beyond} of {} beyond; worst [{}] gpu {:e} cpu {:e} initial {:e} (excess {excess:.3e})",
+                entry.name,
+                range.len(),
+                i - range.start,
+                gpu[i],
+                cpu[i],
+                initial[i],
+            ));
+        }
+    }
+    if lines.is_empty() {
+        "  every tensor within tolerance".to_string()
+    } else {
+        lines.join("\n")
+    }
+}
+
 /// Test 1's tolerances on the final parameters: `(rel, excess)`.
 fn tolerances(bf16: bool) -> (f64, f64) {
     if bf16 {
@@ -332,7 +374,14 @@ fn two_thread_ranks_on_the_gpu_match_the_cpu_at_stages_1_to_3() {
             );
             eprintln!(
                 "{what}: parameters beyond tolerance {worst:.3e} (tol {tol:.1e}), largest \
-                 difference {worst_abs:.3e}, update {update:.3e}"
+                 difference {worst_abs:.3e}, update {update:.3e}\n{}",
+                beyond_tolerance(
+                    &spec.initial_params,
+                    &gpu.final_params,
+                    &cpu.final_params,
+                    rel,
+                    tol
+                )
             );
             assert!(worst <= tol, "{what}: {worst} > {tol}");
             assert!(
@@ -389,7 +438,16 @@ fn a_world_two_gpu_checkpoint_resumes_on_two_cpu_ranks() {
             &straight.final_params,
             rel,
         );
-        eprintln!("stage {stage}: resumed vs straight {worst:.3e} (largest {worst_abs:.3e})");
+        eprintln!(
+            "stage {stage}: resumed vs straight {worst:.3e} (largest {worst_abs:.3e})\n{}",
+            beyond_tolerance(
+                &spec.initial_params,
+                &resumed.final_params,
+                &straight.final_params,
+                rel,
+                tol
+            )
+        );
         assert!(worst <= tol, "stage {stage}: {worst} > {tol}");
     }
 }
