@@ -155,6 +155,9 @@ def dsplan_stage(work, stage, warmup, torch_runs, batch, seq, dry, world=1):
             # included); allocated: the device step's buffers; plan: `dsplan plan --backend
             # dsplan-cuda`'s peak for the same config.
             "device_peak_bytes": memory.get("driver_used"),
+            # The driver's figure less what it was before the step's buffers (context,
+            # communicator, cuBLASLt): what the run added, against the plan.
+            "device_added_bytes": memory.get("driver_added"),
             "device_allocated_bytes": memory.get("peak_total"),
             "plan_peak_bytes": memory.get("plan_peak_total"),
             "first_loss": (summary or {}).get("first_loss"),

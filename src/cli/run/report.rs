@@ -94,6 +94,8 @@ fn device_summary(device: &DeviceRun, report: &TrainReport) -> Value {
             "plan": report.plan_memory.peak,
             "plan_peak_total": report.plan_memory.peak_total,
             "driver_used": device.driver_used_bytes,
+            "driver_runtime": device.driver_runtime_bytes,
+            "driver_added": device.driver_added_bytes(),
         },
     })
 }
@@ -115,6 +117,11 @@ fn device_lines(device: &DeviceRun) -> String {
     out.push_str(&format!(
         "  in use on the device after the run (driver: total - free; with the CUDA context and library workspaces): {}\n",
         bytes(device.driver_used_bytes)
+    ));
+    out.push_str(&format!(
+        "  of which before the step's buffers (context, communicator, cuBLASLt): {}; added by the run: {}\n",
+        bytes(device.driver_runtime_bytes),
+        bytes(device.driver_added_bytes())
     ));
     out
 }

@@ -302,6 +302,7 @@ fn report(
             name: result.device_name,
             mfu,
             driver_used_bytes: result.driver_used_bytes,
+            driver_runtime_bytes: result.driver_runtime_bytes,
         }),
     }
 }
@@ -332,6 +333,8 @@ struct RankResult {
     driven: Driven,
     device_name: String,
     driver_used_bytes: u64,
+    /// The driver's figure before the step's buffers (context, communicator, cuBLASLt).
+    driver_runtime_bytes: u64,
     /// Every rank's master and memory ([`Collect::Everyone`]); empty otherwise.
     gathered: Vec<(Vec<f32>, MemoryReport)>,
 }
@@ -414,6 +417,7 @@ impl RankRun<'_> {
             gemm: Gemm::new(stream.clone())?,
             eps: model.eps(),
         };
+        let (runtime_free, runtime_total) = ctx.mem_get_info().map_err(CudaError::from)?;
         let bufs = DeviceBuffers::<T>::new(
             &stream,
             layout,
@@ -460,6 +464,7 @@ impl RankRun<'_> {
             driven,
             device_name,
             driver_used_bytes: total.saturating_sub(free) as u64,
+            driver_runtime_bytes: runtime_total.saturating_sub(runtime_free) as u64,
             gathered,
         })
     }
