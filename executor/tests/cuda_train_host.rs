@@ -190,8 +190,8 @@ fn every_op_of_the_step_passes_the_launchers_shape_rules() {
 /// GPT-2's logits rows are `Vp` = 50,304 elements apart (50,257 rounded up to a multiple of
 /// 64): the three vocabulary products are issued to cuBLASLt with `V` = 50,257 columns and a
 /// leading dimension of 50,304, 16-byte aligned in every dtype (the unpadded 100,514-byte bf16
-/// rows sent cuBLASLt to Turing-era kernels on an H200); the classifier reads the same rows;
-/// the padding is allocated (and planned: the test above).
+/// rows sent cuBLASLt to Turing-era kernels on an H200), every operand 256-byte aligned; the
+/// classifier reads the same rows; the padding is allocated (and planned: the test above).
 #[test]
 fn the_vocabulary_products_and_the_classifier_use_aligned_padded_rows() {
     let (v, vp) = (50_257usize, 50_304usize);
@@ -219,6 +219,11 @@ fn the_vocabulary_products_and_the_classifier_use_aligned_padded_rows() {
                     "{config:?}"
                 );
                 leading.extend([config.lda, config.ldb, config.ldc]);
+                // Every operand starts 256-byte aligned in its allocation (cudaMalloc's
+                // alignment), the alignment cuBLASLt's heuristics assume by default.
+                for (tensor, _) in op.tensors() {
+                    assert_eq!(tensor.span.offset * bytes % 256, 0, "{dtype}: {tensor:?}");
+                }
             }
             if let Op::FusedClassifier {
                 logits,
