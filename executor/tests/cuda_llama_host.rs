@@ -130,7 +130,13 @@ fn llama_device_activations_are_the_cpu_models_where_they_correspond() {
         let mut shared = 0;
         for entry in device.activation_table.entries() {
             if let Some(theirs) = cpu.table().get(&entry.name) {
-                assert_eq!(entry.shape, theirs.shape, "{}", entry.name);
+                // The logits' rows are padded to a multiple of 64 (300 to 320).
+                let mut want = theirs.shape.clone();
+                if entry.name == "logits" {
+                    let vocab = want.last_mut().expect("(B, T, V)");
+                    *vocab = vocab.next_multiple_of(64);
+                }
+                assert_eq!(entry.shape, want, "{}", entry.name);
                 shared += 1;
             }
         }
@@ -178,6 +184,51 @@ fn kernel_models() -> Vec<LlamaConfig> {
         )
     });
     list
+}
+
+/// The Llama family's `lm_head` products and classifier use the padded logits rows as GPT-2's
+/// do: vocabulary 300 in rows of 320 (the small models), 32,000 in rows of 32,000 (already a
+/// multiple of 64); forward, `dlnf` and `dW` each once over `layout.logits` with that stride.
+#[test]
+fn the_llama_lm_head_and_classifier_use_the_padded_logits_rows() {
+    for config in kernel_models() {
+        let layout = LlamaDeviceLayout::new(
+            config,
+            BatchShape {
+                batch: 2,
+                seq_len: 64,
+            },
+            Dtype::Bf16,
+        );
+        let (v, vp) = (config.vocab_size, config.vocab_size.next_multiple_of(64));
+        assert_eq!(layout.logits_stride, vp);
+        assert_eq!(layout.logits.len(), (2 * 64 - 1) * vp + v);
+        let program = StepProgram::llama(&layout);
+        let mut uses = 0;
+        for op in &program.micro_step {
+            let stride = match op {
+                Op::Llama(LlamaOp::LinearForward {
+                    out, out_stride, ..
+                }) if *out == layout.logits => *out_stride,
+                Op::Llama(
+                    LlamaOp::LinearBackwardInput {
+                        dout, dout_stride, ..
+                    }
+                    | LlamaOp::LinearBackwardWeight {
+                        dout, dout_stride, ..
+                    },
+                ) if *dout == layout.logits => *dout_stride,
+                Op::FusedClassifier { vocab, stride, .. } => {
+                    assert_eq!(*vocab, v);
+                    *stride
+                }
+                _ => continue,
+            };
+            assert_eq!(stride, vp, "{op:?}");
+            uses += 1;
+        }
+        assert_eq!(uses, 4, "forward, classifier, dlnf, dW");
+    }
 }
 
 /// Every op of the Llama step fits its layout (bounds, aliasing, the launcher's shape rules,

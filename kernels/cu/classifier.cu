@@ -7,13 +7,16 @@
 
 #define CLASSIFIER_THREADS 512
 
-// logits (rows, vocab): logits on entry, dloss * (softmax - onehot(target)) on return, zeros for
-// rows whose target is negative (no target); losses (rows): logsumexp - logit[target], or 0.
+// logits (rows, vocab) with rows `stride` elements apart (stride >= vocab: the device pads each
+// row to a multiple of 64 elements so that cuBLASLt's leading dimension is 16-byte aligned):
+// logits on entry, dloss * (softmax - onehot(target)) on return, zeros for rows whose target is
+// negative (no target); losses (rows): logsumexp - logit[target], or 0. Only the `vocab` real
+// columns of a row are read or written: the padding after them is never touched.
 template <typename T>
-__device__ void fused_classifier(T* logits, float* losses, const int* targets, float dloss, int rows, int vocab) {
+__device__ void fused_classifier(T* logits, float* losses, const int* targets, float dloss, int rows, int vocab, int stride) {
     const int row = blockIdx.x;
     if (row >= rows) return;
-    T* x = logits + (long long)row * vocab;
+    T* x = logits + (long long)row * stride;
     const int target = targets[row];
     if (target < 0) {
         for (int i = threadIdx.x; i < vocab; i += blockDim.x) x[i] = from_float<T>(0.0f);
@@ -44,6 +47,6 @@ __device__ void fused_classifier(T* logits, float* losses, const int* targets, f
     }
 }
 
-extern "C" __global__ void fused_classifier_f32(float* logits, float* losses, const int* targets, float dloss, int rows, int vocab) { fused_classifier(logits, losses, targets, dloss, rows, vocab); }
-extern "C" __global__ void fused_classifier_bf16(bf16* logits, float* losses, const int* targets, float dloss, int rows, int vocab) { fused_classifier(logits, losses, targets, dloss, rows, vocab); }
-extern "C" __global__ void fused_classifier_f16(f16* logits, float* losses, const int* targets, float dloss, int rows, int vocab) { fused_classifier(logits, losses, targets, dloss, rows, vocab); }
+extern "C" __global__ void fused_classifier_f32(float* logits, float* losses, const int* targets, float dloss, int rows, int vocab, int stride) { fused_classifier(logits, losses, targets, dloss, rows, vocab, stride); }
+extern "C" __global__ void fused_classifier_bf16(bf16* logits, float* losses, const int* targets, float dloss, int rows, int vocab, int stride) { fused_classifier(logits, losses, targets, dloss, rows, vocab, stride); }
+extern "C" __global__ void fused_classifier_f16(f16* logits, float* losses, const int* targets, float dloss, int rows, int vocab, int stride) { fused_classifier(logits, losses, targets, dloss, rows, vocab, stride); }

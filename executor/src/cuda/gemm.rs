@@ -483,24 +483,6 @@ impl Gemm {
         };
         self.run(product, dweight, inp, dout, None)
     }
-
-    /// `logits (N, V) = lnf (N, C) @ wte^T`: `logits_forward` (the tied `lm_head`, an
-    /// `nn.Linear` product over `wte (V, C)`).
-    pub fn logits_forward<T: GemmElement>(
-        &self,
-        logits: &mut CudaViewMut<'_, T>,
-        lnf: &CudaView<'_, T>,
-        wte: &CudaView<'_, T>,
-        dims: (usize, usize, usize),
-    ) -> Result<(), CudaError> {
-        let product = dense(
-            Pass::Forward,
-            WeightLayout::OutIn,
-            dims,
-            Accumulate::Overwrite,
-        );
-        self.run(product, logits, lnf, wte, None)
-    }
 }
 
 /// A product whose `(N, OC)` operand is dense.

@@ -650,19 +650,20 @@ impl<'m> Launcher<'m> {
         Ok(())
     }
 
-    /// `fused_classifier`: logits -> `dloss * (softmax - onehot)` in place, losses (N);
-    /// `targets` holds -1 for rows without a target, and the others must be < V (the
-    /// caller's check).
+    /// `fused_classifier`: logits `(N, vocab)` with rows `stride` elements apart (the
+    /// device's padded rows, [`dsplan_planner::memory::cuda_layout::padded_vocab`]) ->
+    /// `dloss * (softmax - onehot)` in place, losses (N); `targets` holds -1 for rows without
+    /// a target, and the others must be < V (the caller's check). The padding is not touched.
     pub fn fused_classifier<T: Storage>(
         &self,
         logits: &mut CudaViewMut<'_, T>,
         losses: &mut CudaViewMut<'_, f32>,
         targets: &CudaView<'_, i32>,
         dloss: f32,
+        (vocab, stride): (usize, usize),
     ) -> Result<(), CudaError> {
         let rows = targets.len();
-        let vocab = table::rows_of("logits", logits.len(), rows)?;
-        let call = table::fused_classifier(T::DTYPE, rows, vocab)?;
+        let call = table::fused_classifier(T::DTYPE, rows, vocab, stride)?;
         self.run(
             &call,
             T::DTYPE,

@@ -9,7 +9,7 @@
 //!
 //! | region | element | tensors | elements |
 //! |---|---|---|---|
-//! | activations | model dtype | `encoded`; per block `ln1`, `qkv` (`3C`), `atty`, `attproj`, `residual2`, `ln2`, `fch`, `fch_gelu` (`4C`), `fcproj`, `residual3`; `lnf`, `logits` (`V`); `dresidual`, `dbtc`, `dbt4c` (`4C`) | `NC·(18L + 8) + NV` |
+//! | activations | model dtype | `encoded`; per block `ln1`, `qkv` (`3C`), `atty`, `attproj`, `residual2`, `ln2`, `fch`, `fch_gelu` (`4C`), `fcproj`, `residual3`; `lnf`, `logits` (`Vp`); `dresidual`, `dbtc`, `dbt4c` (`4C`) | `NC·(18L + 8) + N·Vp` |
 //! | stats | f32 | per block `ln1_mean`, `ln1_rstd`, `lse` `(B, NH, T)`, `ln2_mean`, `ln2_rstd`; `lnf_mean`, `lnf_rstd`, `losses` | `N·(4L + 3) + B·NH·T·L` |
 //! | scratch | f32 | `layernorm_partials` `⌈N/32⌉·2·C`, `bias_partials` `⌈N/64⌉·4C`, `attention_delta` `(B, NH, T)` | `2C·⌈N/32⌉ + 4C·⌈N/64⌉ + B·NH·T` |
 //! | tokens, targets | u32, i32 | the micro-batch's ids and targets | `N` each |
@@ -25,7 +25,7 @@
 //!
 //! | region | tensors | elements |
 //! |---|---|---|
-//! | activations | `encoded`; per block `ln1`, `qkv` (`QKV`), `atty` (`A`), `residual2`, `ln2`, `gate_up` (`2I`), `swiglu` (`I`), `residual3`; `lnf`, `logits`; `dresidual`, `dbtc`, `dwide` (`max(QKV, 2I)`), `dmid` (`max(A, I)`) | `N·(4C + L·(4C + QKV + A + 3I) + max(QKV, 2I) + max(A, I)) + NV` |
+//! | activations | `encoded`; per block `ln1`, `qkv` (`QKV`), `atty` (`A`), `residual2`, `ln2`, `gate_up` (`2I`), `swiglu` (`I`), `residual3`; `lnf`, `logits`; `dresidual`, `dbtc`, `dwide` (`max(QKV, 2I)`), `dmid` (`max(A, I)`) | `N·(4C + L·(4C + QKV + A + 3I) + max(QKV, 2I) + max(A, I)) + N·Vp` |
 //! | stats | `rope_cos`, `rope_sin` `(T, hs/2)` (the rotation table, uploaded once); per block `ln1_rstd`, `lse`, `ln2_rstd`; `lnf_rstd`, `losses` | `T·hs + N·(2L + 2) + B·NH·T·L` |
 //! | scratch | `rmsnorm_partials` `⌈N/32⌉·C`, `bias_partials` `⌈N/64⌉·` the widest biased projection (only with biases), `attention_delta` | |
 //!
@@ -33,6 +33,12 @@
 //! [`LlamaCudaShape::recompute`]) forward keeps each block's output `h.{l}.residual3` and all
 //! blocks share one working set `h.recomputed.*` (its statistics too), as the CPU arena does:
 //! the per-block terms above count once (`L` becomes 1) plus `L·NC` for the kept outputs.
+//!
+//! The logits' rows are `Vp` elements apart ([`padded_vocab`]: `V` rounded up to a multiple of
+//! [`LOGITS_ROW_ALIGN`], 50,304 for GPT-2's 50,257): the three vocabulary products are issued
+//! over the `V` real columns with a leading dimension of `Vp`, and the classifier kernel reads
+//! and writes the same `V` columns. The `Vp - V` padding columns of each row are allocated and
+//! counted here, and nothing reads or writes them.
 //!
 //! There is no `(B, NH, T, T)` attention matrix (flash attention keeps the log-sum-exp) and no
 //! fp32 copy of the logits (the classifier kernel computes the loss and writes the gradient in
@@ -48,6 +54,20 @@ pub const COLUMN_PARTIAL_ROWS: u64 = 64;
 pub const NORM_BLOCKS: u64 = 1024;
 /// Bytes of one entry of the fused AdamW's segment table (`struct AdamSegment`).
 pub const ADAM_SEGMENT_BYTES: u64 = 24;
+/// Elements the logits' row stride is a multiple of: 64 elements are 128 bytes in bf16/f16 and
+/// 256 in f32, so every row starts 16-byte aligned in every model dtype. cuBLASLt picks
+/// Hopper's (sm90) GEMM kernels for the vocabulary products only with 16-byte aligned leading
+/// dimensions; GPT-2's unpadded rows (50,257 bf16 elements, 100,514 bytes) made it fall back to
+/// Turing-era kernels.
+pub const LOGITS_ROW_ALIGN: u64 = 64;
+
+/// The logits' row stride `Vp`: `vocab` rounded up to a multiple of [`LOGITS_ROW_ALIGN`]
+/// (50,257 → 50,304; a vocabulary already a multiple, such as 32,000, keeps its width).
+pub fn padded_vocab(vocab: u64) -> u64 {
+    vocab
+        .div_ceil(LOGITS_ROW_ALIGN)
+        .saturating_mul(LOGITS_ROW_ALIGN)
+}
 
 /// The dimensions the device buffers depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,7 +256,7 @@ fn working_sets(recompute: Recompute, layers: u64) -> std::ops::Range<u64> {
 /// (`h.recomputed.*`, statistics included), which backward refills by re-running the block.
 pub fn gpt2_cuda_tensors(shape: &CudaLayoutShape, recompute: Recompute) -> Vec<CudaTensor> {
     let (b, t, c) = (shape.batch, shape.seq_len, shape.hidden);
-    let (nh, v) = (shape.heads, shape.vocab);
+    let (nh, vp) = (shape.heads, padded_vocab(shape.vocab));
     let n = b.saturating_mul(t);
     let mut list = Vec::new();
     let mut push = |region: CudaRegion, name: String, dims: &[u64]| {
@@ -277,7 +297,7 @@ pub fn gpt2_cuda_tensors(shape: &CudaLayoutShape, recompute: Recompute) -> Vec<C
     push(R::Activations, "lnf".into(), &btc);
     push(R::Stats, "lnf_mean".into(), &bt);
     push(R::Stats, "lnf_rstd".into(), &bt);
-    push(R::Activations, "logits".into(), &[b, t, v]);
+    push(R::Activations, "logits".into(), &[b, t, vp]);
     push(R::Stats, "losses".into(), &bt);
     push(R::Activations, "dresidual".into(), &btc);
     push(R::Activations, "dbtc".into(), &btc);
@@ -335,7 +355,7 @@ pub struct LlamaCudaShape {
 pub fn llama_cuda_tensors(shape: &LlamaCudaShape) -> Vec<CudaTensor> {
     let base = &shape.base;
     let (b, t, c) = (base.batch, base.seq_len, base.hidden);
-    let (nh, v, i) = (base.heads, base.vocab, shape.intermediate);
+    let (nh, vp, i) = (base.heads, padded_vocab(base.vocab), shape.intermediate);
     let hs = shape.head_dim;
     let (a, qkv) = (nh * hs, (nh + 2 * shape.kv_heads) * hs);
     let n = b.saturating_mul(t);
@@ -376,7 +396,7 @@ pub fn llama_cuda_tensors(shape: &LlamaCudaShape) -> Vec<CudaTensor> {
     }
     push(R::Activations, "lnf".into(), &btc);
     push(R::Stats, "lnf_rstd".into(), &bt);
-    push(R::Activations, "logits".into(), &[b, t, v]);
+    push(R::Activations, "logits".into(), &[b, t, vp]);
     push(R::Stats, "losses".into(), &bt);
     push(R::Activations, "dresidual".into(), &btc);
     push(R::Activations, "dbtc".into(), &btc);
@@ -447,10 +467,15 @@ mod tests {
         let (l, c, nh, v, b, t) = (2, 8, 2, 10, 3, 5);
         let n = b * t;
         let nc = n * c;
+        // V = 10 is padded to Vp = 64.
+        let vp = padded_vocab(v);
+        assert_eq!(vp, 64);
         assert_eq!(
             region_elements(&tensors, CudaRegion::Activations),
-            nc * (18 * l + 8) + n * v
+            nc * (18 * l + 8) + n * vp
         );
+        let logits = tensors.iter().find(|t| t.name == "logits");
+        assert_eq!(logits.map(|t| t.shape.clone()), Some(vec![b, t, vp]));
         assert_eq!(
             region_elements(&tensors, CudaRegion::Stats),
             n * (4 * l + 3) + b * nh * t * l
@@ -470,6 +495,21 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), tensors.len());
+    }
+
+    #[test]
+    fn the_logits_row_stride_is_the_vocabulary_rounded_up_to_64() {
+        // GPT-2's 50,257 becomes nanoGPT's and llm.c's 50,304; multiples of 64 stay.
+        assert_eq!(padded_vocab(50_257), 50_304);
+        assert_eq!(padded_vocab(50_304), 50_304);
+        assert_eq!(padded_vocab(32_000), 32_000);
+        assert_eq!(padded_vocab(151_936), 151_936);
+        assert_eq!(padded_vocab(1), 64);
+        assert_eq!(padded_vocab(0), 0);
+        // Every row starts 16-byte aligned in every model dtype.
+        for bytes in [2, 4] {
+            assert_eq!((padded_vocab(50_257) * bytes) % 16, 0);
+        }
     }
 
     #[test]
@@ -559,7 +599,8 @@ mod tests {
             let (n, a, qkv) = (b * t, nh * hs, (nh + 2 * kv) * hs);
             assert_eq!(
                 region_elements(&tensors, CudaRegion::Activations),
-                n * (4 * c + l * (4 * c + qkv + a + 3 * i) + qkv.max(2 * i) + a.max(i)) + n * v
+                n * (4 * c + l * (4 * c + qkv + a + 3 * i) + qkv.max(2 * i) + a.max(i))
+                    + n * padded_vocab(v)
             );
             assert_eq!(
                 region_elements(&tensors, CudaRegion::Stats),

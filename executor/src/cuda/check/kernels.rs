@@ -11,6 +11,7 @@
 use std::time::{Duration, Instant};
 
 use dsplan_kernels::{Dtype, KERNELS, SOURCES};
+use dsplan_planner::memory::cuda_layout::padded_vocab;
 
 use super::compare::{CheckKind, CheckRow, Metric};
 use super::gpu::Gpu;
@@ -18,6 +19,7 @@ use crate::comm::{Comm, ReduceOp};
 use crate::cuda::adamw::{AdamScalars, AdamSegment, Decay};
 use crate::cuda::encoder_buckets::TokenBuckets;
 use crate::cuda::error::CudaError;
+use crate::cuda::gemm::strided_len;
 use crate::cuda::launch::{GroupedAttention, Heads, Storage};
 use crate::cuda::nccl::NcclComm;
 use crate::launch::LaunchEnv;
@@ -596,11 +598,21 @@ fn classifier_case(gpu: &Gpu, out: &mut Vec<CheckRow>, p: Precision) -> Result<(
     typed!(p, classifier_typed, gpu, out)
 }
 
+/// The classifier on logits with padded rows, as the step lays them out (`V = 1000` in rows
+/// `Vp = 1024` apart, [`padded_vocab`]): the losses and the real columns' gradient against
+/// the CPU model's unpadded ones, and the padding, filled with NaN, left as it was (a kernel
+/// that read it would also turn the losses NaN).
 fn classifier_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
     let (n, v) = (9, 1000);
+    let stride = padded_vocab(v as u64) as usize;
     let dt = dtype::<T>();
     let mut rng = Random(13);
-    let (logits_t, logits) = stored::<T>(&rng.vec(n * v, 6.0));
+    let (_, logits) = stored::<T>(&rng.vec(n * v, 6.0));
+    let mut padded = vec![f32::NAN; strided_len(n, v, stride)];
+    for (row, real) in padded.chunks_mut(stride).zip(logits.chunks(v)) {
+        row[..v].copy_from_slice(real);
+    }
+    let (padded_t, _) = stored::<T>(&padded);
     let targets: Vec<Option<u32>> = (0..n)
         .map(|i| (i != 4).then_some((i * 97 % v) as u32))
         .collect();
@@ -608,7 +620,7 @@ fn classifier_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(
     let dloss = 1.0 / 8.0;
     crossentropy_forward_backward(&mut grad, &mut losses, &targets, dloss);
     let device_targets: Vec<i32> = targets.iter().map(|t| t.map_or(-1, |t| t as i32)).collect();
-    let mut d_logits = gpu.up(&logits_t)?;
+    let mut d_logits = gpu.up(&padded_t)?;
     let mut d_losses = gpu.zeros::<f32>(n)?;
     let d_targets = gpu.up(&device_targets)?;
     gpu.launcher().fused_classifier(
@@ -616,7 +628,15 @@ fn classifier_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(
         &mut d_losses.as_view_mut(),
         &d_targets.as_view(),
         dloss,
+        (v, stride),
     )?;
+    let back = to_f32(&gpu.down(&d_logits)?);
+    let (mut real, mut padding) = (Vec::new(), Vec::new());
+    for row in back.chunks(stride) {
+        let (r, p) = row.split_at(v.min(row.len()));
+        real.extend_from_slice(r);
+        padding.extend_from_slice(p);
+    }
     rows.push(CheckRow::relative(
         "fused_classifier losses",
         dt,
@@ -627,9 +647,15 @@ fn classifier_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(
     rows.push(CheckRow::relative(
         "fused_classifier dlogits",
         dt,
-        &to_f32(&gpu.down(&d_logits)?),
+        &real,
         &grad,
         tolerance::<T>() * 5.0,
+    ));
+    rows.push(CheckRow::exact(
+        "fused_classifier row padding untouched",
+        dt,
+        &padding,
+        &vec![f32::NAN; padding.len()],
     ));
     Ok(())
 }

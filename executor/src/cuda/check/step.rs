@@ -1,8 +1,10 @@
 //! One optimizer step of a small model on the GPU against the CPU backend, from the same
 //! [`TrainSpec`] (settings, initial parameters, data), in fp32 and bf16. **Needs a GPU.**
 //!
-//! The model is tiny-gpt2 widened to head size 64 (vocabulary 256, 64 positions, width 128,
-//! 2 heads, 2 blocks); the step is two micro-steps of 4 x 64 tokens with clipping at 1.0 and
+//! The model is tiny-gpt2 widened to head size 64 (vocabulary 300, 64 positions, width 128,
+//! 2 heads, 2 blocks); 300 is not a multiple of 64, so the device's logits rows are padded
+//! (to 320, `cuda_layout::padded_vocab`) as GPT-2's 50,257 are, and the step checks the
+//! padded products and classifier against the CPU's unpadded logits; the step is two micro-steps of 4 x 64 tokens with clipping at 1.0 and
 //! AdamW (lr 1e-3, eps 1e-6, weight decay 0.01). eps is 1e-6 rather than 1e-8: Adam's first
 //! step moves each parameter by about lr * g / (|g| + eps), so with a tiny eps a gradient that
 //! is rounding noise on both backends moves its parameter by +-lr with either sign; with 1e-6
@@ -32,6 +34,10 @@ use crate::model::{Gpt2Config, ModelConfig, ParamLayout, init_params};
 use crate::train::{DataChoice, TrainSettings, TrainSpec, choose_model, train};
 use dsplan_planner::model::Embeddings;
 
+/// The small models' vocabulary: not a multiple of 64, so the device pads the logits' rows
+/// (300 in rows of 320); the bundled corpus's byte tokens are all below it.
+pub const SMALL_VOCAB: usize = 300;
+
 /// tiny-gpt2 widened to head size 64.
 pub fn small_model() -> Result<Gpt2Config, String> {
     let tiny = choose_model(None, 1).map_err(|e| format!("tiny-gpt2: {e}"))?;
@@ -40,7 +46,7 @@ pub fn small_model() -> Result<Gpt2Config, String> {
         n_head: 2,
         n_layer: 2,
         n_positions: 64,
-        vocab_size: 256,
+        vocab_size: SMALL_VOCAB,
         ..*tiny
             .config
             .gpt2()
@@ -124,7 +130,7 @@ pub enum SmallLlama {
     Qwen2,
 }
 
-/// [`small_spec`] with a small Llama-family model of head size 64 (the kernels'): vocab 256,
+/// [`small_spec`] with a small Llama-family model of head size 64 (the kernels'): vocab 300,
 /// width 128, 2 query heads over 1 key/value head, SwiGLU 256, 2 layers.
 pub fn small_llama_spec(
     which: SmallLlama,
@@ -141,7 +147,7 @@ pub fn small_llama_spec(
     };
     let config = LlamaConfig {
         family,
-        vocab_size: 256,
+        vocab_size: SMALL_VOCAB,
         max_position_embeddings: 64,
         hidden_size: 128,
         num_hidden_layers: 2,

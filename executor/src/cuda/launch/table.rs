@@ -14,6 +14,7 @@
 use dsplan_kernels::{Dtype, LaunchDims, Work, kernel};
 
 use crate::cuda::error::CudaError;
+use crate::cuda::gemm::strided_len;
 use crate::cuda::train::buffers::Element;
 
 /// How a buffer's length must relate to the shape's.
@@ -848,20 +849,32 @@ pub fn attention_backward(
     Ok(calls)
 }
 
-/// `fused_classifier`: logits `(rows, vocab)` to `dloss * (softmax - onehot)` in place, the
-/// losses `(rows)`; `targets` holds -1 for rows without a target.
-pub fn fused_classifier(dtype: Dtype, rows: usize, vocab: usize) -> Result<KernelCall, CudaError> {
+/// `fused_classifier`: logits `(rows, vocab)` with rows `stride` elements apart to
+/// `dloss * (softmax - onehot)` in place, the losses `(rows)`; `targets` holds -1 for rows
+/// without a target. The `stride - vocab` padding columns are not touched.
+pub fn fused_classifier(
+    dtype: Dtype,
+    rows: usize,
+    vocab: usize,
+    stride: usize,
+) -> Result<KernelCall, CudaError> {
+    if stride < vocab {
+        return Err(shape_error(format!(
+            "logits: rows {stride} apart cannot hold {vocab} columns"
+        )));
+    }
     KernelCall::typed(
         "fused_classifier",
         dtype,
         self::rows(rows, vocab),
         vec![
-            model("logits", rows * vocab),
+            model("logits", strided_len(rows, vocab, stride)),
             f32s("losses", rows),
             buf("targets", Element::I32, rows),
             run_float("dloss"),
             int("rows", rows)?,
             int("vocab", vocab)?,
+            int("stride", stride)?,
         ],
     )
 }

@@ -24,19 +24,21 @@ pub fn backward_ops(layout: &DeviceLayout) -> Vec<Op> {
         tensor: layout.dresidual,
     });
 
-    // Classifier: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf.
-    ops.push(Op::MatmulForward {
-        out: layout.dbtc,
-        inp: layout.logits,
-        weight: param(pl.wte),
-        bias: None,
-        dims: (n, v, c),
+    // Classifier: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf (dlogits' rows `Vp` apart).
+    let stride = layout.logits_stride;
+    ops.push(Op::LogitsBackwardInput {
+        dlnf: layout.dbtc,
+        dlogits: layout.logits,
+        wte: param(pl.wte),
+        dims: (n, c, v),
+        stride,
     });
-    ops.push(Op::MatmulBackwardWeight {
-        dweight: grad(pl.wte),
-        inp: layout.logits,
-        dout: layout.lnf,
-        dims: (n, v, c),
+    ops.push(Op::LogitsBackwardWeight {
+        dwte: grad(pl.wte),
+        lnf: layout.lnf,
+        dlogits: layout.logits,
+        dims: (n, c, v),
+        stride,
     });
 
     // ln_f: from dlnf (dbtc) into dresidual.

@@ -49,6 +49,7 @@ use dsplan_planner::plan::Plan;
 use dsplan_planner::plan::cuda_world::{CudaScheme, CudaShares};
 use dsplan_planner::plan::stage3_arena::Stage3Arena;
 
+use crate::cuda::gemm::strided_len;
 use crate::metrics::{ByCategory, Category};
 use crate::model::{BatchShape, Gpt2Config, ParamLayout, Recompute};
 use crate::tensor::{Span, TensorTable};
@@ -269,8 +270,11 @@ pub struct DeviceLayout {
     pub lnf_mean: TensorRef,
     /// Its rstd.
     pub lnf_rstd: TensorRef,
-    /// Logits `(B, T, V)`; dlogits after the classifier.
+    /// Logits `(B, T, V)` with rows [`Self::logits_stride`] apart, in the planner's
+    /// `(B, T, Vp)` tensor; dlogits after the classifier.
     pub logits: TensorRef,
+    /// `Vp`: elements between the logits' rows ([`cuda_layout::padded_vocab`]).
+    pub logits_stride: usize,
     /// Per-position losses `(B, T)`, f32.
     pub losses: TensorRef,
     /// The residual stream's gradient `(B, T, C)`.
@@ -316,6 +320,14 @@ pub(crate) fn whole(region: Region, len: usize) -> TensorRef {
         region,
         span: Span::new(0, len),
     }
+}
+
+/// The `(N, V)` logits the products and the classifier use, rows `Vp` apart
+/// ([`cuda_layout::padded_vocab`]), at the start of the planner's `(N, Vp)` tensor `whole`,
+/// and `Vp`. The span ends at the last row's last real column; the padding is never touched.
+pub(crate) fn logits_rows(whole: TensorRef, rows: usize, vocab: usize) -> (TensorRef, usize) {
+    let stride = to_usize(cuda_layout::padded_vocab(vocab as u64));
+    (whole.prefix(strided_len(rows, vocab, stride)), stride)
 }
 
 /// The planner's name of a model dtype.
@@ -484,7 +496,8 @@ impl DeviceLayout {
         };
         let encoded = act("encoded");
         let (lnf, lnf_mean, lnf_rstd) = (act("lnf"), stat("lnf_mean"), stat("lnf_rstd"));
-        let (logits, losses) = (act("logits"), stat("losses"));
+        let (logits, logits_stride) = logits_rows(act("logits"), shape.tokens(), config.vocab_size);
+        let losses = stat("losses");
         let (dresidual, dbtc, dbt4c) = (act("dresidual"), act("dbtc"), act("dbt4c"));
         let layernorm_partials = scratch("layernorm_partials");
         let bias_partials = scratch("bias_partials");
@@ -503,6 +516,7 @@ impl DeviceLayout {
             lnf_mean,
             lnf_rstd,
             logits,
+            logits_stride,
             losses,
             dresidual,
             dbtc,

@@ -467,16 +467,35 @@ impl Executor<'_> {
                 &activations.slice(range(dout)),
             ),
             Op::LogitsForward {
-                logits,
-                lnf,
-                wte,
-                dims,
+                logits, lnf, wte, ..
             } => carve(activations, &[logits.span, lnf.span], |a| {
-                let [logits_v, lnf_v] = a else {
+                let ([logits_v, lnf_v], Some(product)) = (a, op.vocabulary_product()) else {
                     return Err(shape_error(op));
                 };
-                g.logits_forward(logits_v, &lnf_v.as_view(), &params.slice(range(wte)), *dims)
+                let wte_v = params.slice(range(wte));
+                g.run(product, logits_v, &lnf_v.as_view(), &wte_v, None)
             }),
+            Op::LogitsBackwardInput {
+                dlnf, dlogits, wte, ..
+            } => carve(activations, &[dlnf.span, dlogits.span], |a| {
+                let ([dlnf_v, dlogits_v], Some(product)) = (a, op.vocabulary_product()) else {
+                    return Err(shape_error(op));
+                };
+                let wte_v = params.slice(range(wte));
+                g.run(product, dlnf_v, &dlogits_v.as_view(), &wte_v, None)
+            }),
+            Op::LogitsBackwardWeight {
+                dwte, lnf, dlogits, ..
+            } => {
+                let product = op.vocabulary_product().ok_or_else(|| shape_error(op))?;
+                g.run(
+                    product,
+                    &mut grads.slice_mut(range(dwte)),
+                    &activations.slice(range(lnf)),
+                    &activations.slice(range(dlogits)),
+                    None,
+                )
+            }
             Op::GeluForward { out, inp } => carve(activations, &[out.span, inp.span], |a| {
                 let [out_v, inp_v] = a else {
                     return Err(shape_error(op));
@@ -537,11 +556,14 @@ impl Executor<'_> {
                 logits,
                 losses,
                 targets: t,
+                vocab,
+                stride,
             } => l.fused_classifier(
                 &mut activations.slice_mut(range(logits)),
                 &mut stats.slice_mut(range(losses)),
                 &targets.slice(range(t)),
                 scalars.dloss,
+                (*vocab, *stride),
             ),
             Op::UnscaleNorm {
                 grads: gr,

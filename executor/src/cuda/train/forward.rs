@@ -79,16 +79,21 @@ pub fn forward_ops(layout: &DeviceLayout) -> Vec<Op> {
             bias,
         },
     });
+    // The logits' rows are `Vp` apart (cuBLASLt's leading dimension, 16-byte aligned).
+    let stride = layout.logits_stride;
     ops.push(Op::LogitsForward {
         logits: layout.logits,
         lnf: layout.lnf,
         wte: param(pl.wte),
         dims: (n, c, v),
+        stride,
     });
     ops.push(Op::FusedClassifier {
         logits: layout.logits,
         losses: layout.losses,
         targets: layout.whole(Region::Step(CudaRegion::Targets)),
+        vocab: v,
+        stride,
     });
     ops
 }

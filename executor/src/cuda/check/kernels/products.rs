@@ -1,21 +1,25 @@
 //! cuBLASLt's products against a plain row-major reference: every [`Product`] the step issues
 //! (GPT-2's `Conv1D` passes, the Llama family's `nn.Linear` passes with strided operands,
-//! bias and accumulation, and the tied logits), each described once and run by one loop in
-//! f32 (full precision) and bf16 (tensor cores), measured norm-wise. The reference itself is held against the CPU model's
-//! matmuls on the host.
+//! bias and accumulation, and the three vocabulary products over padded logits rows), each
+//! described once and run by one loop in f32 (full precision) and bf16 (tensor cores),
+//! measured norm-wise. The reference itself is held against the CPU model's matmuls on the
+//! host.
 
 use super::{Random, stored, to_f32};
 use crate::cuda::check::compare::CheckRow;
 use crate::cuda::check::gpu::Gpu;
 use crate::cuda::error::CudaError;
 use crate::cuda::gemm::{Accumulate, Gemm, Pass, Product, WeightLayout};
+use dsplan_planner::memory::cuda_layout::padded_vocab;
 
 /// `(N, IC, OC)` of the checked products, and the row distance of the strided ones.
 const DIMS: (usize, usize, usize) = (64, 96, 160);
 const WIDE: usize = 200;
 
-/// Every product of the step, with whether it fuses a bias and its row's label.
-fn cases() -> [(&'static str, Product, bool); 7] {
+/// Every product of the step, with whether it fuses a bias and its row's label. The three
+/// vocabulary products run as the step issues them: `OC = V` real columns in rows
+/// [`padded_vocab`] apart (160 in rows of 192).
+fn cases() -> [(&'static str, Product, bool); 9] {
     let with = |pass, weight, stride, accumulate| Product {
         pass,
         weight,
@@ -27,6 +31,7 @@ fn cases() -> [(&'static str, Product, bool); 7] {
     use Pass::{BackwardInput, BackwardWeight, Forward};
     use WeightLayout::{InOut, OutIn};
     let oc = DIMS.2;
+    let vp = padded_vocab(oc as u64) as usize;
     [
         ("matmul_forward", with(Forward, InOut, oc, Overwrite), true),
         (
@@ -54,7 +59,21 @@ fn cases() -> [(&'static str, Product, bool); 7] {
             with(BackwardWeight, OutIn, WIDE, Add),
             false,
         ),
-        ("logits_forward", with(Forward, OutIn, oc, Overwrite), false),
+        (
+            "logits_forward padded",
+            with(Forward, OutIn, vp, Overwrite),
+            false,
+        ),
+        (
+            "logits_backward dlnf padded",
+            with(BackwardInput, OutIn, vp, Overwrite),
+            false,
+        ),
+        (
+            "logits_backward dwte padded",
+            with(BackwardWeight, OutIn, vp, Add),
+            false,
+        ),
     ]
 }
 

@@ -40,7 +40,7 @@ pub fn llama_backward_ops(layout: &LlamaDeviceLayout) -> Vec<Op> {
             inp: layout.lnf,
             weight: param(pl.lm_head),
             dims: (n, c, v),
-            dout_stride: v,
+            dout_stride: layout.logits_stride,
             accumulate: Accumulate::Overwrite,
         },
     );

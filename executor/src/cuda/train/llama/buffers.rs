@@ -15,7 +15,7 @@ use dsplan_planner::memory::cuda_layout::{
 };
 
 use crate::cuda::train::buffers::{
-    Region, RegionLengths, RegionSizes, Tables, TensorRef, region_lengths, whole,
+    Region, RegionLengths, RegionSizes, Tables, TensorRef, logits_rows, region_lengths, whole,
 };
 use crate::metrics::ByCategory;
 use crate::model::llama::{AttentionBias, LlamaConfig, LlamaLayout};
@@ -78,8 +78,12 @@ pub struct LlamaDeviceLayout {
     pub lnf: TensorRef,
     /// Its reciprocal RMS `(B, T)`, f32.
     pub lnf_rstd: TensorRef,
-    /// Logits `(B, T, V)`; dlogits after the classifier.
+    /// Logits `(B, T, V)` with rows [`Self::logits_stride`] apart, in the planner's
+    /// `(B, T, Vp)` tensor; dlogits after the classifier.
     pub logits: TensorRef,
+    /// `Vp`: elements between the logits' rows
+    /// ([`dsplan_planner::memory::cuda_layout::padded_vocab`]).
+    pub logits_stride: usize,
     /// Per-position losses `(B, T)`, f32.
     pub losses: TensorRef,
     /// The residual stream's gradient `(B, T, C)`.
@@ -177,7 +181,8 @@ impl LlamaDeviceLayout {
         let lengths = region_lengths(&tables, params.num_params(), dtype);
         let (encoded, rope_cos, rope_sin) = (act("encoded"), stat("rope_cos"), stat("rope_sin"));
         let (lnf, lnf_rstd) = (act("lnf"), stat("lnf_rstd"));
-        let (logits, losses) = (act("logits"), stat("losses"));
+        let (logits, logits_stride) = logits_rows(act("logits"), shape.tokens(), config.vocab_size);
+        let losses = stat("losses");
         let (dresidual, dbtc) = (act("dresidual"), act("dbtc"));
         let (dwide, dmid) = (act("dwide"), act("dmid"));
         let rmsnorm_partials = scratch("rmsnorm_partials");
@@ -198,6 +203,7 @@ impl LlamaDeviceLayout {
             lnf,
             lnf_rstd,
             logits,
+            logits_stride,
             losses,
             dresidual,
             dbtc,

@@ -47,13 +47,15 @@ pub fn llama_forward_ops(layout: &LlamaDeviceLayout) -> Vec<Op> {
         weight: param(pl.lm_head),
         bias: None,
         dims: (n, c, v),
-        out_stride: v,
+        out_stride: layout.logits_stride,
         accumulate: Accumulate::Overwrite,
     }));
     ops.push(Op::FusedClassifier {
         logits: layout.logits,
         losses: layout.losses,
         targets: layout.whole(Region::Step(CudaRegion::Targets)),
+        vocab: v,
+        stride: layout.logits_stride,
     });
     ops
 }

@@ -168,7 +168,9 @@ impl Op {
             Op::MatmulForward { .. }
             | Op::MatmulBackwardInput { .. }
             | Op::MatmulBackwardWeight { .. }
-            | Op::LogitsForward { .. } => Ok(vec![library("cublasLt")]),
+            | Op::LogitsForward { .. }
+            | Op::LogitsBackwardInput { .. }
+            | Op::LogitsBackwardWeight { .. } => Ok(vec![library("cublasLt")]),
             Op::BiasBackward { dbias, dout, .. } => {
                 let width = dbias.len();
                 let rows = divides("dout", dout.len(), width)?;
@@ -187,11 +189,16 @@ impl Op {
                 Heads::Shared,
             )),
             Op::FusedClassifier {
-                logits, targets, ..
-            } => {
-                let vocab = divides("logits", logits.len(), targets.len())?;
-                one(table::fused_classifier(dtype, targets.len(), vocab))
-            }
+                targets,
+                vocab,
+                stride,
+                ..
+            } => one(table::fused_classifier(
+                dtype,
+                targets.len(),
+                *vocab,
+                *stride,
+            )),
             Op::UnscaleNorm { grads, .. } => described(table::unscale_and_norm(dtype, grads.len())),
             Op::AdamW {
                 master, segments, ..

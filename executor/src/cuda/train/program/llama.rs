@@ -11,8 +11,8 @@ use dsplan_kernels::Dtype;
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
 use super::launches::{described, library, one};
-use super::{Access, GemmDims, Launch, ShapeError, divides, expect};
-use crate::cuda::gemm::{Accumulate, strided_len};
+use super::{Access, GemmDims, Launch, ShapeError, divides, expect, expect_strided};
+use crate::cuda::gemm::Accumulate;
 use crate::cuda::launch::table::{self, Heads, RopeShape};
 use crate::cuda::launch::{GroupedAttention, Rotation};
 use crate::cuda::train::buffers::{Region, TensorRef};
@@ -208,20 +208,6 @@ pub enum LlamaOp {
         /// Its sizes.
         dims: GroupedAttention,
     },
-}
-
-/// `(N, W)` with rows `S` apart, or a [`ShapeError`] naming `what`.
-fn expect_strided(
-    what: &str,
-    tensor: &TensorRef,
-    (rows, cols, stride): (usize, usize, usize),
-) -> Result<(), ShapeError> {
-    if stride < cols {
-        return Err(ShapeError(format!(
-            "{what}: rows {stride} apart cannot hold {cols} columns"
-        )));
-    }
-    expect(what, tensor, strided_len(rows, cols, stride))
 }
 
 fn attention_sizes(dims: &GroupedAttention) -> Result<(usize, usize), ShapeError> {

@@ -26,6 +26,7 @@ pub use llama::LlamaOp;
 use std::fmt;
 
 use super::buffers::TensorRef;
+use crate::cuda::gemm::{Accumulate, Pass, Product, WeightLayout};
 
 /// `(B, T, NH, hs)` of an attention call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,16 +194,46 @@ pub enum Op {
         /// `(N, OC)`.
         dout: TensorRef,
     },
-    /// `logits = lnf @ wte^T` (cuBLASLt).
+    /// `logits = lnf @ wte^T` (cuBLASLt; the tied `lm_head`, an `nn.Linear` product over
+    /// `wte`), the logits' rows `stride` apart.
     LogitsForward {
-        /// `(N, V)`.
+        /// `(N, V)`, rows `stride` apart.
         logits: TensorRef,
         /// `(N, C)`.
         lnf: TensorRef,
         /// `(V, C)`.
         wte: TensorRef,
         /// `(N, C, V)`.
-        dims: (usize, usize, usize),
+        dims: GemmDims,
+        /// Elements between the logits' rows (`Vp`).
+        stride: usize,
+    },
+    /// `dlnf = dlogits @ wte` (cuBLASLt, overwrites): [`Op::LogitsForward`]'s input gradient.
+    LogitsBackwardInput {
+        /// `(N, C)`.
+        dlnf: TensorRef,
+        /// `(N, V)`, rows `stride` apart.
+        dlogits: TensorRef,
+        /// `(V, C)`.
+        wte: TensorRef,
+        /// `(N, C, V)`.
+        dims: GemmDims,
+        /// Elements between the rows of `dlogits` (`Vp`).
+        stride: usize,
+    },
+    /// `dwte += dlogits^T @ lnf` (cuBLASLt, accumulates): [`Op::LogitsForward`]'s weight
+    /// gradient.
+    LogitsBackwardWeight {
+        /// `(V, C)`.
+        dwte: TensorRef,
+        /// `(N, C)`.
+        lnf: TensorRef,
+        /// `(N, V)`, rows `stride` apart.
+        dlogits: TensorRef,
+        /// `(N, C, V)`.
+        dims: GemmDims,
+        /// Elements between the rows of `dlogits` (`Vp`).
+        stride: usize,
     },
     /// `out = gelu(inp)`.
     GeluForward {
@@ -249,12 +280,16 @@ pub enum Op {
     /// Softmax cross-entropy: losses, and `dloss * (softmax - onehot)` in place of the logits
     /// (`dloss` is the step's, given at run time).
     FusedClassifier {
-        /// `(N, V)`.
+        /// `(N, V)`, rows `stride` apart (the padding between them is not touched).
         logits: TensorRef,
         /// `(N)`.
         losses: TensorRef,
         /// `(N)`.
         targets: TensorRef,
+        /// `V`.
+        vocab: usize,
+        /// Elements between the logits' rows (`Vp`).
+        stride: usize,
     },
     /// `grads *= inv_scale`, sum of squares and inf/NaN flag (`inv_scale` at run time).
     UnscaleNorm {
@@ -313,6 +348,24 @@ fn expect(what: &str, tensor: &TensorRef, len: usize) -> Result<(), ShapeError> 
     }
 }
 
+/// `(N, W)` with rows `S` apart, or a [`ShapeError`] naming `what`.
+fn expect_strided(
+    what: &str,
+    tensor: &TensorRef,
+    (rows, cols, stride): (usize, usize, usize),
+) -> Result<(), ShapeError> {
+    if stride < cols {
+        return Err(ShapeError(format!(
+            "{what}: rows {stride} apart cannot hold {cols} columns"
+        )));
+    }
+    expect(
+        what,
+        tensor,
+        crate::cuda::gemm::strided_len(rows, cols, stride),
+    )
+}
+
 /// How many rows of `part` elements `whole` elements make, or a [`ShapeError`] naming `what`.
 fn divides(what: &str, whole: usize, part: usize) -> Result<usize, ShapeError> {
     if part == 0 || !whole.is_multiple_of(part) {
@@ -324,6 +377,32 @@ fn divides(what: &str, whole: usize, part: usize) -> Result<usize, ShapeError> {
 }
 
 impl Op {
+    /// The cuBLASLt product a vocabulary op issues (the executor runs exactly this one, on
+    /// the operands in [`Op::tensors`] order): the tied `lm_head` over `wte (V, C)`, an
+    /// `nn.Linear` product whose `(N, V)` operand has rows `stride` apart. `None` for the
+    /// other ops.
+    pub fn vocabulary_product(&self) -> Option<Product> {
+        let (pass, dims, stride, accumulate) = match *self {
+            Op::LogitsForward { dims, stride, .. } => {
+                (Pass::Forward, dims, stride, Accumulate::Overwrite)
+            }
+            Op::LogitsBackwardInput { dims, stride, .. } => {
+                (Pass::BackwardInput, dims, stride, Accumulate::Overwrite)
+            }
+            Op::LogitsBackwardWeight { dims, stride, .. } => {
+                (Pass::BackwardWeight, dims, stride, Accumulate::Add)
+            }
+            _ => return None,
+        };
+        Some(Product {
+            pass,
+            weight: WeightLayout::OutIn,
+            dims,
+            stride,
+            accumulate,
+        })
+    }
+
     /// Every tensor the op touches, with whether it writes it.
     pub fn tensors(&self) -> Vec<(TensorRef, Access)> {
         let mut op = self.clone();
@@ -438,6 +517,12 @@ impl Op {
             Op::LogitsForward {
                 logits, lnf, wte, ..
             } => vec![(logits, Write), (lnf, Read), (wte, Read)],
+            Op::LogitsBackwardInput {
+                dlnf, dlogits, wte, ..
+            } => vec![(dlnf, Write), (dlogits, Read), (wte, Read)],
+            Op::LogitsBackwardWeight {
+                dwte, lnf, dlogits, ..
+            } => vec![(dwte, Write), (lnf, Read), (dlogits, Read)],
             Op::GeluForward { out, inp } => vec![(out, Write), (inp, Read)],
             Op::GeluBackward { d, inp } => vec![(d, Write), (inp, Read)],
             Op::AttentionForward { out, lse, qkv, .. } => {
@@ -463,6 +548,7 @@ impl Op {
                 logits,
                 losses,
                 targets,
+                ..
             } => vec![(logits, Write), (losses, Write), (targets, Read)],
             Op::UnscaleNorm {
                 grads,

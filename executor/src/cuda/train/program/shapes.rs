@@ -1,7 +1,7 @@
 //! [`Op::check`]: the launcher's shape rules applied to an op's spans, and the layout's
 //! bounds and aliasing rules, before anything runs.
 
-use super::{Access, Op, ShapeError, divides, expect};
+use super::{Access, Op, ShapeError, divides, expect, expect_strided};
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
 use crate::cuda::train::buffers::{Region, RegionSizes};
@@ -67,7 +67,8 @@ impl Op {
             Op::MatmulBackwardInput { .. } => vec![A, A, P],
             Op::MatmulBackwardWeight { .. } => vec![G, A, A],
             Op::BiasBackward { .. } => vec![G, SCRATCH, A],
-            Op::LogitsForward { .. } => vec![A, A, P],
+            Op::LogitsForward { .. } | Op::LogitsBackwardInput { .. } => vec![A, A, P],
+            Op::LogitsBackwardWeight { .. } => vec![G, A, A],
             Op::GeluForward { .. } | Op::GeluBackward { .. } => vec![A, A],
             Op::AttentionForward { .. } => vec![A, S, A],
             Op::AttentionBackward { .. } => vec![A, SCRATCH, A, A, A, S],
@@ -228,12 +229,27 @@ impl Op {
                 expect("scratch", scratch, rows.div_ceil(64) * dbias.len())
             }
             Op::LogitsForward {
-                logits,
+                logits: dlogits,
                 lnf,
                 wte,
                 dims: (n, c, v),
+                stride,
+            }
+            | Op::LogitsBackwardInput {
+                dlnf: lnf,
+                dlogits,
+                wte,
+                dims: (n, c, v),
+                stride,
+            }
+            | Op::LogitsBackwardWeight {
+                dwte: wte,
+                lnf,
+                dlogits,
+                dims: (n, c, v),
+                stride,
             } => {
-                expect("logits", logits, n * v)?;
+                expect_strided("logits", dlogits, (*n, *v, *stride))?;
                 expect("lnf", lnf, n * c)?;
                 expect("wte", wte, v * c)
             }
@@ -273,9 +289,11 @@ impl Op {
                 logits,
                 losses,
                 targets,
+                vocab,
+                stride,
             } => {
                 expect("losses", losses, targets.len())?;
-                divides("logits", logits.len(), targets.len()).map(|_| ())
+                expect_strided("logits", logits, (targets.len(), *vocab, *stride))
             }
             Op::UnscaleNorm {
                 partials,
