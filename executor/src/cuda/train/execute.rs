@@ -503,7 +503,7 @@ impl Executor<'_> {
                     &mut stats.slice_mut(range(lse)),
                     &qkv_v.as_view(),
                     shape.heads(),
-                    Heads::Shared,
+                    (Heads::Shared, shape.kernel),
                 )
             }),
             Op::AttentionBackward {
@@ -529,7 +529,7 @@ impl Executor<'_> {
                         &qkv_v.as_view(),
                         &stats.slice(range(lse)),
                         shape.heads(),
-                        Heads::Shared,
+                        (Heads::Shared, shape.kernel),
                     )
                 },
             ),

@@ -27,6 +27,7 @@ use super::backward::backward_ops;
 use super::buffers::{DeviceLayout, Region, RegionSizes};
 use super::forward::forward_ops;
 use super::program::{Op, ShapeError, check_head_size};
+use crate::train::AttentionKernel;
 
 /// The op lists of one optimizer step.
 #[derive(Debug, Clone)]
@@ -90,6 +91,28 @@ impl StepProgram {
             }],
             after_update: Vec::new(),
         }
+    }
+
+    /// The step with GPT-2's attention computed by `kernel`'s kernels (the ops are built with
+    /// [`AttentionKernel::Scalar`]; the Llama family's attention stays scalar, which
+    /// [`crate::cuda::train::check_spec`] tells a run asking otherwise).
+    pub fn with_attention(mut self, kernel: AttentionKernel) -> Self {
+        for op in [
+            &mut self.start,
+            &mut self.micro_step,
+            &mut self.boundary_micro_step,
+            &mut self.norm,
+            &mut self.update,
+            &mut self.after_update,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Op::AttentionForward { shape, .. } | Op::AttentionBackward { shape, .. } = op {
+                shape.kernel = kernel;
+            }
+        }
+        self
     }
 
     /// Every op of an applied step with `grad_accum` micro-steps, in order.

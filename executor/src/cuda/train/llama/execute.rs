@@ -10,6 +10,7 @@ use crate::cuda::train::execute::{
     DeviceBuffers, Executor, RunScalars, carve, range, self_channels, shape_error,
 };
 use crate::cuda::train::program::{LlamaOp, Op};
+use crate::train::AttentionKernel;
 
 impl Executor<'_> {
     /// Runs `op` on `bufs` (its operands' regions checked by the caller).
@@ -239,7 +240,7 @@ impl Executor<'_> {
                     &mut stats.slice_mut(range(lse)),
                     &qkv_v.as_view(),
                     *dims,
-                    Heads::Grouped,
+                    (Heads::Grouped, AttentionKernel::Scalar),
                 )
             }),
             LlamaOp::AttentionBackward {
@@ -265,7 +266,7 @@ impl Executor<'_> {
                         &qkv_v.as_view(),
                         &stats.slice(range(lse)),
                         *dims,
-                        Heads::Grouped,
+                        (Heads::Grouped, AttentionKernel::Scalar),
                     )
                 },
             ),

@@ -16,6 +16,7 @@ use crate::cuda::gemm::{Accumulate, strided_len};
 use crate::cuda::launch::table::{self, Heads, RopeShape};
 use crate::cuda::launch::{GroupedAttention, Rotation};
 use crate::cuda::train::buffers::{Region, TensorRef};
+use crate::train::AttentionKernel;
 
 /// Rows per block of `rmsnorm_backward` (its `RMSNORM_BACKWARD_ROWS`).
 const RMSNORM_BACKWARD_ROWS: usize = 32;
@@ -631,12 +632,18 @@ impl LlamaOp {
                 let rows = divides("dout", dout.len(), *inner)?;
                 one(table::swiglu_backward(dtype, rows, *inner))
             }
-            LlamaOp::AttentionForward { dims, .. } => {
-                one(table::attention_forward(dtype, *dims, Heads::Grouped))
-            }
-            LlamaOp::AttentionBackward { dims, .. } => {
-                described(table::attention_backward(dtype, *dims, Heads::Grouped))
-            }
+            LlamaOp::AttentionForward { dims, .. } => one(table::attention_forward(
+                dtype,
+                *dims,
+                Heads::Grouped,
+                AttentionKernel::Scalar,
+            )),
+            LlamaOp::AttentionBackward { dims, .. } => described(table::attention_backward(
+                dtype,
+                *dims,
+                Heads::Grouped,
+                AttentionKernel::Scalar,
+            )),
         }
     }
 }
