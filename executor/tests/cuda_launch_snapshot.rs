@@ -117,11 +117,21 @@ fn all_launches() -> String {
             describe(&mut out, name, dtype, program.ops(1));
         }
     }
-    // GPT-2 with `--attention-kernel tensor-core` (16-bit only).
+    // GPT-2 and a Llama with `--attention-kernel tensor-core` (16-bit only).
     for dtype in [Dtype::Bf16, Dtype::F16] {
         let layout = DeviceLayout::new(gpt2_head_64(), shape, dtype);
         let program = StepProgram::new(&layout).with_attention(AttentionKernel::TensorCore);
         describe(&mut out, "gpt2-tc", dtype, program.ops(1));
+    }
+    for dtype in [Dtype::Bf16, Dtype::F16] {
+        let config = llama(
+            LlamaFamily::Llama,
+            AttentionBias::Absent,
+            Embeddings::Untied,
+        );
+        let layout = LlamaDeviceLayout::new(config, shape, dtype);
+        let program = StepProgram::llama(&layout).with_attention(AttentionKernel::TensorCore);
+        describe(&mut out, "llama-tc", dtype, program.ops(1));
     }
     out
 }

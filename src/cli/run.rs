@@ -110,8 +110,8 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
     /// The CUDA attention kernels: scalar (f32 arithmetic, every precision; checked on an
-    /// H200) or tensor-core (flash attention on tensor cores, bf16/fp16 GPT-2 only; opt-in
-    /// until a GPU's `dsplan report --check` has passed it). Refused on the CPU and in f32.
+    /// H200) or tensor-core (flash attention on tensor cores, bf16/fp16 only; opt-in until a
+    /// GPU's `dsplan report --check` has passed it). Refused on the CPU and in f32.
     #[arg(long, value_enum, default_value_t = AttentionChoice::Scalar)]
     attention_kernel: AttentionChoice,
     /// Seed of fresh model weights and of the data order.

@@ -26,7 +26,7 @@ use dsplan_planner::memory::cuda_layout::CudaRegion;
 use super::backward::backward_ops;
 use super::buffers::{DeviceLayout, Region, RegionSizes};
 use super::forward::forward_ops;
-use super::program::{Op, ShapeError, check_head_size};
+use super::program::{LlamaOp, Op, ShapeError, check_head_size};
 use crate::train::AttentionKernel;
 
 /// The op lists of one optimizer step.
@@ -93,9 +93,8 @@ impl StepProgram {
         }
     }
 
-    /// The step with GPT-2's attention computed by `kernel`'s kernels (the ops are built with
-    /// [`AttentionKernel::Scalar`]; the Llama family's attention stays scalar, which
-    /// [`crate::cuda::train::check_spec`] tells a run asking otherwise).
+    /// The step with its attention (GPT-2's, or the Llama family's grouped-query attention)
+    /// computed by `kernel`'s kernels (the ops are built with [`AttentionKernel::Scalar`]).
     pub fn with_attention(mut self, kernel: AttentionKernel) -> Self {
         for op in [
             &mut self.start,
@@ -108,8 +107,15 @@ impl StepProgram {
         .into_iter()
         .flatten()
         {
-            if let Op::AttentionForward { shape, .. } | Op::AttentionBackward { shape, .. } = op {
-                shape.kernel = kernel;
+            match op {
+                Op::AttentionForward { shape, .. } | Op::AttentionBackward { shape, .. } => {
+                    shape.kernel = kernel;
+                }
+                Op::Llama(
+                    LlamaOp::AttentionForward { kernel: chosen, .. }
+                    | LlamaOp::AttentionBackward { kernel: chosen, .. },
+                ) => *chosen = kernel,
+                _ => {}
             }
         }
         self

@@ -76,19 +76,11 @@ pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
     };
     let dtype = kernel_dtype(spec.settings.precision().model_dtype());
     let attention = spec.settings.attention;
-    if attention != AttentionKernel::Scalar {
-        if dtype == dsplan_kernels::Dtype::F32 {
-            return Err(CudaTrainError::Setup(format!(
-                "--attention-kernel {attention} is built for bf16 and fp16 training; this config \
-                 trains in f32 (enable bf16 or fp16, or use --attention-kernel scalar)"
-            )));
-        }
-        if !matches!(spec.model, crate::model::ModelConfig::Gpt2(_)) {
-            return Err(CudaTrainError::Setup(format!(
-                "--attention-kernel {attention} is wired into GPT-2's device step only so far; \
-                 the Llama family runs --attention-kernel scalar"
-            )));
-        }
+    if attention != AttentionKernel::Scalar && dtype == dsplan_kernels::Dtype::F32 {
+        return Err(CudaTrainError::Setup(format!(
+            "--attention-kernel {attention} is built for bf16 and fp16 training; this config \
+             trains in f32 (enable bf16 or fp16, or use --attention-kernel scalar)"
+        )));
     }
     let model = DeviceModel::new(&spec.model, shape, dtype, spec.settings.recompute);
     model

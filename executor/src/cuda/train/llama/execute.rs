@@ -10,7 +10,6 @@ use crate::cuda::train::execute::{
     DeviceBuffers, Executor, RunScalars, carve, range, self_channels, shape_error,
 };
 use crate::cuda::train::program::{LlamaOp, Op};
-use crate::train::AttentionKernel;
 
 impl Executor<'_> {
     /// Runs `op` on `bufs` (its operands' regions checked by the caller).
@@ -231,6 +230,7 @@ impl Executor<'_> {
                 lse,
                 qkv,
                 dims,
+                kernel,
             } => carve(activations, &[out.span, qkv.span], |a| {
                 let [out_v, qkv_v] = a else {
                     return Err(wrong());
@@ -240,7 +240,7 @@ impl Executor<'_> {
                     &mut stats.slice_mut(range(lse)),
                     &qkv_v.as_view(),
                     *dims,
-                    (Heads::Grouped, AttentionKernel::Scalar),
+                    (Heads::Grouped, *kernel),
                 )
             }),
             LlamaOp::AttentionBackward {
@@ -251,6 +251,7 @@ impl Executor<'_> {
                 qkv,
                 lse,
                 dims,
+                kernel,
             } => carve(
                 activations,
                 &[dqkv.span, dout.span, out.span, qkv.span],
@@ -266,7 +267,7 @@ impl Executor<'_> {
                         &qkv_v.as_view(),
                         &stats.slice(range(lse)),
                         *dims,
-                        (Heads::Grouped, AttentionKernel::Scalar),
+                        (Heads::Grouped, *kernel),
                     )
                 },
             ),

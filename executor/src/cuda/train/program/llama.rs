@@ -191,6 +191,8 @@ pub enum LlamaOp {
         qkv: TensorRef,
         /// Its sizes.
         dims: GroupedAttention,
+        /// Which kernels compute it (`StepProgram::with_attention` sets it for a run).
+        kernel: AttentionKernel,
     },
     /// Causal grouped-query attention backward (written, not accumulated).
     AttentionBackward {
@@ -208,6 +210,8 @@ pub enum LlamaOp {
         lse: TensorRef,
         /// Its sizes.
         dims: GroupedAttention,
+        /// Which kernels compute it.
+        kernel: AttentionKernel,
     },
 }
 
@@ -545,6 +549,7 @@ impl LlamaOp {
                 lse,
                 qkv,
                 dims,
+                ..
             } => {
                 let (qkv_len, out_len) = attention_sizes(dims)?;
                 expect("qkv", qkv, qkv_len)?;
@@ -559,6 +564,7 @@ impl LlamaOp {
                 qkv,
                 lse,
                 dims,
+                ..
             } => {
                 let (qkv_len, out_len) = attention_sizes(dims)?;
                 expect("qkv", qkv, qkv_len)?;
@@ -632,18 +638,15 @@ impl LlamaOp {
                 let rows = divides("dout", dout.len(), *inner)?;
                 one(table::swiglu_backward(dtype, rows, *inner))
             }
-            LlamaOp::AttentionForward { dims, .. } => one(table::attention_forward(
+            LlamaOp::AttentionForward { dims, kernel, .. } => one(table::attention_forward(
                 dtype,
                 *dims,
                 Heads::Grouped,
-                AttentionKernel::Scalar,
+                *kernel,
             )),
-            LlamaOp::AttentionBackward { dims, .. } => described(table::attention_backward(
-                dtype,
-                *dims,
-                Heads::Grouped,
-                AttentionKernel::Scalar,
-            )),
+            LlamaOp::AttentionBackward { dims, kernel, .. } => described(
+                table::attention_backward(dtype, *dims, Heads::Grouped, *kernel),
+            ),
         }
     }
 }
