@@ -6,7 +6,7 @@
 #                      [--ds-width N]
 #
 # --parts picks groups (default all: check,stages,torch,profile,tests,mpi,w2,llama,ds; `report`
-# always runs),
+# always runs; `tc` alone names stage0_tc, which `stages` includes),
 # so a rerun after fixes spends device time only where it must. Order: report and check; the
 # timed runs alone on the GPU (stages, torch); then, sharing the GPU because nothing there is
 # timed against a target, the tests, the W = 2 and Llama runs, and DeepSpeed's memory runs
@@ -19,6 +19,7 @@
 #               and one training step vs the CPU backend
 #   stage0..3   `dsplan run --device cuda --model gpt2`, bf16, micro-batch 16 x 1024, W=1:
 #               tokens/s (median after the warm-up), MFU, measured vs planned device memory
+#   stage0_tc   stage 0 with --attention-kernel tensor-core (attention_tc.cu; skipped dry)
 #   w2_stage1..3  the same at --world-size 2 (micro-batch 8 per rank): two thread ranks
 #               sharing GPU 0, collectives staged through host memory; tokens/s, memory
 #               (run last, after the DeepSpeed memory runs, so issue 16's parts come first)
@@ -238,6 +239,21 @@ for stage in 0 1 2 3; do
         --format json >'$work/dsplan_stage$stage.json'"
     [[ $stage == 0 ]] && grep -q $'^stage0\ttimeout' "$work/parts.tsv" && stage_hung=yes
 done
+# stage0_tc: stage 0 again with --attention-kernel tensor-core (attention_tc.cu: flash attention
+# on tensor cores, opt-in until `report --check` above has passed its attention_tc_* rows); its
+# own part so a failure or a wrong loss does not touch stage 0's figures. CUDA-only: the dry
+# run skips it with a line.
+if ! want stages && ! want tc; then
+    skip stage0_tc "not in --parts"
+elif [[ $mode != gpu ]]; then
+    skip stage0_tc "dry run: --attention-kernel tensor-core is CUDA-only (refused with --device cpu)"
+elif [[ -n $stage_hung ]]; then
+    skip stage0_tc "stage 0 timed out"
+else
+    part stage0_tc 60 bash -c "'$bin' run '$work/zero0_bf16.json' --device cuda --model $model \
+        --attention-kernel tensor-core --steps $((warmup + timed)) --seq-len $seq \
+        --metrics '$work/dsplan_stage0_tc.jsonl' --format json >'$work/dsplan_stage0_tc.json'"
+fi
 
 # --- 3. PyTorch eager and torch.compile on the same device, alone on it like dsplan's runs
 for mode_name in eager compile; do

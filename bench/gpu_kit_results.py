@@ -4,7 +4,9 @@ the kit's own keys) and prints the summary tables last.
     python3 gpu_kit_results.py WORK_DIR --out FILE [--copy-to DIR] [--dry]
 
 WORK_DIR holds the parts' outputs (see gpu_check.sh): `parts.tsv` (name, status, seconds,
-exit code), `report.json`, `check.json`, `dsplan_stage{N}.json` and `.jsonl` (W = 1),
+exit code), `report.json`, `check.json`, `dsplan_stage{N}.json` and `.jsonl` (W = 1;
+`dsplan_stage0_tc.*` is stage 0 with --attention-kernel tensor-core, its own row with
+`"attention": "tensor-core"`; the others say `"scalar"`),
 `dsplan_w2_stage{N}.json` and `.jsonl` (W = 2 thread ranks on one GPU; `world_size: 2` rows
 of `gpt2_124m_bf16`, memory of rank 0 with every rank's in `ranks_allocated_bytes`), (and
 `dsplan_llama*.json` / `.jsonl`),
@@ -134,10 +136,13 @@ def dsplan_llama(work, variant, warmup):
     }
 
 
-def dsplan_stage(work, stage, warmup, torch_runs, batch, seq, dry, world=1):
+def dsplan_stage(work, stage, warmup, torch_runs, batch, seq, dry, world=1, attention="scalar"):
     name = f"stage{stage}" if world == 1 else f"w{world}_stage{stage}"
+    if attention == "tensor-core":
+        name += "_tc"
     summary, rate, timed_steps = run_figures(work, name, warmup)
-    row = {"stage": stage, "world_size": world, "micro_batch": batch, "seq_len": seq}
+    row = {"stage": stage, "world_size": world, "micro_batch": batch, "seq_len": seq,
+           "attention": attention}
     device = (summary or {}).get("device") or ""
     peak = peak_flops(device)
     per_token = flops_per_token(GPT2["params"], GPT2["wpe"], GPT2["layers"], GPT2["embd"], seq)
@@ -291,6 +296,8 @@ def main():
             dsplan_stage(work, int(s), args.warmup, torch_runs, args.batch, args.seq, args.dry)
             for s in args.stages.split()
         ]
+        + [dsplan_stage(work, 0, args.warmup, torch_runs, args.batch, args.seq, args.dry,
+                        attention="tensor-core")]
         + [
             dsplan_stage(work, int(s), args.warmup, torch_runs, args.w2_batch, args.seq, args.dry, 2)
             for s in args.w2_stages.split()
@@ -342,13 +349,13 @@ def print_tables(r, path):
     print("step vs CPU: " + ("not run" if s is None else f"passed={s['passed']} max_rel_err={s['max_rel_err']}"))
     for name, t in r["gpu_tests"].items():
         print(f"tests {name}: {t}")
-    print(f"\n{'stage':>5} {'W':>2} {'tokens/s':>10} {'MFU':>7} {'eager':>9} {'compile':>9} {'measured':>10} {'allocated':>10} {'plan':>10}")
+    print(f"\n{'stage':>5} {'W':>2} {'attention':>11} {'tokens/s':>10} {'MFU':>7} {'eager':>9} {'compile':>9} {'measured':>10} {'allocated':>10} {'plan':>10}")
     if r["dry_run"]:
         print("(dry run: tiny-gpt2 on the CPU; memory columns are the CPU rank's measured peak and its plan)")
     for g in r["gpt2_124m_bf16"]:
         if r["dry_run"]:
             g = dict(g, device_peak_bytes=g.get("cpu_measured_peak_bytes"), plan_peak_bytes=g.get("cpu_plan_peak_bytes"))
-        print(f"{g['stage']:>5} {g['world_size']:>2} {fmt(g['tokens_per_s']):>10} {fmt(g['mfu'], '{:.1%}'):>7} "
+        print(f"{g['stage']:>5} {g['world_size']:>2} {g.get('attention', 'scalar'):>11} {fmt(g['tokens_per_s']):>10} {fmt(g['mfu'], '{:.1%}'):>7} "
               f"{fmt(g['torch_eager_tokens_per_s']):>9} {fmt(g['torch_compile_tokens_per_s']):>9} "
               f"{fmt_bytes(g['device_peak_bytes']):>10} {fmt_bytes(g['device_allocated_bytes']):>10} "
               f"{fmt_bytes(g['plan_peak_bytes']):>10}")

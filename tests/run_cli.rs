@@ -445,6 +445,55 @@ fn device_cuda_fails_cleanly_and_auto_falls_back_with_one_notice() {
     );
 }
 
+/// `--attention-kernel tensor-core` selects CUDA kernels: a CPU run (asked for, or `auto`
+/// falling back) is refused with exit 2 and one error naming the option and the fix, before
+/// anything trains; `scalar` (the default) trains on the CPU as before.
+#[test]
+fn tensor_core_attention_is_refused_on_the_cpu() {
+    let zero2 = config_path("zero2_fp16.json");
+    for device in ["cpu", "auto"] {
+        let (code, stdout, stderr) = run(&[
+            "run",
+            &zero2,
+            "--device",
+            device,
+            "--attention-kernel",
+            "tensor-core",
+            "--steps",
+            "1",
+        ]);
+        assert_eq!(code, 2, "{device}: {stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "{stderr}");
+        assert!(
+            errors[0].contains("--attention-kernel tensor-core selects CUDA kernels")
+                && errors[0].contains("trains on the CPU"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("step="), "nothing trained: {stderr}");
+    }
+    let (code, _, stderr) = run(&[
+        "run",
+        &zero2,
+        "--device",
+        "cpu",
+        "--attention-kernel",
+        "scalar",
+        "--steps",
+        "1",
+        "--seq-len",
+        "16",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, _, stderr) = run(&["run", &zero2, "--attention-kernel", "flash"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("tensor-core"),
+        "clap lists the choices: {stderr}"
+    );
+}
+
 /// `../shared` next to the workspace (or `$DSPLAN_SHARED_DIR`), if it exists.
 fn shared_dir() -> Option<std::path::PathBuf> {
     let dir = std::env::var_os("DSPLAN_SHARED_DIR")

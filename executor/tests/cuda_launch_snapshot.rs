@@ -16,7 +16,7 @@ use dsplan_executor::cuda::train::{DeviceLayout, Op};
 use dsplan_executor::model::llama::{AttentionBias, LlamaConfig, LlamaFamily};
 use dsplan_executor::model::rope::{Rope, RopeScaling};
 use dsplan_executor::model::{BatchShape, Gpt2Config};
-use dsplan_executor::train::choose_model;
+use dsplan_executor::train::{AttentionKernel, choose_model};
 use dsplan_kernels::Dtype;
 use dsplan_planner::model::Embeddings;
 
@@ -116,6 +116,22 @@ fn all_launches() -> String {
             let program = StepProgram::llama(&layout);
             describe(&mut out, name, dtype, program.ops(1));
         }
+    }
+    // GPT-2 and a Llama with `--attention-kernel tensor-core` (16-bit only).
+    for dtype in [Dtype::Bf16, Dtype::F16] {
+        let layout = DeviceLayout::new(gpt2_head_64(), shape, dtype);
+        let program = StepProgram::new(&layout).with_attention(AttentionKernel::TensorCore);
+        describe(&mut out, "gpt2-tc", dtype, program.ops(1));
+    }
+    for dtype in [Dtype::Bf16, Dtype::F16] {
+        let config = llama(
+            LlamaFamily::Llama,
+            AttentionBias::Absent,
+            Embeddings::Untied,
+        );
+        let layout = LlamaDeviceLayout::new(config, shape, dtype);
+        let program = StepProgram::llama(&layout).with_attention(AttentionKernel::TensorCore);
+        describe(&mut out, "llama-tc", dtype, program.ops(1));
     }
     out
 }

@@ -11,7 +11,7 @@ use dsplan_executor::model::llama::{
 };
 use dsplan_executor::model::rope::{Rope, RopeScaling};
 use dsplan_executor::model::{BatchShape, ModelConfig, Recompute};
-use dsplan_executor::train::{TrainSettings, choose_model, compile_cuda_plan};
+use dsplan_executor::train::{AttentionKernel, TrainSettings, choose_model, compile_cuda_plan};
 use dsplan_kernels::Dtype;
 use dsplan_planner::model::Embeddings;
 use serde_json::json;
@@ -279,6 +279,19 @@ fn llama_launches_match_the_kernel_signatures() {
             let layout = LlamaDeviceLayout::new(config, shape, dtype);
             let program = StepProgram::llama(&layout);
             assert!(check_launch_signatures(program.ops(1), dtype) > 10 * config.num_hidden_layers);
+            if dtype == Dtype::F32 {
+                continue; // the tensor-core kernels are 16-bit only
+            }
+            // `--attention-kernel tensor-core`: the grouped-query attention launches become the
+            // attention_tc_*_gqa kernels, with attention_tc.cu's signatures.
+            let tc = program.with_attention(AttentionKernel::TensorCore);
+            assert!(check_launch_signatures(tc.ops(1), dtype) > 10 * config.num_hidden_layers);
+            let tc_launches = tc
+                .ops(1)
+                .flat_map(|op| op.launches(dtype).expect("launches"))
+                .filter(|l| l.kernel.starts_with("attention_tc_") && l.kernel.ends_with("_gqa"))
+                .count();
+            assert_eq!(tc_launches, 3 * config.num_hidden_layers, "{dtype}");
         }
     }
 }

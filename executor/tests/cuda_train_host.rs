@@ -7,7 +7,7 @@ use dsplan_executor::cuda::train::{DeviceLayout, Op, StepProgram};
 use dsplan_executor::metrics::{Category, PlanMemory};
 use dsplan_executor::model::{ActivationLayout, BatchShape, Gpt2Config, Recompute};
 use dsplan_executor::train::plan::model_graph;
-use dsplan_executor::train::{TrainSettings, choose_model, compile_cuda_plan};
+use dsplan_executor::train::{AttentionKernel, TrainSettings, choose_model, compile_cuda_plan};
 use dsplan_kernels::Dtype;
 use dsplan_planner::plan::{self, Cluster, PlanBackend, Workload};
 use serde_json::json;
@@ -319,6 +319,49 @@ fn launches_match_the_kernel_signatures() {
         let program = StepProgram::new(&layout);
         assert!(check_launch_signatures(program.ops(1), dtype) > 20);
     }
+}
+
+/// `--attention-kernel tensor-core`: the step's attention ops launch the `attention_tc_*`
+/// kernels (forward, the shared preprocess, dk/dv, dq) in bf16 and f16, with arguments that
+/// match attention_tc.cu's signatures, and nothing else of the step changes; in f32 the
+/// description is an error before any launch (the tensor-core kernels are 16-bit only).
+#[test]
+fn tensor_core_attention_swaps_only_the_attention_launches() {
+    let config = small_head_64();
+    for dtype in [Dtype::Bf16, Dtype::F16] {
+        let layout = layout(config, 2, 32, dtype);
+        let scalar = StepProgram::new(&layout);
+        let tc = scalar.clone().with_attention(AttentionKernel::TensorCore);
+        assert!(check_launch_signatures(tc.ops(1), dtype) > 20);
+        let entries = |program: &StepProgram| -> Vec<String> {
+            program
+                .ops(1)
+                .flat_map(|op| op.launches(dtype).expect("launches"))
+                .map(|l| l.entry_point)
+                .collect()
+        };
+        let (before, after) = (entries(&scalar), entries(&tc));
+        assert_eq!(before.len(), after.len());
+        let mut swapped = 0;
+        for (a, b) in before.iter().zip(&after) {
+            if a.starts_with("attention_forward") || a.starts_with("attention_backward_d") {
+                assert_eq!(b, &a.replacen("attention_", "attention_tc_", 1));
+                swapped += 1;
+            } else {
+                assert_eq!(a, b);
+            }
+        }
+        // Forward, dk/dv and dq of each of the two layers.
+        assert_eq!(swapped, 3 * config.n_layer, "{dtype}");
+        assert!(after.contains(&format!("attention_tc_forward_hs64_{dtype}")));
+    }
+    let f32_layout = layout(config, 2, 32, Dtype::F32);
+    let tc = StepProgram::new(&f32_layout).with_attention(AttentionKernel::TensorCore);
+    let error = tc
+        .ops(1)
+        .find_map(|op| op.launches(Dtype::F32).err())
+        .expect("f32 tensor-core attention is refused");
+    assert!(error.to_string().contains("bf16 and f16"), "{error}");
 }
 
 /// A change in shape that breaks an op is caught on the host.

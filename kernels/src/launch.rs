@@ -91,6 +91,16 @@ pub enum LaunchRule {
         /// Threads per block times the head size.
         threads_times_head_dim: u32,
     },
+    /// Tensor-core attention: warps of 32 threads owning 16 rows (queries or keys) each,
+    /// `min(max_rows, rows_times_head_dim / head_dim)` rows per block (a multiple of 16, so the
+    /// shared tiles fit): block `rows * 2` threads, grid `(ceil(T / rows), heads, B)`.
+    /// Work: [`Work::Attention`].
+    AttentionWarpRows {
+        /// Rows per block times the head size.
+        rows_times_head_dim: u32,
+        /// At most this many rows per block.
+        max_rows: u32,
+    },
     /// A single block.
     SingleBlock {
         /// Threads in it.
@@ -236,7 +246,32 @@ impl LaunchRule {
                 }
                 (budget / head_dim) as u32
             }
+            LaunchRule::AttentionWarpRows { .. } => self.rows_per_block(work)? * 2,
         })
+    }
+
+    /// Rows per block of [`LaunchRule::AttentionWarpRows`] (16 per warp), or the threads of
+    /// any other rule.
+    fn rows_per_block(&self, work: Work) -> Result<u32, LaunchError> {
+        let LaunchRule::AttentionWarpRows {
+            rows_times_head_dim,
+            max_rows,
+        } = *self
+        else {
+            return self.threads(work);
+        };
+        let Work::Attention { head_dim, .. } = work else {
+            return Err(LaunchError::WrongWork { rule: *self, work });
+        };
+        let budget = u64::from(rows_times_head_dim);
+        if head_dim == 0 || budget % head_dim != 0 {
+            return Err(LaunchError::UnsupportedHeadDim(head_dim));
+        }
+        let rows = (budget / head_dim).min(u64::from(max_rows));
+        if rows == 0 || rows % 16 != 0 {
+            return Err(LaunchError::UnsupportedHeadDim(head_dim));
+        }
+        Ok(rows as u32)
     }
 
     /// The grid and block for `work`.
@@ -290,6 +325,20 @@ impl LaunchRule {
                     ..
                 },
             ) => dims(ceil_div(seq_len, threads), heads, batch, threads),
+            (
+                LaunchRule::AttentionWarpRows { .. },
+                Work::Attention {
+                    batch,
+                    seq_len,
+                    heads,
+                    ..
+                },
+            ) => dims(
+                ceil_div(seq_len, self.rows_per_block(work)?),
+                heads,
+                batch,
+                threads,
+            ),
             (LaunchRule::SingleBlock { .. }, _) => dims(1, 1, 1, threads),
             _ => Err(wrong()),
         }
@@ -354,6 +403,38 @@ mod tests {
             keys.dims(attention(96)),
             Err(LaunchError::UnsupportedHeadDim(96))
         );
+        // Tensor-core attention: 16 rows per warp.
+        let tc_keys = LaunchRule::AttentionWarpRows {
+            rows_times_head_dim: 4096,
+            max_rows: 64,
+        };
+        assert_eq!(
+            tc_keys.dims(attention(64)),
+            Ok(LaunchDims {
+                grid: (16, 12, 4),
+                block: (128, 1, 1)
+            })
+        );
+        assert_eq!(
+            tc_keys.dims(attention(128)),
+            Ok(LaunchDims {
+                grid: (32, 12, 4),
+                block: (64, 1, 1)
+            })
+        );
+        let tc_queries = LaunchRule::AttentionWarpRows {
+            rows_times_head_dim: 8192,
+            max_rows: 64,
+        };
+        assert_eq!(tc_queries.dims(attention(128)).map(|d| d.block.0), Ok(128));
+        assert_eq!(
+            tc_queries.dims(attention(96)),
+            Err(LaunchError::UnsupportedHeadDim(96))
+        );
+        assert!(matches!(
+            tc_queries.dims(Work::Elements(5)),
+            Err(LaunchError::WrongWork { .. })
+        ));
         assert!(matches!(
             warp.dims(Work::Elements(5)),
             Err(LaunchError::WrongWork { .. })

@@ -12,8 +12,8 @@ use std::fmt;
 
 use crate::launch::LaunchRule;
 use crate::source::{
-    ADAMW, ATTENTION, CAST, CLASSIFIER, CudaSource, ENCODER, GELU, LAYERNORM, REDUCE, RMSNORM,
-    ROPE, SWIGLU, UNSCALE_NORM,
+    ADAMW, ATTENTION, ATTENTION_TC, CAST, CLASSIFIER, CudaSource, ENCODER, GELU, LAYERNORM, REDUCE,
+    RMSNORM, ROPE, SWIGLU, UNSCALE_NORM,
 };
 
 /// The element type a kernel stores its tensors in (arithmetic is f32, or f64 for norms).
@@ -131,6 +131,8 @@ pub fn kernel(name: &str) -> Option<&'static KernelSpec> {
 }
 
 const STORAGE: &[Dtype] = &[Dtype::F32, Dtype::Bf16, Dtype::F16];
+/// The tensor-core kernels' types (f32 keeps the scalar kernels).
+const SIXTEEN_BIT: &[Dtype] = &[Dtype::Bf16, Dtype::F16];
 
 /// Every kernel.
 pub const KERNELS: &[KernelSpec] = &[
@@ -423,6 +425,124 @@ pub const KERNELS: &[KernelSpec] = &[
         cpu_reference: &["executor::model::attention::grouped_attention_backward"],
         dtypes: STORAGE,
         summary: "dq per query row of the grouped-query layout; no atomics",
+    },
+    KernelSpec {
+        name: "attention_tc_forward",
+        source: &ATTENTION_TC,
+        entry_points: &[
+            "attention_tc_forward_hs64_bf16",
+            "attention_tc_forward_hs64_f16",
+            "attention_tc_forward_hs128_bf16",
+            "attention_tc_forward_hs128_f16",
+        ],
+        launch: LaunchRule::AttentionWarpRows {
+            rows_times_head_dim: 8192,
+            max_rows: 64,
+        },
+        source_constants: &[
+            ("ATTENTION_TC_QUERY_BLOCK", 64),
+            ("ATTENTION_TC_KEY_TILE", 64),
+        ],
+        cpu_reference: &["executor::model::attention::attention_forward"],
+        dtypes: SIXTEEN_BIT,
+        summary: "attention_forward on tensor cores (mma.sync m16n8k16, f32 accumulators): 64 queries \
+                  (4 warps of 16) per block, key tiles of 64; bf16 and f16 only",
+    },
+    KernelSpec {
+        name: "attention_tc_backward_dkdv",
+        source: &ATTENTION_TC,
+        entry_points: &[
+            "attention_tc_backward_dkdv_hs64_bf16",
+            "attention_tc_backward_dkdv_hs64_f16",
+            "attention_tc_backward_dkdv_hs128_bf16",
+            "attention_tc_backward_dkdv_hs128_f16",
+        ],
+        launch: LaunchRule::AttentionWarpRows {
+            rows_times_head_dim: 4096,
+            max_rows: 64,
+        },
+        source_constants: &[],
+        cpu_reference: &["executor::model::attention::attention_backward"],
+        dtypes: SIXTEEN_BIT,
+        summary: "dk, dv on tensor cores: 64 keys (4 warps) per block at hs 64, 32 (2 warps) at hs 128 \
+                  (the template arguments in attention_tc.cu); delta from \
+                  attention_backward_preprocess",
+    },
+    KernelSpec {
+        name: "attention_tc_backward_dq",
+        source: &ATTENTION_TC,
+        entry_points: &[
+            "attention_tc_backward_dq_hs64_bf16",
+            "attention_tc_backward_dq_hs64_f16",
+            "attention_tc_backward_dq_hs128_bf16",
+            "attention_tc_backward_dq_hs128_f16",
+        ],
+        launch: LaunchRule::AttentionWarpRows {
+            rows_times_head_dim: 8192,
+            max_rows: 64,
+        },
+        source_constants: &[("ATTENTION_TC_QUERY_BLOCK", 64)],
+        cpu_reference: &["executor::model::attention::attention_backward"],
+        dtypes: SIXTEEN_BIT,
+        summary: "dq on tensor cores: 64 queries (4 warps) per block; no atomics",
+    },
+    KernelSpec {
+        name: "attention_tc_forward_gqa",
+        source: &ATTENTION_TC,
+        entry_points: &[
+            "attention_tc_forward_gqa_hs64_bf16",
+            "attention_tc_forward_gqa_hs64_f16",
+            "attention_tc_forward_gqa_hs128_bf16",
+            "attention_tc_forward_gqa_hs128_f16",
+        ],
+        launch: LaunchRule::AttentionWarpRows {
+            rows_times_head_dim: 8192,
+            max_rows: 64,
+        },
+        source_constants: &[
+            ("ATTENTION_TC_QUERY_BLOCK", 64),
+            ("ATTENTION_TC_KEY_TILE", 64),
+        ],
+        cpu_reference: &["executor::model::attention::grouped_attention_forward"],
+        dtypes: SIXTEEN_BIT,
+        summary: "attention_tc_forward with KV key/value heads (the layout of attention_forward_gqa)",
+    },
+    KernelSpec {
+        name: "attention_tc_backward_dkdv_gqa",
+        source: &ATTENTION_TC,
+        entry_points: &[
+            "attention_tc_backward_dkdv_gqa_hs64_bf16",
+            "attention_tc_backward_dkdv_gqa_hs64_f16",
+            "attention_tc_backward_dkdv_gqa_hs128_bf16",
+            "attention_tc_backward_dkdv_gqa_hs128_f16",
+        ],
+        launch: LaunchRule::AttentionWarpRows {
+            rows_times_head_dim: 4096,
+            max_rows: 64,
+        },
+        source_constants: &[],
+        cpu_reference: &["executor::model::attention::grouped_attention_backward"],
+        dtypes: SIXTEEN_BIT,
+        summary: "attention_tc_backward_dkdv summed over each key/value head's group of query heads in \
+                  order; grid (ceil(T / keys), KV, B)",
+    },
+    KernelSpec {
+        name: "attention_tc_backward_dq_gqa",
+        source: &ATTENTION_TC,
+        entry_points: &[
+            "attention_tc_backward_dq_gqa_hs64_bf16",
+            "attention_tc_backward_dq_gqa_hs64_f16",
+            "attention_tc_backward_dq_gqa_hs128_bf16",
+            "attention_tc_backward_dq_gqa_hs128_f16",
+        ],
+        launch: LaunchRule::AttentionWarpRows {
+            rows_times_head_dim: 8192,
+            max_rows: 64,
+        },
+        source_constants: &[("ATTENTION_TC_QUERY_BLOCK", 64)],
+        cpu_reference: &["executor::model::attention::grouped_attention_backward"],
+        dtypes: SIXTEEN_BIT,
+        summary: "attention_tc_backward_dq of the grouped-query layout; no atomics",
     },
     KernelSpec {
         name: "fused_classifier",

@@ -47,6 +47,8 @@ pub const REDUCE: CudaSource = cuda_source!("reduce.cu");
 pub const GELU: CudaSource = cuda_source!("gelu.cu");
 /// Flash-style causal attention (multi-head and grouped-query).
 pub const ATTENTION: CudaSource = cuda_source!("attention.cu");
+/// Flash attention on tensor cores (bf16/f16; multi-head and grouped-query).
+pub const ATTENTION_TC: CudaSource = cuda_source!("attention_tc.cu");
 /// Fused softmax + cross-entropy + gradient.
 pub const CLASSIFIER: CudaSource = cuda_source!("classifier.cu");
 /// f32 <-> bf16/f16 casts.
@@ -69,6 +71,7 @@ pub const SOURCES: &[CudaSource] = &[
     REDUCE,
     GELU,
     ATTENTION,
+    ATTENTION_TC,
     CLASSIFIER,
     CAST,
     UNSCALE_NORM,

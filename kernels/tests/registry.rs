@@ -220,3 +220,68 @@ fn the_llama_family_kernels_are_registered_against_their_cpu_twins() {
         );
     }
 }
+
+#[test]
+fn tensor_core_key_blocks_match_the_template_arguments() {
+    use dsplan_kernels::{Dtype, Work, kernel};
+    for name in [
+        "attention_tc_backward_dkdv",
+        "attention_tc_backward_dkdv_gqa",
+    ] {
+        let dkdv = kernel(name).expect("registered");
+        assert_eq!(
+            dkdv.dtypes,
+            [Dtype::Bf16, Dtype::F16],
+            "{name}: 16-bit only"
+        );
+        for head_dim in [64u64, 128] {
+            let threads = dkdv
+                .launch
+                .threads(Work::Attention {
+                    batch: 1,
+                    seq_len: 1,
+                    heads: 1,
+                    head_dim,
+                })
+                .expect("threads");
+            // 16 key rows per warp of 32 threads: the WARPS template argument.
+            let warps = threads / 32;
+            let needle = format!(", {head_dim}, {warps}, ");
+            let wrappers: Vec<&str> = dkdv
+                .source
+                .text
+                .lines()
+                .filter(|l| l.contains(&format!("void {name}_hs{head_dim}_")))
+                .collect();
+            assert_eq!(wrappers.len(), 2, "{name} hs{head_dim} wrappers");
+            for line in wrappers {
+                assert!(
+                    line.contains(&needle),
+                    "{name} hs{head_dim}: expected WARPS = {warps} in {line}"
+                );
+            }
+        }
+    }
+    // Forward and dq: 4 warps of 16 query rows, the file's ATTENTION_TC_QUERY_BLOCK.
+    for name in [
+        "attention_tc_forward",
+        "attention_tc_backward_dq",
+        "attention_tc_forward_gqa",
+        "attention_tc_backward_dq_gqa",
+    ] {
+        let spec = kernel(name).expect("registered");
+        for head_dim in [64u64, 128] {
+            let dims = spec
+                .launch
+                .dims(Work::Attention {
+                    batch: 2,
+                    seq_len: 70,
+                    heads: 3,
+                    head_dim,
+                })
+                .expect("dims");
+            assert_eq!(dims.block.0, 128, "{name}");
+            assert_eq!(dims.grid, (2, 3, 2), "{name}: ceil(70 / 64) query blocks");
+        }
+    }
+}

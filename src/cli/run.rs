@@ -56,7 +56,7 @@ use dsplan_executor::io::OutputTarget;
 use dsplan_executor::io::llama_pretrained::{SavedTo, save_trained};
 use dsplan_executor::metrics::StepMetrics;
 use dsplan_executor::train::plan::architecture;
-use dsplan_executor::train::settings::override_nvme_path;
+use dsplan_executor::train::settings::{AttentionKernel, override_nvme_path};
 use dsplan_executor::train::{
     CheckpointOptions, DEFAULT_PRESET, DataChoice, ModelChoiceError, SavePolicy, TrainError,
     TrainSettings, TrainSpec, choose_model, compile_cuda_plan, compile_plan, model_config,
@@ -109,6 +109,11 @@ pub struct RunArgs {
     /// picks the GPU when one is usable and can run this model, else the CPU.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
+    /// The CUDA attention kernels: scalar (f32 arithmetic, every precision; checked on an
+    /// H200) or tensor-core (flash attention on tensor cores, bf16/fp16 only; opt-in until a
+    /// GPU's `dsplan report --check` has passed it). Refused on the CPU and in f32.
+    #[arg(long, value_enum, default_value_t = AttentionChoice::Scalar)]
+    attention_kernel: AttentionChoice,
     /// Seed of fresh model weights and of the data order.
     #[arg(long, value_name = "S", default_value_t = 1234)]
     seed: u64,
@@ -171,6 +176,24 @@ enum Device {
     Cuda,
     /// CUDA when available, else the CPU.
     Auto,
+}
+
+/// `--attention-kernel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum AttentionChoice {
+    /// attention.cu: scalar f32 arithmetic.
+    Scalar,
+    /// attention_tc.cu: tensor cores (bf16, fp16).
+    TensorCore,
+}
+
+impl From<AttentionChoice> for AttentionKernel {
+    fn from(choice: AttentionChoice) -> Self {
+        match choice {
+            AttentionChoice::Scalar => AttentionKernel::Scalar,
+            AttentionChoice::TensorCore => AttentionKernel::TensorCore,
+        }
+    }
 }
 
 /// A failure with its exit code.
@@ -271,7 +294,8 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     let gradient_checkpointing = args.training.training_args().map_err(Failure::usage)?;
     let settings = TrainSettings::from_resolved(&resolved)
         .map_err(|e| Failure::input(format!("{display}: {e}")))?
-        .with_gradient_checkpointing(gradient_checkpointing.gradient_checkpointing.value);
+        .with_gradient_checkpointing(gradient_checkpointing.gradient_checkpointing.value)
+        .with_attention_kernel(args.attention_kernel.into());
     let steps = known_steps.unwrap_or_else(|| {
         resolved
             .config
@@ -307,7 +331,9 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         steps,
         world,
     };
+    cuda::check_attention_kernel(&backend, &settings)?;
     let backend = cuda::settle(backend, args.device, &spec)?;
+    cuda::check_attention_kernel(&backend, &settings)?;
     // The GPU run measures against the CUDA executor's buffers, the CPU run against its own.
     let compile = match backend {
         Backend::Cuda(_) => compile_cuda_plan,

@@ -19,6 +19,7 @@ use super::adamw::{AdamScalars, AdamSegment};
 use super::error::CudaError;
 use super::modules::KernelModules;
 use crate::cuda::train::buffers::Element;
+use crate::train::AttentionKernel;
 
 pub mod llama;
 pub mod table;
@@ -599,7 +600,8 @@ impl<'m> Launcher<'m> {
         self.run(&call, T::DTYPE, &mut [write(d), read(inp)])
     }
 
-    /// `attention_forward` (or `attention_forward_gqa`): `out (B, T, NH hs)` and
+    /// `attention_forward` (or `attention_forward_gqa`; the `attention_tc_*` kernels for
+    /// [`AttentionKernel::TensorCore`], bf16/f16 only): `out (B, T, NH hs)` and
     /// `lse (B, NH, T)` from `qkv (B, T, (NH + 2 KV) hs)`.
     pub fn attention_forward<T: Storage>(
         &self,
@@ -607,15 +609,15 @@ impl<'m> Launcher<'m> {
         lse: &mut CudaViewMut<'_, f32>,
         qkv: &CudaView<'_, T>,
         dims: GroupedAttention,
-        heads: Heads,
+        (heads, kernel): (Heads, AttentionKernel),
     ) -> Result<(), CudaError> {
-        let call = table::attention_forward(T::DTYPE, dims, heads)?;
+        let call = table::attention_forward(T::DTYPE, dims, heads, kernel)?;
         self.run(&call, T::DTYPE, &mut [write(out), write(lse), read(qkv)])
     }
 
     /// Attention backward: `delta (B, NH, T)` scratch, then dk/dv (one block per key/value
     /// head, a group's query heads summed in order) and dq into `dqkv (B, T, (NH + 2 KV) hs)`
-    /// (written, not accumulated; dk/dv and dq write disjoint columns).
+    /// (written, not accumulated; dk/dv and dq write disjoint columns), by `kernel`'s kernels.
     #[allow(clippy::too_many_arguments)]
     pub fn attention_backward<T: Storage>(
         &self,
@@ -626,9 +628,9 @@ impl<'m> Launcher<'m> {
         qkv: &CudaView<'_, T>,
         lse: &CudaView<'_, f32>,
         dims: GroupedAttention,
-        heads: Heads,
+        (heads, kernel): (Heads, AttentionKernel),
     ) -> Result<(), CudaError> {
-        let calls = table::attention_backward(T::DTYPE, dims, heads)?;
+        let calls = table::attention_backward(T::DTYPE, dims, heads, kernel)?;
         let [preprocess, dkdv, dq] = calls.as_slice() else {
             return Err(CudaError::Shape(
                 "attention backward is three launches".into(),

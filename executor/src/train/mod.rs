@@ -44,5 +44,5 @@ pub use rank::train_planned_as_rank;
 pub use report::TrainReport;
 pub(crate) use run::check_model;
 pub use run::{plan_training, train, train_planned, train_planned_with};
-pub use settings::{BatchSizes, SettingsError, TrainSettings};
+pub use settings::{AttentionKernel, BatchSizes, SettingsError, TrainSettings};
 pub use spec::{DataChoice, StoredShape, TrainSpec, stored_shape};

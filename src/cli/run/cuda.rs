@@ -21,7 +21,9 @@ use dsplan_executor::cuda::train::{
 };
 use dsplan_executor::cuda::{Backend, CudaDeviceInfo, DeviceChoice, choose_backend};
 use dsplan_executor::metrics::StepMetrics;
-use dsplan_executor::train::{CheckpointOptions, TrainReport, TrainSpec};
+use dsplan_executor::train::settings::AttentionKernel;
+use dsplan_executor::train::{CheckpointOptions, TrainReport, TrainSettings, TrainSpec};
+use dsplan_executor::zero::Dtype;
 use dsplan_planner::config::OffloadDevice;
 use dsplan_planner::plan::{ModelGraph, Plan};
 
@@ -67,6 +69,33 @@ pub(super) fn settle(
             "--device cuda: {why}; use --device cpu"
         ))),
     }
+}
+
+/// `--attention-kernel` other than scalar needs the CUDA backend and 16-bit training: a usage
+/// error naming the fix otherwise (checked before [`settle`], so `--device cuda` in f32 is told
+/// about the precision, and after it, so an `auto` run that falls back to the CPU is refused
+/// rather than silently running another kernel).
+pub(super) fn check_attention_kernel(
+    backend: &Backend,
+    settings: &TrainSettings,
+) -> Result<(), Failure> {
+    let kernel = settings.attention;
+    if kernel == AttentionKernel::Scalar {
+        return Ok(());
+    }
+    if matches!(backend, Backend::Cpu) {
+        return Err(Failure::usage(format!(
+            "--attention-kernel {kernel} selects CUDA kernels, and this run trains on the CPU; \
+             use --device cuda on a GPU, or drop the option"
+        )));
+    }
+    if settings.precision().model_dtype() == Dtype::F32 {
+        return Err(Failure::usage(format!(
+            "--attention-kernel {kernel} is built for bf16 and fp16 training, and the config \
+             trains in f32; enable bf16 or fp16 in the config, or use --attention-kernel scalar"
+        )));
+    }
+    Ok(())
 }
 
 /// Why the GPU backend cannot run `spec` (`None`: it can).

@@ -16,6 +16,7 @@ use dsplan_kernels::{Dtype, LaunchDims, Work, kernel};
 use crate::cuda::error::CudaError;
 use crate::cuda::gemm::strided_len;
 use crate::cuda::train::buffers::Element;
+use crate::train::AttentionKernel;
 
 /// How a buffer's length must relate to the shape's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -765,22 +766,58 @@ pub fn attention_scale(head_dim: usize) -> f32 {
     (head_dim as f64).powf(-0.5) as f32
 }
 
-/// An attention kernel's name for `heads`.
-fn attention_name(base: &'static str, grouped: &'static str, heads: Heads) -> &'static str {
-    match heads {
-        Heads::Shared => base,
-        Heads::Grouped => grouped,
+/// An attention kernel's name for `heads` and `kernel`: `names` holds the scalar kernel's
+/// `[shared, grouped]` names, then the tensor-core kernel's.
+fn attention_name(names: [&'static str; 4], heads: Heads, kernel: AttentionKernel) -> &'static str {
+    let [scalar, scalar_gqa, tc, tc_gqa] = names;
+    match (kernel, heads) {
+        (AttentionKernel::Scalar, Heads::Shared) => scalar,
+        (AttentionKernel::Scalar, Heads::Grouped) => scalar_gqa,
+        (AttentionKernel::TensorCore, Heads::Shared) => tc,
+        (AttentionKernel::TensorCore, Heads::Grouped) => tc_gqa,
     }
 }
 
-/// `attention_forward` (or `_gqa`): `out (B, T, NH hs)` and `lse (B, NH, T)` from `qkv`.
+/// The tensor-core kernels exist for bf16 and f16 only (f32 keeps the scalar kernels).
+fn check_kernel(kernel: AttentionKernel, dtype: Dtype) -> Result<(), CudaError> {
+    if kernel == AttentionKernel::TensorCore && dtype == Dtype::F32 {
+        return Err(shape_error(format!(
+            "the {kernel} attention kernels are built for bf16 and f16; f32 runs the scalar ones"
+        )));
+    }
+    Ok(())
+}
+
+const FORWARD_NAMES: [&str; 4] = [
+    "attention_forward",
+    "attention_forward_gqa",
+    "attention_tc_forward",
+    "attention_tc_forward_gqa",
+];
+const DKDV_NAMES: [&str; 4] = [
+    "attention_backward_dkdv",
+    "attention_backward_dkdv_gqa",
+    "attention_tc_backward_dkdv",
+    "attention_tc_backward_dkdv_gqa",
+];
+const DQ_NAMES: [&str; 4] = [
+    "attention_backward_dq",
+    "attention_backward_dq_gqa",
+    "attention_tc_backward_dq",
+    "attention_tc_backward_dq_gqa",
+];
+
+/// `attention_forward` (or `_gqa`; `attention_tc_*` for [`AttentionKernel::TensorCore`]):
+/// `out (B, T, NH hs)` and `lse (B, NH, T)` from `qkv`.
 pub fn attention_forward(
     dtype: Dtype,
     dims: GroupedAttention,
     heads: Heads,
+    kernel: AttentionKernel,
 ) -> Result<KernelCall, CudaError> {
     dims.check(heads)?;
-    let name = attention_name("attention_forward", "attention_forward_gqa", heads);
+    check_kernel(kernel, dtype)?;
+    let name = attention_name(FORWARD_NAMES, heads, kernel);
     let mut params = vec![
         model("out", dims.out_len()),
         f32s("lse", dims.stats_len()),
@@ -796,13 +833,16 @@ pub fn attention_forward(
 }
 
 /// Attention backward: `attention_backward_preprocess` (`delta`), then dk/dv (one block per
-/// key/value head) and dq into `dqkv` (written, not accumulated).
+/// key/value head) and dq into `dqkv` (written, not accumulated), by `kernel`'s kernels (the
+/// preprocess is shared).
 pub fn attention_backward(
     dtype: Dtype,
     dims: GroupedAttention,
     heads: Heads,
+    kernel: AttentionKernel,
 ) -> Result<Vec<KernelCall>, CudaError> {
     dims.check(heads)?;
+    check_kernel(kernel, dtype)?;
     let mut calls = vec![KernelCall::typed(
         "attention_backward_preprocess",
         dtype,
@@ -818,18 +858,8 @@ pub fn attention_backward(
         ],
     )?];
     for (name, work_heads) in [
-        (
-            attention_name(
-                "attention_backward_dkdv",
-                "attention_backward_dkdv_gqa",
-                heads,
-            ),
-            dims.kv_heads,
-        ),
-        (
-            attention_name("attention_backward_dq", "attention_backward_dq_gqa", heads),
-            dims.n_head,
-        ),
+        (attention_name(DKDV_NAMES, heads, kernel), dims.kv_heads),
+        (attention_name(DQ_NAMES, heads, kernel), dims.n_head),
     ] {
         let mut params = vec![
             model("dqkv", dims.qkv_len()),

@@ -522,7 +522,7 @@ impl Executor<'_> {
                     &mut stats.slice_mut(range(lse)),
                     &qkv_v.as_view(),
                     shape.heads(),
-                    Heads::Shared,
+                    (Heads::Shared, shape.kernel),
                 )
             }),
             Op::AttentionBackward {
@@ -548,7 +548,7 @@ impl Executor<'_> {
                         &qkv_v.as_view(),
                         &stats.slice(range(lse)),
                         shape.heads(),
-                        Heads::Shared,
+                        (Heads::Shared, shape.kernel),
                     )
                 },
             ),

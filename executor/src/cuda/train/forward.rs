@@ -7,6 +7,7 @@ use dsplan_planner::memory::cuda_layout::CudaRegion;
 
 use super::buffers::{DeviceLayout, Region, TensorRef};
 use super::program::{AttentionShape, Op};
+use crate::train::AttentionKernel;
 
 /// The ops of one training forward, ending with the classifier (losses and dlogits).
 pub fn forward_ops(layout: &DeviceLayout) -> Vec<Op> {
@@ -113,6 +114,7 @@ pub fn attention_shape(layout: &DeviceLayout) -> AttentionShape {
         seq_len: layout.shape.seq_len,
         n_head: layout.config.n_head,
         head_dim: layout.config.head_dim(),
+        kernel: AttentionKernel::Scalar,
     }
 }
 

@@ -26,7 +26,8 @@ use dsplan_planner::memory::cuda_layout::CudaRegion;
 use super::backward::backward_ops;
 use super::buffers::{DeviceLayout, Region, RegionSizes};
 use super::forward::forward_ops;
-use super::program::{Op, ShapeError, check_head_size};
+use super::program::{LlamaOp, Op, ShapeError, check_head_size};
+use crate::train::AttentionKernel;
 
 /// The op lists of one optimizer step.
 #[derive(Debug, Clone)]
@@ -90,6 +91,34 @@ impl StepProgram {
             }],
             after_update: Vec::new(),
         }
+    }
+
+    /// The step with its attention (GPT-2's, or the Llama family's grouped-query attention)
+    /// computed by `kernel`'s kernels (the ops are built with [`AttentionKernel::Scalar`]).
+    pub fn with_attention(mut self, kernel: AttentionKernel) -> Self {
+        for op in [
+            &mut self.start,
+            &mut self.micro_step,
+            &mut self.boundary_micro_step,
+            &mut self.norm,
+            &mut self.update,
+            &mut self.after_update,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            match op {
+                Op::AttentionForward { shape, .. } | Op::AttentionBackward { shape, .. } => {
+                    shape.kernel = kernel;
+                }
+                Op::Llama(
+                    LlamaOp::AttentionForward { kernel: chosen, .. }
+                    | LlamaOp::AttentionBackward { kernel: chosen, .. },
+                ) => *chosen = kernel,
+                _ => {}
+            }
+        }
+        self
     }
 
     /// Every op of an applied step with `grad_accum` micro-steps, in order.

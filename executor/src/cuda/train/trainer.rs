@@ -8,6 +8,7 @@ use super::device_model::DeviceModel;
 use super::world::train_cuda_planned;
 use crate::cuda::error::CudaError;
 use crate::metrics::StepMetrics;
+use crate::train::AttentionKernel;
 use crate::train::{CheckpointOptions, TrainError, TrainReport, TrainSpec, compile_cuda_plan};
 use crate::zero::Dtype as ModelDtype;
 
@@ -74,9 +75,16 @@ pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
         seq_len: spec.seq_len,
     };
     let dtype = kernel_dtype(spec.settings.precision().model_dtype());
+    let attention = spec.settings.attention;
+    if attention != AttentionKernel::Scalar && dtype == dsplan_kernels::Dtype::F32 {
+        return Err(CudaTrainError::Setup(format!(
+            "--attention-kernel {attention} is built for bf16 and fp16 training; this config \
+             trains in f32 (enable bf16 or fp16, or use --attention-kernel scalar)"
+        )));
+    }
     let model = DeviceModel::new(&spec.model, shape, dtype, spec.settings.recompute);
     model
-        .check(&model.program())
+        .check(&model.program().with_attention(attention))
         .map_err(|e| CudaTrainError::Setup(e.to_string()))
 }
 

@@ -74,7 +74,7 @@ pub fn rank_models(
     let world = spec.world.max(1);
     if world == 1 {
         let model = DeviceModel::new(&spec.model, shape, dtype, recompute);
-        let program = model.program();
+        let program = model.program().with_attention(spec.settings.attention);
         return Ok(vec![RankModel { model, program }]);
     }
     let ModelConfig::Gpt2(config) = &spec.model else {
@@ -84,9 +84,11 @@ pub fn rank_models(
         .map(|rank| {
             let layout = DeviceLayout::for_plan_rank(*config, shape, dtype, recompute, plan, rank)
                 .map_err(|e| CudaTrainError::Setup(format!("rank {rank}'s buffers: {e}")))?;
-            let program = world_program(&layout, plan, graph).map_err(|e| {
-                CudaTrainError::Setup(format!("rank {rank}'s step from the plan: {e}"))
-            })?;
+            let program = world_program(&layout, plan, graph)
+                .map_err(|e| {
+                    CudaTrainError::Setup(format!("rank {rank}'s step from the plan: {e}"))
+                })?
+                .with_attention(spec.settings.attention);
             program
                 .check(&layout)
                 .map_err(|e| CudaTrainError::Setup(format!("rank {rank}'s step: {e}")))?;

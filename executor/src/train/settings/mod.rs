@@ -19,11 +19,13 @@
 
 use std::fmt;
 
+mod attention;
 mod checkpointing;
 pub mod convert;
 mod ignored;
 mod swap_directories;
 
+pub use attention::AttentionKernel;
 pub use dsplan_planner::plan::training::override_nvme_path;
 
 use dsplan_planner::config::{DsConfig, ZeroStage};
@@ -119,6 +121,8 @@ pub struct TrainSettings {
     /// Whether backward recomputes each block's forward (`activation_checkpointing`, or the
     /// Trainer's `gradient_checkpointing`).
     pub recompute: Recompute,
+    /// Which CUDA attention kernels the device step launches (the CPU backend ignores it).
+    pub attention: AttentionKernel,
     /// Things done differently from DeepSpeed that do not change the result.
     pub notices: Vec<String>,
 }
@@ -152,6 +156,7 @@ impl TrainSettings {
                 train_batch: to_usize(batch.train_batch_size),
             },
             recompute,
+            attention: AttentionKernel::Scalar,
             notices,
         })
     }
@@ -166,6 +171,12 @@ impl TrainSettings {
                 "activation checkpointing (gradient_checkpointing): forward keeps each block's input; backward recomputes each block's forward before its backward".into(),
             );
         }
+        self
+    }
+
+    /// The settings with the CUDA attention kernels `attention` (`--attention-kernel`).
+    pub fn with_attention_kernel(mut self, attention: AttentionKernel) -> Self {
+        self.attention = attention;
         self
     }
 

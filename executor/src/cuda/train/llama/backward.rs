@@ -17,6 +17,7 @@ use crate::cuda::launch::Rotation;
 use crate::cuda::train::buffers::{Region, TensorRef};
 use crate::cuda::train::program::{GemmDims, LlamaOp, Op};
 use crate::model::recompute::recomputes;
+use crate::train::AttentionKernel;
 
 /// The ops of one backward, after [`super::forward::llama_forward_ops`].
 pub fn llama_backward_ops(layout: &LlamaDeviceLayout) -> Vec<Op> {
@@ -199,6 +200,7 @@ pub fn llama_block_backward(ops: &mut Vec<Op>, layout: &LlamaDeviceLayout, l: us
         qkv: a.qkv,
         lse: a.lse,
         dims: attention_dims(layout),
+        kernel: AttentionKernel::Scalar,
     }));
     ops.push(rope(layout, dqkv, Rotation::Backward));
     let parts = qkv_parts(layout, w);

@@ -230,6 +230,7 @@ impl Executor<'_> {
                 lse,
                 qkv,
                 dims,
+                kernel,
             } => carve(activations, &[out.span, qkv.span], |a| {
                 let [out_v, qkv_v] = a else {
                     return Err(wrong());
@@ -239,7 +240,7 @@ impl Executor<'_> {
                     &mut stats.slice_mut(range(lse)),
                     &qkv_v.as_view(),
                     *dims,
-                    Heads::Grouped,
+                    (Heads::Grouped, *kernel),
                 )
             }),
             LlamaOp::AttentionBackward {
@@ -250,6 +251,7 @@ impl Executor<'_> {
                 qkv,
                 lse,
                 dims,
+                kernel,
             } => carve(
                 activations,
                 &[dqkv.span, dout.span, out.span, qkv.span],
@@ -265,7 +267,7 @@ impl Executor<'_> {
                         &qkv_v.as_view(),
                         &stats.slice(range(lse)),
                         *dims,
-                        Heads::Grouped,
+                        (Heads::Grouped, *kernel),
                     )
                 },
             ),

@@ -12,6 +12,7 @@ use crate::cuda::train::buffers::{Region, TensorRef};
 use crate::cuda::train::program::{LlamaOp, Op};
 use crate::model::llama::LlamaBlockParams;
 use crate::tensor::Span;
+use crate::train::AttentionKernel;
 
 /// The ops of one training forward, ending with the classifier (losses and dlogits).
 pub fn llama_forward_ops(layout: &LlamaDeviceLayout) -> Vec<Op> {
@@ -205,6 +206,7 @@ pub fn llama_block_forward(ops: &mut Vec<Op>, layout: &LlamaDeviceLayout, l: usi
         lse: a.lse,
         qkv: a.qkv,
         dims: attention_dims(layout),
+        kernel: AttentionKernel::Scalar,
     }));
     ops.push(Op::Llama(LlamaOp::Copy {
         dst: a.residual2,

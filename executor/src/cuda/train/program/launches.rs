@@ -182,11 +182,13 @@ impl Op {
                 dtype,
                 shape.heads(),
                 Heads::Shared,
+                shape.kernel,
             )),
             Op::AttentionBackward { shape, .. } => described(table::attention_backward(
                 dtype,
                 shape.heads(),
                 Heads::Shared,
+                shape.kernel,
             )),
             Op::FusedClassifier {
                 targets,

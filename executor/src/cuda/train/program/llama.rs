@@ -16,6 +16,7 @@ use crate::cuda::gemm::Accumulate;
 use crate::cuda::launch::table::{self, Heads, RopeShape};
 use crate::cuda::launch::{GroupedAttention, Rotation};
 use crate::cuda::train::buffers::{Region, TensorRef};
+use crate::train::AttentionKernel;
 
 /// Rows per block of `rmsnorm_backward` (its `RMSNORM_BACKWARD_ROWS`).
 const RMSNORM_BACKWARD_ROWS: usize = 32;
@@ -190,6 +191,8 @@ pub enum LlamaOp {
         qkv: TensorRef,
         /// Its sizes.
         dims: GroupedAttention,
+        /// Which kernels compute it (`StepProgram::with_attention` sets it for a run).
+        kernel: AttentionKernel,
     },
     /// Causal grouped-query attention backward (written, not accumulated).
     AttentionBackward {
@@ -207,6 +210,8 @@ pub enum LlamaOp {
         lse: TensorRef,
         /// Its sizes.
         dims: GroupedAttention,
+        /// Which kernels compute it.
+        kernel: AttentionKernel,
     },
 }
 
@@ -530,6 +535,7 @@ impl LlamaOp {
                 lse,
                 qkv,
                 dims,
+                ..
             } => {
                 let (qkv_len, out_len) = attention_sizes(dims)?;
                 expect("qkv", qkv, qkv_len)?;
@@ -544,6 +550,7 @@ impl LlamaOp {
                 qkv,
                 lse,
                 dims,
+                ..
             } => {
                 let (qkv_len, out_len) = attention_sizes(dims)?;
                 expect("qkv", qkv, qkv_len)?;
@@ -617,12 +624,15 @@ impl LlamaOp {
                 let rows = divides("dout", dout.len(), *inner)?;
                 one(table::swiglu_backward(dtype, rows, *inner))
             }
-            LlamaOp::AttentionForward { dims, .. } => {
-                one(table::attention_forward(dtype, *dims, Heads::Grouped))
-            }
-            LlamaOp::AttentionBackward { dims, .. } => {
-                described(table::attention_backward(dtype, *dims, Heads::Grouped))
-            }
+            LlamaOp::AttentionForward { dims, kernel, .. } => one(table::attention_forward(
+                dtype,
+                *dims,
+                Heads::Grouped,
+                *kernel,
+            )),
+            LlamaOp::AttentionBackward { dims, kernel, .. } => described(
+                table::attention_backward(dtype, *dims, Heads::Grouped, *kernel),
+            ),
         }
     }
 }

@@ -27,6 +27,7 @@ use std::fmt;
 
 use super::buffers::TensorRef;
 use crate::cuda::gemm::{Accumulate, Pass, Product, WeightLayout};
+use crate::train::AttentionKernel;
 
 /// `(B, T, NH, hs)` of an attention call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +40,10 @@ pub struct AttentionShape {
     pub n_head: usize,
     /// Head size.
     pub head_dim: usize,
+    /// Which kernels compute it ([`StepProgram::with_attention`] sets it for a run).
+    ///
+    /// [`StepProgram::with_attention`]: super::StepProgram::with_attention
+    pub kernel: AttentionKernel,
 }
 
 impl AttentionShape {
