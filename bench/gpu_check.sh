@@ -26,7 +26,8 @@
 #   llama, llama_ckpt  `dsplan run --device cuda` on a ~100M LLaMA (GQA, head 64), bf16 stage 0,
 #               without and with activation checkpointing (dsplan_llama*.json in the work dir)
 #   torch_*     PyTorch eager and torch.compile on the same GPU (bench/torch_gpu_step.py)
-#   profile     Nsight Compute's duration of every kernel of one step of stage 0 (ncu_summary.py:
+#   profile     Nsight Compute's duration of every kernel of one step of stage 0, then the same
+#               with --attention-kernel tensor-core as profile_tc (ncu_summary.py:
 #               where the step's GPU time goes, and the sum against the step's wall time)
 #   mpi_*       issue 12: 2 processes sharing the GPU under mpirun (bin/dsplan-mpi, the `mpi`
 #               feature), stages 1-3, against 2 thread ranks: the saved models byte for byte
@@ -301,16 +302,20 @@ elif [[ $mode != gpu ]]; then
 elif [[ -z $ncu_bin ]]; then
     skip profile "ncu not found"
 else
-    part profile 120 "$ncu_bin" --clock-control none --cache-control none \
-        --metrics gpu__time_duration.sum --csv --page raw --print-units base \
-        --log-file "$work/profile.csv" "$bin" run "$work/zero0_bf16.json" --device cuda \
-        --model $model --steps 1 --seq-len $seq
-    # The CSV is in --log-file; should this ncu print it to stdout instead, the part's log has it.
-    for csv in "$work/profile.csv" "$work/profile.log"; do
-        "$python" "$here/ncu_summary.py" "$csv" --steps 1 --json-out "$work/profile_summary.json" \
-            >"$work/profile_summary.txt" 2>&1 && break
+    # profile: the default step; profile_tc: with --attention-kernel tensor-core.
+    for variant in profile profile_tc; do
+        extra=$([[ $variant == profile_tc ]] && echo "--attention-kernel tensor-core")
+        part "$variant" 120 "$ncu_bin" --clock-control none --cache-control none \
+            --metrics gpu__time_duration.sum --csv --page raw --print-units base \
+            --log-file "$work/$variant.csv" "$bin" run "$work/zero0_bf16.json" --device cuda \
+            --model $model --steps 1 --seq-len $seq $extra
+        # The CSV is in --log-file; should ncu print it to stdout instead, the part's log has it.
+        for csv in "$work/$variant.csv" "$work/$variant.log"; do
+            "$python" "$here/ncu_summary.py" "$csv" --steps 1 --json-out "$work/${variant}_summary.json" \
+                >"$work/${variant}_summary.txt" 2>&1 && break
+        done
+        head -n 25 "$work/${variant}_summary.txt"; tail -n 1 "$work/${variant}_summary.txt"
     done
-    head -n 25 "$work/profile_summary.txt"; tail -n 1 "$work/profile_summary.txt"
 fi
 
 # --- 4. Nothing timed from here on that the targets need, so three things share the GPU:
@@ -471,7 +476,7 @@ fi
 if [[ -n "${OUT:-}" ]]; then
     # The logs come back only under 16 MiB: leave the models and the raw profile behind.
     tar -czf "$OUT/gpu_check_logs.tar.gz" -C "$work" --exclude=kernel-cache --exclude=torch_extensions \
-        --exclude=site --exclude=lib --exclude='*.safetensors' --exclude=profile.csv . 2>/dev/null
+        --exclude=site --exclude=lib --exclude='*.safetensors' --exclude='profile*.csv' . 2>/dev/null
     if (($(stat -c %s "$OUT/gpu_check_logs.tar.gz") > 15 * 1048576)); then
         echo "note: the logs are over 15 MiB; keeping the .log and .json files only"
         (cd "$work" && find . -name '*.log' -o -name '*.json' | tar -czf "$OUT/gpu_check_logs.tar.gz" -T -)

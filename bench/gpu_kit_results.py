@@ -305,6 +305,7 @@ def main():
         "llama_100m_bf16": [dsplan_llama(work, v, args.warmup) for v in ("llama", "llama_ckpt")],
         "torch": torch_runs,
         "profile": load(os.path.join(work, "profile_summary.json")),
+        "profile_tensor_core_attention": load(os.path.join(work, "profile_tc_summary.json")),
         "copy_bandwidth": load(os.path.join(work, "copy_bandwidth.json")),
         "deepspeed_memory": deepspeed_rows(work),
         "gpu_tests": test_counts(work),
