@@ -8,36 +8,17 @@ use dsplan_executor::cuda::train::program::{CollectiveRecord, CommStream, Purpos
 use dsplan_executor::cuda::train::{DeviceLayout, StepProgram, world_program};
 use dsplan_executor::metrics::{Category, PlanMemory};
 use dsplan_executor::model::{BatchShape, Gpt2Config, Recompute};
-use dsplan_executor::train::{TrainSettings, choose_model, compile_cuda_plan};
+use dsplan_executor::train::{TrainSettings, compile_cuda_plan};
 use dsplan_kernels::Dtype;
 use dsplan_planner::plan::graph::OpKind;
 use dsplan_planner::plan::{Collective, ModelGraph, Plan, Stream};
 use serde_json::json;
 
+#[path = "support/models.rs"]
+mod models;
+use models::{gpt2, small_head_64};
+
 const WORLDS: [usize; 3] = [2, 4, 8];
-
-fn gpt2() -> Gpt2Config {
-    choose_model(Some("gpt2"), 1)
-        .expect("gpt2 preset")
-        .config
-        .gpt2()
-        .copied()
-        .expect("a GPT-2")
-}
-
-/// tiny-gpt2 widened to head size 64 (n_embd 128, 2 heads), as the one-GPU tests use.
-fn small_head_64() -> Gpt2Config {
-    Gpt2Config {
-        n_embd: 128,
-        n_head: 2,
-        ..choose_model(None, 1)
-            .expect("tiny")
-            .config
-            .gpt2()
-            .copied()
-            .expect("a GPT-2")
-    }
-}
 
 fn config(stage: u8, dtype: Dtype, grad_accum: u64) -> serde_json::Value {
     let mut config = json!({

@@ -13,28 +13,18 @@ use std::path::PathBuf;
 use dsplan_executor::cuda::train::StepProgram;
 use dsplan_executor::cuda::train::llama::LlamaDeviceLayout;
 use dsplan_executor::cuda::train::{DeviceLayout, Op};
+use dsplan_executor::model::BatchShape;
 use dsplan_executor::model::llama::{AttentionBias, LlamaConfig, LlamaFamily};
 use dsplan_executor::model::rope::{Rope, RopeScaling};
-use dsplan_executor::model::{BatchShape, Gpt2Config};
-use dsplan_executor::train::{AttentionKernel, choose_model};
+use dsplan_executor::train::AttentionKernel;
 use dsplan_kernels::Dtype;
 use dsplan_planner::model::Embeddings;
 
-const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::Bf16, Dtype::F16];
+#[path = "support/models.rs"]
+mod models;
+use models::small_head_64;
 
-/// tiny-gpt2 widened to head size 64 (the attention kernels' smallest).
-fn gpt2_head_64() -> Gpt2Config {
-    Gpt2Config {
-        n_embd: 128,
-        n_head: 2,
-        ..choose_model(None, 1)
-            .expect("tiny")
-            .config
-            .gpt2()
-            .copied()
-            .expect("a GPT-2")
-    }
-}
+const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::Bf16, Dtype::F16];
 
 /// A two-layer decoder with head size 64 and GQA 4:2.
 fn llama(
@@ -88,7 +78,7 @@ fn all_launches() -> String {
         seq_len: 32,
     };
     for dtype in DTYPES {
-        let layout = DeviceLayout::new(gpt2_head_64(), shape, dtype);
+        let layout = DeviceLayout::new(small_head_64(), shape, dtype);
         let program = StepProgram::new(&layout);
         describe(&mut out, "gpt2", dtype, program.ops(1));
     }
@@ -119,7 +109,7 @@ fn all_launches() -> String {
     }
     // GPT-2 and a Llama with `--attention-kernel tensor-core` (16-bit only).
     for dtype in [Dtype::Bf16, Dtype::F16] {
-        let layout = DeviceLayout::new(gpt2_head_64(), shape, dtype);
+        let layout = DeviceLayout::new(small_head_64(), shape, dtype);
         let program = StepProgram::new(&layout).with_attention(AttentionKernel::TensorCore);
         describe(&mut out, "gpt2-tc", dtype, program.ops(1));
     }

@@ -15,34 +15,14 @@ use dsplan_executor::cuda::train::program::{CommAction, CommStream, EventId};
 use dsplan_executor::cuda::train::{DeviceLayout, Op, Region, StepProgram, world_program};
 use dsplan_executor::metrics::{Category, PlanMemory};
 use dsplan_executor::model::{BatchShape, Gpt2Config, Recompute};
-use dsplan_executor::train::{TrainSettings, choose_model, compile_cuda_plan};
+use dsplan_executor::train::{TrainSettings, compile_cuda_plan};
 use dsplan_kernels::Dtype;
 use dsplan_planner::plan::{Collective, ModelGraph, Plan};
 use serde_json::{Value, json};
 
-fn gpt2() -> Gpt2Config {
-    choose_model(Some("gpt2"), 1)
-        .expect("gpt2 preset")
-        .config
-        .gpt2()
-        .copied()
-        .expect("a GPT-2")
-}
-
-/// tiny-gpt2 widened to head size 64 (n_embd 128, 2 heads), which the attention kernels
-/// have.
-fn tiny() -> Gpt2Config {
-    Gpt2Config {
-        n_embd: 128,
-        n_head: 2,
-        ..choose_model(None, 1)
-            .expect("tiny")
-            .config
-            .gpt2()
-            .copied()
-            .expect("a GPT-2")
-    }
-}
+#[path = "support/models.rs"]
+mod models;
+use models::{gpt2, small_head_64};
 
 /// DeepSpeed's defaults (gpt2 124M keeps almost everything for reuse), a schedule that
 /// releases after every unit, and one without persistent tensors that prefetches little
@@ -593,7 +573,7 @@ fn one_gpu(model: Gpt2Config, seq_len: usize) -> StepProgram {
 /// a head-64 tiny-gpt2 and gpt2 124M, W = 2, 4, 8, three schedules, first and last rank.
 #[test]
 fn every_parameter_read_sees_its_own_gather() {
-    for (model, seq_len) in [(tiny(), 64), (gpt2(), 64)] {
+    for (model, seq_len) in [(small_head_64(), 64), (gpt2(), 64)] {
         let flat = one_gpu(model, seq_len);
         for world in [2, 4, 8] {
             for (name, zero) in variants() {
@@ -631,7 +611,7 @@ fn every_parameter_read_sees_its_own_gather() {
 /// tensor before its unit's last read of it is caught.
 #[test]
 fn the_dataflow_check_catches_each_broken_order() {
-    let model = tiny();
+    let model = small_head_64();
     let flat = one_gpu(model, 64);
     let (plan, graph) = plan_for(&variants()[2].1, model, 64, 2);
     let layout = layout_for(&plan, model, 64, 0);

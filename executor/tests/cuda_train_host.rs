@@ -16,6 +16,10 @@ use serde_json::json;
 mod signatures;
 use signatures::check_launch_signatures;
 
+#[path = "support/models.rs"]
+mod models;
+use models::small_head_64;
+
 fn layout(config: Gpt2Config, batch: usize, seq_len: usize, dtype: Dtype) -> DeviceLayout {
     DeviceLayout::new(config, BatchShape { batch, seq_len }, dtype)
 }
@@ -144,21 +148,6 @@ fn the_dsplan_cuda_plan_plans_two_gpus_and_refuses_offload() {
             .any(|d| d.message.contains("does not run optimizer offload")),
         "{errors:?}"
     );
-}
-
-/// tiny-gpt2 widened to head size 64 (n_embd 128, 2 heads): the smallest model the
-/// attention kernels take.
-fn small_head_64() -> Gpt2Config {
-    Gpt2Config {
-        n_embd: 128,
-        n_head: 2,
-        ..choose_model(None, 1)
-            .expect("tiny")
-            .config
-            .gpt2()
-            .copied()
-            .expect("a GPT-2")
-    }
 }
 
 #[test]

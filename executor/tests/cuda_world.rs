@@ -22,12 +22,16 @@ use dsplan_executor::cuda::train::execute_comm::CommRunner;
 use dsplan_executor::cuda::train::program::{Op, Reduction};
 use dsplan_executor::cuda::train::{DeviceLayout, Region, world_program};
 use dsplan_executor::cuda::{DeviceChoice, LaunchEnv, probe, resolve_backend};
-use dsplan_executor::model::{BatchShape, Gpt2Config, Recompute};
-use dsplan_executor::train::{TrainSettings, choose_model, compile_cuda_plan};
+use dsplan_executor::model::{BatchShape, Recompute};
+use dsplan_executor::train::{TrainSettings, compile_cuda_plan};
 use dsplan_kernels::Dtype;
 use dsplan_planner::plan::cuda_world::CudaScheme;
 use half::bf16;
 use serde_json::json;
+
+#[path = "support/models.rs"]
+mod models;
+use models::small_head_64;
 
 fn require_gpu() {
     if let Err(error) = resolve_backend(DeviceChoice::Cuda, &probe(), 0) {
@@ -81,19 +85,6 @@ fn nccl_device_collectives_at_world_one() {
     stream.synchronize().expect("sync");
     assert_eq!(back, input);
     assert_eq!(flag_back, [1]);
-}
-
-fn small_head_64() -> Gpt2Config {
-    Gpt2Config {
-        n_embd: 128,
-        n_head: 2,
-        ..choose_model(None, 1)
-            .expect("tiny")
-            .config
-            .gpt2()
-            .copied()
-            .expect("a GPT-2")
-    }
 }
 
 /// Rank `rank`'s value at flat element `i`.
