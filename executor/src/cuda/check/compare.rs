@@ -130,33 +130,37 @@ impl CheckRow {
 
     /// A product's output against its reference with [`norm_relative_error`].
     pub fn norm_relative(name: &str, dtype: &str, got: &[f32], want: &[f32], tol: f64) -> Self {
-        match norm_relative_error(got, want) {
-            Ok(errors) => CheckRow::measured(
-                CheckKind::Kernel,
-                name,
-                dtype,
-                Metric::NormRelative,
-                errors,
-                tol,
-            ),
-            Err(why) => CheckRow {
-                dtype: dtype.to_string(),
-                ..CheckRow::failed(CheckKind::Kernel, name, why)
-            },
-        }
+        Self::kernel(
+            name,
+            dtype,
+            Metric::NormRelative,
+            norm_relative_error(got, want),
+            tol,
+        )
     }
 
     /// A kernel output against its reference with [`relative_error`].
     pub fn relative(name: &str, dtype: &str, got: &[f32], want: &[f32], tol: f64) -> Self {
-        match relative_error(got, want) {
-            Ok(errors) => CheckRow::measured(
-                CheckKind::Kernel,
-                name,
-                dtype,
-                Metric::Relative,
-                errors,
-                tol,
-            ),
+        Self::kernel(
+            name,
+            dtype,
+            Metric::Relative,
+            relative_error(got, want),
+            tol,
+        )
+    }
+
+    /// A kernel row from a measure's `(error, max_abs_err)`, or a failed row naming why it
+    /// could not be measured.
+    fn kernel(
+        name: &str,
+        dtype: &str,
+        metric: Metric,
+        measured: Result<(f64, f64), String>,
+        tol: f64,
+    ) -> Self {
+        match measured {
+            Ok(errors) => CheckRow::measured(CheckKind::Kernel, name, dtype, metric, errors, tol),
             Err(why) => CheckRow {
                 dtype: dtype.to_string(),
                 ..CheckRow::failed(CheckKind::Kernel, name, why)
