@@ -330,7 +330,12 @@ run_tests() {
         elif [[ ! -x "$tests_dir/$t" ]]; then
             skip "tests_$t" "no test binary $tests_dir/$t (run bench/gpu_kit_pack.sh)"
         elif [[ $mode == gpu && $t != cuda_probe ]]; then
-            part "tests_$t" 150 "$tests_dir/$t" --ignored --test-threads=1 --nocapture
+            # The two-GPU tests (a stuck or abandoned NCCL collective) need a second GPU.
+            local only_one=()
+            if [[ $t == cuda_world ]] && (($(nvidia-smi -L 2>/dev/null | grep -c '^GPU') < 2)); then
+                only_one=(--skip two_gpus)
+            fi
+            part "tests_$t" 150 "$tests_dir/$t" --ignored --test-threads=1 --nocapture "${only_one[@]}"
         else
             # Dry (and cuda_probe everywhere): list the tests and run the host ones.
             "$tests_dir/$t" --list --ignored >"$work/list_${t}.log" 2>&1

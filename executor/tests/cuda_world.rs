@@ -9,12 +9,17 @@
 //!    stages 1-3: the communication ops of the plan's step ([`world_program`]) run on device
 //!    buffers filled with rank-dependent gradients and parameters; the reduced gradient
 //!    partitions are the ranks' mean, and the gathered parameters are every owner's.
+//! 3. **Two GPUs** (the names hold `two_gpus`; a one-GPU machine skips them with `--skip
+//!    two_gpus`): NCCL between two thread ranks, each on its own GPU. A collective that rank 1
+//!    never joins fails on rank 0 with [`CommError::TimedOut`] soon after the timeout, naming
+//!    the operation and the rank (the watchdog aborts the communicator); a rank that drops its
+//!    communicator fails rank 0's collective within seconds, long before the timeout.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::{CudaContext, CudaStream};
-use dsplan_executor::comm::{Comm, LocalComm, run_ranks};
+use dsplan_executor::comm::{Comm, CommError, LocalComm, OpKind, run_ranks};
 use dsplan_executor::cuda::device_comm::{DeviceComm, HostStaged};
 use dsplan_executor::cuda::nccl::{NcclComm, nccl_present};
 use dsplan_executor::cuda::train::execute::DeviceBuffers;
@@ -206,4 +211,77 @@ fn two_thread_ranks_share_one_gpu_through_the_staged_collectives() {
             }
         }
     }
+}
+
+/// Two GPUs, or a failing test that says so.
+fn require_two_gpus() {
+    require_gpu();
+    let visible = dsplan_executor::cuda::train::visible_gpus().expect("the GPU count");
+    if visible < 2 {
+        eprintln!("skipping: {visible} GPU(s) visible, the test needs two");
+        panic!("needs two GPUs, {visible} visible: run with --skip two_gpus on this machine");
+    }
+}
+
+/// Rank 0's all-reduce against a rank 1 that `peer` describes, each rank on its own GPU with
+/// a `timeout` of its communicator: rank 0's result and how long it took.
+fn rank_zero_against(
+    timeout: Duration,
+    peer: impl Fn(NcclComm) + Sync,
+) -> (Result<(), CommError>, Duration) {
+    let results = run_ranks(2, |mut host: LocalComm| {
+        let rank = host.rank();
+        let stream = CudaContext::new(rank)
+            .expect("a GPU per rank")
+            .new_stream()
+            .expect("a stream");
+        let comm = NcclComm::from_host_comm(stream, &mut host, timeout).expect("NCCL");
+        if rank == 1 {
+            peer(comm);
+            return None;
+        }
+        let mut comm = comm;
+        let started = std::time::Instant::now();
+        let mut data = vec![1.0f32; 1 << 16];
+        let result = Comm::all_reduce(&mut comm, &mut data, dsplan_executor::comm::ReduceOp::Sum);
+        Some((result, started.elapsed()))
+    })
+    .expect("two ranks");
+    results
+        .into_iter()
+        .flatten()
+        .next()
+        .expect("rank 0's result")
+}
+
+#[test]
+#[ignore = "needs two NVIDIA GPUs and libnccl"]
+fn two_gpus_a_collective_one_rank_never_joins_times_out_naming_the_rank() {
+    require_two_gpus();
+    let timeout = Duration::from_secs(3);
+    let (result, took) = rank_zero_against(timeout, |comm| {
+        std::thread::sleep(Duration::from_secs(12));
+        drop(comm);
+    });
+    eprintln!("rank 0: {result:?} after {took:?}");
+    assert_eq!(
+        result,
+        Err(CommError::TimedOut {
+            op: OpKind::AllReduce.into(),
+            rank: 0,
+            seconds: 3
+        })
+    );
+    assert!(took < Duration::from_secs(8), "bounded: {took:?}");
+}
+
+#[test]
+#[ignore = "needs two NVIDIA GPUs and libnccl"]
+fn two_gpus_a_rank_that_leaves_fails_the_collective_long_before_the_timeout() {
+    require_two_gpus();
+    let (result, took) = rank_zero_against(Duration::from_secs(120), drop);
+    eprintln!("rank 0: {result:?} after {took:?}");
+    let error = result.expect_err("rank 1 left");
+    assert!(error.to_string().contains("rank 0"), "{error}");
+    assert!(took < Duration::from_secs(30), "within 30 s: {took:?}");
 }

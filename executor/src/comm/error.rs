@@ -41,6 +41,65 @@ impl fmt::Display for OpKind {
     }
 }
 
+/// A phase of the training step whose device work a rank waits for (on a GPU, the phase's
+/// kernels include its collectives).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StepPhase {
+    /// The start of an optimizer step.
+    Start,
+    /// A micro-step's forward and backward.
+    MicroStep,
+    /// The gradients' norm and overflow check over the ranks.
+    GradientReduction,
+    /// The optimizer step and the parameters' refresh.
+    OptimizerStep,
+    /// Copying the training state out of (or into) the device.
+    StateTransfer,
+}
+
+impl StepPhase {
+    /// How messages name it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            StepPhase::Start => "the step's start",
+            StepPhase::MicroStep => "the micro-step",
+            StepPhase::GradientReduction => "the gradient reduction",
+            StepPhase::OptimizerStep => "the optimizer step",
+            StepPhase::StateTransfer => "the copy of the training state",
+        }
+    }
+}
+
+/// What a rank was waiting for when its wait failed: one collective, or a phase of the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Waiting {
+    /// One collective call.
+    Collective(OpKind),
+    /// A phase of the step, with every collective in it.
+    Step(StepPhase),
+}
+
+impl From<OpKind> for Waiting {
+    fn from(op: OpKind) -> Self {
+        Waiting::Collective(op)
+    }
+}
+
+impl From<StepPhase> for Waiting {
+    fn from(phase: StepPhase) -> Self {
+        Waiting::Step(phase)
+    }
+}
+
+impl fmt::Display for Waiting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Waiting::Collective(op) => write!(f, "{op}"),
+            Waiting::Step(phase) => f.write_str(phase.name()),
+        }
+    }
+}
+
 /// How a rank left its group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Departure {
@@ -147,8 +206,8 @@ pub enum CommError {
     /// error). Unlike the errors above it is decided by one rank alone: the others may see a
     /// different backend error, or a timeout of the backend's own.
     Backend {
-        /// The operation.
-        op: OpKind,
+        /// The operation (or the phase of the step) that failed.
+        op: Waiting,
         /// The rank that saw the failure.
         rank: usize,
         /// The backend's name (`NCCL`).
@@ -159,8 +218,8 @@ pub enum CommError {
     /// A collective did not complete within the group's timeout: a peer is stuck, or gone
     /// without the backend noticing.
     TimedOut {
-        /// The operation that was waiting.
-        op: OpKind,
+        /// The operation (or the phase of the step) that was waiting.
+        op: Waiting,
         /// The rank that gave up waiting.
         rank: usize,
         /// The timeout, in seconds.

@@ -54,7 +54,8 @@
 //! host slices through device buffers (a copy each way per call); a GPU engine calls its
 //! `*_device` methods on device buffers instead. Over NCCL the contract weakens in two places:
 //! a failing library call is [`CommError::Backend`] with NCCL's or the driver's text, seen by the
-//! rank that hit it (the others may fail differently, or wait for NCCL's own timeout); and a
+//! rank that hit it (the others see NCCL's asynchronous error, or time out: a [`watchdog`]
+//! watches every NCCL wait, aborts the communicator and names the rank and the wait); and a
 //! reduction is as deterministic as NCCL makes it (the same algorithm and channel count give
 //! repeatable results, not the rank-ordered sum). Lengths are still checked before any call, so
 //! uneven shards and a bad root are the same errors as on [`LocalComm`].
@@ -67,8 +68,13 @@ pub mod mpi;
 mod reduce;
 mod rendezvous;
 mod traffic;
+pub mod watchdog;
 
-pub use error::{CallShape, CommError, Departure, OpKind};
+/// How long a rank waits on its peers before its wait fails, unless told otherwise: torch's and
+/// DeepSpeed's default process-group timeout (30 minutes).
+pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
+pub use error::{CallShape, CommError, Departure, OpKind, StepPhase, Waiting};
 pub use local::{LocalComm, run_ranks};
 #[cfg(feature = "mpi")]
 pub use mpi::{MpiComm, MpiJob};

@@ -31,9 +31,7 @@
 //!   the error and exits non-zero; `mpirun` then takes the job down).
 
 use std::rc::Rc;
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
@@ -42,6 +40,7 @@ use mpi::traits::{Communicator, CommunicatorCollectives, Root};
 use super::calls::check_calls;
 use super::error::{CallShape, CommError, OpKind};
 use super::reduce::{combine, finish, reduce_scalars};
+use super::watchdog::{Sentry, Watchdog};
 use super::{Comm, CommTraffic, ReduceOp};
 
 /// What a process does when a collective times out; it must not return normally into MPI.
@@ -65,7 +64,7 @@ impl MpiJob {
     pub fn init() -> Result<Self, CommError> {
         let (universe, _) =
             mpi::initialize_with_threading(mpi::Threading::Funneled).ok_or(CommError::Backend {
-                op: OpKind::Barrier,
+                op: OpKind::Barrier.into(),
                 rank: 0,
                 backend: "MPI",
                 message: "MPI is already initialised in this process".into(),
@@ -96,7 +95,13 @@ impl MpiJob {
             world,
             _universe: Rc::clone(&self.universe),
             traffic: CommTraffic::default(),
-            watchdog: Watchdog::start(rank, timeout, on_timeout),
+            watchdog: Watchdog::start(Sentry {
+                rank,
+                timeout,
+                probe: None,
+                poll: timeout,
+                alarm: Box::new(move |error| on_timeout(error.clone())),
+            }),
             send: Vec::new(),
             recv: Vec::new(),
         }
@@ -146,9 +151,10 @@ impl MpiComm {
 
     /// Runs one blocking MPI call under the watchdog.
     fn guarded<T>(&self, op: OpKind, call: impl FnOnce(&SimpleCommunicator) -> T) -> T {
-        let ticket = self.watchdog.enter(op);
+        let ticket = self.watchdog.enter(op.into());
         let out = call(&self.world);
-        self.watchdog.leave(ticket);
+        // The alarm ends the process, so a report never reaches this rank.
+        let _ = self.watchdog.leave(ticket);
         out
     }
 
@@ -322,83 +328,6 @@ const OP_KINDS: [OpKind; 6] = [
     OpKind::AllReduceScalar,
 ];
 
-/// The collective being waited in, if any.
-#[derive(Default)]
-struct Watched {
-    /// Increases with every collective, so a late wake-up never blames the next one.
-    ticket: u64,
-    pending: Option<(OpKind, Instant)>,
-    closed: bool,
-}
-
-/// A thread that reports a blocking collective running past the timeout.
-struct Watchdog {
-    state: Arc<(Mutex<Watched>, Condvar)>,
-}
-
-impl Watchdog {
-    fn start(rank: usize, timeout: Duration, on_timeout: OnTimeout) -> Self {
-        let state = Arc::new((Mutex::new(Watched::default()), Condvar::new()));
-        let watched = Arc::clone(&state);
-        thread::spawn(move || {
-            let (lock, wake) = &*watched;
-            let mut guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-            loop {
-                if guard.closed {
-                    return;
-                }
-                match guard.pending {
-                    None => guard = wake.wait(guard).unwrap_or_else(|p| p.into_inner()),
-                    Some((op, since)) => {
-                        let waited = since.elapsed();
-                        if waited >= timeout {
-                            guard.pending = None;
-                            drop(guard);
-                            on_timeout(CommError::TimedOut {
-                                op,
-                                rank,
-                                seconds: timeout.as_secs(),
-                            });
-                            guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-                        } else {
-                            guard = wake
-                                .wait_timeout(guard, timeout - waited)
-                                .unwrap_or_else(|p| p.into_inner())
-                                .0;
-                        }
-                    }
-                }
-            }
-        });
-        Watchdog { state }
-    }
-
-    fn enter(&self, op: OpKind) -> u64 {
-        let (lock, wake) = &*self.state;
-        let mut guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-        guard.ticket += 1;
-        guard.pending = Some((op, Instant::now()));
-        wake.notify_one();
-        guard.ticket
-    }
-
-    fn leave(&self, ticket: u64) {
-        let (lock, _) = &*self.state;
-        let mut guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.ticket == ticket {
-            guard.pending = None;
-        }
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        let (lock, wake) = &*self.state;
-        lock.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
-        wake.notify_one();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -421,31 +350,5 @@ mod tests {
             output_len: 2,
         };
         assert_eq!(decode(&encode(shape)), shape);
-    }
-
-    #[test]
-    fn the_watchdog_reports_a_collective_past_its_timeout_only() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let tx = Mutex::new(tx);
-        let dog = Watchdog::start(
-            2,
-            Duration::from_millis(50),
-            Box::new(move |e| {
-                let _ = tx.lock().map(|tx| tx.send(e));
-            }),
-        );
-        let quick = dog.enter(OpKind::AllGather);
-        dog.leave(quick);
-        assert!(rx.recv_timeout(Duration::from_millis(150)).is_err());
-        let _stuck = dog.enter(OpKind::AllReduce);
-        let report = rx.recv_timeout(Duration::from_secs(5)).expect("a timeout");
-        assert_eq!(
-            report,
-            CommError::TimedOut {
-                op: OpKind::AllReduce,
-                rank: 2,
-                seconds: 0
-            }
-        );
     }
 }

@@ -170,7 +170,7 @@ fn widen<T: Wire>(data: &[T], what: &str) -> Result<Vec<f32>, CommError> {
     match T::STAGING {
         Staging::F32 => Ok(data.iter().map(|x| x.to_f64() as f32).collect()),
         Staging::Scalars => Err(CommError::Backend {
-            op: crate::comm::OpKind::AllGather,
+            op: crate::comm::OpKind::AllGather.into(),
             rank: 0,
             backend: "host-staged",
             message: format!("{what} of scalar elements is not staged"),

@@ -11,7 +11,8 @@
 //! optimizer state in the CPU rank's layout ([`OwnedState`]), so a checkpoint is the same
 //! files whichever backend wrote it.
 
-use crate::comm::Comm;
+use crate::comm::watchdog::Watch;
+use crate::comm::{Comm, StepPhase};
 use crate::data::TokenBatch;
 use crate::metrics::PhaseTimes;
 use crate::optim::AdamConfig;
@@ -75,4 +76,12 @@ pub trait StepBackend {
     /// buffer (stages 0-2, padding included) or the rank's stage 3 shard, as the CPU rank holds
     /// them.
     fn held_params(&mut self) -> Result<(Dtype, Vec<f32>), ZeroError>;
+
+    /// Watches `phase` of the step for a peer that fails or hangs: a backend whose waits can
+    /// block inside its communication library (NCCL) returns its watchdog's [`Watch`]; the
+    /// others, whose collectives fail on their own, watch nothing.
+    fn watch(&mut self, phase: StepPhase) -> Watch {
+        let _ = phase;
+        Watch::none()
+    }
 }

@@ -26,7 +26,7 @@ use super::checkpoints::{CheckpointOptions, RankFailure, save_from_rank};
 use super::run::Prepared;
 use super::{StepBackend, StepControl, check_loss};
 use crate::checkpoint::{CheckpointError, SavedCheckpoint};
-use crate::comm::ReduceOp;
+use crate::comm::{ReduceOp, StepPhase};
 use crate::data::{DataError, MicroBatchIndex, TokenBatch};
 use crate::metrics::{PhaseTimes, StepMetrics};
 use crate::zero::{Scales, ZeroError};
@@ -49,7 +49,7 @@ pub(crate) fn run_step(
     let adam = control.adam();
     let grad_scale = control.grad_scale();
 
-    backend.begin_step()?;
+    watched(backend, StepPhase::Start, |b| b.begin_step())?;
     let mut loss_sum = 0.0f64;
     for micro_step in 0..grad_accum {
         let batch = batches(MicroBatchIndex {
@@ -57,12 +57,16 @@ pub(crate) fn run_step(
             rank: backend.rank(),
             micro_step,
         })?;
-        loss_sum += backend.micro_step(&batch, grad_scale, &mut times)?;
+        loss_sum += watched(backend, StepPhase::MicroStep, |b| {
+            b.micro_step(&batch, grad_scale, &mut times)
+        })?;
     }
     let rank_loss = loss_sum / grad_accum as f64;
 
     let started = Instant::now();
-    backend.reduce_gradients(loss_scale)?;
+    watched(backend, StepPhase::GradientReduction, |b| {
+        b.reduce_gradients(loss_scale)
+    })?;
     let overflow = control.precision.checks_overflow() && backend.any_overflow()?;
     let (grad_norm, skipped) = match control.scaler.update(overflow)? {
         StepOutcome::Skipped { .. } => {
@@ -81,7 +85,9 @@ pub(crate) fn run_step(
             let norm = backend.unscale_and_clip(control.clip_rule, scales, control.clip)?;
             times.reduce += started.elapsed().as_secs_f64();
             let started = Instant::now();
-            backend.optimizer_step(&adam, lr)?;
+            watched(backend, StepPhase::OptimizerStep, |b| {
+                b.optimizer_step(&adam, lr)
+            })?;
             control.applied_steps += 1;
             times.step += started.elapsed().as_secs_f64();
             (Some(norm), false)
@@ -101,6 +107,17 @@ pub(crate) fn run_step(
         times,
         seconds: 0.0,
     })
+}
+
+/// Runs `phase` of the step under the backend's watch (see [`StepBackend::watch`]).
+fn watched<R>(
+    backend: &mut dyn StepBackend,
+    phase: StepPhase,
+    run: impl FnOnce(&mut dyn StepBackend) -> Result<R, ZeroError>,
+) -> Result<R, ZeroError> {
+    let watch = backend.watch(phase);
+    let result = run(backend);
+    watch.finish(result)
 }
 
 /// What the loop hands back: rank 0's steps and checkpoints (empty elsewhere), and the

@@ -44,8 +44,6 @@ use super::{Device, Failure, Outcome};
 
 /// The variable that sets the collective timeout, in seconds.
 pub(super) const TIMEOUT_VARIABLE: &str = "DSPLAN_COLLECTIVE_TIMEOUT";
-/// Its default: torch's and DeepSpeed's default process-group timeout (30 minutes).
-const DEFAULT_TIMEOUT_S: u64 = 1800;
 
 /// How this process's ranks run.
 pub(super) enum Ranks {
@@ -313,7 +311,7 @@ fn not_mpi(env: &LaunchEnv) -> Failure {
 /// `DSPLAN_COLLECTIVE_TIMEOUT`, in seconds.
 fn collective_timeout() -> Result<std::time::Duration, Failure> {
     match std::env::var(TIMEOUT_VARIABLE) {
-        Err(_) => Ok(std::time::Duration::from_secs(DEFAULT_TIMEOUT_S)),
+        Err(_) => Ok(dsplan_executor::comm::DEFAULT_TIMEOUT),
         Ok(value) => value
             .trim()
             .parse::<u64>()
@@ -446,7 +444,7 @@ impl GpuRank {
         let who = (self.env.rank, ordinal);
         #[cfg(feature = "mpi")]
         if let Some(job) = &self.job {
-            let rank = self.env.rank;
+            let (rank, timeout) = (self.env.rank, self.timeout);
             let host = job.comm(
                 self.timeout,
                 Box::new(move |error| {
@@ -472,7 +470,7 @@ impl GpuRank {
                     who,
                     move |ctx, _| {
                         let mut host = host;
-                        let nccl = NcclComm::from_host_comm(ctx.new_stream()?, &mut host)?;
+                        let nccl = NcclComm::from_host_comm(ctx.new_stream()?, &mut host, timeout)?;
                         Ok(NcclWithHost { nccl, host })
                     },
                     observer,

@@ -22,7 +22,8 @@ use super::execute_comm::{CommRunner, run_phase};
 use super::owned::{DeviceOwned, held_from_whole};
 use super::step::StepProgram;
 use super::{Op, device_model::ConstantUpload};
-use crate::comm::{Comm, CommTraffic};
+use crate::comm::watchdog::Watch;
+use crate::comm::{Comm, CommTraffic, StepPhase};
 use crate::cuda::adamw::AdamScalars;
 use crate::cuda::device_comm::{DeviceComm, HostStaged, Wire};
 use crate::cuda::encoder_buckets::TokenBuckets;
@@ -46,6 +47,11 @@ pub trait RankComm {
     fn host(&mut self) -> &mut dyn Comm;
     /// What this rank has sent so far.
     fn traffic(&mut self) -> CommTraffic;
+    /// Watches a phase of the step (NCCL's watchdog; the host `Comm`s fail on their own).
+    fn watch(&mut self, phase: StepPhase) -> Watch {
+        let _ = phase;
+        Watch::none()
+    }
 }
 
 /// Ranks sharing a GPU (or one rank alone): the device collectives staged through the host
@@ -82,6 +88,10 @@ impl RankComm for NcclComm {
     fn traffic(&mut self) -> CommTraffic {
         NcclComm::traffic(self).clone()
     }
+
+    fn watch(&mut self, phase: StepPhase) -> Watch {
+        NcclComm::watch(self, phase)
+    }
 }
 
 /// NCCL on the device next to a host `Comm` of the same ranks (thread ranks with a GPU each,
@@ -108,6 +118,10 @@ impl<H: Comm> RankComm for NcclWithHost<H> {
 
     fn traffic(&mut self) -> CommTraffic {
         self.nccl.traffic().clone()
+    }
+
+    fn watch(&mut self, phase: StepPhase) -> Watch {
+        self.nccl.watch(phase)
     }
 }
 
@@ -473,6 +487,10 @@ impl<T: GemmElement + Wire, C: RankComm> StepBackend for CudaStep<'_, T, C> {
             self.plan.dtypes().model,
             held_from_whole(self.plan, self.rank, &whole),
         ))
+    }
+
+    fn watch(&mut self, phase: StepPhase) -> Watch {
+        self.comm.watch(phase)
     }
 }
 

@@ -177,7 +177,11 @@ pub fn train_cuda_planned(
             match placement.link {
                 DeviceLink::Nccl => run.rank(rank, &models[rank], on, |ctx, _| {
                     let mut host = host;
-                    let nccl = NcclComm::from_host_comm(ctx.new_stream()?, &mut host)?;
+                    let nccl = NcclComm::from_host_comm(
+                        ctx.new_stream()?,
+                        &mut host,
+                        crate::comm::DEFAULT_TIMEOUT,
+                    )?;
                     Ok(NcclWithHost { nccl, host })
                 }),
                 DeviceLink::HostStaged | DeviceLink::Alone => {

@@ -18,42 +18,46 @@
 //! [`CommError::Backend`], lengths that break the contract are the same errors as on
 //! `LocalComm` (checked before NCCL is called).
 //!
+//! **Nothing hangs.** Every rank's communicator has a [`Watchdog`]: each host-slice operation
+//! is watched, and [`NcclComm::watch`] watches a phase of the CUDA step (whose kernels include
+//! its collectives). NCCL's asynchronous error (a peer's connection broke: the peer died) is
+//! reported within [`PROBE_EVERY`]; a wait longer than the timeout is reported as
+//! [`CommError::TimedOut`]. Either way the communicator is aborted (`ncclCommAbort`, which
+//! stops its kernels, [`raw`]), and the wait returns the report as its error, naming the
+//! operation and the rank.
+//!
 //! NCCL's library comes from the `nvidia-nccl-cu13` wheel as `libnccl.so.2`, a name cudarc does
 //! not try: link `libnccl.so -> libnccl.so.2` in a directory on `LD_LIBRARY_PATH`.
+
+mod raw;
 
 use std::ffi::c_char;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr};
-use cudarc::nccl::{Comm as RawComm, Id, ReduceOp as NcclOp};
+use cudarc::nccl::Id;
 
 use super::device_comm::{DeviceComm, Wire, piece_of, reduce_op};
 use super::error::CudaError;
 use super::id_broadcast::{ID_BYTES, share_id_over};
 use super::rendezvous::share_from_root;
 use super::train::program::Reduction;
-use crate::comm::{Comm, CommError, CommTraffic, OpKind, ReduceOp};
+use crate::comm::watchdog::{Sentry, Watch, Watchdog};
+use crate::comm::{Comm, CommError, CommTraffic, OpKind, ReduceOp, Waiting};
 use crate::launch::LaunchEnv;
+use raw::RawNccl;
+
+/// How often a watched wait asks NCCL for its asynchronous error.
+pub const PROBE_EVERY: Duration = Duration::from_millis(200);
 
 /// One rank's NCCL communicator.
 #[derive(Debug)]
 pub struct NcclComm {
-    comm: RawComm,
+    comm: RawNccl,
     stream: Arc<CudaStream>,
     traffic: CommTraffic,
-}
-
-fn nccl_error(e: impl std::fmt::Debug) -> CudaError {
-    CudaError::Nccl(format!("{e:?}"))
-}
-
-fn nccl_op(op: ReduceOp) -> NcclOp {
-    match op {
-        ReduceOp::Sum => NcclOp::Sum,
-        ReduceOp::Avg => NcclOp::Avg,
-        ReduceOp::Max => NcclOp::Max,
-    }
+    watchdog: Watchdog,
 }
 
 /// Whether `libnccl` can be loaded (no NCCL call is made).
@@ -93,23 +97,28 @@ impl NcclComm {
         require_nccl()?;
         let bytes =
             share_from_root(env, make_id, timeout).map_err(|e| CudaError::Nccl(e.to_string()))?;
-        Self::join(stream, env.rank, env.world_size, &bytes)
+        Self::join(stream, (env.rank, env.world_size), &bytes, timeout)
     }
 
     /// Joins the job whose ranks already share `host` (MPI under `mpirun`), on `stream`'s GPU:
-    /// the id is broadcast over it, so no `MASTER_ADDR` or port is needed.
-    pub fn from_host_comm(stream: Arc<CudaStream>, host: &mut dyn Comm) -> Result<Self, CudaError> {
+    /// the id is broadcast over it, so no `MASTER_ADDR` or port is needed. A wait on the
+    /// communicator longer than `timeout` fails.
+    pub fn from_host_comm(
+        stream: Arc<CudaStream>,
+        host: &mut dyn Comm,
+        timeout: Duration,
+    ) -> Result<Self, CudaError> {
         require_nccl()?;
         let bytes = share_id_over(host, make_id).map_err(CudaError::Nccl)?;
-        Self::join(stream, host.rank(), host.world_size(), &bytes)
+        Self::join(stream, (host.rank(), host.world_size()), &bytes, timeout)
     }
 
-    /// `ncclCommInitRank` with rank 0's id.
+    /// `ncclCommInitRank` with rank 0's id, and the communicator's watchdog.
     fn join(
         stream: Arc<CudaStream>,
-        rank: usize,
-        world_size: usize,
+        (rank, world_size): (usize, usize),
         bytes: &[u8],
+        timeout: Duration,
     ) -> Result<Self, CudaError> {
         if bytes.len() != ID_BYTES {
             return Err(CudaError::Nccl(format!(
@@ -121,13 +130,27 @@ impl NcclComm {
         for (slot, byte) in internal.iter_mut().zip(bytes) {
             *slot = *byte as c_char;
         }
-        let comm = RawComm::from_rank(stream.clone(), rank, world_size, Id::uninit(internal))
-            .map_err(nccl_error)?;
+        let comm = RawNccl::join(stream.clone(), rank, world_size, internal)?;
+        let (probe, alarm) = (comm.abort_handle(), comm.abort_handle());
+        let watchdog = Watchdog::start(Sentry {
+            rank,
+            timeout,
+            probe: Some(("NCCL", Box::new(move || probe.async_error()))),
+            poll: PROBE_EVERY,
+            alarm: Box::new(move |_| alarm.abort()),
+        });
         Ok(Self {
             comm,
             stream,
             traffic: CommTraffic::default(),
+            watchdog,
         })
+    }
+
+    /// Starts watching a wait for `what` on this communicator (see the [module
+    /// documentation](self)); the watch's `finish` gives the report, if any.
+    pub fn watch(&self, what: impl Into<Waiting>) -> Watch {
+        self.watchdog.handle().watch(what.into())
     }
 
     /// This rank.
@@ -155,9 +178,7 @@ impl NcclComm {
         data: &mut CudaViewMut<'_, f32>,
         op: ReduceOp,
     ) -> Result<(), CudaError> {
-        self.comm
-            .all_reduce_in_place(data, &nccl_op(op))
-            .map_err(nccl_error)?;
+        self.comm.all_reduce(data, op)?;
         let n = data.len() as u64;
         self.traffic.record(
             OpKind::AllReduce,
@@ -174,9 +195,7 @@ impl NcclComm {
         op: ReduceOp,
     ) -> Result<(), CudaError> {
         self.check_shards(OpKind::ReduceScatter, input.len(), output.len())?;
-        self.comm
-            .reduce_scatter(input, output, &nccl_op(op))
-            .map_err(nccl_error)?;
+        self.comm.reduce_scatter(input, output, op)?;
         self.traffic
             .record_sharded(OpKind::ReduceScatter, output.len(), self.world_size());
         Ok(())
@@ -189,7 +208,7 @@ impl NcclComm {
         output: &mut CudaViewMut<'_, f32>,
     ) -> Result<(), CudaError> {
         self.check_shards(OpKind::AllGather, output.len(), input.len())?;
-        self.comm.all_gather(input, output).map_err(nccl_error)?;
+        self.comm.all_gather(input, output)?;
         self.traffic
             .record_sharded(OpKind::AllGather, input.len(), self.world_size());
         Ok(())
@@ -207,9 +226,7 @@ impl NcclComm {
                 self.world_size()
             )));
         }
-        self.comm
-            .broadcast_in_place(data, root as i32)
-            .map_err(nccl_error)?;
+        self.comm.broadcast(data, root)?;
         self.traffic
             .record_broadcast(data.len(), root, self.rank(), self.world_size());
         Ok(())
@@ -240,11 +257,22 @@ impl NcclComm {
     /// The error of `op` failing with `error` on this rank.
     fn backend_error(&self, op: OpKind, error: CudaError) -> CommError {
         CommError::Backend {
-            op,
+            op: op.into(),
             rank: self.rank(),
             backend: "NCCL",
             message: error.to_string(),
         }
+    }
+
+    /// Runs host-slice operation `op` under the watchdog.
+    fn watched<R>(
+        &mut self,
+        op: OpKind,
+        run: impl FnOnce(&mut Self) -> Result<R, CudaError>,
+    ) -> Result<R, CommError> {
+        let watch = self.watch(op);
+        let result = run(self).map_err(|e| self.backend_error(op, e));
+        watch.finish(result)
     }
 
     /// The contract's shard check, as `LocalComm` reports it.
@@ -274,12 +302,11 @@ impl Comm for NcclComm {
     }
 
     fn all_reduce(&mut self, data: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
-        let mut run = || -> Result<(), CudaError> {
-            let mut device = self.upload(data)?;
-            self.all_reduce_device(&mut device.as_view_mut(), op)?;
-            self.download(&device, data)
-        };
-        run().map_err(|e| self.backend_error(OpKind::AllReduce, e))
+        self.watched(OpKind::AllReduce, |me| {
+            let mut device = me.upload(data)?;
+            me.all_reduce_device(&mut device.as_view_mut(), op)?;
+            me.download(&device, data)
+        })
     }
 
     fn reduce_scatter(
@@ -291,26 +318,24 @@ impl Comm for NcclComm {
         if let Some(error) = self.shard_error(OpKind::ReduceScatter, input.len(), output.len()) {
             return Err(error);
         }
-        let mut run = || -> Result<(), CudaError> {
-            let device_in = self.upload(input)?;
-            let mut device_out = self.stream.alloc_zeros::<f32>(output.len())?;
-            self.reduce_scatter_device(&device_in.as_view(), &mut device_out.as_view_mut(), op)?;
-            self.download(&device_out, output)
-        };
-        run().map_err(|e| self.backend_error(OpKind::ReduceScatter, e))
+        self.watched(OpKind::ReduceScatter, |me| {
+            let device_in = me.upload(input)?;
+            let mut device_out = me.stream.alloc_zeros::<f32>(output.len())?;
+            me.reduce_scatter_device(&device_in.as_view(), &mut device_out.as_view_mut(), op)?;
+            me.download(&device_out, output)
+        })
     }
 
     fn all_gather(&mut self, input: &[f32], output: &mut [f32]) -> Result<(), CommError> {
         if let Some(error) = self.shard_error(OpKind::AllGather, input.len(), output.len()) {
             return Err(error);
         }
-        let mut run = || -> Result<(), CudaError> {
-            let device_in = self.upload(input)?;
-            let mut device_out = self.stream.alloc_zeros::<f32>(output.len())?;
-            self.all_gather_device(&device_in.as_view(), &mut device_out.as_view_mut())?;
-            self.download(&device_out, output)
-        };
-        run().map_err(|e| self.backend_error(OpKind::AllGather, e))
+        self.watched(OpKind::AllGather, |me| {
+            let device_in = me.upload(input)?;
+            let mut device_out = me.stream.alloc_zeros::<f32>(output.len())?;
+            me.all_gather_device(&device_in.as_view(), &mut device_out.as_view_mut())?;
+            me.download(&device_out, output)
+        })
     }
 
     fn broadcast(&mut self, data: &mut [f32], root: usize) -> Result<(), CommError> {
@@ -322,41 +347,34 @@ impl Comm for NcclComm {
                 world,
             });
         }
-        let mut run = || -> Result<(), CudaError> {
-            let mut device = self.upload(data)?;
-            self.broadcast_device(&mut device.as_view_mut(), root)?;
-            self.download(&device, data)
-        };
-        run().map_err(|e| self.backend_error(OpKind::Broadcast, e))
+        self.watched(OpKind::Broadcast, |me| {
+            let mut device = me.upload(data)?;
+            me.broadcast_device(&mut device.as_view_mut(), root)?;
+            me.download(&device, data)
+        })
     }
 
     /// An all-reduce of one element, waited for.
     fn barrier(&mut self) -> Result<(), CommError> {
-        let mut run = || -> Result<(), CudaError> {
-            let mut device = self.stream.alloc_zeros::<f32>(1)?;
-            self.comm
-                .all_reduce_in_place(&mut device, &NcclOp::Sum)
-                .map_err(nccl_error)?;
-            self.stream.synchronize()?;
-            self.traffic.record(OpKind::Barrier, 0);
+        self.watched(OpKind::Barrier, |me| {
+            let mut device = me.stream.alloc_zeros::<f32>(1)?;
+            me.comm.all_reduce(&mut device, ReduceOp::Sum)?;
+            me.stream.synchronize()?;
+            me.traffic.record(OpKind::Barrier, 0);
             Ok(())
-        };
-        run().map_err(|e| self.backend_error(OpKind::Barrier, e))
+        })
     }
 
     fn all_reduce_scalar(&mut self, value: f64, op: ReduceOp) -> Result<f64, CommError> {
-        let mut run = || -> Result<f64, CudaError> {
-            let mut device = self.stream.clone_htod(&[value])?;
-            self.comm
-                .all_reduce_in_place(&mut device, &nccl_op(op))
-                .map_err(nccl_error)?;
+        self.watched(OpKind::AllReduceScalar, |me| {
+            let mut device = me.stream.clone_htod(&[value])?;
+            me.comm.all_reduce(&mut device, op)?;
             let mut host = [0.0f64];
-            self.stream.memcpy_dtoh(&device, &mut host)?;
-            self.stream.synchronize()?;
-            self.traffic.record_scalar(self.world_size());
+            me.stream.memcpy_dtoh(&device, &mut host)?;
+            me.stream.synchronize()?;
+            me.traffic.record_scalar(me.world_size());
             Ok(host[0])
-        };
-        run().map_err(|e| self.backend_error(OpKind::AllReduceScalar, e))
+        })
     }
 
     fn traffic(&self) -> &CommTraffic {
@@ -387,9 +405,7 @@ impl DeviceComm for NcclComm {
         data: &mut CudaViewMut<'_, T>,
         reduction: Reduction,
     ) -> Result<(), CudaError> {
-        self.comm
-            .all_reduce_in_place(data, &nccl_op(reduce_op(reduction)))
-            .map_err(nccl_error)?;
+        self.comm.all_reduce(data, reduce_op(reduction))?;
         let world = self.world();
         self.traffic.record(
             OpKind::AllReduce,
@@ -406,8 +422,7 @@ impl DeviceComm for NcclComm {
     ) -> Result<(), CudaError> {
         self.check_shards(OpKind::ReduceScatter, input.len(), output.len())?;
         self.comm
-            .reduce_scatter(input, output, &nccl_op(reduce_op(reduction)))
-            .map_err(nccl_error)?;
+            .reduce_scatter(input, output, reduce_op(reduction))?;
         let sent = (self.world() - 1) * bytes_of::<T>(output.len());
         self.traffic.record(OpKind::ReduceScatter, sent);
         Ok(())
@@ -419,7 +434,7 @@ impl DeviceComm for NcclComm {
         output: &mut CudaViewMut<'_, T>,
     ) -> Result<(), CudaError> {
         self.check_shards(OpKind::AllGather, output.len(), input.len())?;
-        self.comm.all_gather(input, output).map_err(nccl_error)?;
+        self.comm.all_gather(input, output)?;
         let sent = (self.world() - 1) * bytes_of::<T>(input.len());
         self.traffic.record(OpKind::AllGather, sent);
         Ok(())
@@ -441,7 +456,7 @@ impl DeviceComm for NcclComm {
         // temporary slice is leaked afterwards, so it frees nothing. NCCL defines the
         // in-place all-gather with exactly this input.
         let mine = unsafe { self.stream.upgrade_device_ptr::<T>(base + offset, piece) };
-        let result = self.comm.all_gather(&mine, whole).map_err(nccl_error);
+        let result = self.comm.all_gather(&mine, whole);
         mine.leak();
         result?;
         let sent = (self.world() - 1) * bytes_of::<T>(piece);
