@@ -66,12 +66,11 @@ fn run(
     save: Option<&Path>,
     resume: Option<&Path>,
 ) -> Result<TrainReport, String> {
-    let (plan, graph) =
-        compile_plan(&spec.settings, &spec.model, spec.seq_len, spec.world).expect("plan");
+    let plan = compile_plan(&spec.settings, &spec.model, spec.seq_len, spec.world).expect("plan");
     let resume = match resume {
         Some(path) => {
             let loaded = load_checkpoint(path).map_err(|e| e.to_string())?;
-            Some(resume_point(spec, &plan, &graph, &loaded).map_err(|e| e.to_string())?)
+            Some(resume_point(spec, &plan, &loaded).map_err(|e| e.to_string())?)
         }
         None => None,
     };
@@ -79,7 +78,7 @@ fn run(
         save: save.map(|dir| SavePolicy::new(dir, Some(2))),
         resume,
     };
-    train_planned_with(spec, &plan, &graph, &options, &|_| {}).map_err(|e| e.to_string())
+    train_planned_with(spec, &plan, &options, &|_| {}).map_err(|e| e.to_string())
 }
 
 fn bits(report: &TrainReport) -> (Vec<u32>, Vec<u64>) {

@@ -69,12 +69,11 @@ fn run(
     save: Option<(&Path, Option<u64>, SaveFault)>,
     resume: Option<&Path>,
 ) -> Result<TrainReport, TrainError> {
-    let (plan, graph) =
-        compile_plan(&spec.settings, &spec.model, spec.seq_len, spec.world).expect("plan");
+    let plan = compile_plan(&spec.settings, &spec.model, spec.seq_len, spec.world).expect("plan");
     let resume = match resume {
         Some(path) => {
             let loaded = load_checkpoint(path)?;
-            Some(resume_point(spec, &plan, &graph, &loaded)?)
+            Some(resume_point(spec, &plan, &loaded)?)
         }
         None => None,
     };
@@ -85,7 +84,7 @@ fn run(
         }),
         resume,
     };
-    train_planned_with(spec, &plan, &graph, &options, &|_| {})
+    train_planned_with(spec, &plan, &options, &|_| {})
 }
 
 fn bits(values: &[f32]) -> Vec<u32> {

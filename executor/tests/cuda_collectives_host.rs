@@ -11,7 +11,7 @@ use dsplan_executor::model::{BatchShape, Gpt2Config, Recompute};
 use dsplan_executor::train::{TrainSettings, compile_cuda_plan};
 use dsplan_kernels::Dtype;
 use dsplan_planner::plan::graph::OpKind;
-use dsplan_planner::plan::{Collective, ModelGraph, Plan, Stream};
+use dsplan_planner::plan::{Collective, Plan, Stream};
 use serde_json::json;
 
 #[path = "support/models.rs"]
@@ -35,12 +35,7 @@ fn config(stage: u8, dtype: Dtype, grad_accum: u64) -> serde_json::Value {
     config
 }
 
-fn plan_for(
-    config: &serde_json::Value,
-    model: Gpt2Config,
-    seq_len: usize,
-    world: usize,
-) -> (Plan, ModelGraph) {
+fn plan_for(config: &serde_json::Value, model: Gpt2Config, seq_len: usize, world: usize) -> Plan {
     let settings = TrainSettings::from_config(config, world).expect("settings");
     compile_cuda_plan(&settings, &model.into(), seq_len, world).expect("plan")
 }
@@ -77,7 +72,7 @@ fn every_ranks_buffers_equal_the_plan_to_the_byte() {
         for world in WORLDS {
             for stage in 0..=3u8 {
                 let dtype = if stage == 0 { Dtype::F32 } else { dtype };
-                let (plan, _) = plan_for(&config(stage, dtype, 1), model, seq_len, world);
+                let plan = plan_for(&config(stage, dtype, 1), model, seq_len, world);
                 let predicted = PlanMemory::of(&plan);
                 for rank in [0, world - 1] {
                     let layout = rank_layout(&plan, model, seq_len, dtype, rank);
@@ -214,7 +209,7 @@ fn the_cuda_steps_collectives_are_the_plans() {
                 {
                     target.extend(extra.clone());
                 }
-                let (plan, graph) = plan_for(&cfg, model, seq_len, world);
+                let plan = plan_for(&cfg, model, seq_len, world);
                 let expected = planned_sequence(&plan);
                 assert!(
                     !expected.is_empty(),
@@ -222,7 +217,7 @@ fn the_cuda_steps_collectives_are_the_plans() {
                 );
                 for rank in [0, world - 1] {
                     let layout = rank_layout(&plan, model, seq_len, Dtype::Bf16, rank);
-                    let program = world_program(&layout, &plan, &graph).expect("program");
+                    let program = world_program(&layout, &plan).expect("program");
                     program
                         .check(&layout)
                         .unwrap_or_else(|e| panic!("W={world} stage {stage} rank {rank}: {e}"));
@@ -258,9 +253,9 @@ fn a_smaller_bucket_changes_the_programs_collectives() {
         for bucket in [500_000_000u64, 50_000] {
             let mut cfg = config(stage, Dtype::Bf16, 1);
             cfg["zero_optimization"]["reduce_bucket_size"] = json!(bucket);
-            let (plan, graph) = plan_for(&cfg, model, 64, 4);
+            let plan = plan_for(&cfg, model, 64, 4);
             let layout = rank_layout(&plan, model, 64, Dtype::Bf16, 1);
-            let program = world_program(&layout, &plan, &graph).expect("program");
+            let program = world_program(&layout, &plan).expect("program");
             let ours = program_sequence(&program, &layout, 1);
             assert_eq!(
                 comparable(&ours),

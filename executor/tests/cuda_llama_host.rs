@@ -96,9 +96,8 @@ fn llama_device_buffers_equal_the_dsplan_cuda_plan_to_the_byte() {
             for stage in 0..=3u8 {
                 let settings =
                     TrainSettings::from_config(&train_config(stage, dtype), 1).expect("settings");
-                let (plan, _) =
-                    compile_cuda_plan(&settings, &ModelConfig::Llama(config), seq_len, 1)
-                        .expect("plan");
+                let plan = compile_cuda_plan(&settings, &ModelConfig::Llama(config), seq_len, 1)
+                    .expect("plan");
                 let predicted = PlanMemory::of(&plan);
                 for category in Category::ALL {
                     assert_eq!(
@@ -465,9 +464,8 @@ fn llama_checkpointing_allocation_equals_the_plan_and_recomputes_each_layer() {
                 let settings = TrainSettings::from_config(&train_config(stage, dtype), 1)
                     .expect("settings")
                     .with_gradient_checkpointing(true);
-                let (plan, _) =
-                    compile_cuda_plan(&settings, &ModelConfig::Llama(config), seq_len, 1)
-                        .expect("plan");
+                let plan = compile_cuda_plan(&settings, &ModelConfig::Llama(config), seq_len, 1)
+                    .expect("plan");
                 let predicted = PlanMemory::of(&plan);
                 let ours = device.bytes_by_category();
                 for category in Category::ALL {

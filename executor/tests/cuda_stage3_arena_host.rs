@@ -51,7 +51,7 @@ fn variants() -> [(&'static str, Value); 3] {
     ]
 }
 
-fn plan_for(zero: &Value, model: Gpt2Config, seq_len: usize, world: usize) -> (Plan, ModelGraph) {
+fn plan_for(zero: &Value, model: Gpt2Config, seq_len: usize, world: usize) -> Plan {
     let mut config = json!({
         "train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": 1,
@@ -577,7 +577,7 @@ fn every_parameter_read_sees_its_own_gather() {
         let flat = one_gpu(model, seq_len);
         for world in [2, 4, 8] {
             for (name, zero) in variants() {
-                let (plan, graph) = plan_for(&zero, model, seq_len, world);
+                let plan = plan_for(&zero, model, seq_len, world);
                 let predicted = PlanMemory::of(&plan);
                 for rank in [0, world - 1] {
                     let what = format!("C={} W={world} {name} rank {rank}", model.n_embd);
@@ -592,11 +592,11 @@ fn every_parameter_read_sees_its_own_gather() {
                         arena.map(|a| a.numel * 2),
                         "{what}"
                     );
-                    let program = world_program(&layout, &plan, &graph).expect("program");
+                    let program = world_program(&layout, &plan).expect("program");
                     program
                         .check(&layout)
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
-                    let reads = dataflow(&program, &layout, &graph, &flat, 2)
+                    let reads = dataflow(&program, &layout, &plan.model_graph, &flat, 2)
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert!(reads > 0, "{what}: the walk checked parameter reads");
                 }
@@ -613,10 +613,10 @@ fn every_parameter_read_sees_its_own_gather() {
 fn the_dataflow_check_catches_each_broken_order() {
     let model = small_head_64();
     let flat = one_gpu(model, 64);
-    let (plan, graph) = plan_for(&variants()[2].1, model, 64, 2);
+    let plan = plan_for(&variants()[2].1, model, 64, 2);
     let layout = layout_for(&plan, model, 64, 0);
-    let program = world_program(&layout, &plan, &graph).expect("program");
-    dataflow(&program, &layout, &graph, &flat, 2).expect("the program itself passes");
+    let program = world_program(&layout, &plan).expect("program");
+    dataflow(&program, &layout, &plan.model_graph, &flat, 2).expect("the program itself passes");
 
     let mut no_comm_waits = program.clone();
     for op in &mut no_comm_waits.boundary_micro_step {
@@ -626,7 +626,7 @@ fn the_dataflow_check_catches_each_broken_order() {
             c.waits.clear();
         }
     }
-    let error = dataflow(&no_comm_waits, &layout, &graph, &flat, 2).expect_err("caught");
+    let error = dataflow(&no_comm_waits, &layout, &plan.model_graph, &flat, 2).expect_err("caught");
     assert!(error.contains("overwrites"), "{error}");
 
     let mut no_compute_waits = program.clone();
@@ -638,7 +638,8 @@ fn the_dataflow_check_catches_each_broken_order() {
             c.waits.clear();
         }
     }
-    let error = dataflow(&no_compute_waits, &layout, &graph, &flat, 2).expect_err("caught");
+    let error =
+        dataflow(&no_compute_waits, &layout, &plan.model_graph, &flat, 2).expect_err("caught");
     assert!(error.contains("before its gather"), "{error}");
 
     let mut early_release = program.clone();
@@ -668,7 +669,7 @@ fn the_dataflow_check_catches_each_broken_order() {
         .expect("a release right after a read of a released tensor");
     let moved = ops.remove(release);
     ops.insert(reader, moved);
-    let error = dataflow(&early_release, &layout, &graph, &flat, 2).expect_err("caught");
+    let error = dataflow(&early_release, &layout, &plan.model_graph, &flat, 2).expect_err("caught");
     assert!(error.contains("Released"), "{error}");
 }
 
@@ -679,7 +680,7 @@ fn the_dataflow_check_catches_each_broken_order() {
 fn gpt2_stage3_device_bytes_before_and_after_the_arena() {
     let model = gpt2();
     for (name, zero) in variants() {
-        let (plan, _) = plan_for(&zero, model, 1024, 8);
+        let plan = plan_for(&zero, model, 1024, 8);
         let layout = layout_for(&plan, model, 1024, 0);
         let after = layout.bytes_by_category().total();
         assert_eq!(after, PlanMemory::of(&plan).peak_total);

@@ -213,7 +213,7 @@ fn gpt2_bf16_stages_0_to_3_report_mfu_and_memory() {
             1024,
             3,
         );
-        let (plan, _) = compile_plan(&spec.settings, &spec.model, 1024, 1).expect("plan");
+        let plan = compile_plan(&spec.settings, &spec.model, 1024, 1).expect("plan");
         let predicted = PlanMemory::of(&plan);
         let report = train_cuda(&spec, 0, &|step, r| {
             eprintln!(
@@ -408,21 +408,19 @@ fn a_world_two_gpu_checkpoint_resumes_on_two_cpu_ranks() {
             steps: 1,
             ..spec.clone()
         };
-        let (plan, graph) =
-            compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, 2).expect("plan");
+        let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, 2).expect("plan");
         let save = CheckpointOptions {
             save: Some(SavePolicy::new(dir.path(), None)),
             resume: None,
         };
-        train_cuda_planned(&one_step, &plan, &graph, &save, 0, &|_| {}).expect("GPU step");
+        train_cuda_planned(&one_step, &plan, &save, 0, &|_| {}).expect("GPU step");
         let loaded = load_checkpoint(dir.path()).expect("the GPU's checkpoint");
-        let (cpu_plan, cpu_graph) =
+        let cpu_plan =
             compile_plan(&spec.settings, &spec.model, spec.seq_len, 2).expect("cpu plan");
-        let point = resume_point(&spec, &cpu_plan, &cpu_graph, &loaded).expect("resumable");
+        let point = resume_point(&spec, &cpu_plan, &loaded).expect("resumable");
         let resumed = train_planned_with(
             &spec,
             &cpu_plan,
-            &cpu_graph,
             &CheckpointOptions {
                 save: None,
                 resume: Some(point),

@@ -63,7 +63,7 @@ fn device_buffers_equal_the_dsplan_cuda_plan_to_the_byte() {
         for stage in 0..=3u8 {
             let settings =
                 TrainSettings::from_config(&train_config(stage, dtype), 1).expect("settings");
-            let (plan, _) = compile_cuda_plan(&settings, &model.into(), seq_len, 1).expect("plan");
+            let plan = compile_cuda_plan(&settings, &model.into(), seq_len, 1).expect("plan");
             let predicted = PlanMemory::of(&plan);
             for category in Category::ALL {
                 assert_eq!(
@@ -136,7 +136,7 @@ fn device_buffers_against_the_deepspeed_gpu_plan() {
 fn the_dsplan_cuda_plan_plans_two_gpus_and_refuses_offload() {
     let model = small_head_64();
     let settings = TrainSettings::from_config(&train_config(2, Dtype::Bf16), 2).expect("settings");
-    let (plan, _) = compile_cuda_plan(&settings, &model.into(), 64, 2).expect("two GPUs");
+    let plan = compile_cuda_plan(&settings, &model.into(), 64, 2).expect("two GPUs");
     assert_eq!(plan.settings.world_size, 2);
     let mut config = train_config(2, Dtype::Bf16);
     config["zero_optimization"]["offload_optimizer"] = json!({"device": "cpu"});
@@ -514,9 +514,8 @@ fn the_device_state_is_cut_as_a_cpu_rank_holds_it_for_checkpoints() {
                 let what = format!("{dtype:?} stage {stage} W={world}");
                 let settings =
                     TrainSettings::from_config(&train_config(stage, dtype), world).expect("config");
-                let (cpu_plan, graph) =
-                    compile_plan(&settings, &model.config, 16, world).expect("cpu plan");
-                let engine_plan = EnginePlan::from_plan(&cpu_plan, &graph, &params).expect("fits");
+                let cpu_plan = compile_plan(&settings, &model.config, 16, world).expect("cpu plan");
+                let engine_plan = EnginePlan::from_plan(&cpu_plan, &params).expect("fits");
                 let cuts: Vec<Vec<f32>> = (0..world)
                     .map(|rank| owned_from_whole(&engine_plan, rank, &whole))
                     .collect();
@@ -528,10 +527,9 @@ fn the_device_state_is_cut_as_a_cpu_rank_holds_it_for_checkpoints() {
                 if world != 1 {
                     continue;
                 }
-                let (cuda_plan, cuda_graph) =
+                let cuda_plan =
                     compile_cuda_plan(&settings, &model.config, 16, 1).expect("cuda plan");
-                let on_device =
-                    EnginePlan::from_plan(&cuda_plan, &cuda_graph, &params).expect("fits");
+                let on_device = EnginePlan::from_plan(&cuda_plan, &params).expect("fits");
                 assert_eq!(on_device.stage(), engine_plan.stage(), "{what}");
                 assert_eq!(on_device.flat(), engine_plan.flat(), "{what}");
                 assert_eq!(on_device.owned(0), engine_plan.owned(0), "{what}");
@@ -546,7 +544,7 @@ fn the_device_state_is_cut_as_a_cpu_rank_holds_it_for_checkpoints() {
                     Arc::clone(&engine_plan),
                     options,
                     &whole,
-                    &ListedBuffers::of_plan(&cpu_plan, &graph),
+                    &ListedBuffers::of_plan(&cpu_plan),
                     &ledger,
                 )
                 .expect("a rank");
@@ -595,7 +593,7 @@ fn checkpointing_allocation_equals_the_plan_and_recomputes_each_block() {
             let settings = TrainSettings::from_config(&train_config(stage, dtype), 1)
                 .expect("settings")
                 .with_gradient_checkpointing(true);
-            let (plan, _) = compile_cuda_plan(&settings, &model.into(), seq_len, 1).expect("plan");
+            let plan = compile_cuda_plan(&settings, &model.into(), seq_len, 1).expect("plan");
             let predicted = PlanMemory::of(&plan);
             let ours = device.bytes_by_category();
             for category in Category::ALL {
@@ -660,13 +658,12 @@ fn the_gpu_trainer_takes_gpt2_at_world_two_and_three_and_builds_every_ranks_step
                 let spec = world_spec(&train_config(stage, dtype), world);
                 check_spec(&spec).unwrap_or_else(|e| panic!("{what}: {e}"));
                 let compiled = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, world);
-                let (plan, graph) = match compiled {
+                let plan = match compiled {
                     // BF16_Optimizer at W > 1 has no device flat partition yet: a plan error.
                     Err(_) if dtype == Dtype::Bf16 && stage == 0 => continue,
                     other => other.unwrap_or_else(|e| panic!("{what}: {e:?}")),
                 };
-                let models =
-                    rank_models(&spec, &plan, &graph).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let models = rank_models(&spec, &plan).unwrap_or_else(|e| panic!("{what}: {e}"));
                 assert_eq!(models.len(), world, "{what}");
                 for (rank, model) in models.iter().enumerate() {
                     let collectives = model
@@ -730,11 +727,11 @@ fn a_gpu_ranks_share_round_trips_through_the_cpu_checkpoint_layout() {
                 let what = format!("{dtype:?} stage {stage} W={world}");
                 let settings =
                     TrainSettings::from_config(&train_config(stage, dtype), world).expect("config");
-                let (plan, graph) = match compile_cuda_plan(&settings, &model.into(), 64, world) {
+                let plan = match compile_cuda_plan(&settings, &model.into(), 64, world) {
                     Err(_) if dtype == Dtype::Bf16 && stage == 0 => continue,
                     other => other.unwrap_or_else(|e| panic!("{what}: {e:?}")),
                 };
-                let engine = EnginePlan::from_plan(&plan, &graph, &params).expect("fits");
+                let engine = EnginePlan::from_plan(&plan, &params).expect("fits");
                 let shares = CudaShares::of_plan(&plan);
                 let mut cuts = Vec::new();
                 for rank in 0..world {

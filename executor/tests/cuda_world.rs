@@ -111,7 +111,7 @@ fn two_thread_ranks_share_one_gpu_through_the_staged_collectives() {
             "zero_optimization": {"stage": stage, "reduce_bucket_size": 50_000},
         });
         let settings = TrainSettings::from_config(&config, 2).expect("settings");
-        let (plan, graph) = compile_cuda_plan(&settings, &model.into(), 64, 2).expect("plan");
+        let plan = compile_cuda_plan(&settings, &model.into(), 64, 2).expect("plan");
         let psi = dsplan_executor::model::ParamLayout::new(&model).num_params();
         let whole: Vec<f32> = (0..psi).map(|i| value(0, i)).collect();
         let results = run_ranks(2, |host: LocalComm| {
@@ -128,7 +128,7 @@ fn two_thread_ranks_share_one_gpu_through_the_staged_collectives() {
                 rank,
             )
             .expect("the plan's layout");
-            let program = world_program(&layout, &plan, &graph).expect("program");
+            let program = world_program(&layout, &plan).expect("program");
             let (compute, communication_stream) = streams();
             let mut comm = HostStaged::new(host, communication_stream);
             let mut bufs =

@@ -22,7 +22,7 @@ use dsplan_executor::train::{
 use dsplan_executor::zero::{ListedBuffers, ZeroError};
 use dsplan_planner::config::ZeroStage;
 use dsplan_planner::plan::shards::ElementRange;
-use dsplan_planner::plan::{ClipRule, Collective, EngineFamily, ModelGraph, Plan, PlanBackend};
+use dsplan_planner::plan::{ClipRule, Collective, EngineFamily, Plan, PlanBackend};
 use serde_json::{Value, json};
 
 const MODEL: Gpt2Config = Gpt2Config {
@@ -48,9 +48,9 @@ fn run_edited(
     extra: Value,
     edit: impl FnOnce(&mut Plan),
 ) -> (Plan, Result<TrainReport, TrainError>) {
-    let (spec, mut plan, graph) = planned(extra);
+    let (spec, mut plan) = planned(extra);
     edit(&mut plan);
-    let report = train_planned(&spec, &plan, &graph, &|_| {});
+    let report = train_planned(&spec, &plan, &|_| {});
     if let Ok(report) = &report {
         assert_eq!(report.applied_steps, STEPS);
     }
@@ -58,7 +58,7 @@ fn run_edited(
 }
 
 /// The run of the base config with `extra`'s keys, and its plan and graph.
-fn planned(extra: Value) -> (TrainSpec, Plan, ModelGraph) {
+fn planned(extra: Value) -> (TrainSpec, Plan) {
     let mut config = json!({
         "train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": 1,
@@ -79,9 +79,9 @@ fn planned(extra: Value) -> (TrainSpec, Plan, ModelGraph) {
         steps: STEPS,
         world: WORLD,
     };
-    let (plan, graph) =
+    let plan =
         compile_plan(&spec.settings, &spec.model, spec.seq_len, WORLD).expect("the plan compiles");
-    (spec, plan, graph)
+    (spec, plan)
 }
 
 /// Every rank's measured peak, per category and in total, is the plan's.
@@ -352,14 +352,14 @@ fn the_rank_allocates_what_the_plans_buffer_list_says() {
                 .expect("an object")
                 .extend(offloaded.as_object().expect("an object").clone());
         }
-        let (spec, mut plan, graph) = planned(json!({"zero_optimization": zero}));
+        let (spec, mut plan) = planned(json!({"zero_optimization": zero}));
         let buffer = plan
             .buffers
             .iter_mut()
             .find(|b| b.name == name)
             .unwrap_or_else(|| panic!("stage {stage}: the plan lists `{name}`"));
         buffer.numel = buffer.numel.saturating_add_signed(by);
-        match train_planned(&spec, &plan, &graph, &|_| {}) {
+        match train_planned(&spec, &plan, &|_| {}) {
             Err(TrainError::Rank {
                 error: ZeroError::PlanMismatch(mismatch),
                 ..
@@ -384,15 +384,15 @@ fn the_rank_allocates_what_the_plans_buffer_list_says() {
 #[test]
 fn a_plan_for_another_backend_is_sized_by_the_dsplan_cpu_list() {
     for stage in 0..=3 {
-        let (_, plan, graph) =
+        let (_, plan) =
             planned(json!({"zero_optimization": {"stage": stage, "reduce_bucket_size": 20_000}}));
-        let listed = ListedBuffers::of_plan(&plan, &graph);
+        let listed = ListedBuffers::of_plan(&plan);
         assert_ne!(listed, ListedBuffers::default(), "stage {stage}: a list");
         let mut other = plan.clone();
         other.settings.backend = PlanBackend::DeepspeedGpu;
         other.buffers.clear();
         assert_eq!(
-            ListedBuffers::of_plan(&other, &graph),
+            ListedBuffers::of_plan(&other),
             listed,
             "stage {stage}: derived as compiled"
         );

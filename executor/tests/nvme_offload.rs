@@ -135,7 +135,7 @@ fn bytes_on_nvme_and_per_step_are_what_the_sub_groups_imply() {
     let optimizer_only = json!({"offload_optimizer": {"device": "nvme", "nvme_path": dir.path()}});
     let config = config(world, "bf16", optimizer_only);
     let spec = spec(&config, world).expect("config");
-    let (plan, _) = compile_plan(&spec.settings, &MODEL.into(), SEQ_LEN, world as usize)
+    let plan = compile_plan(&spec.settings, &MODEL.into(), SEQ_LEN, world as usize)
         .expect("plan compiles");
     let groups = &plan.shards.sub_groups;
     assert!(groups.len() > 2, "{} sub-groups", groups.len());

@@ -21,7 +21,7 @@ const TINY: Gpt2Config = Gpt2Config {
     layer_norm_epsilon: 1e-5,
 };
 
-fn compile(model: &Gpt2Config, world: u64, zero: Value) -> (Plan, ModelGraph) {
+fn compile(model: &Gpt2Config, world: u64, zero: Value) -> Plan {
     let ds = config::from_value(&json!({
         "train_micro_batch_size_per_gpu": 1,
         "optimizer": {"type": "AdamW"},
@@ -31,15 +31,14 @@ fn compile(model: &Gpt2Config, world: u64, zero: Value) -> (Plan, ModelGraph) {
     let graph =
         ModelGraph::from_architecture("gpt2", &architecture(&(*model).into())).expect("graph");
     let cluster = Cluster::new(world, world).expect("cluster");
-    let planned = plan::compile(&ds, &graph, &cluster, &cpu_workload(32)).expect("plan");
-    (planned, graph)
+    plan::compile(&ds, &graph, &cluster, &cpu_workload(32)).expect("plan")
 }
 
 fn check(model: &Gpt2Config, stage: u64, world: u64, bucket: u64, persistence: u64) {
     let zero = json!({"stage": stage, "reduce_bucket_size": bucket,
         "stage3_param_persistence_threshold": persistence, "allgather_bucket_size": 4000});
-    let (planned, graph) = compile(model, world, zero);
-    let ours = EnginePlan::from_plan(&planned, &graph, &ParamLayout::new(model)).expect("fits");
+    let planned = compile(model, world, zero);
+    let ours = EnginePlan::from_plan(&planned, &ParamLayout::new(model)).expect("fits");
     let what = format!("stage {stage}, world {world}, bucket {bucket}");
     assert_eq!(ours.world() as u64, world, "{what}");
     if stage <= 2 {
@@ -138,19 +137,17 @@ fn the_engines_read_the_plans_shards_and_buckets() {
 
 #[test]
 fn a_plan_for_another_model_or_order_is_refused() {
-    let (planned, graph) = compile(&TINY, 2, json!({"stage": 2}));
+    let planned = compile(&TINY, 2, json!({"stage": 2}));
     let wider = Gpt2Config {
         n_embd: 32,
         n_head: 2,
         ..TINY
     };
-    let error =
-        EnginePlan::from_plan(&planned, &graph, &ParamLayout::new(&wider)).expect_err("mismatch");
+    let error = EnginePlan::from_plan(&planned, &ParamLayout::new(&wider)).expect_err("mismatch");
     assert!(error.to_string().contains("elements"), "{error}");
 
-    let (planned, graph) = compile(&TINY, 2, json!({"stage": 2, "round_robin_gradients": true}));
-    let error =
-        EnginePlan::from_plan(&planned, &graph, &ParamLayout::new(&TINY)).expect_err("order");
+    let planned = compile(&TINY, 2, json!({"stage": 2, "round_robin_gradients": true}));
+    let error = EnginePlan::from_plan(&planned, &ParamLayout::new(&TINY)).expect_err("order");
     assert!(
         error.to_string().contains("round_robin_gradients"),
         "{error}"

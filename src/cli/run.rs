@@ -339,7 +339,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         Backend::Cuda(_) => compile_cuda_plan,
         Backend::Cpu => compile_plan,
     };
-    let (plan, graph) = match compile(&settings, &spec.model, seq_len, world) {
+    let plan = match compile(&settings, &spec.model, seq_len, world) {
         Ok(compiled) => compiled,
         Err(mut found) => {
             file.locate_all(&mut found);
@@ -416,8 +416,8 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     }
     let resume = match &loaded {
         Some(loaded) => {
-            let point = resume_point(&spec, &plan, &graph, loaded)
-                .map_err(|e| train_failure(e, &display))?;
+            let point =
+                resume_point(&spec, &plan, loaded).map_err(|e| train_failure(e, &display))?;
             if ranks.reports() {
                 for note in &point.notes {
                     eprintln!("note: {note}");
@@ -457,20 +457,15 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     }
     let observer = |m: &StepMetrics| progress.observe(m);
     let result = match &backend {
-        Backend::Cuda(device) => cuda::train(
-            &spec,
-            &plan,
-            &graph,
-            &checkpoints,
-            (device, ranks),
-            &observer,
-        )
-        .map_err(|e| match e {
-            CudaTrainError::Run(e) => train_failure(e, &display),
-            other => Failure::input(format!("--device cuda: {other}")),
-        }),
+        Backend::Cuda(device) => {
+            cuda::train(&spec, &plan, &checkpoints, (device, ranks), &observer).map_err(|e| match e
+            {
+                CudaTrainError::Run(e) => train_failure(e, &display),
+                other => Failure::input(format!("--device cuda: {other}")),
+            })
+        }
         Backend::Cpu => ranks
-            .train(&spec, &plan, &graph, &checkpoints, &observer)
+            .train(&spec, &plan, &checkpoints, &observer)
             .map_err(|e| train_failure(e, &display)),
     };
     let metrics = progress.finish();

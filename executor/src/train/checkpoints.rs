@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use dsplan_planner::plan::{ModelGraph, Plan};
+use dsplan_planner::plan::Plan;
 
 use super::{StepBackend, StepControl, TrainError, TrainSpec};
 use crate::checkpoint::{
@@ -58,11 +58,10 @@ pub struct CheckpointOptions {
 pub fn resume_point(
     spec: &TrainSpec,
     plan: &Plan,
-    graph: &ModelGraph,
     loaded: &LoadedCheckpoint,
 ) -> Result<ResumePoint, TrainError> {
     let params = spec.model.layout();
-    let engine_plan = EnginePlan::from_plan(plan, graph, &params)?;
+    let engine_plan = EnginePlan::from_plan(plan, &params)?;
     let scaler = fresh_scaler(plan)?;
     let run = EngineState::for_run(spec, &engine_plan, &params, &scaler);
     prepare_resume(loaded, &run, scaler, spec.steps).map_err(TrainError::from)

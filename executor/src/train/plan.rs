@@ -71,25 +71,25 @@ fn run_workload(backend: PlanBackend, config: &DsConfig, seq_len: usize) -> Work
 }
 
 /// The plan of a run of `settings` training `model` on `world` in-process ranks, with rows of
-/// `seq_len` tokens, and the graph it was compiled for. `Err`: the planner's diagnostics.
+/// `seq_len` tokens (it holds the graph it was compiled for, [`Plan::model_graph`]). `Err`: the
+/// planner's diagnostics.
 pub fn compile_plan(
     settings: &TrainSettings,
     model: &ModelConfig,
     seq_len: usize,
     world: usize,
-) -> Result<(Plan, ModelGraph), Vec<Diagnostic>> {
+) -> Result<Plan, Vec<Diagnostic>> {
     compile_with(settings, model, world, PlanBackend::DsplanCpu, seq_len)
 }
 
 /// The plan of a run of `settings` training `model` on one GPU with rows of `seq_len` tokens
-/// (`dsplan-cuda`: the device step's buffers), and the graph it was compiled for. `world`
-/// other than 1 is the planner's error. `Err`: the planner's diagnostics.
+/// (`dsplan-cuda`: the device step's buffers). `Err`: the planner's diagnostics.
 pub fn compile_cuda_plan(
     settings: &TrainSettings,
     model: &ModelConfig,
     seq_len: usize,
     world: usize,
-) -> Result<(Plan, ModelGraph), Vec<Diagnostic>> {
+) -> Result<Plan, Vec<Diagnostic>> {
     compile_with(settings, model, world, PlanBackend::DsplanCuda, seq_len)
 }
 
@@ -99,7 +99,7 @@ fn compile_with(
     world: usize,
     backend: PlanBackend,
     seq_len: usize,
-) -> Result<(Plan, ModelGraph), Vec<Diagnostic>> {
+) -> Result<Plan, Vec<Diagnostic>> {
     let graph = model_graph(model)?;
     let world = world.max(1) as u64;
     let cluster = Cluster::new(world, world).map_err(|message| {
@@ -116,7 +116,8 @@ fn compile_with(
         },
         ..run_workload(backend, &settings.config, seq_len)
     };
-    let plan = plan::compile(&settings.config, &graph, &cluster, &workload)?
-        .with_training(settings.training.clone());
-    Ok((plan, graph))
+    Ok(
+        plan::compile(&settings.config, &graph, &cluster, &workload)?
+            .with_training(settings.training.clone()),
+    )
 }

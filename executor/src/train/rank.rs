@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use dsplan_planner::plan::{ModelGraph, Plan, PlanBackend};
+use dsplan_planner::plan::{Plan, PlanBackend};
 
 use super::checkpoints::{CheckpointOptions, RankFailure};
 use super::run::{Prepared, prepare};
@@ -126,15 +126,13 @@ pub(crate) fn gather_everyone(
         .collect())
 }
 
-/// Runs this process as rank `comm.rank()` of a job of `comm.world_size()` processes, by `plan`
-/// (compiled for `graph`), calling `observer` on rank 0 with every step. `spec.world` must be
-/// the job's world size. Every rank returns the whole run's report: the final parameters are
+/// Runs this process as rank `comm.rank()` of a job of `comm.world_size()` processes, by `plan`,
+/// calling `observer` on rank 0 with every step. `spec.world` must be the job's world size. Every rank returns the whole run's report: the final parameters are
 /// consolidated from every rank's shard, `memory` holds every rank's measured memory; `traffic`
 /// holds this rank's only, and `steps` and `checkpoints` are rank 0's (empty elsewhere).
 pub fn train_planned_as_rank(
     spec: &TrainSpec,
     plan: &Plan,
-    graph: &ModelGraph,
     checkpoints: &CheckpointOptions,
     comm: Box<dyn Comm>,
     observer: &(dyn Fn(&StepMetrics) + Sync),
@@ -149,7 +147,7 @@ pub fn train_planned_as_rank(
             ),
         }));
     }
-    let prepared = prepare(spec, plan, graph, checkpoints, PlanBackend::DsplanCpu)?;
+    let prepared = prepare(spec, plan, checkpoints, PlanBackend::DsplanCpu)?;
     let started = Instant::now();
     let mut outcome = run_rank(&prepared, comm, checkpoints, observer, Gather::Everyone)
         .map_err(|failure| failure.into_train_error(rank))?;

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use dsplan_planner::plan::{ModelGraph, Plan, PlanBackend, Training};
+use dsplan_planner::plan::{Plan, PlanBackend, Training};
 
 use super::checkpoints::{CheckpointOptions, every_rank, fresh_scaler};
 use super::plan::compile_plan;
@@ -27,9 +27,9 @@ pub fn train(
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, TrainError> {
     check_model(spec)?;
-    let (plan, graph) = compile_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+    let plan = compile_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
         .map_err(TrainError::Plan)?;
-    train_planned(spec, &plan, &graph, observer)
+    train_planned(spec, &plan, observer)
 }
 
 /// Checked once before anything else, so that a bad shape is an error, not a failure on every
@@ -45,15 +45,14 @@ pub(crate) fn check_model(spec: &TrainSpec) -> Result<(), TrainError> {
     Ok(())
 }
 
-/// Runs `spec` by `plan` (compiled for `graph` by [`compile_plan`]), calling `observer` with
+/// Runs `spec` by `plan` (from [`compile_plan`]), calling `observer` with
 /// every step of rank 0 as it finishes.
 pub fn train_planned(
     spec: &TrainSpec,
     plan: &Plan,
-    graph: &ModelGraph,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, TrainError> {
-    train_planned_with(spec, plan, graph, &CheckpointOptions::default(), observer)
+    train_planned_with(spec, plan, &CheckpointOptions::default(), observer)
 }
 
 /// [`train_planned`] with checkpoints: resumed from `checkpoints.resume` (steps
@@ -63,11 +62,10 @@ pub fn train_planned(
 pub fn train_planned_with(
     spec: &TrainSpec,
     plan: &Plan,
-    graph: &ModelGraph,
     checkpoints: &CheckpointOptions,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, TrainError> {
-    let prepared = prepare(spec, plan, graph, checkpoints, PlanBackend::DsplanCpu)?;
+    let prepared = prepare(spec, plan, checkpoints, PlanBackend::DsplanCpu)?;
     let world = prepared.world;
     let started = Instant::now();
     let outcomes = run_ranks(world, |comm| {
@@ -169,7 +167,6 @@ pub fn plan_training(plan: &Plan) -> Result<&Training, TrainError> {
 pub(crate) fn prepare<'a>(
     spec: &'a TrainSpec,
     plan: &Plan,
-    graph: &ModelGraph,
     checkpoints: &'a CheckpointOptions,
     runs_on: PlanBackend,
 ) -> Result<Prepared<'a>, TrainError> {
@@ -204,7 +201,7 @@ pub(crate) fn prepare<'a>(
             found: spec.initial_params.len(),
         }));
     }
-    let engine_plan = Arc::new(EnginePlan::from_plan(plan, graph, &param_layout)?);
+    let engine_plan = Arc::new(EnginePlan::from_plan(plan, &param_layout)?);
     if engine_plan.world() != world {
         return Err(TrainError::PlanMismatch(crate::zero::PlanMismatch {
             message: format!(
@@ -247,7 +244,7 @@ pub(crate) fn prepare<'a>(
         world,
         shape,
         engine_plan,
-        listed: ListedBuffers::of_plan(plan, graph),
+        listed: ListedBuffers::of_plan(plan),
         rank_options,
         plan_memory,
         predicted,

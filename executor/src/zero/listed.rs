@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use dsplan_planner::plan::cpu_buffers::{CpuBufferInputs, cpu_buffers};
-use dsplan_planner::plan::{Buffer, BufferKind, Device, Lifetime, ModelGraph, Plan, PlanBackend};
+use dsplan_planner::plan::{Buffer, BufferKind, Device, Lifetime, Plan, PlanBackend};
 
 use super::ZeroError;
 use super::partition::PlanMismatch;
@@ -32,14 +32,14 @@ struct Listed {
 }
 
 impl ListedBuffers {
-    /// The run-long host buffers of `plan` (compiled for `graph`): its own list when it was
-    /// compiled for `dsplan-cpu`, else the list that backend derives from the plan.
-    pub fn of_plan(plan: &Plan, graph: &ModelGraph) -> Self {
+    /// The run-long host buffers of `plan`: its own list when it was compiled for
+    /// `dsplan-cpu`, else the list that backend derives from the plan.
+    pub fn of_plan(plan: &Plan) -> Self {
         if plan.settings.backend == PlanBackend::DsplanCpu {
             return Self::of(&plan.buffers);
         }
         Self::of(&cpu_buffers(&CpuBufferInputs {
-            model: graph,
+            model: &plan.model_graph,
             settings: &plan.settings,
             layout: &plan.layout,
             shards: &plan.shards,

@@ -265,11 +265,10 @@ fn to_usize(value: u64) -> usize {
 }
 
 impl EnginePlan {
-    /// Reads `plan` (compiled for `graph`) for a model laid out as `layout`. `Err` when the
-    /// plan describes other tensors, or a buffer order the executor does not lay out.
+    /// Reads `plan` for a model laid out as `layout`. `Err` when the plan describes other
+    /// tensors, or a buffer order the executor does not lay out.
     pub fn from_plan(
         plan: &Plan,
-        graph: &ModelGraph,
         layout: &(impl ParamTable + ?Sized),
     ) -> Result<Self, PlanMismatch> {
         let world = to_usize(plan.settings.world_size).max(1);
@@ -282,7 +281,7 @@ impl EnginePlan {
             partition: to_usize(plan.layout.partition_numel),
         };
         let persistent = persistent(plan, tensors.len());
-        let units = units(graph, layout, &tensors, &persistent)?;
+        let units = units(&plan.model_graph, layout, &tensors, &persistent)?;
         let shards = match plan.layout.scheme {
             LayoutScheme::PerParameter => param_shards(plan, &tensors, world),
             LayoutScheme::Flat => ParamShards::default(),

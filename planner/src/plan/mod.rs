@@ -133,6 +133,11 @@ pub struct Plan {
     pub training: Option<Training>,
     /// Decisions and warnings.
     pub diagnostics: Vec<Diagnostic>,
+    /// The model graph the plan was compiled from: its tensors are what the layout, the
+    /// buckets and the stage-3 schedule index, so an executor reads them here (not shown by
+    /// `dsplan plan`: it is the input, summarised in [`Plan::model`]).
+    #[serde(skip)]
+    pub model_graph: ModelGraph,
 }
 
 /// One device's peak memory split the way `dsplan estimate` reports it.
@@ -354,6 +359,7 @@ fn compile_parts(
         graph,
         training: None,
         diagnostics,
+        model_graph: model.clone(),
     })
 }
 

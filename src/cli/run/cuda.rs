@@ -25,7 +25,7 @@ use dsplan_executor::train::settings::AttentionKernel;
 use dsplan_executor::train::{CheckpointOptions, TrainReport, TrainSettings, TrainSpec};
 use dsplan_executor::zero::Dtype;
 use dsplan_planner::config::OffloadDevice;
-use dsplan_planner::plan::{ModelGraph, Plan};
+use dsplan_planner::plan::Plan;
 
 use super::ranks::Ranks;
 use super::{Device, Failure};
@@ -154,15 +154,14 @@ pub(super) fn ranks_per_gpu(backend: &Backend, ranks: &Ranks, world: usize) -> u
 pub(super) fn train(
     spec: &TrainSpec,
     plan: &Plan,
-    graph: &ModelGraph,
     checkpoints: &CheckpointOptions,
     (device, ranks): (&CudaDeviceInfo, &Ranks),
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, CudaTrainError> {
     match ranks {
-        Ranks::Gpu(rank) => rank.train(spec, plan, graph, checkpoints, observer),
+        Ranks::Gpu(rank) => rank.train(spec, plan, checkpoints, observer),
         Ranks::Threads | Ranks::Process(_) => {
-            train_cuda_planned(spec, plan, graph, checkpoints, device.ordinal, observer)
+            train_cuda_planned(spec, plan, checkpoints, device.ordinal, observer)
         }
     }
 }

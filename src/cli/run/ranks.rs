@@ -38,7 +38,7 @@ use dsplan_executor::metrics::StepMetrics;
 use dsplan_executor::train::{
     CheckpointOptions, TrainError, TrainReport, TrainSpec, train_planned_with,
 };
-use dsplan_planner::plan::{ModelGraph, Plan};
+use dsplan_planner::plan::Plan;
 
 use super::{Device, Failure, Outcome};
 
@@ -154,13 +154,12 @@ impl Ranks {
         &self,
         spec: &TrainSpec,
         plan: &Plan,
-        graph: &ModelGraph,
         checkpoints: &CheckpointOptions,
         observer: &(dyn Fn(&StepMetrics) + Sync),
     ) -> Result<TrainReport, TrainError> {
         match self {
-            Ranks::Threads => train_planned_with(spec, plan, graph, checkpoints, observer),
-            Ranks::Process(p) => p.train(spec, plan, graph, checkpoints, observer),
+            Ranks::Threads => train_planned_with(spec, plan, checkpoints, observer),
+            Ranks::Process(p) => p.train(spec, plan, checkpoints, observer),
             // `check_backend` refuses a GPU rank on the CPU before training.
             Ranks::Gpu(g) => Err(TrainError::PlanMismatch(
                 dsplan_executor::zero::PlanMismatch {
@@ -247,7 +246,6 @@ impl ProcessRank {
         &self,
         spec: &TrainSpec,
         plan: &Plan,
-        graph: &ModelGraph,
         checkpoints: &CheckpointOptions,
         observer: &(dyn Fn(&StepMetrics) + Sync),
     ) -> Result<TrainReport, TrainError> {
@@ -262,7 +260,6 @@ impl ProcessRank {
         dsplan_executor::train::train_planned_as_rank(
             spec,
             plan,
-            graph,
             checkpoints,
             Box::new(comm),
             observer,
@@ -274,7 +271,6 @@ impl ProcessRank {
         &self,
         _spec: &TrainSpec,
         _plan: &Plan,
-        _graph: &ModelGraph,
         _checkpoints: &CheckpointOptions,
         _observer: &(dyn Fn(&StepMetrics) + Sync),
     ) -> Result<TrainReport, TrainError> {
@@ -434,7 +430,6 @@ impl GpuRank {
         &self,
         spec: &TrainSpec,
         plan: &Plan,
-        graph: &ModelGraph,
         checkpoints: &CheckpointOptions,
         observer: &(dyn Fn(&StepMetrics) + Sync),
     ) -> Result<TrainReport, CudaTrainError> {
@@ -456,7 +451,6 @@ impl GpuRank {
                 DeviceLink::HostStaged => train_cuda_as_rank(
                     spec,
                     plan,
-                    graph,
                     checkpoints,
                     who,
                     move |ctx, _| Ok(HostStaged::new(host, ctx.new_stream()?)),
@@ -465,7 +459,6 @@ impl GpuRank {
                 DeviceLink::Nccl | DeviceLink::Alone => train_cuda_as_rank(
                     spec,
                     plan,
-                    graph,
                     checkpoints,
                     who,
                     move |ctx, _| {
@@ -486,7 +479,6 @@ impl GpuRank {
                 train_cuda_as_rank(
                     spec,
                     plan,
-                    graph,
                     checkpoints,
                     who,
                     |ctx, _| NcclComm::from_env(ctx.new_stream()?, env, timeout),

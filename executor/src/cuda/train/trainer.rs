@@ -98,14 +98,9 @@ pub fn train_cuda(
     observer: &(dyn Fn(u64, &StepMetrics) + Sync),
 ) -> Result<TrainReport, CudaTrainError> {
     check_spec(spec)?;
-    let (plan, graph) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+    let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
         .map_err(TrainError::Plan)?;
-    train_cuda_planned(
-        spec,
-        &plan,
-        &graph,
-        &CheckpointOptions::default(),
-        ordinal,
-        &|m| observer(m.step, m),
-    )
+    train_cuda_planned(spec, &plan, &CheckpointOptions::default(), ordinal, &|m| {
+        observer(m.step, m)
+    })
 }

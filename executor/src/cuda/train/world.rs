@@ -20,7 +20,7 @@ use std::time::Instant;
 use crate::cuda::gemm::GemmElement;
 use cudarc::driver::{CudaContext, CudaStream};
 use dsplan_kernels::cache::CubinCache;
-use dsplan_planner::plan::{ModelGraph, Plan, PlanBackend};
+use dsplan_planner::plan::{Plan, PlanBackend};
 
 use super::buffers::DeviceLayout;
 use super::device_model::DeviceModel;
@@ -56,15 +56,11 @@ pub struct RankModel {
     pub program: StepProgram,
 }
 
-/// Builds and checks the step of every rank of `plan` (compiled for `graph`) for `spec`, on
+/// Builds and checks the step of every rank of `plan` for `spec`, on
 /// micro-batches of `spec`'s shape, before any CUDA call: one GPU's program at `W = 1`,
 /// [`world_program`] over each rank's shares at `W > 1` (GPT-2 only; [`check_spec`] refuses
 /// the rest).
-pub fn rank_models(
-    spec: &TrainSpec,
-    plan: &Plan,
-    graph: &ModelGraph,
-) -> Result<Vec<RankModel>, CudaTrainError> {
+pub fn rank_models(spec: &TrainSpec, plan: &Plan) -> Result<Vec<RankModel>, CudaTrainError> {
     let shape = crate::model::BatchShape {
         batch: spec.settings.batch.micro_batch,
         seq_len: spec.seq_len,
@@ -84,7 +80,7 @@ pub fn rank_models(
         .map(|rank| {
             let layout = DeviceLayout::for_plan_rank(*config, shape, dtype, recompute, plan, rank)
                 .map_err(|e| CudaTrainError::Setup(format!("rank {rank}'s buffers: {e}")))?;
-            let program = world_program(&layout, plan, graph)
+            let program = world_program(&layout, plan)
                 .map_err(|e| {
                     CudaTrainError::Setup(format!("rank {rank}'s step from the plan: {e}"))
                 })?
@@ -130,7 +126,7 @@ pub fn thread_placement(world: usize, first: usize) -> Result<Placement, CudaTra
         .map_err(|e| CudaTrainError::Setup(e.to_string()))
 }
 
-/// Runs `spec` by `plan` (compiled for `graph`, best with
+/// Runs `spec` by `plan` (best with
 /// [`crate::train::compile_cuda_plan`]: then each rank's device memory is the plan's to the
 /// byte), resumed and saved as `checkpoints` says, calling `observer` with every step of rank
 /// 0. One rank trains on GPU `ordinal`; `W > 1` thread ranks are placed by
@@ -138,14 +134,13 @@ pub fn thread_placement(world: usize, first: usize) -> Result<Placement, CudaTra
 pub fn train_cuda_planned(
     spec: &TrainSpec,
     plan: &Plan,
-    graph: &ModelGraph,
     checkpoints: &CheckpointOptions,
     ordinal: usize,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, CudaTrainError> {
     check_spec(spec)?;
-    let prepared = prepare(spec, plan, graph, checkpoints, PlanBackend::DsplanCuda)?;
-    let models = rank_models(spec, plan, graph)?;
+    let prepared = prepare(spec, plan, checkpoints, PlanBackend::DsplanCuda)?;
+    let models = rank_models(spec, plan)?;
     let world = prepared.world;
     let placement = if world == 1 {
         Placement {
@@ -219,7 +214,7 @@ pub fn train_cuda_planned(
 }
 
 /// Runs this process as rank `rank` of a job of processes on GPU `ordinal`, by `plan`
-/// (compiled for `graph`; `spec.world` is the job's size), its communication made by
+/// (`spec.world` is the job's size), its communication made by
 /// `connect` from the rank's context and compute stream (NCCL from the launcher's
 /// rendezvous, or over MPI). Every rank returns the whole run's report: the final parameters
 /// are consolidated from every rank's master (gathered over the host `Comm`), `memory` holds
@@ -227,21 +222,20 @@ pub fn train_cuda_planned(
 pub fn train_cuda_as_rank<C: RankComm>(
     spec: &TrainSpec,
     plan: &Plan,
-    graph: &ModelGraph,
     checkpoints: &CheckpointOptions,
     (rank, ordinal): (usize, usize),
     connect: impl FnOnce(&Arc<CudaContext>, &Arc<CudaStream>) -> Result<C, CudaError>,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, CudaTrainError> {
     check_spec(spec)?;
-    let prepared = prepare(spec, plan, graph, checkpoints, PlanBackend::DsplanCuda)?;
+    let prepared = prepare(spec, plan, checkpoints, PlanBackend::DsplanCuda)?;
     let world = prepared.world;
     if rank >= world {
         return Err(CudaTrainError::Setup(format!(
             "this process is rank {rank}, but the run was planned for {world} rank(s)"
         )));
     }
-    let mut models = rank_models(spec, plan, graph)?;
+    let mut models = rank_models(spec, plan)?;
     let model = models.swap_remove(rank);
     let run = RankRun {
         prepared: &prepared,

@@ -40,7 +40,7 @@ use dsplan_planner::plan::cuda_world::CudaScheme;
 use dsplan_planner::plan::settings::{Overlap, ReduceTiming};
 use dsplan_planner::plan::stage3::trace_step;
 use dsplan_planner::plan::stage3_arena::{ArenaSpan, Stage3Arena};
-use dsplan_planner::plan::{Collective, ModelGraph, Plan};
+use dsplan_planner::plan::{Collective, Plan};
 
 use super::backward::backward_ops;
 use super::buffers::{DeviceLayout, Region, RegionSizes, TensorRef, to_usize};
@@ -60,14 +60,9 @@ enum Pass {
 }
 
 /// The step of rank `layout.shares.rank` of `plan` (see the [module documentation](self)).
-/// `graph` is the model graph the plan was compiled from; `layout` holds the rank's shares
-/// of the same plan.
-pub fn world_program(
-    layout: &DeviceLayout,
-    plan: &Plan,
-    graph: &ModelGraph,
-) -> Result<StepProgram, ShapeError> {
-    let mut builder = Builder::new(layout, plan, graph)?;
+/// `layout` holds the rank's shares of the same plan.
+pub fn world_program(layout: &DeviceLayout, plan: &Plan) -> Result<StepProgram, ShapeError> {
+    let mut builder = Builder::new(layout, plan)?;
     let params_ready = builder.event();
     let mut start = vec![Op::Zero {
         tensor: layout.whole(Region::Grads),
@@ -143,11 +138,8 @@ struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
-    fn new(
-        layout: &'a DeviceLayout,
-        plan: &'a Plan,
-        graph: &ModelGraph,
-    ) -> Result<Self, ShapeError> {
+    fn new(layout: &'a DeviceLayout, plan: &'a Plan) -> Result<Self, ShapeError> {
+        let graph = &plan.model_graph;
         let entries = layout.params.table().entries();
         let mut spans = Vec::with_capacity(graph.tensors.len());
         let mut shard = Vec::with_capacity(graph.tensors.len());
@@ -182,7 +174,7 @@ impl<'a> Builder<'a> {
             }
         }
         let arena = match layout.shares.scheme {
-            CudaScheme::Sharded => Some(stage3_arena(layout, plan, &spans, graph)?),
+            CudaScheme::Sharded => Some(stage3_arena(layout, plan, &spans)?),
             CudaScheme::Replicated | CudaScheme::FlatPartition => None,
         };
         let flat_len = spans.iter().map(|s| s.end()).max().unwrap_or(0);
@@ -856,8 +848,8 @@ fn stage3_arena<'a>(
     layout: &DeviceLayout,
     plan: &'a Plan,
     spans: &[Span],
-    graph: &ModelGraph,
 ) -> Result<&'a Stage3Arena, ShapeError> {
+    let graph = &plan.model_graph;
     let arena = plan
         .stage3
         .as_ref()
