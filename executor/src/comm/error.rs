@@ -77,6 +77,8 @@ pub enum Waiting {
     Collective(OpKind),
     /// A phase of the step, with every collective in it.
     Step(StepPhase),
+    /// Joining the group (every rank's set-up of the communicator).
+    Join,
 }
 
 impl From<OpKind> for Waiting {
@@ -96,6 +98,7 @@ impl fmt::Display for Waiting {
         match self {
             Waiting::Collective(op) => write!(f, "{op}"),
             Waiting::Step(phase) => f.write_str(phase.name()),
+            Waiting::Join => f.write_str("joining the communicator"),
         }
     }
 }

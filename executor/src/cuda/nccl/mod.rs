@@ -24,7 +24,8 @@
 //! reported within [`PROBE_EVERY`]; a wait longer than the timeout is reported as
 //! [`CommError::TimedOut`]. Either way the communicator is aborted (`ncclCommAbort`, which
 //! stops its kernels, [`raw`]), and the wait returns the report as its error, naming the
-//! operation and the rank.
+//! operation and the rank. The set-up (`ncclCommInitRank`) cannot be aborted, since NCCL hands
+//! out the handle only when it returns: one that outlasts the timeout ends the process.
 //!
 //! NCCL's library comes from the `nvidia-nccl-cu13` wheel as `libnccl.so.2`, a name cudarc does
 //! not try: link `libnccl.so -> libnccl.so.2` in a directory on `LD_LIBRARY_PATH`.
@@ -130,7 +131,7 @@ impl NcclComm {
         for (slot, byte) in internal.iter_mut().zip(bytes) {
             *slot = *byte as c_char;
         }
-        let comm = RawNccl::join(stream.clone(), rank, world_size, internal)?;
+        let comm = Self::bounded_join(&stream, (rank, world_size), internal, timeout)?;
         let (probe, alarm) = (comm.abort_handle(), comm.abort_handle());
         let watchdog = Watchdog::start(Sentry {
             rank,
@@ -145,6 +146,35 @@ impl NcclComm {
             traffic: CommTraffic::default(),
             watchdog,
         })
+    }
+
+    /// `ncclCommInitRank`, which waits for every rank, under a watchdog of its own: NCCL
+    /// hands out no handle to abort until it returns, so a set-up that outlasts `timeout` (a
+    /// peer died between the rendezvous and the set-up) ends the process with the report.
+    fn bounded_join(
+        stream: &Arc<CudaStream>,
+        (rank, world_size): (usize, usize),
+        id: [c_char; ID_BYTES],
+        timeout: Duration,
+    ) -> Result<RawNccl, CudaError> {
+        let watchdog = Watchdog::start(Sentry {
+            rank,
+            timeout,
+            probe: None,
+            poll: timeout,
+            alarm: Box::new(|report| {
+                eprintln!(
+                    "error: {report}; NCCL cannot be interrupted while it sets up, so the process \
+                     ends"
+                );
+                std::process::exit(1);
+            }),
+        });
+        let ticket = watchdog.enter(Waiting::Join);
+        let joined = RawNccl::join(stream.clone(), rank, world_size, id);
+        // A report never returns here: its alarm ended the process.
+        let _ = watchdog.leave(ticket);
+        joined
     }
 
     /// Starts watching a wait for `what` on this communicator (see the [module
