@@ -9,6 +9,9 @@
 //!   [`CommError::Backend`];
 //! * once the wait has lasted the timeout, it reports [`CommError::TimedOut`].
 //!
+//! Waits nest (a host collective inside a watched phase of the step): each has its own start,
+//! and a report ends them all.
+//!
 //! A report goes to the [`Alarm`], on the watchdog's thread, and is kept for the waiting rank:
 //! [`Watchdog::leave`] returns it, so whatever the wait returned, the rank sees why it ended.
 //! The alarm makes the wait return: NCCL's is `ncclCommAbort`, which stops the collectives'
@@ -45,14 +48,24 @@ pub struct Sentry {
     pub alarm: Alarm,
 }
 
-/// The wait being watched, if any.
+/// One watched wait.
+struct Pending {
+    ticket: u64,
+    what: Waiting,
+    since: Instant,
+    /// The watchdog's report, once made.
+    report: Option<CommError>,
+}
+
+/// The waits being watched: nested, innermost last (a host collective inside a watched phase
+/// of the step).
 #[derive(Default)]
 struct Watched {
     /// Increases with every wait, so a late wake-up never blames the next one.
     ticket: u64,
-    pending: Option<(Waiting, Instant)>,
-    /// The report of wait `ticket`, and when it was made.
-    fired: Option<(u64, CommError, Instant)>,
+    pending: Vec<Pending>,
+    /// When the last report was made.
+    fired_at: Option<Instant>,
     closed: bool,
 }
 
@@ -178,22 +191,25 @@ impl Drop for Watch {
 fn enter(state: &Shared, what: Waiting) -> u64 {
     let mut guard = lock(state);
     guard.ticket += 1;
-    guard.pending = Some((what, Instant::now()));
+    let ticket = guard.ticket;
+    guard.pending.push(Pending {
+        ticket,
+        what,
+        since: Instant::now(),
+        report: None,
+    });
     state.1.notify_one();
-    guard.ticket
+    ticket
 }
 
 fn leave(state: &Shared, ticket: u64) -> Result<(), CommError> {
     let mut guard = lock(state);
-    if guard.ticket == ticket {
-        guard.pending = None;
-    }
-    match guard.fired.take() {
-        Some((fired, error, _)) if fired == ticket => Err(error),
-        other => {
-            guard.fired = other;
-            Ok(())
-        }
+    let Some(at) = guard.pending.iter().position(|p| p.ticket == ticket) else {
+        return Ok(());
+    };
+    match guard.pending.remove(at).report {
+        Some(report) => Err(report),
+        None => Ok(()),
     }
 }
 
@@ -205,37 +221,42 @@ fn watch(state: &Shared, sentry: &Sentry) {
         if guard.closed {
             return;
         }
-        if let Some((ticket, error, at)) = &guard.fired
-            && guard.ticket == *ticket
-            && guard.pending.is_some()
-            && at.elapsed() >= GRACE
-        {
-            eprintln!(
-                "error: {error}; the wait did not end within {} s of that report, so rank {} \
-                 ends its process",
-                GRACE.as_secs(),
-                sentry.rank
-            );
-            std::process::exit(1);
+        let reported = guard.pending.iter().any(|p| p.report.is_some());
+        if reported && guard.fired_at.is_some_and(|at| at.elapsed() >= GRACE) {
+            let report = guard.pending.iter().find_map(|p| p.report.clone());
+            if let Some(report) = report {
+                eprintln!(
+                    "error: {report}; the wait did not end within {} s of that report, so rank \
+                     {} ends its process",
+                    GRACE.as_secs(),
+                    sentry.rank
+                );
+                std::process::exit(1);
+            }
         }
-        let Some((what, since)) = guard.pending else {
+        if guard.pending.is_empty() {
             guard = wake
                 .wait_timeout(guard, GRACE)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
             continue;
-        };
-        let already = matches!(&guard.fired, Some((t, _, _)) if *t == guard.ticket);
-        if !already && let Some(error) = verdict(sentry, what, since) {
-            let ticket = guard.ticket;
-            guard.fired = Some((ticket, error.clone(), Instant::now()));
+        }
+        if !reported && let Some(report) = verdict(sentry, &guard.pending) {
+            // Every pending wait ends with it: the alarm ends them all.
+            for pending in &mut guard.pending {
+                pending.report = Some(report.clone());
+            }
+            guard.fired_at = Some(Instant::now());
             drop(guard);
-            (sentry.alarm)(&error);
+            (sentry.alarm)(&report);
             guard = lock(state);
             continue;
         }
-        let left = sentry.timeout.saturating_sub(since.elapsed());
-        let nap = if already {
+        let oldest = guard.pending.iter().map(|p| p.since).min();
+        let left = oldest.map_or(sentry.timeout, |at| {
+            sentry.timeout.saturating_sub(at.elapsed())
+        });
+        let nap = if reported {
             GRACE / 4
         } else if sentry.probe.is_some() {
             left.min(sentry.poll)
@@ -249,23 +270,28 @@ fn watch(state: &Shared, sentry: &Sentry) {
     }
 }
 
-/// The report on a wait for `what` pending since `since`, if it is due.
-fn verdict(sentry: &Sentry, what: Waiting, since: Instant) -> Option<CommError> {
+/// The report on the pending waits, if one is due: the backend's failure (blamed on the
+/// innermost wait, the one blocked in the library), else the first wait past the timeout.
+fn verdict(sentry: &Sentry, pending: &[Pending]) -> Option<CommError> {
+    let innermost = pending.last()?;
     if let Some((backend, probe)) = &sentry.probe
         && let Some(message) = probe()
     {
         return Some(CommError::Backend {
-            op: what,
+            op: innermost.what,
             rank: sentry.rank,
             backend,
             message,
         });
     }
-    (since.elapsed() >= sentry.timeout).then_some(CommError::TimedOut {
-        op: what,
-        rank: sentry.rank,
-        seconds: sentry.timeout.as_secs(),
-    })
+    pending
+        .iter()
+        .find(|p| p.since.elapsed() >= sentry.timeout)
+        .map(|p| CommError::TimedOut {
+            op: p.what,
+            rank: sentry.rank,
+            seconds: sentry.timeout.as_secs(),
+        })
 }
 
 #[cfg(test)]
@@ -361,6 +387,25 @@ mod tests {
             report.to_string(),
             "the micro-step on rank 2: NCCL failed: remote process exited (ncclRemoteError)"
         );
+    }
+
+    #[test]
+    fn a_wait_inside_a_watched_phase_leaves_the_phase_watched() {
+        let (alarm, rx) = sender();
+        let dog = Watchdog::start(sentry(80, None, alarm));
+        let phase = dog.handle().watch(StepPhase::OptimizerStep.into());
+        let inner = dog.enter(OpKind::AllReduceScalar.into());
+        assert_eq!(dog.leave(inner), Ok(()));
+        let report = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the phase times out");
+        let expected = CommError::TimedOut {
+            op: StepPhase::OptimizerStep.into(),
+            rank: 2,
+            seconds: 0,
+        };
+        assert_eq!(report, expected);
+        assert_eq!(phase.finish::<(), CommError>(Ok(())), Err(expected));
     }
 
     #[test]
