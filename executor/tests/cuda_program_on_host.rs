@@ -41,6 +41,18 @@ const ABS: f64 = 1e-6;
 /// `zero_optimization`: two micro-steps per optimizer step at stages 1-2, one at stage 3 (the
 /// `dsplan-cuda` plan refuses gradient accumulation at stage 3).
 fn world_spec(stage: u8, world: usize, zero: Value) -> TrainSpec {
+    spec_in(stage, world, zero, Precision::F32)
+}
+
+/// The model dtype of a spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Precision {
+    F32,
+    Bf16,
+}
+
+/// [`world_spec`] in `precision`.
+fn spec_in(stage: u8, world: usize, zero: Value, precision: Precision) -> TrainSpec {
     let model = small_model().expect("the small model");
     let params = dsplan_executor::model::init_params(
         &model,
@@ -51,13 +63,16 @@ fn world_spec(stage: u8, world: usize, zero: Value) -> TrainSpec {
     if let (Some(object), Some(extra)) = (zero_optimization.as_object_mut(), zero.as_object()) {
         object.extend(extra.clone());
     }
-    let config = json!({
+    let mut config = json!({
         "train_micro_batch_size_per_gpu": 4,
         "gradient_accumulation_steps": if stage == 3 { 1 } else { 2 },
         "gradient_clipping": 1.0,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "eps": 1e-6, "weight_decay": 0.01}},
         "zero_optimization": zero_optimization,
     });
+    if precision == Precision::Bf16 {
+        config["bf16"] = json!({"enabled": true});
+    }
     TrainSpec {
         settings: TrainSettings::from_config(&config, world).expect("settings"),
         model: model.into(),
@@ -210,10 +225,12 @@ fn other_world_sizes_and_stage_3_settings_match_the_cpu() {
 }
 
 /// Test 4: no two accesses of a buffer on different streams go unordered in any rank's
-/// program of test 2's and test 3's specs (two applied steps, as the loop runs them).
+/// program of test 2's specs, in f32 and bf16, and of test 3's stage-3 settings (two applied
+/// steps, as the loop runs them).
 #[test]
 fn every_world_program_orders_its_cross_stream_accesses() {
     let mut specs: Vec<TrainSpec> = (1..=3u8).map(|s| world_spec(s, 2, json!({}))).collect();
+    specs.extend((1..=3u8).map(|s| spec_in(s, 2, json!({}), Precision::Bf16)));
     specs.push(world_spec(
         3,
         2,
@@ -228,8 +245,9 @@ fn every_world_program_orders_its_cross_stream_accesses() {
         for (rank, model) in models.iter().enumerate() {
             let found = check_ordering(&model.program, spec.settings.batch.grad_accum, 2);
             let stage = spec.settings.stage;
+            let dtype = spec.settings.precision().model_dtype();
             eprintln!(
-                "stage {stage:?} rank {rank}: {} unordered cross-stream access(es)",
+                "stage {stage:?} {dtype:?} rank {rank}: {} unordered cross-stream access(es)",
                 found.len()
             );
             races.extend(
@@ -400,5 +418,22 @@ fn the_ordering_check_finds_a_missing_wait() {
     assert!(
         !races.is_empty(),
         "a gather racing the optimizer step goes unseen"
+    );
+}
+
+/// The interpreter runs f32 programs only: a bf16 spec is refused before anything runs, with
+/// a message that says so.
+#[test]
+fn a_bf16_spec_is_refused_clearly() {
+    let spec = spec_in(1, 2, json!({}), Precision::Bf16);
+    let (plan, graph) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+        .expect("the CUDA plan");
+    let error = train_program_on_host(&spec, &plan, &graph, &CheckpointOptions::default(), &|_| {})
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        error.contains("f32 programs only") && error.contains("bf16"),
+        "{error:?}"
     );
 }
