@@ -193,8 +193,10 @@ fn two_rank_programs_on_the_host_match_the_cpu_at_stages_1_to_3() {
     assert!(failures.is_empty(), "{}", failures.join("; "));
 }
 
-/// Test 3: four ranks at stages 1-3, and two ranks at stage 3 with a small persistence
-/// threshold and a prefetch bucket (more tensors gathered, prefetched and released).
+/// Test 3: four ranks at stages 1-3, and stage 3 with smaller persistence thresholds (the
+/// small model is whole persistent by default, so the default stage 3 gathers nothing
+/// before the optimizer step): two ranks with nothing persistent and a prefetch bucket, four
+/// ranks with the LayerNorms and biases persistent and every weight gathered on demand.
 #[test]
 fn other_world_sizes_and_stage_3_settings_match_the_cpu() {
     let stage3 = json!({
@@ -214,6 +216,33 @@ fn other_world_sizes_and_stage_3_settings_match_the_cpu() {
         "W = 2 stage 3 small persistence, prefetch".to_string(),
         world_spec(3, 2, stage3),
     ));
+    cases.push((
+        "W = 4 stage 3 mixed persistence, on demand only".to_string(),
+        world_spec(
+            3,
+            4,
+            json!({"stage3_param_persistence_threshold": 1000, "stage3_prefetch_bucket_size": 0}),
+        ),
+    ));
+    // The small threshold and the prefetch bucket do change the stage-3 schedule: fewer
+    // persistent elements, and tensors prefetched ahead of their unit.
+    let schedule = |spec: &TrainSpec| {
+        let (plan, _) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+            .expect("the CUDA plan");
+        let s3 = plan.stage3.expect("a stage-3 schedule");
+        let prefetched: usize = s3.steps.iter().map(|s| s.prefetch.len()).sum();
+        (s3.persistent_numel, prefetched)
+    };
+    let (default_persistent, _) = schedule(&world_spec(3, 2, json!({})));
+    let (persistent, prefetched) = schedule(&cases[3].1);
+    let (mixed, on_demand_only) = schedule(&cases[4].1);
+    eprintln!(
+        "stage 3 persistent elements: default {default_persistent}, threshold 100 \
+         {persistent} ({prefetched} tensors prefetched per micro-step), threshold 1000 {mixed} \
+         ({on_demand_only} prefetched)"
+    );
+    assert!(persistent < default_persistent && prefetched > 0);
+    assert!(0 < mixed && mixed < default_persistent && on_demand_only == 0);
     let mut failures = Vec::new();
     for (what, spec) in &cases {
         let worst = compare(what, spec);
@@ -235,6 +264,11 @@ fn every_world_program_orders_its_cross_stream_accesses() {
         3,
         2,
         json!({"stage3_param_persistence_threshold": 100, "stage3_prefetch_bucket_size": 40_000}),
+    ));
+    specs.push(world_spec(
+        3,
+        4,
+        json!({"stage3_param_persistence_threshold": 1000, "stage3_prefetch_bucket_size": 0}),
     ));
     let mut races = Vec::new();
     for spec in &specs {
