@@ -123,3 +123,72 @@ pub fn backward(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::attention::attention_backward;
+    use crate::train::AttentionKernel;
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed;
+        (0..n)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// The kernel's backward from the log-sum-exp and `delta` equals the CPU model's from the
+    /// probabilities, and the log-sum-exp is each row's `log sum exp(q·k * scale)`.
+    #[test]
+    fn the_backward_from_the_log_sum_exp_is_the_cpu_models() {
+        let shape = AttentionShape {
+            batch: 2,
+            seq_len: 19,
+            n_head: 3,
+            head_dim: 8,
+            kernel: AttentionKernel::Scalar,
+        };
+        let (b, t, nh, hs) = (2, 19, 3, 8);
+        let c = nh * hs;
+        let qkv = values(b * t * 3 * c, 3);
+        let dout = values(b * t * c, 5);
+        let (mut out, mut lse) = (vec![0.0; b * t * c], vec![0.0; b * nh * t]);
+        forward(&mut out, &mut lse, &qkv, shape).expect("forward");
+        let (mut dqkv, mut delta) = (vec![1.0; qkv.len()], vec![0.0; lse.len()]);
+        backward(&mut dqkv, &mut delta, (&dout, &out, &qkv, &lse), shape).expect("backward");
+
+        let dims = AttentionDims {
+            batch: b,
+            seq_len: t,
+            n_head: nh,
+            head_dim: hs,
+        };
+        let mut att = vec![0.0; b * nh * t * t];
+        let mut cpu_out = vec![0.0; out.len()];
+        grouped_attention_forward(&mut cpu_out, &mut att, &qkv, dims, nh);
+        let (mut cpu_dqkv, mut datt) = (vec![0.0; qkv.len()], vec![0.0; att.len()]);
+        attention_backward(&mut cpu_dqkv, &mut datt, &dout, &qkv, &att, dims);
+        let worst = dqkv
+            .iter()
+            .zip(&cpu_dqkv)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(worst < 1e-5, "dqkv differs by {worst}");
+        // The last query row of head 0 of batch 1 sees every key: its probabilities from the
+        // log-sum-exp are the CPU's and sum to one.
+        let row = nh * t + (t - 1); // (b = 1, h = 0, the last query)
+        let probs = &att[row * t..(row + 1) * t];
+        let scale = (hs as f32).powf(-0.5);
+        let q = &qkv[at(&shape, 1, t - 1, 0, 0)..][..hs];
+        for (s, &p) in probs.iter().enumerate() {
+            let k = &qkv[at(&shape, 1, s, 0, 1)..][..hs];
+            let from_lse = (dot(q, k) * scale - lse[row]).exp();
+            assert!((from_lse - p).abs() < 1e-6, "key {s}: {from_lse} vs {p}");
+        }
+    }
+}
