@@ -21,7 +21,9 @@
 //! Run with `--nocapture` to see each comparison's worst excess and, tensor by tensor, where
 //! it lies beyond the tolerance.
 
-use dsplan_executor::cuda::check::step::{param_errors, small_model, small_spec};
+use dsplan_executor::cuda::check::step::{
+    SmallLlama, param_errors, small_llama_spec, small_model, small_spec,
+};
 use dsplan_executor::cuda::train::host::{
     check_ordering, train_program_on_host, train_rank_models_on_host,
 };
@@ -455,10 +457,11 @@ fn the_ordering_check_finds_a_missing_wait() {
     );
 }
 
-/// The interpreter runs f32 programs only: a bf16 spec is refused before anything runs, with
-/// a message that says so.
+/// The interpreter runs f32 GPT-2 programs only: a bf16 spec is refused before anything runs,
+/// with a message that says so; so is the small Llama, whose world program does not exist at
+/// `W = 2` (the CUDA trainer's refusal) and whose ops the interpreter does not run at `W = 1`.
 #[test]
-fn a_bf16_spec_is_refused_clearly() {
+fn a_bf16_or_llama_spec_is_refused_clearly() {
     let spec = spec_in(1, 2, json!({}), Precision::Bf16);
     let (plan, graph) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
         .expect("the CUDA plan");
@@ -470,4 +473,32 @@ fn a_bf16_spec_is_refused_clearly() {
         error.contains("f32 programs only") && error.contains("bf16"),
         "{error:?}"
     );
+    for world in [1, 2] {
+        let mut spec = small_llama_spec(SmallLlama::Llama, &json!({}), 1).expect("small Llama");
+        spec.world = world;
+        spec.settings = TrainSettings::from_config(
+            &json!({
+                "train_micro_batch_size_per_gpu": 4,
+                "gradient_accumulation_steps": 2,
+                "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                "zero_optimization": {"stage": 1},
+            }),
+            world,
+        )
+        .expect("settings");
+        let (plan, graph) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, world)
+            .expect("the CUDA plan");
+        let error =
+            train_program_on_host(&spec, &plan, &graph, &CheckpointOptions::default(), &|_| {})
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+        eprintln!("small Llama at W = {world}: {error}");
+        let expected = if world == 1 {
+            "GPT-2's programs only"
+        } else {
+            "GPT-2 only"
+        };
+        assert!(error.contains(expected), "W = {world}: {error:?}");
+    }
 }
