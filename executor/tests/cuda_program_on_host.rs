@@ -198,7 +198,8 @@ fn two_rank_programs_on_the_host_match_the_cpu_at_stages_1_to_3() {
 /// Test 3: four ranks at stages 1-3, and stage 3 with smaller persistence thresholds (the
 /// small model is whole persistent by default, so the default stage 3 gathers nothing
 /// before the optimizer step): two ranks with nothing persistent and a prefetch bucket, four
-/// ranks with the LayerNorms and biases persistent and every weight gathered on demand.
+/// ranks with the LayerNorms and biases persistent and every weight gathered on demand; and
+/// stages 1-2 with many small gradient buckets, reduced overlapped with the compute or not.
 #[test]
 fn other_world_sizes_and_stage_3_settings_match_the_cpu() {
     let stage3 = json!({
@@ -245,6 +246,31 @@ fn other_world_sizes_and_stage_3_settings_match_the_cpu() {
     );
     assert!(persistent < default_persistent && prefetched > 0);
     assert!(0 < mixed && mixed < default_persistent && on_demand_only == 0);
+    // Stages 1-2 with many small gradient buckets, with and without overlapping communication
+    // (the parameter all-gather stays one collective: the dsplan-cuda plan gathers the flat
+    // buffer with all_gather_into_tensor, whatever allgather_bucket_size says).
+    for (stage, overlap) in [(1u8, false), (2, true), (2, false)] {
+        cases.push((
+            format!("W = 2 stage {stage} small buckets, overlap_comm {overlap}"),
+            world_spec(
+                stage,
+                2,
+                json!({"reduce_bucket_size": 20_000, "overlap_comm": overlap}),
+            ),
+        ));
+    }
+    let (plan, _) = compile_cuda_plan(
+        &cases[5].1.settings,
+        &cases[5].1.model,
+        cases[5].1.seq_len,
+        cases[5].1.world,
+    )
+    .expect("the CUDA plan");
+    eprintln!(
+        "small buckets: {} gradient buckets",
+        plan.buckets.reduce.len()
+    );
+    assert!(plan.buckets.reduce.len() > 4);
     let mut failures = Vec::new();
     for (what, spec) in &cases {
         let worst = compare(what, spec);
@@ -256,8 +282,8 @@ fn other_world_sizes_and_stage_3_settings_match_the_cpu() {
 }
 
 /// Test 4: no two accesses of a buffer on different streams go unordered in any rank's
-/// program of test 2's specs, in f32 and bf16, and of test 3's stage-3 settings (two applied
-/// steps, as the loop runs them).
+/// program of test 2's specs, in f32 and bf16, and of test 3's stage-3 and small-bucket
+/// settings (two applied steps, as the loop runs them).
 #[test]
 fn every_world_program_orders_its_cross_stream_accesses() {
     let mut specs: Vec<TrainSpec> = (1..=3u8).map(|s| world_spec(s, 2, json!({}))).collect();
@@ -272,6 +298,13 @@ fn every_world_program_orders_its_cross_stream_accesses() {
         4,
         json!({"stage3_param_persistence_threshold": 1000, "stage3_prefetch_bucket_size": 0}),
     ));
+    for overlap in [true, false] {
+        specs.push(world_spec(
+            2,
+            2,
+            json!({"reduce_bucket_size": 20_000, "overlap_comm": overlap}),
+        ));
+    }
     let mut races = Vec::new();
     for spec in &specs {
         let (plan, graph) =
