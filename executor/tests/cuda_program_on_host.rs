@@ -199,7 +199,8 @@ fn two_rank_programs_on_the_host_match_the_cpu_at_stages_1_to_3() {
 /// small model is whole persistent by default, so the default stage 3 gathers nothing
 /// before the optimizer step): two ranks with nothing persistent and a prefetch bucket, four
 /// ranks with the LayerNorms and biases persistent and every weight gathered on demand; and
-/// stages 1-2 with many small gradient buckets, reduced overlapped with the compute or not.
+/// stage 0 (every rank steps the whole model after one all-reduce per bucket); and stages 1-2
+/// with many small gradient buckets, reduced overlapped with the compute or not.
 #[test]
 fn other_world_sizes_and_stage_3_settings_match_the_cpu() {
     let stage3 = json!({
@@ -249,6 +250,7 @@ fn other_world_sizes_and_stage_3_settings_match_the_cpu() {
     // Stages 1-2 with many small gradient buckets, with and without overlapping communication
     // (the parameter all-gather stays one collective: the dsplan-cuda plan gathers the flat
     // buffer with all_gather_into_tensor, whatever allgather_bucket_size says).
+    cases.push(("W = 2 stage 0".to_string(), world_spec(0, 2, json!({}))));
     for (stage, overlap) in [(1u8, false), (2, true), (2, false)] {
         cases.push((
             format!("W = 2 stage {stage} small buckets, overlap_comm {overlap}"),
@@ -260,10 +262,10 @@ fn other_world_sizes_and_stage_3_settings_match_the_cpu() {
         ));
     }
     let (plan, _) = compile_cuda_plan(
-        &cases[5].1.settings,
-        &cases[5].1.model,
-        cases[5].1.seq_len,
-        cases[5].1.world,
+        &cases[6].1.settings,
+        &cases[6].1.model,
+        cases[6].1.seq_len,
+        cases[6].1.world,
     )
     .expect("the CUDA plan");
     eprintln!(
