@@ -25,6 +25,7 @@
 //! | [`placement`] | each rank's GPU and the device collective, from the rank and GPU counts | yes |
 //! | [`rank`] | the step's operations on one rank's GPU buffers ([`CudaStep`]) | needs a GPU |
 //! | [`world`] | the runs: one GPU, `W` thread ranks, one process rank of a job | needs a GPU (its programs are built on the host) |
+//! | [`host`] | the step's program interpreted on host buffers and thread ranks ([`host::train_program_on_host`]) | yes (f32 GPT-2) |
 //! | [`trainer`] | whether the GPU can run a spec ([`check_spec`]), the run's errors and front door | yes, up to the first driver call |
 //!
 //! For ZeRO stages 0-3 on one GPU the math is the same step. At `W > 1`, [`world_program`]
@@ -39,6 +40,7 @@ pub mod device_model;
 pub mod execute;
 pub mod execute_comm;
 pub mod forward;
+pub mod host;
 pub mod llama;
 pub mod mfu;
 pub mod owned;

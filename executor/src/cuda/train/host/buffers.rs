@@ -1,0 +1,222 @@
+//! [`HostBuffers`]: one host vector per [`Region`] of a step, sized and filled exactly as
+//! `super::super::execute::DeviceBuffers` allocates and uploads the device's (the same
+//! [`RegionSizes`] lengths, an absent region one element long, the same initial parameters,
+//! master and AdamW segment table), so a [`TensorRef`] of the program names the same elements
+//! here as on the GPU.
+//!
+//! Only f32 models: the model-dtype regions hold `f32` values (a 16-bit model would need the
+//! device's rounding after every store, which this interpreter does not reproduce).
+
+use dsplan_kernels::Dtype;
+use dsplan_planner::memory::cuda_layout::CudaRegion;
+
+use super::HostError;
+use crate::cuda::adamw::{AdamSegment, Decay};
+use crate::cuda::train::buffers::{Element, Region, RegionSizes, TensorRef};
+use crate::tensor::TensorTable;
+
+/// One region's elements.
+#[derive(Debug, Clone, PartialEq)]
+enum Values {
+    /// Model-dtype (f32 here) and f32 regions.
+    F32(Vec<f32>),
+    /// The norm's partials and total.
+    F64(Vec<f64>),
+    /// Token ids and distinct tokens.
+    U32(Vec<u32>),
+    /// Targets, bucket starts and rows, the overflow flag.
+    I32(Vec<i32>),
+    /// AdamW's segment table.
+    Segments(Vec<AdamSegment>),
+}
+
+/// Every region of a step on the host, [`Region::ALL`] order.
+#[derive(Debug, Clone)]
+pub struct HostBuffers {
+    regions: Vec<Values>,
+}
+
+/// What an element type is called in errors.
+fn kind(values: &Values) -> &'static str {
+    match values {
+        Values::F32(_) => "f32",
+        Values::F64(_) => "f64",
+        Values::U32(_) => "u32",
+        Values::I32(_) => "i32",
+        Values::Segments(_) => "AdamSegment",
+    }
+}
+
+fn index(region: Region) -> usize {
+    Region::ALL.iter().position(|r| *r == region).unwrap_or(0)
+}
+
+fn span_of<T>(data: &[T], t: &TensorRef) -> Result<std::ops::Range<usize>, HostError> {
+    let range = t.span.offset..t.span.end();
+    if range.end > data.len() {
+        return Err(HostError(format!(
+            "{:?} {}..{} is past the end of its region ({} elements)",
+            t.region,
+            range.start,
+            range.end,
+            data.len()
+        )));
+    }
+    Ok(range)
+}
+
+macro_rules! typed_access {
+    ($get:ident, $get_mut:ident, $variant:ident, $ty:ty, $what:literal) => {
+        /// The elements of `t` (a region of this element type).
+        pub fn $get(&self, t: &TensorRef) -> Result<&[$ty], HostError> {
+            match &self.regions[index(t.region)] {
+                Values::$variant(data) => Ok(&data[span_of(data, t)?]),
+                other => Err(HostError(format!(
+                    "{:?} holds {} elements, the op reads it as {}",
+                    t.region,
+                    kind(other),
+                    $what
+                ))),
+            }
+        }
+
+        /// The elements of `t`, to be written.
+        pub fn $get_mut(&mut self, t: &TensorRef) -> Result<&mut [$ty], HostError> {
+            match &mut self.regions[index(t.region)] {
+                Values::$variant(data) => {
+                    let range = span_of(data, t)?;
+                    Ok(&mut data[range])
+                }
+                other => Err(HostError(format!(
+                    "{:?} holds {} elements, the op writes it as {}",
+                    t.region,
+                    kind(other),
+                    $what
+                ))),
+            }
+        }
+    };
+}
+
+impl HostBuffers {
+    /// Every region of `layout` (zeroed), the whole model `params` (f32, `param_table`'s flat
+    /// order) placed as the rank holds it ([`RegionSizes::initial_params`],
+    /// [`RegionSizes::initial_master`]) and one AdamW segment per piece it owns
+    /// ([`RegionSizes::adam_segments`], weight decay on every one, as the device's table):
+    /// what `DeviceBuffers::new` uploads. Refuses a model stored in anything but f32.
+    pub fn new(
+        layout: &dyn RegionSizes,
+        dtype: Dtype,
+        param_table: &TensorTable,
+        params: &[f32],
+    ) -> Result<Self, HostError> {
+        if dtype != Dtype::F32 {
+            return Err(HostError(format!(
+                "the host interpreter runs f32 programs only, this one stores the model in {}",
+                dtype.suffix()
+            )));
+        }
+        if params.len() != param_table.total_len() {
+            return Err(HostError(format!(
+                "{} initial parameters for a model of {}",
+                params.len(),
+                param_table.total_len()
+            )));
+        }
+        let segments: Vec<AdamSegment> = layout
+            .adam_segments(param_table)
+            .into_iter()
+            .map(|(offset, len)| AdamSegment::new(offset, len, Decay::Apply))
+            .collect();
+        let regions = Region::ALL
+            .iter()
+            .map(|&region| {
+                // A zero-length allocation is refused by the driver; absent buffers hold one
+                // element, as on the device.
+                let len = layout.region_len(region).max(1);
+                match region {
+                    Region::Params => Values::F32(layout.initial_params(params)),
+                    Region::Master if layout.trains_master() => {
+                        Values::F32(layout.initial_master(params))
+                    }
+                    Region::Step(CudaRegion::Segments) => {
+                        let mut table = segments.clone();
+                        table.resize(len.max(table.len()), AdamSegment::new(0, 0, Decay::Apply));
+                        Values::Segments(table)
+                    }
+                    _ => match region.element() {
+                        Element::Model | Element::F32 => Values::F32(vec![0.0; len]),
+                        Element::F64 => Values::F64(vec![0.0; len]),
+                        Element::U32 => Values::U32(vec![0; len]),
+                        Element::I32 => Values::I32(vec![0; len]),
+                        Element::AdamSegment => {
+                            Values::Segments(vec![AdamSegment::new(0, 0, Decay::Apply); len])
+                        }
+                    },
+                }
+            })
+            .collect();
+        Ok(Self { regions })
+    }
+
+    /// Elements `region` holds.
+    pub fn len(&self, region: Region) -> usize {
+        match &self.regions[index(region)] {
+            Values::F32(v) => v.len(),
+            Values::F64(v) => v.len(),
+            Values::U32(v) => v.len(),
+            Values::I32(v) => v.len(),
+            Values::Segments(v) => v.len(),
+        }
+    }
+
+    /// Whether `region` holds no elements (never: an absent region holds one).
+    pub fn is_empty(&self, region: Region) -> bool {
+        self.len(region) == 0
+    }
+
+    /// `region` whole.
+    pub fn whole(&self, region: Region) -> TensorRef {
+        crate::cuda::train::buffers::whole(region, self.len(region))
+    }
+
+    typed_access!(f32s, f32s_mut, F32, f32, "f32");
+    typed_access!(f64s, f64s_mut, F64, f64, "f64");
+    typed_access!(u32s, u32s_mut, U32, u32, "u32");
+    typed_access!(i32s, i32s_mut, I32, i32, "i32");
+    typed_access!(segments, segments_mut, Segments, AdamSegment, "AdamSegment");
+
+    /// A copy of the f32 elements of `t` (an op's input, read before it writes).
+    pub fn read(&self, t: &TensorRef) -> Result<Vec<f32>, HostError> {
+        Ok(self.f32s(t)?.to_vec())
+    }
+
+    /// Writes `values` into `t` (same length).
+    pub fn write(&mut self, t: &TensorRef, values: &[f32]) -> Result<(), HostError> {
+        let slot = self.f32s_mut(t)?;
+        if slot.len() != values.len() {
+            return Err(HostError(format!(
+                "{} values for {:?} of {} elements",
+                values.len(),
+                t.region,
+                slot.len()
+            )));
+        }
+        slot.copy_from_slice(values);
+        Ok(())
+    }
+
+    /// Copies `values` to the start of `region` (a batch upload: `values` must fit).
+    pub fn upload_u32(&mut self, region: Region, values: &[u32]) -> Result<(), HostError> {
+        let at = crate::cuda::train::buffers::whole(region, values.len());
+        self.u32s_mut(&at)?.copy_from_slice(values);
+        Ok(())
+    }
+
+    /// Copies `values` to the start of `region` (a batch upload: `values` must fit).
+    pub fn upload_i32(&mut self, region: Region, values: &[i32]) -> Result<(), HostError> {
+        let at = crate::cuda::train::buffers::whole(region, values.len());
+        self.i32s_mut(&at)?.copy_from_slice(values);
+        Ok(())
+    }
+}

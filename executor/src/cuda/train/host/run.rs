@@ -1,0 +1,193 @@
+//! [`train_program_on_host`]: a run of the CUDA plan's programs on host thread ranks, the
+//! host counterpart of `super::super::world::train_cuda_planned`. Every rank's program is
+//! the one the GPU would run (`super::super::world::rank_models`: one GPU's program at
+//! `W = 1`, [`crate::cuda::train::world_program`] over the rank's shares of the plan at
+//! `W > 1`), each rank runs it through a [`HostStep`] driven by the one training loop, and
+//! the report is the GPU run's: the final parameters consolidated from every rank's master.
+
+use std::time::Instant;
+
+use dsplan_planner::plan::{ModelGraph, Plan, PlanBackend};
+
+use super::HostError;
+use super::backend::{HostParts, HostStep};
+use super::buffers::HostBuffers;
+use crate::checkpoint::consolidate;
+use crate::comm::{Comm, CommTraffic, LocalComm, run_ranks};
+use crate::cuda::train::device_model::DeviceModel;
+use crate::cuda::train::owned::DeviceOwned;
+use crate::cuda::train::trainer::{CudaTrainError, kernel_dtype};
+use crate::cuda::train::world::{RankModel, rank_models};
+use crate::metrics::{MemoryReport, StepMetrics};
+use crate::train::run::{Prepared, prepare};
+use crate::train::step::{Driven, drive};
+use crate::train::{
+    CheckpointOptions, RankFailure, RankReaction, TrainError, TrainReport, TrainSpec, every_rank,
+};
+
+/// What one rank hands back.
+struct RankResult {
+    master: Vec<f32>,
+    memory: MemoryReport,
+    traffic: CommTraffic,
+    driven: Driven,
+}
+
+/// How one rank failed.
+enum RankError {
+    /// Building its buffers.
+    Setup(HostError),
+    /// In the loop.
+    Loop(Box<RankFailure>),
+}
+
+impl RankReaction for RankError {
+    fn is_secondary(&self) -> bool {
+        match self {
+            RankError::Setup(_) => false,
+            RankError::Loop(failure) => failure.is_secondary(),
+        }
+    }
+}
+
+/// Runs `spec` by `plan` (compiled for `graph`, as for the GPU: `compile_cuda_plan`) with
+/// every rank's CUDA program interpreted on the host, `W` thread ranks over a [`LocalComm`]
+/// (resumed and saved as `checkpoints` says; `observer` sees rank 0's steps). f32 only: a
+/// 16-bit spec is refused before anything runs.
+pub fn train_program_on_host(
+    spec: &TrainSpec,
+    plan: &Plan,
+    graph: &ModelGraph,
+    checkpoints: &CheckpointOptions,
+    observer: &(dyn Fn(&StepMetrics) + Sync),
+) -> Result<TrainReport, CudaTrainError> {
+    let dtype = kernel_dtype(spec.settings.precision().model_dtype());
+    if dtype != dsplan_kernels::Dtype::F32 {
+        return Err(CudaTrainError::Setup(format!(
+            "the host interpreter runs f32 programs only; this spec trains in {} (disable \
+             bf16/fp16 to interpret it)",
+            dtype.suffix()
+        )));
+    }
+    crate::cuda::train::check_spec(spec)?;
+    let models = rank_models(spec, plan, graph)?;
+    train_rank_models_on_host(spec, (plan, graph), &models, checkpoints, observer)
+}
+
+/// [`train_program_on_host`] with each rank's program given (`models[rank]`, as
+/// [`rank_models`] builds them from `plan`, or changed by a test to see that the comparison
+/// notices).
+pub fn train_rank_models_on_host(
+    spec: &TrainSpec,
+    (plan, graph): (&Plan, &ModelGraph),
+    models: &[RankModel],
+    checkpoints: &CheckpointOptions,
+    observer: &(dyn Fn(&StepMetrics) + Sync),
+) -> Result<TrainReport, CudaTrainError> {
+    let prepared = prepare(spec, plan, graph, checkpoints, PlanBackend::DsplanCuda)?;
+    let world = prepared.world;
+    if models
+        .iter()
+        .any(|m| matches!(m.model, DeviceModel::Llama(_)))
+    {
+        return Err(CudaTrainError::Setup(
+            "the host interpreter runs GPT-2's programs only: the Llama family's ops (RMSNorm, \
+             RoPE, SwiGLU, grouped-query attention, their products) are not interpreted"
+                .into(),
+        ));
+    }
+    if models.len() != world {
+        return Err(CudaTrainError::Setup(format!(
+            "{} rank program(s) for a run of {world} rank(s)",
+            models.len()
+        )));
+    }
+    let started = Instant::now();
+    let one_rank = |rank: usize, comm: LocalComm| {
+        run_rank(&prepared, &models[rank], rank, comm, checkpoints, observer)
+    };
+    let outcomes: Vec<Result<RankResult, RankError>> = if world == 1 {
+        let alone = LocalComm::group(1)
+            .map_err(TrainError::Comm)?
+            .pop()
+            .ok_or_else(|| CudaTrainError::Setup("a group of one has no rank".into()))?;
+        vec![one_rank(0, alone)]
+    } else {
+        run_ranks(world, |comm: LocalComm| one_rank(comm.rank(), comm)).map_err(TrainError::Comm)?
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    let mut ranks = every_rank(outcomes).map_err(|(rank, error)| match error {
+        RankError::Setup(e) => CudaTrainError::Setup(format!("rank {rank}: {e}")),
+        RankError::Loop(failure) => CudaTrainError::Run((*failure).into_train_error(rank)),
+    })?;
+    let masters: Vec<Vec<f32>> = ranks
+        .iter_mut()
+        .map(|r| std::mem::take(&mut r.master))
+        .collect();
+    let memory = ranks.iter().map(|r| r.memory).collect();
+    let traffic = ranks.iter().map(|r| r.traffic.clone()).collect();
+    let first = ranks
+        .into_iter()
+        .next()
+        .ok_or_else(|| CudaTrainError::Setup("no rank finished".to_string()))?;
+    let engine = &prepared.engine_plan;
+    Ok(TrainReport {
+        steps: first.driven.steps,
+        final_params: consolidate(engine, engine.stage(), &masters),
+        memory,
+        predicted: prepared.predicted,
+        plan_memory: prepared.plan_memory,
+        correspondence: prepared.correspondence.clone(),
+        traffic,
+        applied_steps: first.driven.applied_steps,
+        seconds,
+        tokens: prepared.tokens_per_step * spec.steps.saturating_sub(prepared.first_step),
+        nvme: None,
+        first_step: prepared.first_step,
+        checkpoints: first.driven.checkpoints,
+        device: None,
+    })
+}
+
+/// Rank `rank`'s run of its program on the host.
+fn run_rank(
+    prepared: &Prepared<'_>,
+    model: &RankModel,
+    rank: usize,
+    comm: LocalComm,
+    checkpoints: &CheckpointOptions,
+    observer: &(dyn Fn(&StepMetrics) + Sync),
+) -> Result<RankResult, RankError> {
+    let RankModel { model, program } = model;
+    let layout = model.sizes();
+    let owned = DeviceOwned::of_model(model);
+    let dtype = kernel_dtype(prepared.spec.settings.precision().model_dtype());
+    let bufs = HostBuffers::new(layout, dtype, model.param_table(), prepared.initial_params)
+        .map_err(RankError::Setup)?;
+    let mut backend = HostStep::new(HostParts {
+        program,
+        bufs,
+        owned: &owned,
+        plan: &prepared.engine_plan,
+        rank,
+        trains_master: layout.trains_master(),
+        eps: model.eps(),
+        comm,
+        grad_accum: prepared.control.grad_accum,
+    });
+    let driven = drive(&mut backend, prepared, checkpoints, observer)
+        .map_err(|f| RankError::Loop(Box::new(f)))?;
+    let master = backend.export_master().map_err(RankError::Setup)?;
+    let allocated = model.bytes_by_category();
+    let traffic = backend.comm_mut().traffic().clone();
+    Ok(RankResult {
+        master,
+        memory: MemoryReport {
+            peak_total: allocated.total(),
+            peak: allocated,
+            at_peak: allocated,
+        },
+        traffic,
+        driven,
+    })
+}

@@ -1,0 +1,539 @@
+//! The CUDA step's programs run on the host (`cuda::train::host`), against the CPU backend
+//! (`train::train`) from the same [`TrainSpec`]: what the GPU tests of `cuda_train.rs` compare
+//! (the final fp32 parameters within `|gpu - cpu| <= 1e-5 |cpu| + 1e-6`), with every op of
+//! the GPU's program interpreted on host buffers laid out as the device's and every
+//! collective through thread ranks' host `Comm`. No GPU needed: a failure here is the
+//! program's (buckets, averaging, partitions, the norm's and AdamW's views, the clip
+//! coefficient, the parameter all-gather, stage 3's arena), not a kernel's.
+//!
+//! 1. One rank (the program the H200 passed) matches the CPU: the anchor.
+//! 2. Two ranks at ZeRO stages 1-3 (`cuda_train.rs`'s `world_two_spec`: two steps of two
+//!    micro-steps of 4 x 64 tokens per rank, clipping at 1.0; one micro-step at stage 3, where
+//!    the `dsplan-cuda` plan refuses gradient accumulation).
+//! 3. The same at four ranks, and stage 3 with a small persistence threshold and prefetch.
+//! 4. Every rank's program orders each cross-stream access by its events.
+//!    Taking the wait out of the stage-1 parameter all-gather is found as a race.
+//! 5. The comparison notices a wrong program: without its gradient all-reduces, or without
+//!    its parameter all-gather, stage 1 leaves the CPU's parameters.
+//! 6. A checkpoint saved by a W = 2 host run of the programs resumes on W = 2 CPU ranks and
+//!    ends where the uninterrupted CPU run ends (`cuda_train.rs`'s test 6).
+//!
+//! Run with `--nocapture` to see each comparison's worst excess and, tensor by tensor, where
+//! it lies beyond the tolerance.
+
+use dsplan_executor::cuda::check::step::{
+    SmallLlama, param_errors, small_llama_spec, small_model, small_spec,
+};
+use dsplan_executor::cuda::train::host::{
+    check_ordering, train_program_on_host, train_rank_models_on_host,
+};
+use dsplan_executor::cuda::train::program::{CommAction, CommOp, Purpose};
+use dsplan_executor::cuda::train::{Op, rank_models};
+use dsplan_executor::data::WindowOrder;
+use dsplan_executor::train::{
+    CheckpointOptions, DataChoice, TrainReport, TrainSettings, TrainSpec, compile_cuda_plan, train,
+};
+use serde_json::{Value, json};
+
+/// The fp32 tolerance of the GPU tests: `|gpu - cpu| <= REL |cpu| + ABS`.
+const REL: f64 = 1e-5;
+const ABS: f64 = 1e-6;
+
+/// `cuda_train.rs`'s `world_two_spec` at `world` ranks, f32, with `zero` extra keys of
+/// `zero_optimization`: two micro-steps per optimizer step at stages 1-2, one at stage 3 (the
+/// `dsplan-cuda` plan refuses gradient accumulation at stage 3).
+fn world_spec(stage: u8, world: usize, zero: Value) -> TrainSpec {
+    spec_in(stage, world, zero, Precision::F32)
+}
+
+/// The model dtype of a spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Precision {
+    F32,
+    Bf16,
+}
+
+/// [`world_spec`] in `precision`.
+fn spec_in(stage: u8, world: usize, zero: Value, precision: Precision) -> TrainSpec {
+    let model = small_model().expect("the small model");
+    let params = dsplan_executor::model::init_params(
+        &model,
+        &dsplan_executor::model::ParamLayout::new(&model),
+        11,
+    );
+    let mut zero_optimization = json!({"stage": stage, "reduce_bucket_size": 50_000});
+    if let (Some(object), Some(extra)) = (zero_optimization.as_object_mut(), zero.as_object()) {
+        object.extend(extra.clone());
+    }
+    let mut config = json!({
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": if stage == 3 { 1 } else { 2 },
+        "gradient_clipping": 1.0,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "eps": 1e-6, "weight_decay": 0.01}},
+        "zero_optimization": zero_optimization,
+    });
+    if precision == Precision::Bf16 {
+        config["bf16"] = json!({"enabled": true});
+    }
+    TrainSpec {
+        settings: TrainSettings::from_config(&config, world).expect("settings"),
+        model: model.into(),
+        initial_params: params,
+        data: DataChoice::Bundled {
+            order: WindowOrder::Shuffled { seed: 7 },
+        },
+        seq_len: 64,
+        steps: 2,
+        world,
+    }
+}
+
+/// `cuda_train.rs`'s `beyond_tolerance`: per tensor of the small model, how many elements lie
+/// beyond `|host - cpu| <= rel |cpu| + tol` and the worst of them.
+fn beyond_tolerance(initial: &[f32], host: &[f32], cpu: &[f32], rel: f64, tol: f64) -> String {
+    let model = small_model().expect("the small model");
+    let layout = dsplan_executor::model::ParamLayout::new(&model);
+    let mut lines = Vec::new();
+    for entry in layout.table().entries() {
+        let range = entry.span.offset..entry.span.end();
+        let mut beyond = 0usize;
+        let mut worst: Option<(f64, usize)> = None;
+        for i in range.clone() {
+            let (g, c) = (f64::from(host[i]), f64::from(cpu[i]));
+            let excess = (g - c).abs() - rel * c.abs();
+            if excess > tol || excess.is_nan() {
+                beyond += 1;
+                if worst.is_none_or(|(w, _)| excess > w || excess.is_nan()) {
+                    worst = Some((excess, i));
+                }
+            }
+        }
+        if let Some((excess, i)) = worst {
+            lines.push(format!(
+                "  {}: {beyond} of {} beyond; worst [{}] host {:e} cpu {:e} initial {:e} (excess {excess:.3e})",
+                entry.name,
+                range.len(),
+                i - range.start,
+                host[i],
+                cpu[i],
+                initial[i],
+            ));
+        }
+    }
+    if lines.is_empty() {
+        "  every tensor within tolerance".to_string()
+    } else {
+        lines.join("\n")
+    }
+}
+
+/// The spec's CUDA plan run by the host interpreter, and the CPU backend's run.
+fn run_both(spec: &TrainSpec) -> (TrainReport, TrainReport) {
+    let (plan, graph) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+        .expect("the CUDA plan");
+    let host = train_program_on_host(spec, &plan, &graph, &CheckpointOptions::default(), &|_| {})
+        .unwrap_or_else(|e| panic!("the host interpreter: {e}"));
+    let cpu = train(spec, &|_| {}).expect("the CPU run");
+    (host, cpu)
+}
+
+/// Runs `spec` both ways and returns its worst excess over the tolerance, printing the
+/// comparison (losses, norms, parameters tensor by tensor).
+fn compare(what: &str, spec: &TrainSpec) -> f64 {
+    let (host, cpu) = run_both(spec);
+    assert_eq!(host.steps.len(), cpu.steps.len(), "{what}: steps");
+    for (h, c) in host.steps.iter().zip(&cpu.steps) {
+        eprintln!(
+            "{what} step {}: loss host {:.7} cpu {:.7}; norm host {:?} cpu {:?}",
+            h.step, h.loss, c.loss, h.grad_norm, c.grad_norm
+        );
+    }
+    let (worst, worst_abs, update) = param_errors(
+        &spec.initial_params,
+        &host.final_params,
+        &cpu.final_params,
+        REL,
+    );
+    eprintln!(
+        "{what}: parameters beyond tolerance {worst:.3e} (tol {ABS:.1e}), largest difference \
+         {worst_abs:.3e}, update {update:.3e}\n{}",
+        beyond_tolerance(
+            &spec.initial_params,
+            &host.final_params,
+            &cpu.final_params,
+            REL,
+            ABS
+        )
+    );
+    for (h, c) in host.steps.iter().zip(&cpu.steps) {
+        let rel = (h.loss - c.loss).abs() / c.loss.abs();
+        assert!(rel < 1e-5, "{what}: loss {} vs {}", h.loss, c.loss);
+    }
+    assert!(update < 1e-3, "{what}: update {update}");
+    worst
+}
+
+/// Test 1: one rank, two steps of the check's spec, as the GPU ran it.
+#[test]
+fn the_one_rank_program_on_the_host_matches_the_cpu() {
+    let spec = small_spec(&json!({}), 2).expect("the check's spec");
+    let worst = compare("W = 1", &spec);
+    assert!(worst <= ABS, "W = 1: {worst} > {ABS}");
+}
+
+/// Test 2: two ranks at stages 1-3 (the failing GPU test's spec).
+#[test]
+fn two_rank_programs_on_the_host_match_the_cpu_at_stages_1_to_3() {
+    let mut failures = Vec::new();
+    for stage in 1..=3u8 {
+        let what = format!("W = 2 stage {stage}");
+        let worst = compare(&what, &world_spec(stage, 2, json!({})));
+        if worst.is_nan() || worst > ABS {
+            failures.push(format!("{what}: {worst:.3e} > {ABS:.1e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("; "));
+}
+
+/// Test 3: four ranks at stages 1-3, and stage 3 with smaller persistence thresholds (the
+/// small model is whole persistent by default, so the default stage 3 gathers nothing
+/// before the optimizer step): two ranks with nothing persistent and a prefetch bucket, four
+/// ranks with the LayerNorms and biases persistent and every weight gathered on demand; and
+/// stage 0 (every rank steps the whole model after one all-reduce per bucket); and stages 1-2
+/// with many small gradient buckets, reduced overlapped with the compute or not.
+#[test]
+fn other_world_sizes_and_stage_3_settings_match_the_cpu() {
+    let stage3 = json!({
+        "stage3_param_persistence_threshold": 100,
+        "stage3_prefetch_bucket_size": 40_000,
+        "stage3_max_live_parameters": 200_000,
+    });
+    let mut cases: Vec<(String, TrainSpec)> = (1..=3u8)
+        .map(|stage| {
+            (
+                format!("W = 4 stage {stage}"),
+                world_spec(stage, 4, json!({})),
+            )
+        })
+        .collect();
+    cases.push((
+        "W = 2 stage 3 small persistence, prefetch".to_string(),
+        world_spec(3, 2, stage3),
+    ));
+    cases.push((
+        "W = 4 stage 3 mixed persistence, on demand only".to_string(),
+        world_spec(
+            3,
+            4,
+            json!({"stage3_param_persistence_threshold": 1000, "stage3_prefetch_bucket_size": 0}),
+        ),
+    ));
+    // The small threshold and the prefetch bucket do change the stage-3 schedule: fewer
+    // persistent elements, and tensors prefetched ahead of their unit.
+    let schedule = |spec: &TrainSpec| {
+        let (plan, _) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+            .expect("the CUDA plan");
+        let s3 = plan.stage3.expect("a stage-3 schedule");
+        let prefetched: usize = s3.steps.iter().map(|s| s.prefetch.len()).sum();
+        (s3.persistent_numel, prefetched)
+    };
+    let (default_persistent, _) = schedule(&world_spec(3, 2, json!({})));
+    let (persistent, prefetched) = schedule(&cases[3].1);
+    let (mixed, on_demand_only) = schedule(&cases[4].1);
+    eprintln!(
+        "stage 3 persistent elements: default {default_persistent}, threshold 100 \
+         {persistent} ({prefetched} tensors prefetched per micro-step), threshold 1000 {mixed} \
+         ({on_demand_only} prefetched)"
+    );
+    assert!(persistent < default_persistent && prefetched > 0);
+    assert!(0 < mixed && mixed < default_persistent && on_demand_only == 0);
+    // Stages 1-2 with many small gradient buckets, with and without overlapping communication
+    // (the parameter all-gather stays one collective: the dsplan-cuda plan gathers the flat
+    // buffer with all_gather_into_tensor, whatever allgather_bucket_size says).
+    cases.push(("W = 2 stage 0".to_string(), world_spec(0, 2, json!({}))));
+    for (stage, overlap) in [(1u8, false), (2, true), (2, false)] {
+        cases.push((
+            format!("W = 2 stage {stage} small buckets, overlap_comm {overlap}"),
+            world_spec(
+                stage,
+                2,
+                json!({"reduce_bucket_size": 20_000, "overlap_comm": overlap}),
+            ),
+        ));
+    }
+    let (plan, _) = compile_cuda_plan(
+        &cases[6].1.settings,
+        &cases[6].1.model,
+        cases[6].1.seq_len,
+        cases[6].1.world,
+    )
+    .expect("the CUDA plan");
+    eprintln!(
+        "small buckets: {} gradient buckets",
+        plan.buckets.reduce.len()
+    );
+    assert!(plan.buckets.reduce.len() > 4);
+    let mut failures = Vec::new();
+    for (what, spec) in &cases {
+        let worst = compare(what, spec);
+        if worst.is_nan() || worst > ABS {
+            failures.push(format!("{what}: {worst:.3e} > {ABS:.1e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("; "));
+}
+
+/// Test 4: no two accesses of a buffer on different streams go unordered in any rank's
+/// program of test 2's specs, in f32 and bf16, and of test 3's stage-3 and small-bucket
+/// settings (two applied steps, as the loop runs them).
+#[test]
+fn every_world_program_orders_its_cross_stream_accesses() {
+    let mut specs: Vec<TrainSpec> = (1..=3u8).map(|s| world_spec(s, 2, json!({}))).collect();
+    specs.extend((1..=3u8).map(|s| spec_in(s, 2, json!({}), Precision::Bf16)));
+    specs.push(world_spec(
+        3,
+        2,
+        json!({"stage3_param_persistence_threshold": 100, "stage3_prefetch_bucket_size": 40_000}),
+    ));
+    specs.push(world_spec(
+        3,
+        4,
+        json!({"stage3_param_persistence_threshold": 1000, "stage3_prefetch_bucket_size": 0}),
+    ));
+    for overlap in [true, false] {
+        specs.push(world_spec(
+            2,
+            2,
+            json!({"reduce_bucket_size": 20_000, "overlap_comm": overlap}),
+        ));
+    }
+    let mut races = Vec::new();
+    for spec in &specs {
+        let (plan, graph) =
+            compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+                .expect("the CUDA plan");
+        let models = rank_models(spec, &plan, &graph).expect("every rank's program");
+        for (rank, model) in models.iter().enumerate() {
+            let found = check_ordering(&model.program, spec.settings.batch.grad_accum, 2);
+            let stage = spec.settings.stage;
+            let dtype = spec.settings.precision().model_dtype();
+            eprintln!(
+                "stage {stage:?} {dtype:?} rank {rank}: {} unordered cross-stream access(es)",
+                found.len()
+            );
+            races.extend(
+                found
+                    .iter()
+                    .take(5)
+                    .map(|r| format!("stage {stage:?} rank {rank}: {r}")),
+            );
+        }
+    }
+    assert!(races.is_empty(), "{}", races.join("\n"));
+}
+
+/// Which collectives a case of test 5 takes out, by purpose.
+type Dropped = fn(&Purpose) -> bool;
+
+/// Test 5: the W = 2 stage-1 programs with one kind of collective taken out leave the CPU's
+/// parameters by far more than the tolerance (the interpreter runs the collectives; a
+/// comparison that passed without them would check nothing).
+#[test]
+fn a_program_without_its_collectives_does_not_match() {
+    let spec = world_spec(1, 2, json!({}));
+    let (plan, graph) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+        .expect("the CUDA plan");
+    let cpu = train(&spec, &|_| {}).expect("the CPU run");
+    let cases: [(&str, Dropped); 2] = [
+        ("without the gradient buckets' all-reduce", |p| {
+            matches!(p, Purpose::ReduceBucket { .. })
+        }),
+        ("without the parameter all-gather", |p| {
+            matches!(p, Purpose::ParamGather { .. })
+        }),
+    ];
+    for (what, dropped) in cases {
+        let mut models = rank_models(&spec, &plan, &graph).expect("every rank's program");
+        let mut removed = 0;
+        for model in &mut models {
+            let program = &mut model.program;
+            for phase in [
+                &mut program.micro_step,
+                &mut program.boundary_micro_step,
+                &mut program.after_update,
+            ] {
+                let before = phase.len();
+                phase.retain(|op| {
+                    !matches!(op, Op::Collective(CommOp {
+                        action: CommAction::Collective { purpose, .. },
+                        ..
+                    }) if dropped(purpose))
+                });
+                removed += before - phase.len();
+            }
+        }
+        assert!(removed > 0, "{what}: the programs have such collectives");
+        let host = train_rank_models_on_host(
+            &spec,
+            (&plan, &graph),
+            &models,
+            &CheckpointOptions::default(),
+            &|_| {},
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (worst, _, update) = param_errors(
+            &spec.initial_params,
+            &host.final_params,
+            &cpu.final_params,
+            REL,
+        );
+        eprintln!(
+            "stage 1 {what} ({removed} collectives): {worst:.3e} beyond, update {update:.3e}"
+        );
+        assert!(
+            worst > 1e-4,
+            "{what}: {worst} is within reach of the tolerance"
+        );
+    }
+}
+
+/// Test 6: one W = 2 step of the programs on the host saves a checkpoint; W = 2 CPU ranks
+/// resume it and end where the uninterrupted CPU run ends, within the tolerance.
+#[test]
+fn a_world_two_host_checkpoint_resumes_on_two_cpu_ranks() {
+    use dsplan_executor::checkpoint::load_checkpoint;
+    use dsplan_executor::train::{SavePolicy, compile_plan, resume_point, train_planned_with};
+    let mut failures = Vec::new();
+    for stage in 1..=3u8 {
+        let dir = tempfile::tempdir().expect("a directory");
+        let spec = world_spec(stage, 2, json!({}));
+        let one_step = TrainSpec {
+            steps: 1,
+            ..spec.clone()
+        };
+        let (plan, graph) =
+            compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, 2).expect("plan");
+        let save = CheckpointOptions {
+            save: Some(SavePolicy::new(dir.path(), None)),
+            resume: None,
+        };
+        train_program_on_host(&one_step, &plan, &graph, &save, &|_| {}).expect("host step");
+        let loaded = load_checkpoint(dir.path()).expect("the host run's checkpoint");
+        let (cpu_plan, cpu_graph) =
+            compile_plan(&spec.settings, &spec.model, spec.seq_len, 2).expect("cpu plan");
+        let point = resume_point(&spec, &cpu_plan, &cpu_graph, &loaded).expect("resumable");
+        let resumed = train_planned_with(
+            &spec,
+            &cpu_plan,
+            &cpu_graph,
+            &CheckpointOptions {
+                save: None,
+                resume: Some(point),
+            },
+            &|_| {},
+        )
+        .expect("resumed on the CPU");
+        let straight = train(&spec, &|_| {}).expect("CPU run");
+        let (worst, worst_abs, _) = param_errors(
+            &spec.initial_params,
+            &resumed.final_params,
+            &straight.final_params,
+            REL,
+        );
+        eprintln!(
+            "stage {stage}: resumed vs straight {worst:.3e} (largest {worst_abs:.3e})\n{}",
+            beyond_tolerance(
+                &spec.initial_params,
+                &resumed.final_params,
+                &straight.final_params,
+                REL,
+                ABS
+            )
+        );
+        if worst.is_nan() || worst > ABS {
+            failures.push(format!("stage {stage}: {worst:.3e} > {ABS:.1e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("; "));
+}
+
+/// Test 4's check finds a race where one is made: the stage-1 parameter all-gather (on the
+/// communication stream) no longer waiting for the optimizer step's event.
+#[test]
+fn the_ordering_check_finds_a_missing_wait() {
+    let spec = world_spec(1, 2, json!({}));
+    let (plan, graph) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+        .expect("the CUDA plan");
+    let mut models = rank_models(&spec, &plan, &graph).expect("every rank's program");
+    let program = &mut models[0].program;
+    let mut cleared = 0;
+    for op in &mut program.after_update {
+        if let Op::Collective(comm) = op
+            && !comm.waits.is_empty()
+            && matches!(
+                comm.action,
+                CommAction::Collective { .. } | CommAction::Copy { .. }
+            )
+        {
+            comm.waits.clear();
+            cleared += 1;
+        }
+    }
+    assert!(cleared > 0, "the all-gather waits for the optimizer step");
+    let races = check_ordering(program, spec.settings.batch.grad_accum, 2);
+    eprintln!(
+        "{} race(s); the first: {:?}",
+        races.len(),
+        races.first().map(ToString::to_string)
+    );
+    assert!(
+        !races.is_empty(),
+        "a gather racing the optimizer step goes unseen"
+    );
+}
+
+/// The interpreter runs f32 GPT-2 programs only: a bf16 spec is refused before anything runs,
+/// with a message that says so; so is the small Llama, whose world program does not exist at
+/// `W = 2` (the CUDA trainer's refusal) and whose ops the interpreter does not run at `W = 1`.
+#[test]
+fn a_bf16_or_llama_spec_is_refused_clearly() {
+    let spec = spec_in(1, 2, json!({}), Precision::Bf16);
+    let (plan, graph) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+        .expect("the CUDA plan");
+    let error = train_program_on_host(&spec, &plan, &graph, &CheckpointOptions::default(), &|_| {})
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        error.contains("f32 programs only") && error.contains("bf16"),
+        "{error:?}"
+    );
+    for world in [1, 2] {
+        let mut spec = small_llama_spec(SmallLlama::Llama, &json!({}), 1).expect("small Llama");
+        spec.world = world;
+        spec.settings = TrainSettings::from_config(
+            &json!({
+                "train_micro_batch_size_per_gpu": 4,
+                "gradient_accumulation_steps": 2,
+                "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                "zero_optimization": {"stage": 1},
+            }),
+            world,
+        )
+        .expect("settings");
+        let (plan, graph) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, world)
+            .expect("the CUDA plan");
+        let error =
+            train_program_on_host(&spec, &plan, &graph, &CheckpointOptions::default(), &|_| {})
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+        eprintln!("small Llama at W = {world}: {error}");
+        let expected = if world == 1 {
+            "GPT-2's programs only"
+        } else {
+            "GPT-2 only"
+        };
+        assert!(error.contains(expected), "W = {world}: {error:?}");
+    }
+}
