@@ -19,8 +19,7 @@
 //!    embeddings), fp32 and bf16 (`cuda::check::step::one_llama_step_vs_cpu`).
 //! 5. World size 2 as two thread ranks (sharing GPU 0 when it is the only one visible; run
 //!    with `CUDA_VISIBLE_DEVICES=0` to force it), ZeRO stages 1-3, fp32 and bf16: two steps
-//!    of two micro-steps each (one at stage 3, which the `dsplan-cuda` plan runs without
-//!    gradient accumulation) against the CPU backend's W = 2 run from the same spec; the final
+//!    of two micro-steps each against the CPU backend's W = 2 run from the same spec; the final
 //!    parameters within test 1's tolerances (fp32: `|gpu - cpu| <= 1e-5 |cpu| + 1e-6`; bf16:
 //!    `2e-3 + 1e-6` absolute, one bf16 rounding of the refreshed parameters apart).
 //! 6. A checkpoint saved by the W = 2 GPU run resumes on W = 2 CPU thread ranks: the resumed
@@ -264,9 +263,7 @@ fn gpt2_bf16_stages_0_to_3_report_mfu_and_memory() {
 }
 
 /// Test 5's spec: the small head-64 model, two steps of two micro-steps of 4 x 64 tokens per
-/// rank (one at stage 3: the `dsplan-cuda` plan refuses gradient accumulation there, so two
-/// would fail before the GPU ran), clipping at 1.0, ZeRO `stage`, bf16 when `bf16`, at world
-/// size 2.
+/// rank, clipping at 1.0, ZeRO `stage`, bf16 when `bf16`, at world size 2.
 fn world_two_spec(stage: u8, bf16: bool) -> TrainSpec {
     let model = small_model().expect("the small model");
     let params = dsplan_executor::model::init_params(
@@ -276,7 +273,7 @@ fn world_two_spec(stage: u8, bf16: bool) -> TrainSpec {
     );
     let mut config = json!({
         "train_micro_batch_size_per_gpu": 4,
-        "gradient_accumulation_steps": if stage == 3 { 1 } else { 2 },
+        "gradient_accumulation_steps": 2,
         "gradient_clipping": 1.0,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "eps": 1e-6, "weight_decay": 0.01}},
         "zero_optimization": {"stage": stage, "reduce_bucket_size": 50_000},
