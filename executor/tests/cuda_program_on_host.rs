@@ -8,8 +8,7 @@
 //!
 //! 1. One rank (the program the H200 passed) matches the CPU: the anchor.
 //! 2. Two ranks at ZeRO stages 1-3 (`cuda_train.rs`'s `world_two_spec`: two steps of two
-//!    micro-steps of 4 x 64 tokens per rank, clipping at 1.0; one micro-step at stage 3, where
-//!    the `dsplan-cuda` plan refuses gradient accumulation).
+//!    micro-steps of 4 x 64 tokens per rank, clipping at 1.0).
 //! 3. The same at four ranks, and stage 3 with a small persistence threshold and prefetch.
 //! 4. Every rank's program orders each cross-stream access by its events.
 //!    Taking the wait out of the stage-1 parameter all-gather is found as a race.
@@ -40,8 +39,7 @@ const REL: f64 = 1e-5;
 const ABS: f64 = 1e-6;
 
 /// `cuda_train.rs`'s `world_two_spec` at `world` ranks, f32, with `zero` extra keys of
-/// `zero_optimization`: two micro-steps per optimizer step at stages 1-2, one at stage 3 (the
-/// `dsplan-cuda` plan refuses gradient accumulation at stage 3).
+/// `zero_optimization`: two micro-steps per optimizer step.
 fn world_spec(stage: u8, world: usize, zero: Value) -> TrainSpec {
     spec_in(stage, world, zero, Precision::F32)
 }
@@ -67,7 +65,7 @@ fn spec_in(stage: u8, world: usize, zero: Value, precision: Precision) -> TrainS
     }
     let mut config = json!({
         "train_micro_batch_size_per_gpu": 4,
-        "gradient_accumulation_steps": if stage == 3 { 1 } else { 2 },
+        "gradient_accumulation_steps": 2,
         "gradient_clipping": 1.0,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "eps": 1e-6, "weight_decay": 0.01}},
         "zero_optimization": zero_optimization,
@@ -129,9 +127,9 @@ fn beyond_tolerance(initial: &[f32], host: &[f32], cpu: &[f32], rel: f64, tol: f
 
 /// The spec's CUDA plan run by the host interpreter, and the CPU backend's run.
 fn run_both(spec: &TrainSpec) -> (TrainReport, TrainReport) {
-    let (plan, graph) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+    let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
         .expect("the CUDA plan");
-    let host = train_program_on_host(spec, &plan, &graph, &CheckpointOptions::default(), &|_| {})
+    let host = train_program_on_host(spec, &plan, &CheckpointOptions::default(), &|_| {})
         .unwrap_or_else(|e| panic!("the host interpreter: {e}"));
     let cpu = train(spec, &|_| {}).expect("the CPU run");
     (host, cpu)
@@ -231,7 +229,7 @@ fn other_world_sizes_and_stage_3_settings_match_the_cpu() {
     // The small threshold and the prefetch bucket do change the stage-3 schedule: fewer
     // persistent elements, and tensors prefetched ahead of their unit.
     let schedule = |spec: &TrainSpec| {
-        let (plan, _) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+        let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
             .expect("the CUDA plan");
         let s3 = plan.stage3.expect("a stage-3 schedule");
         let prefetched: usize = s3.steps.iter().map(|s| s.prefetch.len()).sum();
@@ -261,7 +259,7 @@ fn other_world_sizes_and_stage_3_settings_match_the_cpu() {
             ),
         ));
     }
-    let (plan, _) = compile_cuda_plan(
+    let plan = compile_cuda_plan(
         &cases[6].1.settings,
         &cases[6].1.model,
         cases[6].1.seq_len,
@@ -309,10 +307,9 @@ fn every_world_program_orders_its_cross_stream_accesses() {
     }
     let mut races = Vec::new();
     for spec in &specs {
-        let (plan, graph) =
-            compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
-                .expect("the CUDA plan");
-        let models = rank_models(spec, &plan, &graph).expect("every rank's program");
+        let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+            .expect("the CUDA plan");
+        let models = rank_models(spec, &plan).expect("every rank's program");
         for (rank, model) in models.iter().enumerate() {
             let found = check_ordering(&model.program, spec.settings.batch.grad_accum, 2);
             let stage = spec.settings.stage;
@@ -341,7 +338,7 @@ type Dropped = fn(&Purpose) -> bool;
 #[test]
 fn a_program_without_its_collectives_does_not_match() {
     let spec = world_spec(1, 2, json!({}));
-    let (plan, graph) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+    let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
         .expect("the CUDA plan");
     let cpu = train(&spec, &|_| {}).expect("the CPU run");
     let cases: [(&str, Dropped); 2] = [
@@ -353,7 +350,7 @@ fn a_program_without_its_collectives_does_not_match() {
         }),
     ];
     for (what, dropped) in cases {
-        let mut models = rank_models(&spec, &plan, &graph).expect("every rank's program");
+        let mut models = rank_models(&spec, &plan).expect("every rank's program");
         let mut removed = 0;
         for model in &mut models {
             let program = &mut model.program;
@@ -375,7 +372,7 @@ fn a_program_without_its_collectives_does_not_match() {
         assert!(removed > 0, "{what}: the programs have such collectives");
         let host = train_rank_models_on_host(
             &spec,
-            (&plan, &graph),
+            &plan,
             &models,
             &CheckpointOptions::default(),
             &|_| {},
@@ -411,21 +408,19 @@ fn a_world_two_host_checkpoint_resumes_on_two_cpu_ranks() {
             steps: 1,
             ..spec.clone()
         };
-        let (plan, graph) =
-            compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, 2).expect("plan");
+        let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, 2).expect("plan");
         let save = CheckpointOptions {
             save: Some(SavePolicy::new(dir.path(), None)),
             resume: None,
         };
-        train_program_on_host(&one_step, &plan, &graph, &save, &|_| {}).expect("host step");
+        train_program_on_host(&one_step, &plan, &save, &|_| {}).expect("host step");
         let loaded = load_checkpoint(dir.path()).expect("the host run's checkpoint");
-        let (cpu_plan, cpu_graph) =
+        let cpu_plan =
             compile_plan(&spec.settings, &spec.model, spec.seq_len, 2).expect("cpu plan");
-        let point = resume_point(&spec, &cpu_plan, &cpu_graph, &loaded).expect("resumable");
+        let point = resume_point(&spec, &cpu_plan, &loaded).expect("resumable");
         let resumed = train_planned_with(
             &spec,
             &cpu_plan,
-            &cpu_graph,
             &CheckpointOptions {
                 save: None,
                 resume: Some(point),
@@ -462,9 +457,9 @@ fn a_world_two_host_checkpoint_resumes_on_two_cpu_ranks() {
 #[test]
 fn the_ordering_check_finds_a_missing_wait() {
     let spec = world_spec(1, 2, json!({}));
-    let (plan, graph) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+    let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
         .expect("the CUDA plan");
-    let mut models = rank_models(&spec, &plan, &graph).expect("every rank's program");
+    let mut models = rank_models(&spec, &plan).expect("every rank's program");
     let program = &mut models[0].program;
     let mut cleared = 0;
     for op in &mut program.after_update {
@@ -498,9 +493,9 @@ fn the_ordering_check_finds_a_missing_wait() {
 #[test]
 fn a_bf16_or_llama_spec_is_refused_clearly() {
     let spec = spec_in(1, 2, json!({}), Precision::Bf16);
-    let (plan, graph) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+    let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
         .expect("the CUDA plan");
-    let error = train_program_on_host(&spec, &plan, &graph, &CheckpointOptions::default(), &|_| {})
+    let error = train_program_on_host(&spec, &plan, &CheckpointOptions::default(), &|_| {})
         .err()
         .map(|e| e.to_string())
         .unwrap_or_default();
@@ -521,13 +516,12 @@ fn a_bf16_or_llama_spec_is_refused_clearly() {
             world,
         )
         .expect("settings");
-        let (plan, graph) = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, world)
+        let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, world)
             .expect("the CUDA plan");
-        let error =
-            train_program_on_host(&spec, &plan, &graph, &CheckpointOptions::default(), &|_| {})
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default();
+        let error = train_program_on_host(&spec, &plan, &CheckpointOptions::default(), &|_| {})
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         eprintln!("small Llama at W = {world}: {error}");
         let expected = if world == 1 {
             "GPT-2's programs only"

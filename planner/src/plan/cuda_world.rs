@@ -226,8 +226,12 @@ impl CudaShares {
 /// What the CUDA executor does not run at world sizes above 1, each an error naming it: bf16
 /// without ZeRO (DeepSpeed's `BF16_Optimizer`, a flat partition under stage 0, which the device
 /// step does not lay out; stage 1 is the same memory and math), a communication dtype other than the model's, the
-/// round-robin flat order, gradient accumulation at stage 3, and buckets whose tensors are not
-/// back to back in the flat gradients.
+/// round-robin flat order, and buckets whose tensors are not back to back in the flat gradients.
+///
+/// Gradient accumulation at stage 3 needs no device accumulate: backward accumulates every
+/// micro-step into the flat gradients, which no collective overwrites at stage 3, so each
+/// micro-step's reduce-scatter of them into the rank's partition holds the average of every
+/// micro-step so far (the last one's is the step's).
 pub fn check_cuda_world(
     model: &ModelGraph,
     settings: &Settings,
@@ -273,13 +277,6 @@ pub fn check_cuda_world(
             "/zero_optimization/round_robin_gradients",
             "the round-robin gradient order".into(),
             "remove round_robin_gradients",
-        );
-    }
-    if settings.stage == ZeroStage::Weights && settings.batch.gradient_accumulation_steps > 1 {
-        refuse(
-            "/gradient_accumulation_steps",
-            "gradient accumulation at stage 3 (it has no device accumulate for the reduce-scattered partitions)".into(),
-            "set gradient_accumulation_steps to 1, or use stage 2",
         );
     }
     if settings.offload_optimizer != OffloadTarget::None

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use dsplan_planner::plan::{ModelGraph, Plan, PlanBackend};
+use dsplan_planner::plan::{Plan, PlanBackend};
 
 use super::HostError;
 use super::backend::{HostParts, HostStep};
@@ -50,14 +50,13 @@ impl RankReaction for RankError {
     }
 }
 
-/// Runs `spec` by `plan` (compiled for `graph`, as for the GPU: `compile_cuda_plan`) with
+/// Runs `spec` by `plan` (compiled as for the GPU: `compile_cuda_plan`) with
 /// every rank's CUDA program interpreted on the host, `W` thread ranks over a [`LocalComm`]
 /// (resumed and saved as `checkpoints` says; `observer` sees rank 0's steps). f32 only: a
 /// 16-bit spec is refused before anything runs.
 pub fn train_program_on_host(
     spec: &TrainSpec,
     plan: &Plan,
-    graph: &ModelGraph,
     checkpoints: &CheckpointOptions,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, CudaTrainError> {
@@ -70,8 +69,8 @@ pub fn train_program_on_host(
         )));
     }
     crate::cuda::train::check_spec(spec)?;
-    let models = rank_models(spec, plan, graph)?;
-    train_rank_models_on_host(spec, (plan, graph), &models, checkpoints, observer)
+    let models = rank_models(spec, plan)?;
+    train_rank_models_on_host(spec, plan, &models, checkpoints, observer)
 }
 
 /// [`train_program_on_host`] with each rank's program given (`models[rank]`, as
@@ -79,12 +78,12 @@ pub fn train_program_on_host(
 /// notices).
 pub fn train_rank_models_on_host(
     spec: &TrainSpec,
-    (plan, graph): (&Plan, &ModelGraph),
+    plan: &Plan,
     models: &[RankModel],
     checkpoints: &CheckpointOptions,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, CudaTrainError> {
-    let prepared = prepare(spec, plan, graph, checkpoints, PlanBackend::DsplanCuda)?;
+    let prepared = prepare(spec, plan, checkpoints, PlanBackend::DsplanCuda)?;
     let world = prepared.world;
     if models
         .iter()
