@@ -29,6 +29,7 @@ use dsplan_executor::cuda::train::host::{
 use dsplan_executor::cuda::train::program::{CommAction, CommOp, Purpose};
 use dsplan_executor::cuda::train::{Op, rank_models};
 use dsplan_executor::data::WindowOrder;
+use dsplan_executor::model::ModelConfig;
 use dsplan_executor::train::{
     CheckpointOptions, DataChoice, TrainReport, TrainSettings, TrainSpec, compile_cuda_plan, train,
 };
@@ -86,11 +87,16 @@ fn spec_in(stage: u8, world: usize, zero: Value, precision: Precision) -> TrainS
     }
 }
 
-/// `cuda_train.rs`'s `beyond_tolerance`: per tensor of the small model, how many elements lie
-/// beyond `|host - cpu| <= rel |cpu| + tol` and the worst of them.
-fn beyond_tolerance(initial: &[f32], host: &[f32], cpu: &[f32], rel: f64, tol: f64) -> String {
-    let model = small_model().expect("the small model");
-    let layout = dsplan_executor::model::ParamLayout::new(&model);
+/// `cuda_train.rs`'s `beyond_tolerance`: per tensor of `model`, how many elements lie beyond
+/// `|host - cpu| <= rel |cpu| + tol` and the worst of them.
+fn beyond_tolerance(
+    model: &ModelConfig,
+    initial: &[f32],
+    host: &[f32],
+    cpu: &[f32],
+    (rel, tol): (f64, f64),
+) -> String {
+    let layout = model.layout();
     let mut lines = Vec::new();
     for entry in layout.table().entries() {
         let range = entry.span.offset..entry.span.end();
@@ -156,11 +162,11 @@ fn compare(what: &str, spec: &TrainSpec) -> f64 {
         "{what}: parameters beyond tolerance {worst:.3e} (tol {ABS:.1e}), largest difference \
          {worst_abs:.3e}, update {update:.3e}\n{}",
         beyond_tolerance(
+            &spec.model,
             &spec.initial_params,
             &host.final_params,
             &cpu.final_params,
-            REL,
-            ABS
+            (REL, ABS)
         )
     );
     for (h, c) in host.steps.iter().zip(&cpu.steps) {
@@ -438,11 +444,11 @@ fn a_world_two_host_checkpoint_resumes_on_two_cpu_ranks() {
         eprintln!(
             "stage {stage}: resumed vs straight {worst:.3e} (largest {worst_abs:.3e})\n{}",
             beyond_tolerance(
+                &spec.model,
                 &spec.initial_params,
                 &resumed.final_params,
                 &straight.final_params,
-                REL,
-                ABS
+                (REL, ABS)
             )
         );
         if worst.is_nan() || worst > ABS {
@@ -487,9 +493,9 @@ fn the_ordering_check_finds_a_missing_wait() {
     );
 }
 
-/// The interpreter runs f32 GPT-2 programs only: a bf16 spec is refused before anything runs,
-/// with a message that says so; so is the small Llama, whose world program does not exist at
-/// `W = 2` (the CUDA trainer's refusal) and whose ops the interpreter does not run at `W = 1`.
+/// The interpreter runs f32 programs only: a bf16 spec is refused before anything runs,
+/// with a message that says so; so is the small Llama at `W = 2`, whose world program does not
+/// exist (the CUDA trainer's refusal).
 #[test]
 fn a_bf16_or_llama_spec_is_refused_clearly() {
     let spec = spec_in(1, 2, json!({}), Precision::Bf16);
@@ -503,7 +509,8 @@ fn a_bf16_or_llama_spec_is_refused_clearly() {
         error.contains("f32 programs only") && error.contains("bf16"),
         "{error:?}"
     );
-    for world in [1, 2] {
+    {
+        let world = 2;
         let mut spec = small_llama_spec(SmallLlama::Llama, &json!({}), 1).expect("small Llama");
         spec.world = world;
         spec.settings = TrainSettings::from_config(
@@ -523,11 +530,24 @@ fn a_bf16_or_llama_spec_is_refused_clearly() {
             .map(|e| e.to_string())
             .unwrap_or_default();
         eprintln!("small Llama at W = {world}: {error}");
-        let expected = if world == 1 {
-            "GPT-2's programs only"
-        } else {
-            "GPT-2 only"
-        };
-        assert!(error.contains(expected), "W = {world}: {error:?}");
+        assert!(error.contains("GPT-2 only"), "W = {world}: {error:?}");
     }
+}
+
+/// Test 7: the small Llama (grouped-query attention, untied head) and Qwen2 (q/k/v biases,
+/// tied head) at one rank, two steps of two micro-steps: every Llama-family op interpreted
+/// (RMSNorm, RoPE, SwiGLU, grouped-query attention, the `nn.Linear` products) ends where the
+/// CPU backend ends.
+#[test]
+fn the_one_rank_llama_programs_on_the_host_match_the_cpu() {
+    let mut failures = Vec::new();
+    for which in [SmallLlama::Llama, SmallLlama::Qwen2] {
+        let spec = small_llama_spec(which, &json!({}), 2).expect("the small Llama");
+        let what = format!("{which:?} W = 1");
+        let worst = compare(&what, &spec);
+        if worst.is_nan() || worst > ABS {
+            failures.push(format!("{what}: {worst:.3e} > {ABS:.1e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("; "));
 }

@@ -1,29 +1,48 @@
-//! GPT-2's causal attention as `kernels/cu/attention.cu` computes it, on the host: the
-//! forward's output is the CPU model's ([`grouped_attention_forward`], one key/value head per
-//! query head) and, as the kernel keeps instead of the probabilities, each row's
-//! log-sum-exp of its scaled scores `(B, NH, T)`; the backward is the kernel's: it reads that
-//! log-sum-exp (`p = exp(q·k * scale - lse)`) and `delta = rowsum(dout * out)` from the
-//! forward's stored output (written to the op's `delta` scratch as the kernel does), and
-//! writes `dqkv` (not accumulated).
+//! Causal attention as `kernels/cu/attention.cu` computes it, on the host, for GPT-2 (one
+//! key/value head per query head) and the Llama family's grouped-query attention (query head
+//! `h` attends with key/value head `h / (NH / KV)`, rows `[q | k | v]`): the forward's output
+//! is the CPU model's ([`grouped_attention_forward`]) and, as the kernel keeps instead of the
+//! probabilities, each row's log-sum-exp of its scaled scores `(B, NH, T)`; the backward is
+//! the kernel's: it reads that log-sum-exp (`p = exp(q·k * scale - lse)`) and
+//! `delta = rowsum(dout * out)` from the forward's stored output (written to the op's `delta`
+//! scratch as the kernel does), and writes `dqkv` (not accumulated: a key/value head's
+//! gradient is the sum over the query heads that share it).
 
 use super::HostError;
-use crate::cuda::train::program::AttentionShape;
+use crate::cuda::launch::GroupedAttention;
 use crate::model::attention::{AttentionDims, grouped_attention_forward};
 
-/// Where query `t`'s (or key/value `t`'s) head `h` part `part` (0 q, 1 k, 2 v) starts in a
-/// `(B, T, 3C)` buffer.
-fn at(shape: &AttentionShape, b: usize, t: usize, h: usize, part: usize) -> usize {
-    let c = shape.n_head * shape.head_dim;
-    (b * shape.seq_len + t) * 3 * c + part * c + h * shape.head_dim
+/// Where query head `h`'s part of row `(b, t)` starts in a `(B, T, (NH + 2 KV) hs)` buffer.
+fn query_at(dims: &GroupedAttention, b: usize, t: usize, h: usize) -> usize {
+    (b * dims.seq_len + t) * width(dims) + h * dims.head_dim
 }
 
-fn check(shape: &AttentionShape, qkv: usize, out: usize, lse: usize) -> Result<(), HostError> {
-    let rows = shape.batch * shape.seq_len;
-    let c = shape.n_head * shape.head_dim;
-    let stats = shape.batch * shape.n_head * shape.seq_len;
-    if qkv != rows * 3 * c || out != rows * c || lse != stats {
+/// Where the key (`part` 1) or value (`part` 2) of the key/value head query head `h` reads
+/// starts in row `(b, t)` (query head `h` attends with key/value head `h / (NH / KV)`).
+fn key_value_at(dims: &GroupedAttention, b: usize, t: usize, h: usize, part: usize) -> usize {
+    let group = dims.n_head / dims.kv_heads;
+    let kv = h / group;
+    (b * dims.seq_len + t) * width(dims)
+        + (dims.n_head + (part - 1) * dims.kv_heads + kv) * dims.head_dim
+}
+
+/// Elements of a `[q | k | v]` row: `(NH + 2 KV) hs`.
+fn width(dims: &GroupedAttention) -> usize {
+    (dims.n_head + 2 * dims.kv_heads) * dims.head_dim
+}
+
+fn check(dims: &GroupedAttention, qkv: usize, out: usize, lse: usize) -> Result<(), HostError> {
+    let rows = dims.batch * dims.seq_len;
+    let c = dims.n_head * dims.head_dim;
+    let stats = dims.batch * dims.n_head * dims.seq_len;
+    if dims.kv_heads == 0
+        || !dims.n_head.is_multiple_of(dims.kv_heads)
+        || qkv != rows * width(dims)
+        || out != rows * c
+        || lse != stats
+    {
         return Err(HostError(format!(
-            "attention {shape:?}: qkv {qkv}, out {out}, lse {lse} elements"
+            "attention {dims:?}: qkv {qkv}, out {out}, lse {lse} elements"
         )));
     }
     Ok(())
@@ -33,30 +52,32 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// `out` and `lse` of causal attention over `qkv`.
+/// `out` and `lse` of causal (grouped-query) attention over `qkv`.
 pub fn forward(
     out: &mut [f32],
     lse: &mut [f32],
     qkv: &[f32],
-    shape: AttentionShape,
+    dims: GroupedAttention,
 ) -> Result<(), HostError> {
-    check(&shape, qkv.len(), out.len(), lse.len())?;
-    let (b_n, t_n, nh, hs) = (shape.batch, shape.seq_len, shape.n_head, shape.head_dim);
-    let dims = AttentionDims {
+    check(&dims, qkv.len(), out.len(), lse.len())?;
+    let (b_n, t_n, nh, hs) = (dims.batch, dims.seq_len, dims.n_head, dims.head_dim);
+    let cpu_dims = AttentionDims {
         batch: b_n,
         seq_len: t_n,
         n_head: nh,
         head_dim: hs,
     };
     let mut att = vec![0.0; b_n * nh * t_n * t_n];
-    grouped_attention_forward(out, &mut att, qkv, dims, nh);
+    grouped_attention_forward(out, &mut att, qkv, cpu_dims, dims.kv_heads);
     let scale = (hs as f64).powf(-0.5);
     for b in 0..b_n {
         for h in 0..nh {
             for t in 0..t_n {
-                let q = &qkv[at(&shape, b, t, h, 0)..][..hs];
+                let q = &qkv[query_at(&dims, b, t, h)..][..hs];
                 let scores: Vec<f64> = (0..=t)
-                    .map(|s| f64::from(dot(q, &qkv[at(&shape, b, s, h, 1)..][..hs])) * scale)
+                    .map(|s| {
+                        f64::from(dot(q, &qkv[key_value_at(&dims, b, s, h, 1)..][..hs])) * scale
+                    })
                     .collect();
                 let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let l: f64 = scores.iter().map(|s| (s - m).exp()).sum();
@@ -67,24 +88,24 @@ pub fn forward(
     Ok(())
 }
 
-/// `dqkv` (written) and `delta` of causal attention, from the forward's `out`, `qkv` and
-/// `lse`.
+/// `dqkv` (written; a key/value head's gradient summed over the query heads that share it)
+/// and `delta` of causal attention, from the forward's `out`, `qkv` and `lse`.
 pub fn backward(
     dqkv: &mut [f32],
     delta: &mut [f32],
     (dout, out, qkv, lse): (&[f32], &[f32], &[f32], &[f32]),
-    shape: AttentionShape,
+    dims: GroupedAttention,
 ) -> Result<(), HostError> {
-    check(&shape, qkv.len(), out.len(), lse.len())?;
+    check(&dims, qkv.len(), out.len(), lse.len())?;
     if dqkv.len() != qkv.len() || dout.len() != out.len() || delta.len() != lse.len() {
         return Err(HostError(format!(
-            "attention backward {shape:?}: dqkv {}, dout {}, delta {} elements",
+            "attention backward {dims:?}: dqkv {}, dout {}, delta {} elements",
             dqkv.len(),
             dout.len(),
             delta.len()
         )));
     }
-    let (b_n, t_n, nh, hs) = (shape.batch, shape.seq_len, shape.n_head, shape.head_dim);
+    let (b_n, t_n, nh, hs) = (dims.batch, dims.seq_len, dims.n_head, dims.head_dim);
     let c = nh * hs;
     let scale = (hs as f64).powf(-0.5) as f32;
     dqkv.fill(0.0);
@@ -99,11 +120,14 @@ pub fn backward(
                 let (row_lse, row_delta) = (lse[stat], delta[stat]);
                 let row = (b * t_n + t) * c + h * hs;
                 let dy = &dout[row..][..hs];
-                let q_at = at(&shape, b, t, h, 0);
+                let q_at = query_at(&dims, b, t, h);
                 let q: Vec<f32> = qkv[q_at..][..hs].to_vec();
                 let mut dq = vec![0.0f32; hs];
                 for s in 0..=t {
-                    let (k_at, v_at) = (at(&shape, b, s, h, 1), at(&shape, b, s, h, 2));
+                    let (k_at, v_at) = (
+                        key_value_at(&dims, b, s, h, 1),
+                        key_value_at(&dims, b, s, h, 2),
+                    );
                     let k = &qkv[k_at..][..hs];
                     let v = &qkv[v_at..][..hs];
                     let p = (dot(&q, k) * scale - row_lse).exp();
@@ -127,7 +151,8 @@ pub fn backward(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::attention::attention_backward;
+    use crate::cuda::train::program::AttentionShape;
+    use crate::model::attention::{attention_backward, grouped_attention_backward};
     use crate::train::AttentionKernel;
 
     fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -158,9 +183,15 @@ mod tests {
         let qkv = values(b * t * 3 * c, 3);
         let dout = values(b * t * c, 5);
         let (mut out, mut lse) = (vec![0.0; b * t * c], vec![0.0; b * nh * t]);
-        forward(&mut out, &mut lse, &qkv, shape).expect("forward");
+        forward(&mut out, &mut lse, &qkv, shape.heads()).expect("forward");
         let (mut dqkv, mut delta) = (vec![1.0; qkv.len()], vec![0.0; lse.len()]);
-        backward(&mut dqkv, &mut delta, (&dout, &out, &qkv, &lse), shape).expect("backward");
+        backward(
+            &mut dqkv,
+            &mut delta,
+            (&dout, &out, &qkv, &lse),
+            shape.heads(),
+        )
+        .expect("backward");
 
         let dims = AttentionDims {
             batch: b,
@@ -184,11 +215,57 @@ mod tests {
         let row = nh * t + (t - 1); // (b = 1, h = 0, the last query)
         let probs = &att[row * t..(row + 1) * t];
         let scale = (hs as f32).powf(-0.5);
-        let q = &qkv[at(&shape, 1, t - 1, 0, 0)..][..hs];
+        let q = &qkv[query_at(&shape.heads(), 1, t - 1, 0)..][..hs];
         for (s, &p) in probs.iter().enumerate() {
-            let k = &qkv[at(&shape, 1, s, 0, 1)..][..hs];
+            let k = &qkv[key_value_at(&shape.heads(), 1, s, 0, 1)..][..hs];
             let from_lse = (dot(q, k) * scale - lse[row]).exp();
             assert!((from_lse - p).abs() < 1e-6, "key {s}: {from_lse} vs {p}");
         }
+    }
+
+    /// Grouped-query attention (4 query heads over 2 key/value heads): the output is the CPU
+    /// model's and the backward from the log-sum-exp is the CPU's from the probabilities, the
+    /// shared key/value heads' gradients summed over their query heads.
+    #[test]
+    fn grouped_query_attention_is_the_cpu_models() {
+        let dims = GroupedAttention {
+            batch: 2,
+            seq_len: 11,
+            n_head: 4,
+            kv_heads: 2,
+            head_dim: 8,
+        };
+        let (b, t, nh, hs) = (2, 11, 4, 8);
+        let qkv = values(b * t * width(&dims), 13);
+        let dout = values(b * t * nh * hs, 17);
+        let (mut out, mut lse) = (vec![0.0; dout.len()], vec![0.0; b * nh * t]);
+        forward(&mut out, &mut lse, &qkv, dims).expect("forward");
+        let (mut dqkv, mut delta) = (vec![1.0; qkv.len()], vec![0.0; lse.len()]);
+        backward(&mut dqkv, &mut delta, (&dout, &out, &qkv, &lse), dims).expect("backward");
+        let cpu_dims = AttentionDims {
+            batch: b,
+            seq_len: t,
+            n_head: nh,
+            head_dim: hs,
+        };
+        let mut att = vec![0.0; b * nh * t * t];
+        let mut cpu_out = vec![0.0; out.len()];
+        grouped_attention_forward(&mut cpu_out, &mut att, &qkv, cpu_dims, 2);
+        let mut cpu_dqkv = vec![0.0; qkv.len()];
+        let mut datt = vec![0.0; att.len()];
+        grouped_attention_backward(&mut cpu_dqkv, &mut datt, &dout, &qkv, &att, cpu_dims, 2);
+        let differs = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max)
+        };
+        assert!(differs(&out, &cpu_out) < 1e-6);
+        let worst = differs(&dqkv, &cpu_dqkv);
+        assert!(worst < 1e-5, "dqkv differs by {worst}");
+        assert!(
+            cpu_dqkv.iter().any(|g| g.abs() > 1e-3),
+            "a gradient to compare"
+        );
     }
 }

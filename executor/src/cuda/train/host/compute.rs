@@ -23,6 +23,7 @@ use dsplan_planner::memory::cuda_layout::CudaRegion;
 use super::HostError;
 use super::attention;
 use super::buffers::HostBuffers;
+use super::llama::run_llama;
 use crate::cuda::adamw::{Decay, adamw_element};
 use crate::cuda::gemm::{Accumulate, Pass, Product, WeightLayout};
 use crate::cuda::train::buffers::{Region, TensorRef};
@@ -59,7 +60,7 @@ fn weight_in_out(w: &[f32], layout: WeightLayout, ic: usize, oc: usize) -> MatRe
 /// `second`, as `Gemm::run(product, out, first, second, bias)` computes it: the CPU model's
 /// f32 product (`model::gemm::matmul`) over the same strided views, the bias added to every
 /// row of the output's block first.
-fn product(
+pub(super) fn product(
     bufs: &mut HostBuffers,
     product: Product,
     out: &TensorRef,
@@ -180,9 +181,8 @@ pub fn run_compute(
             seq_len,
         } => encoder_backward(
             bufs,
-            (dwte, dwpe, dout),
+            (dwte, Some((dwpe, *seq_len)), dout),
             (bucket_tokens, bucket_starts, bucket_rows),
-            *seq_len,
             scalars.bucket_groups,
         ),
         Op::LayerNormForward {
@@ -320,7 +320,7 @@ pub fn run_compute(
         } => {
             let qkv = bufs.read(qkv)?;
             let (mut y, mut l) = (vec![0.0; out.len()], vec![0.0; lse.len()]);
-            attention::forward(&mut y, &mut l, &qkv, *shape)?;
+            attention::forward(&mut y, &mut l, &qkv, shape.heads())?;
             bufs.write(out, &y)?;
             bufs.write(lse, &l)
         }
@@ -336,7 +336,7 @@ pub fn run_compute(
             let (dout, out, qkv) = (bufs.read(dout)?, bufs.read(out)?, bufs.read(qkv)?);
             let lse = bufs.read(lse)?;
             let (mut dq, mut dl) = (vec![0.0; dqkv.len()], vec![0.0; delta.len()]);
-            attention::backward(&mut dq, &mut dl, (&dout, &out, &qkv, &lse), *shape)?;
+            attention::backward(&mut dq, &mut dl, (&dout, &out, &qkv, &lse), shape.heads())?;
             bufs.write(dqkv, &dq)?;
             bufs.write(delta, &dl)
         }
@@ -412,10 +412,7 @@ pub fn run_compute(
             }
             Ok(())
         }
-        Op::Llama(_) => Err(HostError(format!(
-            "{op:?}: the host interpreter runs GPT-2's ops only (the Llama family's are not \
-             interpreted)"
-        ))),
+        Op::Llama(llama) => run_llama(llama, bufs, scalars, eps),
         Op::Collective(_) => Err(HostError(format!(
             "{op:?}: communication runs through the host collectives, not the compute ops"
         ))),
@@ -458,18 +455,18 @@ fn layernorm(
     bufs.write(rstd, &s)
 }
 
-/// The embedding backward as `encoder.cu` computes it: `dwpe[t] += dout[b, t]`, `b`
-/// ascending; `dwte[token] += dout[row]` for the rows of each uploaded token bucket, in the
-/// bucket's order (`groups` buckets are live).
-fn encoder_backward(
+/// The embedding backward as `encoder.cu` computes it: with a position table `(dwpe, T)`,
+/// `dwpe[t] += dout[b, t]`, `b` ascending (GPT-2; the Llama family has none); then
+/// `dwte[token] += dout[row]` for the rows of each uploaded token bucket, in the bucket's
+/// order (`groups` buckets are live).
+pub(super) fn encoder_backward(
     bufs: &mut HostBuffers,
-    (dwte, dwpe, dout): (&TensorRef, &TensorRef, &TensorRef),
+    (dwte, positions, dout): (&TensorRef, Option<(&TensorRef, usize)>, &TensorRef),
     (bucket_tokens, bucket_starts, bucket_rows): (&TensorRef, &TensorRef, &TensorRef),
-    seq_len: usize,
     groups: usize,
 ) -> Result<(), HostError> {
     let rows = bucket_rows.len();
-    if rows == 0 || !dout.len().is_multiple_of(rows) || seq_len == 0 {
+    if rows == 0 || !dout.len().is_multiple_of(rows) || positions.is_some_and(|(_, t)| t == 0) {
         return Err(HostError(format!(
             "embedding backward: {} elements are not {rows} rows",
             dout.len()
@@ -480,7 +477,7 @@ fn encoder_backward(
     let tokens = bufs.u32s(&bucket_tokens.prefix(groups))?.to_vec();
     let starts = bufs.i32s(&bucket_starts.prefix(groups + 1))?.to_vec();
     let order = bufs.i32s(bucket_rows)?.to_vec();
-    let (mut gte, mut gpe) = (bufs.read(dwte)?, bufs.read(dwpe)?);
+    let mut gte = bufs.read(dwte)?;
     if starts.len() != groups + 1 || tokens.len() != groups {
         return Err(HostError(format!(
             "{groups} token buckets, the buffers hold {} tokens and {} starts",
@@ -488,14 +485,18 @@ fn encoder_backward(
             starts.len()
         )));
     }
-    for row in 0..rows {
-        let t = row % seq_len;
-        let dst = gpe
-            .get_mut(t * c..(t + 1) * c)
-            .ok_or_else(|| HostError(format!("position {t} past dwpe")))?;
-        for (g, &x) in dst.iter_mut().zip(&d[row * c..(row + 1) * c]) {
-            *g += x;
+    if let Some((dwpe, seq_len)) = positions {
+        let mut gpe = bufs.read(dwpe)?;
+        for row in 0..rows {
+            let t = row % seq_len;
+            let dst = gpe
+                .get_mut(t * c..(t + 1) * c)
+                .ok_or_else(|| HostError(format!("position {t} past dwpe")))?;
+            for (g, &x) in dst.iter_mut().zip(&d[row * c..(row + 1) * c]) {
+                *g += x;
+            }
         }
+        bufs.write(dwpe, &gpe)?;
     }
     let index = |v: i32| usize::try_from(v).map_err(|_| HostError(format!("bucket index {v}")));
     for (k, &token) in tokens.iter().enumerate() {
@@ -519,8 +520,7 @@ fn encoder_backward(
             }
         }
     }
-    bufs.write(dwte, &gte)?;
-    bufs.write(dwpe, &gpe)
+    bufs.write(dwte, &gte)
 }
 
 /// One of the tied `lm_head`'s products ([`Op::vocabulary_product`]).

@@ -11,14 +11,15 @@
 //! |---|---|
 //! | [`buffers`] | [`HostBuffers`]: one vector per region, filled as the device's are |
 //! | [`compute`] | the compute ops ([`run_compute`]) with the kernels' semantics |
-//! | [`attention`] | attention forward (log-sum-exp kept) and backward as `attention.cu` |
+//! | [`llama`] | the Llama family's ops (RMSNorm, RoPE, SwiGLU, `nn.Linear` products, the embedding) |
+//! | [`attention`] | attention forward (log-sum-exp kept) and backward as `attention.cu`, grouped-query too |
 //! | [`collectives`] | the communication ops ([`run_comm`]) through the host `Comm` |
 //! | [`ordering`] | the two streams' events: every cross-stream access ordered ([`check_ordering`]) |
 //! | [`backend`] | [`HostStep`], the training loop's backend running the phases |
 //! | [`run`] | [`train_program_on_host`], the front door (the GPU's `train_cuda_planned`) |
 //!
 //! What it does not cover: 16-bit models (refused: the device rounds every store to the
-//! model dtype, which is not reproduced), the Llama family's ops (refused), the kernels'
+//! model dtype, which is not reproduced), the kernels'
 //! own arithmetic (the CPU references stand in for them, f64 products for cuBLASLt), and
 //! timing: one thread per rank runs the program in list order, so a race between the compute
 //! and communication streams cannot change a result here; [`ordering`] checks the program's
@@ -29,6 +30,7 @@ pub mod backend;
 pub mod buffers;
 pub mod collectives;
 pub mod compute;
+pub mod llama;
 pub mod ordering;
 pub mod run;
 
@@ -36,6 +38,7 @@ pub use backend::{HostParts, HostStep};
 pub use buffers::HostBuffers;
 pub use collectives::run_comm;
 pub use compute::run_compute;
+pub use llama::run_llama;
 pub use ordering::{OrderingError, check_ordering};
 pub use run::{train_program_on_host, train_rank_models_on_host};
 

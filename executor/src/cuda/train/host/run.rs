@@ -14,7 +14,6 @@ use super::backend::{HostParts, HostStep};
 use super::buffers::HostBuffers;
 use crate::checkpoint::consolidate;
 use crate::comm::{Comm, CommTraffic, LocalComm, run_ranks};
-use crate::cuda::train::device_model::DeviceModel;
 use crate::cuda::train::owned::DeviceOwned;
 use crate::cuda::train::trainer::{CudaTrainError, kernel_dtype};
 use crate::cuda::train::world::{RankModel, rank_models};
@@ -85,16 +84,6 @@ pub fn train_rank_models_on_host(
 ) -> Result<TrainReport, CudaTrainError> {
     let prepared = prepare(spec, plan, checkpoints, PlanBackend::DsplanCuda)?;
     let world = prepared.world;
-    if models
-        .iter()
-        .any(|m| matches!(m.model, DeviceModel::Llama(_)))
-    {
-        return Err(CudaTrainError::Setup(
-            "the host interpreter runs GPT-2's programs only: the Llama family's ops (RMSNorm, \
-             RoPE, SwiGLU, grouped-query attention, their products) are not interpreted"
-                .into(),
-        ));
-    }
     if models.len() != world {
         return Err(CudaTrainError::Setup(format!(
             "{} rank program(s) for a run of {world} rank(s)",
@@ -161,8 +150,13 @@ fn run_rank(
     let layout = model.sizes();
     let owned = DeviceOwned::of_model(model);
     let dtype = kernel_dtype(prepared.spec.settings.precision().model_dtype());
-    let bufs = HostBuffers::new(layout, dtype, model.param_table(), prepared.initial_params)
+    let mut bufs = HostBuffers::new(layout, dtype, model.param_table(), prepared.initial_params)
         .map_err(RankError::Setup)?;
+    // The constant tables the device uploads once (the Llama family's rotation table).
+    for constant in model.constants() {
+        bufs.write(&constant.at, &constant.values)
+            .map_err(RankError::Setup)?;
+    }
     let mut backend = HostStep::new(HostParts {
         program,
         bufs,
