@@ -465,35 +465,8 @@ impl DeviceLayout {
                 }
             })
             .collect();
-        let n = |v: u64| to_usize(v);
-        let lengths = RegionLengths(Region::ALL.map(|region| match region {
-            Region::Params => n(shares.params + shares.param_shard),
-            Region::Grads => n(shares.grads + shares.grad_partition),
-            Region::ExpAvg | Region::ExpAvgSq => n(shares.optimizer),
-            Region::Master => n(shares.master),
-            Region::ReduceStaging => n(shares.bucket),
-            Region::GatherIn => n(shares.gather),
-            Region::GatherOut => n(shares.gather_out()),
-            other => tables.len(other),
-        }));
-        let shard_spans = match shares.scheme {
-            CudaScheme::Sharded => {
-                let world = n(shares.world).max(1);
-                let mut offset = 0;
-                params
-                    .table()
-                    .entries()
-                    .iter()
-                    .map(|e| {
-                        let slice = e.span.len.div_ceil(world);
-                        let span = Span::new(offset, slice);
-                        offset += slice;
-                        span
-                    })
-                    .collect()
-            }
-            CudaScheme::Replicated | CudaScheme::FlatPartition => Vec::new(),
-        };
+        let lengths = share_lengths(&shares, &tables);
+        let shard_spans = shard_spans(&shares, params.table());
         let encoded = act("encoded");
         let (lnf, lnf_mean, lnf_rstd) = (act("lnf"), stat("lnf_mean"), stat("lnf_rstd"));
         let (logits, logits_stride) = logits_rows(act("logits"), shape.tokens(), config.vocab_size);
@@ -545,40 +518,21 @@ impl DeviceLayout {
     ) -> Result<Self, String> {
         let shares = CudaShares::of_plan(plan).for_rank(rank as u64);
         let mut layout = Self::with_shares(config, shape, dtype, recompute, shares);
-        if shares.scheme != CudaScheme::Sharded {
-            return Ok(layout);
-        }
-        let arena = plan
-            .stage3
-            .as_ref()
-            .and_then(|s| s.arena.as_ref())
-            .ok_or("the plan shards the parameters but places no stage-3 arena")?;
-        let entries = layout.params.table().entries();
-        for place in arena.persistent() {
-            let name = plan
-                .layout
-                .entries
-                .iter()
-                .find(|e| e.tensor == place.tensor)
-                .map(|e| e.name.as_str());
-            let flat = entries
-                .iter()
-                .find(|e| Some(e.name.as_str()) == name)
-                .map(|e| e.span)
-                .filter(|s| s.len as u64 == place.numel)
-                .ok_or_else(|| {
-                    format!(
-                        "the plan's persistent tensor {} ({name:?}) is not a parameter of {} elements of the device model",
-                        place.tensor, place.numel
-                    )
-                })?;
-            layout.persistent_places.push((
-                flat,
-                Span::new(to_usize(place.offset), to_usize(place.numel)),
-            ));
-        }
-        layout.arena = Some(arena.clone());
+        let (arena, places) = plan_placement(plan, &shares, layout.params.table())?;
+        layout.arena = arena;
+        layout.persistent_places = places;
         Ok(layout)
+    }
+
+    /// This rank's shares of the model states, as every family's step reads them.
+    pub fn rank_shares(&self) -> RankShares<'_> {
+        RankShares {
+            shares: &self.shares,
+            table: self.params.table(),
+            shard_spans: &self.shard_spans,
+            arena: self.arena.as_ref(),
+            persistent_places: &self.persistent_places,
+        }
     }
 
     /// Elements of `region`.
@@ -605,28 +559,62 @@ impl DeviceLayout {
     /// parameters' region holds the gathered-parameter arena (category gathered) and then
     /// the rank's shard (category params).
     pub fn bytes_by_category(&self) -> ByCategory {
-        let mut total = ByCategory::default();
-        let mut add = |category: Category, bytes: u64| {
-            total.set(category, total.get(category) + bytes);
-        };
-        for region in Region::ALL {
-            let bytes = self.bytes(region);
-            if region == Region::Params && self.shares.scheme == CudaScheme::Sharded {
-                let shard = self.shares.param_shard * region.element().size(self.dtype) as u64;
-                add(Category::Gathered, bytes - shard);
-                add(Category::Params, shard);
-            } else {
-                add(region.category(), bytes);
-            }
-        }
-        total
+        self.rank_shares()
+            .bytes_by_category(&self.lengths, self.dtype)
     }
 
+    /// The range of `region` (parameters or gradients) this rank's optimizer owns
+    /// ([`RankShares::owned`]).
+    pub fn owned(&self, region: Region) -> TensorRef {
+        self.rank_shares().owned(region)
+    }
+
+    /// The fused AdamW's segments ([`RankShares::segments`]).
+    pub fn segments(&self) -> Vec<(usize, usize)> {
+        self.rank_shares().segments()
+    }
+
+    /// The parameters' region as this rank starts it ([`RankShares::initial_params`]).
+    pub fn initial_params(&self, whole: &[f32]) -> Vec<f32> {
+        self.rank_shares().initial_params(whole)
+    }
+
+    /// The fp32 master this rank starts from ([`RankShares::initial_master`]).
+    pub fn initial_master(&self, whole: &[f32]) -> Vec<f32> {
+        self.rank_shares()
+            .initial_master(whole, RegionSizes::trains_master(self))
+    }
+
+    /// Every region with its bytes, in allocation order.
+    pub fn regions(&self) -> Vec<(Region, u64)> {
+        Region::ALL.iter().map(|&r| (r, self.bytes(r))).collect()
+    }
+}
+
+/// A rank's shares of the plan's model states, borrowed from its layout (GPT-2's
+/// [`DeviceLayout`], the Llama family's `LlamaDeviceLayout`): what its owned range, its AdamW
+/// segments and its first uploads follow, one path for every family.
+#[derive(Debug, Clone, Copy)]
+pub struct RankShares<'a> {
+    /// The rank's shares of the plan (one GPU: everything whole).
+    pub shares: &'a CudaShares,
+    /// The parameter tensors in flat order.
+    pub table: &'a TensorTable,
+    /// Stage 3: each tensor's slice in the shard ([`DeviceLayout::shard_spans`]); empty
+    /// otherwise.
+    pub shard_spans: &'a [Span],
+    /// Stage 3: the plan's gathered-parameter arena.
+    pub arena: Option<&'a Stage3Arena>,
+    /// Stage 3: each persistent tensor's flat span and its place in the arena.
+    pub persistent_places: &'a [(Span, Span)],
+}
+
+impl RankShares<'_> {
     /// The range of `region` (parameters or gradients) this rank's optimizer owns: everything
     /// on one GPU and at stage 0, its flat partition at stages 1-2, its shard at stage 3.
     pub fn owned(&self, region: Region) -> TensorRef {
         let (start, len) = match self.shares.scheme {
-            CudaScheme::Replicated => (0, self.params.num_params() as u64),
+            CudaScheme::Replicated => (0, self.table.total_len() as u64),
             CudaScheme::FlatPartition => (self.shares.partition, self.shares.optimizer),
             CudaScheme::Sharded => match region {
                 Region::Grads => (self.shares.grads, self.shares.grad_partition),
@@ -642,7 +630,7 @@ impl DeviceLayout {
     /// The fused AdamW's segments `(offset, len)` over the owned range ([`Self::owned`]):
     /// one per parameter tensor that reaches into it, offsets from the range's start.
     pub fn segments(&self) -> Vec<(usize, usize)> {
-        let entries = self.params.table().entries();
+        let entries = self.table.entries();
         match self.shares.scheme {
             CudaScheme::Replicated => entries
                 .iter()
@@ -669,14 +657,14 @@ impl DeviceLayout {
     }
 
     /// The parameters' region as this rank starts it from the whole model `whole` (f32,
-    /// [`ParamLayout`] order): the model and zero padding to the flat buffer's length; at
+    /// flat order): the model and zero padding to the flat buffer's length; at
     /// stage 3 the arena (the persistent tensors at their places, zeros elsewhere) and the
     /// rank's slices of every tensor (zero-padded) after it.
     pub fn initial_params(&self, whole: &[f32]) -> Vec<f32> {
         let mut out = match self.shares.scheme {
             CudaScheme::Sharded => {
                 let mut arena = vec![0.0; to_usize(self.shares.params)];
-                for &(flat, place) in &self.persistent_places {
+                for &(flat, place) in self.persistent_places {
                     if let (Some(dst), Some(src)) = (
                         arena.get_mut(place.offset..place.end()),
                         whole.get(flat.offset..flat.end()),
@@ -694,7 +682,7 @@ impl DeviceLayout {
         };
         if self.shares.scheme == CudaScheme::Sharded {
             let rank = to_usize(self.shares.rank);
-            for (entry, slice) in self.params.table().entries().iter().zip(&self.shard_spans) {
+            for (entry, slice) in self.table.entries().iter().zip(self.shard_spans) {
                 let from = (entry.span.offset + rank * slice.len).min(entry.span.end());
                 let to = (from + slice.len).min(entry.span.end());
                 let mut piece = whole.get(from..to).unwrap_or(&[]).to_vec();
@@ -707,8 +695,8 @@ impl DeviceLayout {
 
     /// The fp32 master this rank starts from (its owned range of [`Self::initial_params`]);
     /// empty when the parameters are the master.
-    pub fn initial_master(&self, whole: &[f32]) -> Vec<f32> {
-        if !self.trains_master() {
+    pub fn initial_master(&self, whole: &[f32], trains_master: bool) -> Vec<f32> {
+        if !trains_master {
             return Vec::new();
         }
         let owned = self.owned(Region::Params);
@@ -719,10 +707,109 @@ impl DeviceLayout {
             .to_vec()
     }
 
-    /// Every region with its bytes, in allocation order.
-    pub fn regions(&self) -> Vec<(Region, u64)> {
-        Region::ALL.iter().map(|&r| (r, self.bytes(r))).collect()
+    /// Bytes per memory category of `lengths` (this rank's regions) stored in `dtype`: at
+    /// stage 3 the parameters' region holds the gathered-parameter arena (category gathered)
+    /// and then the rank's shard (category params).
+    pub fn bytes_by_category(&self, lengths: &RegionLengths, dtype: Dtype) -> ByCategory {
+        let mut total = ByCategory::default();
+        let mut add = |category: Category, bytes: u64| {
+            total.set(category, total.get(category) + bytes);
+        };
+        for region in Region::ALL {
+            let bytes = lengths.bytes(region, dtype);
+            if region == Region::Params && self.shares.scheme == CudaScheme::Sharded {
+                let shard = self.shares.param_shard * region.element().size(dtype) as u64;
+                add(Category::Gathered, bytes - shard);
+                add(Category::Params, shard);
+            } else {
+                add(region.category(), bytes);
+            }
+        }
+        total
     }
+}
+
+/// The lengths of a rank's regions holding `shares` of the model states, the planner's
+/// step regions from `tables`.
+pub(crate) fn share_lengths(shares: &CudaShares, tables: &Tables) -> RegionLengths {
+    let n = |v: u64| to_usize(v);
+    RegionLengths(Region::ALL.map(|region| match region {
+        Region::Params => n(shares.params + shares.param_shard),
+        Region::Grads => n(shares.grads + shares.grad_partition),
+        Region::ExpAvg | Region::ExpAvgSq => n(shares.optimizer),
+        Region::Master => n(shares.master),
+        Region::ReduceStaging => n(shares.bucket),
+        Region::GatherIn => n(shares.gather),
+        Region::GatherOut => n(shares.gather_out()),
+        other => tables.len(other),
+    }))
+}
+
+/// Stage 3: each tensor of `table`'s slice in the rank's shard (`ceil(numel / W)` each, back
+/// to back, in flat order); empty otherwise.
+pub(crate) fn shard_spans(shares: &CudaShares, table: &TensorTable) -> Vec<Span> {
+    match shares.scheme {
+        CudaScheme::Sharded => {
+            let world = to_usize(shares.world).max(1);
+            let mut offset = 0;
+            table
+                .entries()
+                .iter()
+                .map(|e| {
+                    let slice = e.span.len.div_ceil(world);
+                    let span = Span::new(offset, slice);
+                    offset += slice;
+                    span
+                })
+                .collect()
+        }
+        CudaScheme::Replicated | CudaScheme::FlatPartition => Vec::new(),
+    }
+}
+
+/// Stage 3: the plan's gathered-parameter arena and each persistent tensor's flat span in
+/// `table` with its place there; nothing below stage 3. An error when the plan shards the
+/// parameters without placing them, or places a tensor `table` does not have.
+#[allow(clippy::type_complexity)]
+pub(crate) fn plan_placement(
+    plan: &Plan,
+    shares: &CudaShares,
+    table: &TensorTable,
+) -> Result<(Option<Stage3Arena>, Vec<(Span, Span)>), String> {
+    if shares.scheme != CudaScheme::Sharded {
+        return Ok((None, Vec::new()));
+    }
+    let arena = plan
+        .stage3
+        .as_ref()
+        .and_then(|s| s.arena.as_ref())
+        .ok_or("the plan shards the parameters but places no stage-3 arena")?;
+    let entries = table.entries();
+    let mut places = Vec::new();
+    for place in arena.persistent() {
+        let name = plan
+            .layout
+            .entries
+            .iter()
+            .find(|e| e.tensor == place.tensor)
+            .map(|e| e.name.as_str());
+        let flat = entries
+            .iter()
+            .find(|e| Some(e.name.as_str()) == name)
+            .map(|e| e.span)
+            .filter(|s| s.len as u64 == place.numel)
+            .ok_or_else(|| {
+                format!(
+                    "the plan's persistent tensor {} ({name:?}) is not a parameter of {} elements of the device model",
+                    place.tensor, place.numel
+                )
+            })?;
+        places.push((
+            flat,
+            Span::new(to_usize(place.offset), to_usize(place.numel)),
+        ));
+    }
+    Ok((Some(arena.clone()), places))
 }
 
 /// The sizes of a layout's regions (GPT-2's [`DeviceLayout`], the Llama family's
@@ -816,15 +903,4 @@ impl RegionLengths {
         }
         total
     }
-}
-
-/// The model states' lengths (`params` elements; no master copy in f32 training) and the
-/// planner's regions from `tables`.
-pub(crate) fn region_lengths(tables: &Tables, params: usize, dtype: Dtype) -> RegionLengths {
-    let master = if dtype == Dtype::F32 { 0 } else { params };
-    RegionLengths(Region::ALL.map(|region| match region {
-        Region::Params | Region::Grads | Region::ExpAvg | Region::ExpAvgSq => params,
-        Region::Master => master,
-        other => tables.len(other),
-    }))
 }

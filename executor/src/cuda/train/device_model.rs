@@ -10,6 +10,7 @@ use super::llama::LlamaDeviceLayout;
 use super::mfu::Mfu;
 use super::program::ShapeError;
 use super::step::StepProgram;
+use super::world_step::WorldLayout;
 use crate::metrics::ByCategory;
 use crate::model::{BatchShape, ModelConfig, Recompute};
 use crate::tensor::TensorTable;
@@ -59,6 +60,14 @@ impl DeviceModel {
         match self {
             Self::Gpt2(layout) => program.check(layout),
             Self::Llama(layout) => program.check_llama(layout),
+        }
+    }
+
+    /// The layout as [`super::world_program`] reads it (its shares of the plan, its passes).
+    pub fn world_layout(&self) -> &dyn WorldLayout {
+        match self {
+            Self::Gpt2(layout) => layout,
+            Self::Llama(layout) => layout,
         }
     }
 

@@ -25,14 +25,14 @@
 //! | [`placement`] | each rank's GPU and the device collective, from the rank and GPU counts | yes |
 //! | [`rank`] | the step's operations on one rank's GPU buffers ([`CudaStep`]) | needs a GPU |
 //! | [`world`] | the runs: one GPU, `W` thread ranks, one process rank of a job | needs a GPU (its programs are built on the host) |
-//! | [`host`] | the step's program interpreted on host buffers and thread ranks ([`host::train_program_on_host`]) | yes (f32 GPT-2) |
+//! | [`host`] | the step's program interpreted on host buffers and thread ranks ([`host::train_program_on_host`]) | yes (f32) |
 //! | [`trainer`] | whether the GPU can run a spec ([`check_spec`]), the run's errors and front door | yes, up to the first driver call |
 //!
 //! For ZeRO stages 0-3 on one GPU the math is the same step. At `W > 1`, [`world_program`]
 //! builds a rank's step from the plan (buckets, stage-3 schedule, parameter all-gather) and
 //! [`execute_comm`] runs its collectives through `cuda::device_comm`; [`world`] drives `W`
-//! thread ranks (or this process as one rank of a job) through the one training loop,
-//! GPT-2 only (the Llama family's device step has no per-rank shares yet).
+//! thread ranks (or this process as one rank of a job) through the one training loop, for
+//! GPT-2 and the Llama family alike (each layout's [`world_step::WorldLayout`]).
 
 pub mod backward;
 pub mod buffers;
@@ -66,4 +66,4 @@ pub use world::{
     nccl_library, rank_models, thread_placement, train_cuda_as_rank, train_cuda_planned,
     visible_gpus,
 };
-pub use world_step::world_program;
+pub use world_step::{WorldLayout, world_program};

@@ -12,7 +12,7 @@
 use dsplan_planner::config::ZeroStage;
 use dsplan_planner::plan::cuda_world::CudaScheme;
 
-use super::buffers::DeviceLayout;
+use super::buffers::{DeviceLayout, RankShares};
 use super::device_model::DeviceModel;
 use crate::zero::EnginePlan;
 
@@ -59,8 +59,13 @@ impl DeviceOwned {
 
     /// What the rank of `layout` (its `shares`) owns.
     pub fn of_layout(layout: &DeviceLayout) -> Self {
-        let num_params = layout.params.num_params();
-        let shares = &layout.shares;
+        Self::of_shares(&layout.rank_shares())
+    }
+
+    /// What a rank holding `held` (its layout's shares, any family) owns.
+    pub fn of_shares(held: &RankShares<'_>) -> Self {
+        let num_params = held.table.total_len();
+        let shares = held.shares;
         let at = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
         match shares.scheme {
             CudaScheme::Replicated => Self::whole(num_params),
@@ -83,10 +88,10 @@ impl DeviceOwned {
             }
             CudaScheme::Sharded => {
                 let rank = at(shares.rank);
-                let entries = layout.params.table().entries();
+                let entries = held.table.entries();
                 let runs = entries
                     .iter()
-                    .zip(&layout.shard_spans)
+                    .zip(held.shard_spans)
                     .filter_map(|(entry, slice)| {
                         let from = (entry.span.offset + rank * slice.len).min(entry.span.end());
                         let to = (from + slice.len).min(entry.span.end());
@@ -107,13 +112,9 @@ impl DeviceOwned {
         }
     }
 
-    /// What the rank of `model` owns: its shares for GPT-2, the whole model for a layout that
-    /// is not shared out (the Llama family, one GPU).
+    /// What the rank of `model` owns: its layout's shares (the whole model on one GPU).
     pub fn of_model(model: &DeviceModel) -> Self {
-        match model {
-            DeviceModel::Gpt2(layout) => Self::of_layout(layout),
-            DeviceModel::Llama(layout) => Self::whole(layout.params.num_params()),
-        }
+        Self::of_shares(&model.world_layout().rank_shares())
     }
 
     /// The owned range of the whole flat model `whole` (zeros where it pads).

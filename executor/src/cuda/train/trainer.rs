@@ -58,17 +58,12 @@ pub fn kernel_dtype(dtype: ModelDtype) -> dsplan_kernels::Dtype {
 }
 
 /// Checks on the host, before any CUDA call, that the GPU backend can run `spec`: a GPT-2
-/// model at any world size or a Llama-family model on one rank, that is valid for the run's rows (the checks of every backend),
+/// or Llama-family model at any world size, that is valid for the run's rows (the checks of every backend),
 /// and a step whose every op and launch fits (the model's head size has
 /// attention kernels). The data and the initial parameters are checked when the run starts,
 /// as on every backend. [`train_cuda`] calls it first; the run command calls it to decide
 /// before probing the device.
 pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
-    if spec.world > 1 && !matches!(spec.model, crate::model::ModelConfig::Gpt2(_)) {
-        return Err(CudaTrainError::Setup(super::world::world_refusal(
-            spec.world,
-        )));
-    }
     crate::train::check_model(spec)?;
     let shape = crate::model::BatchShape {
         batch: spec.settings.batch.micro_batch,

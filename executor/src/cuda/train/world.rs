@@ -11,8 +11,9 @@
 //!
 //! At `W = 1` the step is one GPU's program ([`DeviceModel::program`], no collectives, the
 //! default stream); at `W > 1` it is [`world_program`] over the rank's shares of the plan
-//! ([`DeviceLayout::with_shares`]), GPT-2 only. Every rank's program is built and checked on
-//! the host before anything touches the GPU.
+//! ([`DeviceLayout::for_plan_rank`], [`LlamaDeviceLayout::for_plan_rank`]), for every model
+//! family. Every rank's program is built and checked on the host before anything touches the
+//! GPU.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,6 +26,7 @@ use dsplan_planner::plan::{Plan, PlanBackend};
 use super::buffers::DeviceLayout;
 use super::device_model::DeviceModel;
 use super::execute::{DeviceBuffers, Executor};
+use super::llama::LlamaDeviceLayout;
 use super::owned::DeviceOwned;
 use super::placement::{DeviceLink, NcclLibrary, Placement, place_ranks};
 use super::rank::{CudaStep, NcclWithHost, RankComm, RankParts};
@@ -58,8 +60,7 @@ pub struct RankModel {
 
 /// Builds and checks the step of every rank of `plan` for `spec`, on
 /// micro-batches of `spec`'s shape, before any CUDA call: one GPU's program at `W = 1`,
-/// [`world_program`] over each rank's shares at `W > 1` (GPT-2 only; [`check_spec`] refuses
-/// the rest).
+/// [`world_program`] over each rank's shares at `W > 1`.
 pub fn rank_models(spec: &TrainSpec, plan: &Plan) -> Result<Vec<RankModel>, CudaTrainError> {
     let shape = crate::model::BatchShape {
         batch: spec.settings.batch.micro_batch,
@@ -73,36 +74,30 @@ pub fn rank_models(spec: &TrainSpec, plan: &Plan) -> Result<Vec<RankModel>, Cuda
         let program = model.program().with_attention(spec.settings.attention);
         return Ok(vec![RankModel { model, program }]);
     }
-    let ModelConfig::Gpt2(config) = &spec.model else {
-        return Err(CudaTrainError::Setup(world_refusal(world)));
-    };
     (0..world)
         .map(|rank| {
-            let layout = DeviceLayout::for_plan_rank(*config, shape, dtype, recompute, plan, rank)
-                .map_err(|e| CudaTrainError::Setup(format!("rank {rank}'s buffers: {e}")))?;
-            let program = world_program(&layout, plan)
+            let model = match &spec.model {
+                ModelConfig::Gpt2(config) => {
+                    DeviceLayout::for_plan_rank(*config, shape, dtype, recompute, plan, rank)
+                        .map(DeviceModel::Gpt2)
+                }
+                ModelConfig::Llama(config) => {
+                    LlamaDeviceLayout::for_plan_rank(*config, shape, dtype, recompute, plan, rank)
+                        .map(DeviceModel::Llama)
+                }
+            }
+            .map_err(|e| CudaTrainError::Setup(format!("rank {rank}'s buffers: {e}")))?;
+            let program = world_program(model.world_layout(), plan)
                 .map_err(|e| {
                     CudaTrainError::Setup(format!("rank {rank}'s step from the plan: {e}"))
                 })?
                 .with_attention(spec.settings.attention);
-            program
-                .check(&layout)
+            model
+                .check(&program)
                 .map_err(|e| CudaTrainError::Setup(format!("rank {rank}'s step: {e}")))?;
-            Ok(RankModel {
-                model: DeviceModel::Gpt2(layout),
-                program,
-            })
+            Ok(RankModel { model, program })
         })
         .collect()
-}
-
-/// Why a model family other than GPT-2 is refused at `world` ranks.
-pub(super) fn world_refusal(world: usize) -> String {
-    format!(
-        "the CUDA trainer runs {world} ranks for GPT-2 only: the Llama family's device step has \
-         no per-rank shares of the plan yet (its buffers are one GPU's); train it with \
-         --world-size 1 on the GPU, or on the CPU (--device cpu) at any world size"
-    )
 }
 
 /// The GPUs this process sees (`CUDA_VISIBLE_DEVICES` applied by the driver).

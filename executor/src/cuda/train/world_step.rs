@@ -1,6 +1,9 @@
-//! The step of one rank among `W > 1` ([`world_program`]): the one-GPU compute ops of
-//! [`super::forward`] and [`super::backward`], cut into the plan's units, with the plan's
-//! collectives between them as [`CommOp`]s.
+//! The step of one rank among `W > 1` ([`world_program`]): the one-GPU compute ops of the
+//! model's family ([`WorldLayout::passes`]: GPT-2's [`super::forward`] and
+//! [`super::backward`], the Llama family's `llama::forward` and `llama::backward`), cut into
+//! the plan's units, with the plan's collectives between them as [`CommOp`]s. Nothing here
+//! knows the family: a compute op is placed by the parameters it reads and the gradients it
+//! writes, the rank's buffers by its [`RankShares`].
 //!
 //! Every decision is the plan's:
 //! - **gradient buckets** (`buckets.reduce`): each bucket is reduced where the plan flushes it
@@ -26,7 +29,7 @@
 //!   (stages 1-3), two scalar all-reduces the plan's op graph does not list.
 //!
 //! A compute op belongs to the unit of the parameters it reads or the gradients it writes
-//! (GPT-2's tied `wte`: the embedding going forward, the LM head coming back); ops without
+//! (a tied embedding: the embedding going forward, the LM head coming back); ops without
 //! parameters stay in the unit before them. A [`Marker`] follows each unit's compute and the
 //! optimizer step, so a collective's position (markers before it) is in the plan's op graph
 //! coordinates.
@@ -43,7 +46,7 @@ use dsplan_planner::plan::stage3_arena::{ArenaSpan, Stage3Arena};
 use dsplan_planner::plan::{Collective, Plan};
 
 use super::backward::backward_ops;
-use super::buffers::{DeviceLayout, Region, RegionSizes, TensorRef, to_usize};
+use super::buffers::{DeviceLayout, RankShares, Region, RegionSizes, TensorRef, to_usize};
 use super::forward::forward_ops;
 use super::program::{
     Access, CommAction, CommOp, CommStream, CopyPiece, EventId, Marker, Op, Purpose, Reduction,
@@ -59,15 +62,36 @@ enum Pass {
     Backward,
 }
 
-/// The step of rank `layout.shares.rank` of `plan` (see the [module documentation](self)).
-/// `layout` holds the rank's shares of the same plan.
-pub fn world_program(layout: &DeviceLayout, plan: &Plan) -> Result<StepProgram, ShapeError> {
+/// A rank's buffers as [`world_program`] reads them, whatever the model family: its shares of
+/// the plan and the one-GPU compute ops over its flat parameters.
+pub trait WorldLayout: RegionSizes {
+    /// The rank's shares of the model states.
+    fn rank_shares(&self) -> RankShares<'_>;
+
+    /// The one-GPU forward (through the classifier) and backward ops, over the flat
+    /// parameters and gradients.
+    fn passes(&self) -> [Vec<Op>; 2];
+}
+
+impl WorldLayout for DeviceLayout {
+    fn rank_shares(&self) -> RankShares<'_> {
+        DeviceLayout::rank_shares(self)
+    }
+
+    fn passes(&self) -> [Vec<Op>; 2] {
+        [forward_ops(self), backward_ops(self)]
+    }
+}
+
+/// The step of rank `layout`'s `shares.rank` of `plan` (see the [module
+/// documentation](self)). `layout` holds the rank's shares of the same plan.
+pub fn world_program(layout: &dyn WorldLayout, plan: &Plan) -> Result<StepProgram, ShapeError> {
     let mut builder = Builder::new(layout, plan)?;
     let params_ready = builder.event();
     let mut start = vec![Op::Zero {
-        tensor: layout.whole(Region::Grads),
+        tensor: layout.whole_region(Region::Grads),
     }];
-    if layout.shares.world > 1 {
+    if layout.rank_shares().shares.world > 1 {
         start.push(sync(CommStream::Compute, vec![params_ready], None));
     }
     let micro_step = builder.micro_step(plan.buckets.timing == ReduceTiming::EveryMicroStep)?;
@@ -106,7 +130,9 @@ fn slice(region: Region, offset: usize, len: usize) -> TensorRef {
 }
 
 struct Builder<'a> {
-    layout: &'a DeviceLayout,
+    layout: &'a dyn WorldLayout,
+    /// The rank's shares (the layout's).
+    rank: RankShares<'a>,
     plan: &'a Plan,
     /// Model tensor → the executor's span of it in the flat buffers.
     spans: Vec<Span>,
@@ -138,9 +164,10 @@ struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
-    fn new(layout: &'a DeviceLayout, plan: &'a Plan) -> Result<Self, ShapeError> {
+    fn new(layout: &'a dyn WorldLayout, plan: &'a Plan) -> Result<Self, ShapeError> {
         let graph = &plan.model_graph;
-        let entries = layout.params.table().entries();
+        let rank = layout.rank_shares();
+        let entries = rank.table.entries();
         let mut spans = Vec::with_capacity(graph.tensors.len());
         let mut shard = Vec::with_capacity(graph.tensors.len());
         for tensor in &graph.tensors {
@@ -155,14 +182,13 @@ impl<'a> Builder<'a> {
                 })?;
             spans.push(entries[index].span);
             shard.push(
-                layout
-                    .shard_spans
+                rank.shard_spans
                     .get(index)
                     .copied()
                     .unwrap_or(Span::new(0, 0)),
             );
         }
-        if layout.shares.scheme == CudaScheme::FlatPartition {
+        if rank.shares.scheme == CudaScheme::FlatPartition {
             for entry in &plan.layout.entries {
                 let ours = spans.get(entry.tensor).map(|s| s.offset as u64);
                 if ours != Some(entry.offset) {
@@ -173,8 +199,8 @@ impl<'a> Builder<'a> {
                 }
             }
         }
-        let arena = match layout.shares.scheme {
-            CudaScheme::Sharded => Some(stage3_arena(layout, plan, &spans)?),
+        let arena = match rank.shares.scheme {
+            CudaScheme::Sharded => Some(stage3_arena(&rank, plan, &spans)?),
             CudaScheme::Replicated | CudaScheme::FlatPartition => None,
         };
         let flat_len = spans.iter().map(|s| s.end()).max().unwrap_or(0);
@@ -195,6 +221,7 @@ impl<'a> Builder<'a> {
         }
         Ok(Self {
             layout,
+            rank,
             plan,
             spans,
             shard,
@@ -206,7 +233,7 @@ impl<'a> Builder<'a> {
             by_offset,
             steps_of,
             steps: 2 * units,
-            world: layout.shares.world.max(1) as usize,
+            world: rank.shares.world.max(1) as usize,
             events: 0,
             ops: Vec::new(),
             started: None,
@@ -222,13 +249,13 @@ impl<'a> Builder<'a> {
     }
 
     fn sharded(&self) -> bool {
-        self.layout.shares.scheme == CudaScheme::Sharded
+        self.rank.shares.scheme == CudaScheme::Sharded
     }
 
     /// Model tensors a compute op (as built, over the flat parameters) reads (parameters)
     /// or writes (gradients) in the flat buffers.
     fn touched(&self, op: &Op) -> Vec<usize> {
-        let shares = &self.layout.shares;
+        let shares = self.rank.shares;
         let mut found = Vec::new();
         for (tensor, access) in op.tensors() {
             let flat = match (tensor.region, access) {
@@ -460,7 +487,7 @@ impl<'a> Builder<'a> {
     /// for its event.
     fn gather(&mut self, places: &[(usize, ArenaSpan)], purpose: Purpose, waits: Vec<EventId>) {
         let world = self.world;
-        let base = self.layout.shares.params as usize;
+        let base = self.rank.shares.params as usize;
         let mut pack = Vec::new();
         let mut at = 0;
         let mut placed = Vec::new();
@@ -557,7 +584,7 @@ impl<'a> Builder<'a> {
                     at += p;
                 }
             }
-            let partition = self.layout.shares.grads as usize + first;
+            let partition = self.rank.shares.grads as usize + first;
             vec![
                 CommOp {
                     stream,
@@ -624,8 +651,7 @@ impl<'a> Builder<'a> {
                 .push(sync(CommStream::Compute, Vec::new(), Some(entered)));
             self.entered = Some(entered);
         }
-        let forward = forward_ops(self.layout);
-        let backward = backward_ops(self.layout);
+        let [forward, backward] = self.layout.passes();
         let passes = [(Pass::Forward, forward), (Pass::Backward, backward)];
         for (pass, ops) in passes {
             for op in ops {
@@ -682,18 +708,18 @@ impl<'a> Builder<'a> {
     /// The unscale and norm over the rank's gradients; the sums over the ranks.
     fn norm(&mut self) -> Vec<Op> {
         let layout = self.layout;
-        let found_inf = layout.whole(Region::Step(CudaRegion::FoundInf));
-        let total = layout.whole(Region::Step(CudaRegion::NormTotal));
+        let found_inf = layout.whole_region(Region::Step(CudaRegion::FoundInf));
+        let total = layout.whole_region(Region::Step(CudaRegion::NormTotal));
         let mut ops = vec![
             Op::Zero { tensor: found_inf },
             Op::UnscaleNorm {
-                grads: layout.owned(Region::Grads),
-                partials: layout.whole(Region::Step(CudaRegion::NormPartials)),
+                grads: self.rank.owned(Region::Grads),
+                partials: layout.whole_region(Region::Step(CudaRegion::NormPartials)),
                 total,
                 found_inf,
             },
         ];
-        if layout.shares.scheme != CudaScheme::Replicated {
+        if self.rank.shares.scheme != CudaScheme::Replicated {
             for (data, reduction) in [(total, Reduction::Sum), (found_inf, Reduction::Max)] {
                 ops.push(on(
                     CommStream::Compute,
@@ -714,22 +740,22 @@ impl<'a> Builder<'a> {
     /// The fused AdamW over the rank's partition, then the optimizer's marker.
     fn update(&mut self) -> Vec<Op> {
         let layout = self.layout;
-        let owned = layout.owned(Region::Params);
+        let owned = self.rank.owned(Region::Params);
         let (master, params_out) = if layout.trains_master() {
-            (layout.whole(Region::Master), Some(owned))
+            (layout.whole_region(Region::Master), Some(owned))
         } else {
             (owned, None)
         };
         let segments = layout
-            .whole(Region::Step(CudaRegion::Segments))
-            .prefix(layout.segments().len());
+            .whole_region(Region::Step(CudaRegion::Segments))
+            .prefix(self.rank.segments().len());
         vec![
             Op::AdamW {
                 master,
                 params_out,
-                grads: layout.owned(Region::Grads),
-                exp_avg: layout.whole(Region::ExpAvg),
-                exp_avg_sq: layout.whole(Region::ExpAvgSq),
+                grads: self.rank.owned(Region::Grads),
+                exp_avg: layout.whole_region(Region::ExpAvg),
+                exp_avg_sq: layout.whole_region(Region::ExpAvgSq),
                 segments,
             },
             on(CommStream::Compute, CommAction::Mark(Marker::Optimizer)),
@@ -739,11 +765,11 @@ impl<'a> Builder<'a> {
     /// The parameters gathered again after the step: stages 1-2's all-gather pieces,
     /// stage 3's persistent tensors. Records `params_ready`.
     fn after_update(&mut self, params_ready: EventId) -> Result<Vec<Op>, ShapeError> {
-        let layout = self.layout;
+        let shares = self.rank.shares;
         let world = self.world;
         let stepped = self.event();
         let mut ops = vec![sync(CommStream::Compute, Vec::new(), Some(stepped))];
-        match layout.shares.scheme {
+        match shares.scheme {
             CudaScheme::Replicated => {
                 ops.push(sync(CommStream::Comm, Vec::new(), Some(params_ready)));
             }
@@ -754,8 +780,8 @@ impl<'a> Builder<'a> {
                             .into(),
                     ));
                 };
-                let partition = layout.shares.optimizer as usize;
-                let mine = layout.shares.partition as usize;
+                let partition = shares.optimizer as usize;
+                let mine = shares.partition as usize;
                 let mut waits = vec![stepped];
                 for (index, piece) in gather.shards.iter().enumerate() {
                     let (a, b) = (piece.start as usize, piece.end as usize);
@@ -842,10 +868,11 @@ enum Placed {
     Live,
 }
 
-/// The plan's stage-3 arena, checked against `layout` (built from the same plan,
-/// [`DeviceLayout::for_plan_rank`]) and the flat parameters' `spans`.
+/// The plan's stage-3 arena, checked against the rank's shares `layout` (built from the same
+/// plan, [`DeviceLayout::for_plan_rank`] or the Llama family's) and the flat parameters'
+/// `spans`.
 fn stage3_arena<'a>(
-    layout: &DeviceLayout,
+    layout: &RankShares<'_>,
     plan: &'a Plan,
     spans: &[Span],
 ) -> Result<&'a Stage3Arena, ShapeError> {
@@ -857,7 +884,7 @@ fn stage3_arena<'a>(
         .ok_or_else(|| {
             ShapeError("the plan shards the parameters but places no stage-3 arena".into())
         })?;
-    if layout.arena.as_ref() != Some(arena) {
+    if layout.arena != Some(arena) {
         return Err(ShapeError(
             "the device layout holds another stage-3 arena than the plan's (build it with DeviceLayout::for_plan_rank)".into(),
         ));

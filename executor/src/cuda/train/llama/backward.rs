@@ -10,7 +10,7 @@ use dsplan_planner::memory::cuda_layout::CudaRegion;
 
 use super::buffers::LlamaDeviceLayout;
 use super::forward::{
-    attention_dims, block_input, columns, gate_up_weight, llama_block_forward, qkv_parts, rope,
+    attention_dims, block_input, columns, gate_up_parts, llama_block_forward, qkv_parts, rope,
 };
 use crate::cuda::gemm::Accumulate;
 use crate::cuda::launch::Rotation;
@@ -146,19 +146,27 @@ pub fn llama_block_backward(ops: &mut Vec<Op>, layout: &LlamaDeviceLayout, l: us
         gate_up: a.gate_up,
         inner: i,
     }));
-    linear_backward(
-        ops,
-        Linear {
-            dinp: dbtc,
-            dweight: grad(gate_up_weight(w)),
-            dout: dgate_up,
-            inp: a.ln2,
-            weight: param(gate_up_weight(w)),
-            dims: (n, c, 2 * i),
-            dout_stride: 2 * i,
-            accumulate: Accumulate::Overwrite,
-        },
-    );
+    // The parts in reverse (up, then gate), the order their modules' backward runs in: the
+    // order the plan's stage-3 schedule fetches and releases them.
+    for (k, part) in gate_up_parts(layout, w).iter().rev().enumerate() {
+        linear_backward(
+            ops,
+            Linear {
+                dinp: dbtc,
+                dweight: grad(part.weight),
+                dout: columns(dgate_up, n, 2 * i, part),
+                inp: a.ln2,
+                weight: param(part.weight),
+                dims: (n, c, part.width),
+                dout_stride: 2 * i,
+                accumulate: if k == 0 {
+                    Accumulate::Overwrite
+                } else {
+                    Accumulate::Add
+                },
+            },
+        );
+    }
     ops.push(Op::Llama(LlamaOp::RmsNormBackward {
         dinp: dres,
         dweight: grad(w.post_attention_norm),
@@ -204,7 +212,8 @@ pub fn llama_block_backward(ops: &mut Vec<Op>, layout: &LlamaDeviceLayout, l: us
     }));
     ops.push(rope(layout, dqkv, Rotation::Backward));
     let parts = qkv_parts(layout, w);
-    for (k, part) in parts.iter().enumerate() {
+    // v, k, then q: the reverse of the modules' forward order, as for gate and up.
+    for (k, part) in parts.iter().rev().enumerate() {
         linear_backward(
             ops,
             Linear {

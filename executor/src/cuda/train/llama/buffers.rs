@@ -8,14 +8,24 @@
 //! one. The device keeps no `(B, NH, T, T)` probabilities (`lse` and `attention_delta`,
 //! `(B, NH, T)`, replace `att` and `datt`), and it keeps the rotation table (`rope_cos`,
 //! `rope_sin`, `(T, hs/2)`, f32) in the statistics region, uploaded once.
+//!
+//! At world size `W > 1` the model states are the rank's shares of the plan, exactly as
+//! GPT-2's ([`LlamaDeviceLayout::for_plan_rank`], the same [`RankShares`]): the flat
+//! buffers the kernels use, the rank's partition of the optimizer states at stages 1-2, the
+//! gathered-parameter arena, the rank's shard and gradient partition at stage 3, and the
+//! collectives' staging.
 
 use dsplan_kernels::Dtype;
 use dsplan_planner::memory::cuda_layout::{
     self, CudaAttentionBias, CudaLayoutShape, CudaRegion, LlamaCudaShape,
 };
+use dsplan_planner::plan::Plan;
+use dsplan_planner::plan::cuda_world::CudaShares;
+use dsplan_planner::plan::stage3_arena::Stage3Arena;
 
 use crate::cuda::train::buffers::{
-    Region, RegionLengths, RegionSizes, Tables, TensorRef, logits_rows, region_lengths, whole,
+    RankShares, Region, RegionLengths, RegionSizes, Tables, TensorRef, logits_rows, plan_placement,
+    planner_dtype, shard_spans, share_lengths, whole,
 };
 use crate::metrics::ByCategory;
 use crate::model::llama::{AttentionBias, LlamaConfig, LlamaLayout};
@@ -101,6 +111,16 @@ pub struct LlamaDeviceLayout {
     pub bias_partials: TensorRef,
     /// Attention backward's `delta` `(B, NH, T)`, f32.
     pub attention_delta: TensorRef,
+    /// What this rank holds of the model states and the collectives' staging (one GPU:
+    /// everything whole).
+    pub shares: CudaShares,
+    /// Stage 3: each parameter tensor's slice in the shard, [`LlamaLayout`] order; empty
+    /// otherwise.
+    pub shard_spans: Vec<Span>,
+    /// Stage 3: the plan's gathered-parameter arena ([`Self::for_plan_rank`]).
+    pub arena: Option<Stage3Arena>,
+    /// Stage 3: each persistent tensor's flat span and its place in the arena.
+    pub persistent_places: Vec<(Span, Span)>,
     lengths: RegionLengths,
 }
 
@@ -149,6 +169,38 @@ impl LlamaDeviceLayout {
         dtype: Dtype,
         recompute: Recompute,
     ) -> Self {
+        let psi = LlamaLayout::new(&config).num_params() as u64;
+        let shares = CudaShares::one_gpu(psi, planner_dtype(dtype));
+        Self::with_shares(config, shape, dtype, recompute, shares)
+    }
+
+    /// The buffers of rank `rank` of `plan` (its shares of the model states, and at stage 3
+    /// the plan's arena), as GPT-2's `DeviceLayout::for_plan_rank`.
+    pub fn for_plan_rank(
+        config: LlamaConfig,
+        shape: BatchShape,
+        dtype: Dtype,
+        recompute: Recompute,
+        plan: &Plan,
+        rank: usize,
+    ) -> Result<Self, String> {
+        let shares = CudaShares::of_plan(plan).for_rank(rank as u64);
+        let mut layout = Self::with_shares(config, shape, dtype, recompute, shares);
+        let (arena, places) = plan_placement(plan, &shares, layout.params.table())?;
+        layout.arena = arena;
+        layout.persistent_places = places;
+        Ok(layout)
+    }
+
+    /// The buffers of one rank holding `shares` of the model states;
+    /// [`Self::recomputing`] is one GPU's.
+    pub fn with_shares(
+        config: LlamaConfig,
+        shape: BatchShape,
+        dtype: Dtype,
+        recompute: Recompute,
+        shares: CudaShares,
+    ) -> Self {
         let params = LlamaLayout::new(&config);
         let mut tables = Tables::new(&cuda_layout::llama_cuda_tensors(&llama_layout_shape(
             &config, shape, &params, recompute,
@@ -178,7 +230,8 @@ impl LlamaDeviceLayout {
                 }
             })
             .collect();
-        let lengths = region_lengths(&tables, params.num_params(), dtype);
+        let lengths = share_lengths(&shares, &tables);
+        let shard_spans = shard_spans(&shares, params.table());
         let (encoded, rope_cos, rope_sin) = (act("encoded"), stat("rope_cos"), stat("rope_sin"));
         let (lnf, lnf_rstd) = (act("lnf"), stat("lnf_rstd"));
         let (logits, logits_stride) = logits_rows(act("logits"), shape.tokens(), config.vocab_size);
@@ -212,8 +265,29 @@ impl LlamaDeviceLayout {
             rmsnorm_partials,
             bias_partials,
             attention_delta,
+            shares,
+            shard_spans,
+            arena: None,
+            persistent_places: Vec::new(),
             lengths,
         }
+    }
+
+    /// This rank's shares of the model states, as every family's step reads them.
+    pub fn rank_shares(&self) -> RankShares<'_> {
+        RankShares {
+            shares: &self.shares,
+            table: self.params.table(),
+            shard_spans: &self.shard_spans,
+            arena: self.arena.as_ref(),
+            persistent_places: &self.persistent_places,
+        }
+    }
+
+    /// The range of `region` (parameters or gradients) this rank's optimizer owns
+    /// ([`RankShares::owned`]).
+    pub fn owned(&self, region: Region) -> TensorRef {
+        self.rank_shares().owned(region)
     }
 
     /// Elements of `region`.
@@ -238,12 +312,26 @@ impl LlamaDeviceLayout {
 
     /// Bytes per memory category (what allocating every region costs).
     pub fn bytes_by_category(&self) -> ByCategory {
-        self.lengths.bytes_by_category(self.dtype)
+        self.rank_shares()
+            .bytes_by_category(&self.lengths, self.dtype)
     }
 }
 
 impl RegionSizes for LlamaDeviceLayout {
     fn region_len(&self, region: Region) -> usize {
         self.len(region)
+    }
+
+    fn initial_params(&self, whole: &[f32]) -> Vec<f32> {
+        self.rank_shares().initial_params(whole)
+    }
+
+    fn initial_master(&self, whole: &[f32]) -> Vec<f32> {
+        self.rank_shares()
+            .initial_master(whole, self.trains_master())
+    }
+
+    fn adam_segments(&self, _param_table: &TensorTable) -> Vec<(usize, usize)> {
+        self.rank_shares().segments()
     }
 }

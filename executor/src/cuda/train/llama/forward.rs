@@ -4,6 +4,7 @@
 //! stream (cuBLASLt with `beta = 1`), as the CPU adds them in place.
 
 use dsplan_planner::memory::cuda_layout::CudaRegion;
+use dsplan_planner::plan::cuda_world::CudaScheme;
 
 use super::buffers::LlamaDeviceLayout;
 use crate::cuda::gemm::{Accumulate, strided_len};
@@ -94,15 +95,46 @@ pub fn rope(layout: &LlamaDeviceLayout, rows: TensorRef, rotation: Rotation) -> 
     })
 }
 
-/// `[gate | up]` as one `(2I, C)` weight (the two are back to back: no MLP biases).
-pub fn gate_up_weight(w: &LlamaBlockParams) -> Span {
-    Span::new(
-        w.gate_weight.offset,
-        w.up_weight.end() - w.gate_weight.offset,
-    )
+/// Whether the layer's back-to-back weights (q, k and v without biases; gate and up) are
+/// multiplied tensor by tensor rather than as one product: at ZeRO stage 3 (`W > 1`) each
+/// parameter is gathered into its own place of the plan's arena, not next to the others.
+pub fn split_products(layout: &LlamaDeviceLayout) -> bool {
+    layout.shares.scheme == CudaScheme::Sharded
 }
 
-/// One projection of q, k and v: its weight, bias, first column in `qkv` and width.
+/// `[gate | up]` as the products compute them: one `(2I, C)` weight (the two are back to
+/// back: no MLP biases), or each on its own columns of `gate_up` ([`split_products`]).
+pub fn gate_up_parts(layout: &LlamaDeviceLayout, w: &LlamaBlockParams) -> Vec<QkvPart> {
+    let i = layout.config.intermediate_size;
+    if !split_products(layout) {
+        return vec![QkvPart {
+            weight: Span::new(
+                w.gate_weight.offset,
+                w.up_weight.end() - w.gate_weight.offset,
+            ),
+            bias: None,
+            column: 0,
+            width: 2 * i,
+        }];
+    }
+    vec![
+        QkvPart {
+            weight: w.gate_weight,
+            bias: None,
+            column: 0,
+            width: i,
+        },
+        QkvPart {
+            weight: w.up_weight,
+            bias: None,
+            column: i,
+            width: i,
+        },
+    ]
+}
+
+/// One projection of a product split by columns (q, k, v; gate, up): its weight, bias, first
+/// column in the output rows and width.
 #[derive(Debug, Clone, Copy)]
 pub struct QkvPart {
     /// `(width, C)`.
@@ -116,11 +148,12 @@ pub struct QkvPart {
 }
 
 /// The q, k and v projections as the products compute them: one `(QKV, C)` weight when the
-/// three weights are back to back (no biases), else each on its own columns.
+/// three weights are back to back (no biases) and the product is not split
+/// ([`split_products`]), else each on its own columns.
 pub fn qkv_parts(layout: &LlamaDeviceLayout, w: &LlamaBlockParams) -> Vec<QkvPart> {
     let config = &layout.config;
     let (a, kv) = (config.q_width(), config.kv_width());
-    if w.q_bias.is_none() {
+    if w.q_bias.is_none() && !split_products(layout) {
         return vec![QkvPart {
             weight: Span::new(w.q_weight.offset, w.v_weight.end() - w.q_weight.offset),
             bias: None,
@@ -227,15 +260,17 @@ pub fn llama_block_forward(ops: &mut Vec<Op>, layout: &LlamaDeviceLayout, l: usi
         inp: a.residual2,
         weight: param(w.post_attention_norm),
     }));
-    ops.push(linear(
-        a.gate_up,
-        a.ln2,
-        param(gate_up_weight(w)),
-        None,
-        (n, c, 2 * i),
-        2 * i,
-        Accumulate::Overwrite,
-    ));
+    for part in gate_up_parts(layout, w) {
+        ops.push(linear(
+            columns(a.gate_up, n, 2 * i, &part),
+            a.ln2,
+            param(part.weight),
+            None,
+            (n, c, part.width),
+            2 * i,
+            Accumulate::Overwrite,
+        ));
+    }
     ops.push(Op::Llama(LlamaOp::SwiGluForward {
         out: a.swiglu,
         gate_up: a.gate_up,

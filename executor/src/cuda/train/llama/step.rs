@@ -1,12 +1,26 @@
 //! The Llama family's [`StepProgram`]: its micro-step (forward, classifier, backward) inside
-//! the phases every family shares ([`StepProgram::around`]), and the host check before
-//! anything is allocated.
+//! the phases every family shares ([`StepProgram::around`]), the same passes for
+//! [`world_program`](crate::cuda::train::world_program) at `W > 1` ([`WorldLayout`]), and the
+//! host check before anything is allocated.
 
 use super::backward::llama_backward_ops;
 use super::buffers::LlamaDeviceLayout;
 use super::forward::llama_forward_ops;
+use crate::cuda::train::buffers::RankShares;
+use crate::cuda::train::program::Op;
 use crate::cuda::train::program::{ShapeError, check_head_size};
 use crate::cuda::train::step::StepProgram;
+use crate::cuda::train::world_step::WorldLayout;
+
+impl WorldLayout for LlamaDeviceLayout {
+    fn rank_shares(&self) -> RankShares<'_> {
+        LlamaDeviceLayout::rank_shares(self)
+    }
+
+    fn passes(&self) -> [Vec<Op>; 2] {
+        [llama_forward_ops(self), llama_backward_ops(self)]
+    }
+}
 
 impl StepProgram {
     /// The step over a Llama-family layout's buffers.
