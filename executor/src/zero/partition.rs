@@ -413,6 +413,24 @@ impl EnginePlan {
         self.bucket_of[t]
     }
 
+    /// `tensors` in the order their gradients fill the buckets: by bucket, then by place in
+    /// it. A rank's one bucket buffer then holds one bucket at a time, also for a model whose
+    /// flat order is not the reverse of its gradients' (a Llama layer's norms come after its
+    /// projections in the flat order, and are reduced between them).
+    pub fn in_reduction_order(&self, tensors: impl Iterator<Item = usize>) -> Vec<usize> {
+        let place = |t: usize| {
+            let b = self.bucket_of[t];
+            let j = self
+                .buckets
+                .get(b)
+                .and_then(|bucket| bucket.tensors.iter().position(|&x| x == t));
+            (b, j)
+        };
+        let mut ordered: Vec<usize> = tensors.collect();
+        ordered.sort_by_key(|&t| place(t));
+        ordered
+    }
+
     /// Whether tensor `t` stays gathered under stage 3.
     pub fn is_persistent(&self, t: usize) -> bool {
         self.persistent[t]

@@ -133,7 +133,7 @@ impl Stage for Stage12 {
             return Ok(());
         };
         let (unit_start, tensors) = (entry.span.offset, entry.tensors.clone());
-        for t in tensors.rev() {
+        for t in group.plan.in_reduction_order(tensors) {
             let span = group.plan.tensors()[t];
             let start = span.offset - unit_start;
             let b = group.plan.bucket_of(t);

@@ -218,7 +218,7 @@ impl Stage for Stage3 {
     ) -> Result<(), ZeroError> {
         let entry = &group.plan.units()[i];
         let (unit_start, tensors) = (entry.span.offset, entry.tensors.clone());
-        for t in tensors.rev() {
+        for t in group.plan.in_reduction_order(tensors) {
             let span = group.plan.tensors()[t];
             let start = span.offset - unit_start;
             let values = &values[start..start + span.len];
