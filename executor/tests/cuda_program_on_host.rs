@@ -39,6 +39,7 @@ use dsplan_executor::model::ModelConfig;
 use dsplan_executor::train::{
     CheckpointOptions, DataChoice, TrainReport, TrainSettings, TrainSpec, compile_cuda_plan, train,
 };
+use dsplan_planner::plan::cuda_world::CudaShares;
 use serde_json::{Value, json};
 
 /// The fp32 tolerance of the GPU tests: `|gpu - cpu| <= REL |cpu| + ABS`.
@@ -577,6 +578,17 @@ fn llama_world_cases() -> Vec<(String, TrainSpec)> {
             format!("{which:?} W = 4 stage 2"),
             llama_world_spec(which, 2, 4, json!({})),
         ));
+        for stage in [1u8, 2] {
+            cases.push((
+                format!("{which:?} W = 2 stage {stage} small buckets (packed)"),
+                llama_world_spec(
+                    which,
+                    stage,
+                    2,
+                    json!({"reduce_bucket_size": PACKED_BUCKET}),
+                ),
+            ));
+        }
     }
     cases.push((
         "Llama W = 4 stage 3 small persistence, on demand only".to_string(),
@@ -604,6 +616,17 @@ fn llama_world_programs_on_the_host_match_the_cpu() {
     let (default, small) = (persistent(&cases[2].1), persistent(&cases[3].1));
     eprintln!("Llama stage 3 persistent elements: default {default}, threshold 1000 {small}");
     assert!(small < default, "the threshold gathers something");
+    // The small buckets are cut inside decoder layers: packed through the bucket staging.
+    for (what, spec) in cases.iter().filter(|(what, _)| what.contains("packed")) {
+        let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+            .expect("the CUDA plan");
+        let staging = CudaShares::of_plan(&plan).bucket;
+        eprintln!(
+            "{what}: {} buckets, staging {staging}",
+            plan.buckets.reduce.len()
+        );
+        assert!(staging > 0, "{what}: a bucket is packed");
+    }
     let mut failures = Vec::new();
     for (what, spec) in &cases {
         let worst = compare(what, spec);
@@ -660,6 +683,9 @@ fn every_llama_world_program_orders_its_cross_stream_accesses() {
 
 /// The Llama tests' gradient bucket: the whole small model in one (a bucket cut inside a
 /// decoder layer holds tensors that are not back to back in the flat buffer, since the
-/// layer's norms follow its projections but are reduced between them, which the
-/// `dsplan-cuda` plan refuses at W > 1).
+/// layer's norms follow its projections but are reduced between them: stages 1-2 pack it
+/// through the bucket staging, which the `PACKED_BUCKET` cases run; stage 3 refuses it).
 const LLAMA_BUCKET: u64 = 1_000_000;
+
+/// A bucket small enough to be cut inside the small Llama's decoder layers.
+const PACKED_BUCKET: u64 = 20_000;

@@ -183,12 +183,21 @@ fn model_state_buffers(list: &mut BufferList, model_dtype: Dtype, shares: &CudaS
         model_dtype,
         shares.grad_partition,
     );
-    gpu(
-        "reduce-scatter staging",
-        BufferKind::ReduceScatterStaging,
-        model_dtype,
-        shares.bucket,
-    );
+    if shares.scheme == CudaScheme::Sharded {
+        gpu(
+            "reduce-scatter staging",
+            BufferKind::ReduceScatterStaging,
+            model_dtype,
+            shares.bucket,
+        );
+    } else {
+        gpu(
+            "gradient bucket staging",
+            BufferKind::GradientBuckets,
+            model_dtype,
+            shares.bucket,
+        );
+    }
     gpu(
         "all-gather input",
         BufferKind::CollectiveStaging,

@@ -78,7 +78,9 @@ pub struct CudaShares {
     pub param_shard: u64,
     /// Stage 3: this rank's reduced gradient slices (model dtype).
     pub grad_partition: u64,
-    /// Stage 3: the reduce-scatter staging (model dtype).
+    /// The gradient buckets' staging (model dtype): stage 3's reduce-scatter input; at stages
+    /// 0-2 the largest bucket whose tensors are not back to back in the flat gradients (0 when
+    /// there is none: the others are all-reduced in place).
     pub bucket: u64,
     /// The all-gather staging's input (model dtype); its output is `world ×` it.
     pub gather: u64,
@@ -118,9 +120,19 @@ impl CudaShares {
             return Self::one_gpu(psi, settings.dtypes.params);
         }
         let has_master = layout.master_dtype.is_some();
+        // Stages 0-2 all-reduce a bucket in place where its tensors are back to back in the
+        // flat gradients, else packed into this staging and copied back.
+        let packed = buckets
+            .reduce
+            .iter()
+            .filter(|b| !contiguous(layout, &b.tensors))
+            .map(|b| b.numel)
+            .max()
+            .unwrap_or(0);
         match settings.stage {
             ZeroStage::Disabled => Self {
                 world,
+                bucket: packed,
                 ..Self::one_gpu(psi, settings.dtypes.params)
             },
             ZeroStage::OptimizerStates | ZeroStage::Gradients => {
@@ -143,7 +155,7 @@ impl CudaShares {
                     partition: 0,
                     param_shard: 0,
                     grad_partition: 0,
-                    bucket: 0,
+                    bucket: packed,
                     gather: pieces,
                 }
             }
@@ -226,7 +238,8 @@ impl CudaShares {
 /// What the CUDA executor does not run at world sizes above 1, each an error naming it: bf16
 /// without ZeRO (DeepSpeed's `BF16_Optimizer`, a flat partition under stage 0, which the device
 /// step does not lay out; stage 1 is the same memory and math), a communication dtype other than the model's, the
-/// round-robin flat order, and buckets whose tensors are not back to back in the flat gradients.
+/// round-robin flat order, and stage-3 buckets whose tensors are not back to back in the shard
+/// (stages 0-2 pack such a bucket into a staging buffer).
 ///
 /// Gradient accumulation at stage 3 needs no device accumulate: backward accumulates every
 /// micro-step into the flat gradients, which no collective overwrites at stage 3, so each
@@ -308,18 +321,19 @@ pub fn check_cuda_world(
             "remove stage3_use_all_reduce_for_fetch_params",
         );
     }
-    if let Some(bucket) = buckets
-        .reduce
-        .iter()
-        .find(|b| !contiguous(&layout, &b.tensors))
+    if settings.stage == ZeroStage::Weights
+        && let Some(bucket) = buckets
+            .reduce
+            .iter()
+            .find(|b| !contiguous(&layout, &b.tensors))
     {
         refuse(
             "/zero_optimization/reduce_bucket_size",
             format!(
-                "gradient bucket {} (its tensors are not back to back in the flat buffer: this model's backward order is not the reverse of its parameter order)",
+                "stage 3 with gradient bucket {} (its tensors are not back to back in the rank's shard: this model's backward order is not the reverse of its parameter order; stages 0-2 pack such a bucket)",
                 bucket.index
             ),
-            "train this model on the CPU backend, or on one GPU",
+            "use stage 2, or a reduce_bucket_size above the model's parameter count (one bucket), or the CPU backend",
         );
     }
 }

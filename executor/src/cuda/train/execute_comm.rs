@@ -106,7 +106,7 @@ fn staging<T: Storage>(bufs: &mut DeviceBuffers<T>, region: Region) -> Option<&m
 
 /// The destination and source allocations of a copy the step makes: the slices of the shard
 /// into the all-gather input, the all-gather output into the parameters, the gradients into
-/// the reduce-scatter staging.
+/// the bucket staging and back.
 fn pair<T: Storage>(
     bufs: &mut DeviceBuffers<T>,
     dst: Region,
@@ -124,6 +124,7 @@ fn pair<T: Storage>(
         (Region::GatherIn, Region::Params) => Some((gather_in, params)),
         (Region::Params, Region::GatherOut) => Some((params, gather_out)),
         (Region::ReduceStaging, Region::Grads) => Some((reduce_staging, grads)),
+        (Region::Grads, Region::ReduceStaging) => Some((grads, reduce_staging)),
         _ => None,
     }
 }
@@ -147,6 +148,9 @@ fn collective<T: Storage + Wire, D: DeviceComm>(
     match kind {
         Collective::AllReduce => match output.region {
             Region::Grads => comm.all_reduce(&mut bufs.grads.slice_mut(range(output)), reduce()?),
+            Region::ReduceStaging => {
+                comm.all_reduce(&mut bufs.reduce_staging.slice_mut(range(output)), reduce()?)
+            }
             Region::Step(CudaRegion::NormTotal) => {
                 comm.all_reduce(&mut bufs.norm_total.slice_mut(range(output)), reduce()?)
             }

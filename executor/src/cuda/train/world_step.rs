@@ -11,7 +11,8 @@
 //!   or at the boundary only (`buckets.timing`), with the plan's collective, on the
 //!   communication stream when the plan overlaps reduction with backward (else on the compute
 //!   stream). Stages 0-2 average in place over the bucket's range of the flat gradients, so
-//!   gradients accumulated over micro-steps stay averaged; stage 3 packs each tensor's `W`
+//!   gradients accumulated over micro-steps stay averaged (a bucket whose tensors are not back
+//!   to back there is packed into the bucket staging, averaged and copied back); stage 3 packs each tensor's `W`
 //!   slices rank by rank and reduce-scatters into the rank's gradient partition;
 //! - **stage 3 fetches** (`stage3.steps`): before a unit's compute, its on-demand tensors,
 //!   then its prefetch batch, each one all-gather of the packed slices on the communication
@@ -281,15 +282,37 @@ impl<'a> Builder<'a> {
             Pass::Backward => units..self.steps,
         };
         let low = self.started.unwrap_or(0).max(range.start);
-        self.touched(op)
-            .iter()
-            .filter_map(|&t| {
-                self.steps_of[t]
-                    .iter()
-                    .copied()
-                    .find(|&s| s >= low && range.contains(&s))
-            })
-            .max()
+        let step = |&t: &usize| {
+            self.steps_of[t]
+                .iter()
+                .copied()
+                .find(|&s| s >= low && range.contains(&s))
+        };
+        // A backward op that writes several tensors' gradients (the q, k and v biases) runs at
+        // the first of their steps, so no bucket is reduced before the op has written its part.
+        let written = self.written(op);
+        if pass == Pass::Backward && !written.is_empty() {
+            return written.iter().filter_map(step).min();
+        }
+        self.touched(op).iter().filter_map(step).max()
+    }
+
+    /// Model tensors whose gradients a compute op writes.
+    fn written(&self, op: &Op) -> Vec<usize> {
+        let flat = self.rank.shares.grads as usize;
+        let mut found = Vec::new();
+        for (tensor, access) in op.tensors() {
+            if tensor.region != Region::Grads || access != Access::Write {
+                continue;
+            }
+            let (a, b) = (tensor.span.offset, tensor.span.end().min(flat));
+            for &(start, end, t) in &self.by_offset {
+                if start < b && a < end && !found.contains(&t) {
+                    found.push(t);
+                }
+            }
+        }
+        found
     }
 
     /// Issues every trace step up to `target`: the markers and after-hooks of the steps
@@ -544,6 +567,42 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// The copies that pack `tensors`' gradients (flat order) back to back into the bucket
+    /// staging, the copies that put them back, and the packed length: a bucket whose tensors
+    /// are not back to back in the flat gradients (a Llama layer's norms sit after its
+    /// projections in the flat order but are reduced between them).
+    fn packing(
+        &self,
+        tensors: &[usize],
+        bucket: usize,
+    ) -> Result<(Vec<CopyPiece>, Vec<CopyPiece>, usize), ShapeError> {
+        let (mut pack, mut unpack, mut at) = (Vec::new(), Vec::new(), 0usize);
+        for &t in tensors {
+            let span = self.spans[t];
+            let (grads, staged) = (
+                slice(Region::Grads, span.offset, span.len),
+                slice(Region::ReduceStaging, at, span.len),
+            );
+            pack.push(CopyPiece {
+                dst: staged,
+                src: grads,
+            });
+            unpack.push(CopyPiece {
+                dst: grads,
+                src: staged,
+            });
+            at += span.len;
+        }
+        let staging = self.layout.region_len(Region::ReduceStaging);
+        if at > staging {
+            return Err(ShapeError(format!(
+                "bucket {bucket}: its {at} gradient elements are not back to back in the flat \
+                 buffer and do not fit the plan's bucket staging of {staging}"
+            )));
+        }
+        Ok((pack, unpack, at))
+    }
+
     /// One of the plan's gradient buckets.
     fn reduce(&mut self, bucket: &ReduceBucket) -> Result<(), ShapeError> {
         let stream = match self.plan.settings.overlap {
@@ -618,21 +677,45 @@ impl<'a> Builder<'a> {
                 )));
             }
             tensors.sort_by_key(|&t| self.spans[t].offset);
-            let range = contiguous(tensors.iter().map(|&t| self.spans[t]), bucket.index)?;
-            let data = slice(Region::Grads, range.offset, range.len);
-            vec![CommOp {
-                stream,
-                waits,
-                record: done,
-                action: CommAction::Collective {
-                    kind: Collective::AllReduce,
-                    input: data,
-                    output: data,
-                    reduction: Some(Reduction::Avg),
-                    purpose,
-                    world,
-                },
-            }]
+            let all_reduce =
+                |data: TensorRef, waits: Vec<EventId>, record: Option<EventId>| CommOp {
+                    stream,
+                    waits,
+                    record,
+                    action: CommAction::Collective {
+                        kind: Collective::AllReduce,
+                        input: data,
+                        output: data,
+                        reduction: Some(Reduction::Avg),
+                        purpose,
+                        world,
+                    },
+                };
+            match contiguous(tensors.iter().map(|&t| self.spans[t]), bucket.index) {
+                Ok(range) => vec![all_reduce(
+                    slice(Region::Grads, range.offset, range.len),
+                    waits,
+                    done,
+                )],
+                Err(_) => {
+                    let (pack, unpack, len) = self.packing(&tensors, bucket.index)?;
+                    vec![
+                        CommOp {
+                            stream,
+                            waits,
+                            record: None,
+                            action: CommAction::Copy { pieces: pack },
+                        },
+                        all_reduce(slice(Region::ReduceStaging, 0, len), Vec::new(), None),
+                        CommOp {
+                            stream,
+                            waits: Vec::new(),
+                            record: done,
+                            action: CommAction::Copy { pieces: unpack },
+                        },
+                    ]
+                }
+            }
         };
         self.ops.extend(ops.into_iter().map(Op::Collective));
         self.reduce_events.extend(done);

@@ -47,7 +47,8 @@ pub fn run_comm(op: &CommOp, bufs: &mut HostBuffers, comm: &mut dyn Comm) -> Res
                 match (piece.dst.region, piece.src.region) {
                     (Region::GatherIn, Region::Params)
                     | (Region::Params, Region::GatherOut)
-                    | (Region::ReduceStaging, Region::Grads) => {}
+                    | (Region::ReduceStaging, Region::Grads)
+                    | (Region::Grads, Region::ReduceStaging) => {}
                     _ => return Err(refused("a copy the device does not make", op)),
                 }
                 let values = bufs.read(&piece.src)?;
@@ -76,8 +77,10 @@ pub fn run_comm(op: &CommOp, bufs: &mut HostBuffers, comm: &mut dyn Comm) -> Res
                 || reduction.ok_or_else(|| refused("a reduction without its operator", op));
             match kind {
                 Collective::AllReduce => match output.region {
-                    Region::Grads => staged_all_reduce(comm, bufs.f32s_mut(output)?, reduce()?)
-                        .map_err(comm_error),
+                    Region::Grads | Region::ReduceStaging => {
+                        staged_all_reduce(comm, bufs.f32s_mut(output)?, reduce()?)
+                            .map_err(comm_error)
+                    }
                     Region::Step(CudaRegion::NormTotal) => {
                         staged_all_reduce(comm, bufs.f64s_mut(output)?, reduce()?)
                             .map_err(comm_error)

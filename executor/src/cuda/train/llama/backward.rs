@@ -212,6 +212,18 @@ pub fn llama_block_backward(ops: &mut Vec<Op>, layout: &LlamaDeviceLayout, l: us
     }));
     ops.push(rope(layout, dqkv, Rotation::Backward));
     let parts = qkv_parts(layout, w);
+    // The biases first, as soon as `dqkv` is whole: v's bias is reduced with the modules
+    // after it (o, the norm), before k's and q's products run.
+    if let [qp, kp, vp] = parts.as_slice()
+        && let (Some(qb), Some(kb), Some(vb)) = (qp.bias, kp.bias, vp.bias)
+    {
+        ops.push(Op::Llama(LlamaOp::QkvBiasBackward {
+            dbiases: [grad(qb), grad(kb), grad(vb)],
+            scratch: layout.bias_partials.prefix(n.div_ceil(64) * qkv),
+            dqkv,
+            widths: [qp.width, kp.width, vp.width],
+        }));
+    }
     // v, k, then q: the reverse of the modules' forward order, as for gate and up.
     for (k, part) in parts.iter().rev().enumerate() {
         linear_backward(
@@ -231,16 +243,6 @@ pub fn llama_block_backward(ops: &mut Vec<Op>, layout: &LlamaDeviceLayout, l: us
                 },
             },
         );
-    }
-    if let [qp, kp, vp] = parts.as_slice()
-        && let (Some(qb), Some(kb), Some(vb)) = (qp.bias, kp.bias, vp.bias)
-    {
-        ops.push(Op::Llama(LlamaOp::QkvBiasBackward {
-            dbiases: [grad(qb), grad(kb), grad(vb)],
-            scratch: layout.bias_partials.prefix(n.div_ceil(64) * qkv),
-            dqkv,
-            widths: [qp.width, kp.width, vp.width],
-        }));
     }
     ops.push(Op::Llama(LlamaOp::RmsNormBackward {
         dinp: dres,
