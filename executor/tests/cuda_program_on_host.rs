@@ -42,6 +42,9 @@ use dsplan_executor::train::{
 use dsplan_planner::plan::cuda_world::CudaShares;
 use serde_json::{Value, json};
 
+#[path = "support/beyond.rs"]
+mod beyond;
+
 /// The fp32 tolerance of the GPU tests: `|gpu - cpu| <= REL |cpu| + ABS`.
 const REL: f64 = 1e-5;
 const ABS: f64 = 1e-6;
@@ -94,48 +97,15 @@ fn spec_in(stage: u8, world: usize, zero: Value, precision: Precision) -> TrainS
     }
 }
 
-/// `cuda_train.rs`'s `beyond_tolerance`: per tensor of `model`, how many elements lie beyond
-/// `|host - cpu| <= rel |cpu| + tol` and the worst of them.
+/// [`beyond::beyond_tolerance`] of the host interpreter's run.
 fn beyond_tolerance(
     model: &ModelConfig,
     initial: &[f32],
     host: &[f32],
     cpu: &[f32],
-    (rel, tol): (f64, f64),
+    tolerance: (f64, f64),
 ) -> String {
-    let layout = model.layout();
-    let mut lines = Vec::new();
-    for entry in layout.table().entries() {
-        let range = entry.span.offset..entry.span.end();
-        let mut beyond = 0usize;
-        let mut worst: Option<(f64, usize)> = None;
-        for i in range.clone() {
-            let (g, c) = (f64::from(host[i]), f64::from(cpu[i]));
-            let excess = (g - c).abs() - rel * c.abs();
-            if excess > tol || excess.is_nan() {
-                beyond += 1;
-                if worst.is_none_or(|(w, _)| excess > w || excess.is_nan()) {
-                    worst = Some((excess, i));
-                }
-            }
-        }
-        if let Some((excess, i)) = worst {
-            lines.push(format!(
-                "  {}: {beyond} of {} beyond; worst [{}] host {:e} cpu {:e} initial {:e} (excess {excess:.3e})",
-                entry.name,
-                range.len(),
-                i - range.start,
-                host[i],
-                cpu[i],
-                initial[i],
-            ));
-        }
-    }
-    if lines.is_empty() {
-        "  every tensor within tolerance".to_string()
-    } else {
-        lines.join("\n")
-    }
+    beyond::beyond_tolerance("host", model, initial, host, cpu, tolerance)
 }
 
 /// The spec's CUDA plan run by the host interpreter, and the CPU backend's run.

@@ -40,6 +40,9 @@ use dsplan_executor::train::{
 };
 use serde_json::{Value, json};
 
+#[path = "support/beyond.rs"]
+mod beyond;
+
 /// The GPU every test uses; fails the test (after a `skipping:` line) when there is none.
 fn require_gpu() {
     let availability = probe();
@@ -311,41 +314,9 @@ fn beyond_tolerance_of(
     initial: &[f32],
     gpu: &[f32],
     cpu: &[f32],
-    (rel, tol): (f64, f64),
+    tolerance: (f64, f64),
 ) -> String {
-    let layout = model.layout();
-    let mut lines = Vec::new();
-    for entry in layout.table().entries() {
-        let range = entry.span.offset..entry.span.end();
-        let mut beyond = 0usize;
-        let mut worst: Option<(f64, usize)> = None;
-        for i in range.clone() {
-            let (g, c) = (f64::from(gpu[i]), f64::from(cpu[i]));
-            let excess = (g - c).abs() - rel * c.abs();
-            if excess > tol || excess.is_nan() {
-                beyond += 1;
-                if worst.is_none_or(|(w, _)| excess > w || excess.is_nan()) {
-                    worst = Some((excess, i));
-                }
-            }
-        }
-        if let Some((excess, i)) = worst {
-            lines.push(format!(
-                "  {}: {beyond} of {} beyond; worst [{}] gpu {:e} cpu {:e} initial {:e} (excess {excess:.3e})",
-                entry.name,
-                range.len(),
-                i - range.start,
-                gpu[i],
-                cpu[i],
-                initial[i],
-            ));
-        }
-    }
-    if lines.is_empty() {
-        "  every tensor within tolerance".to_string()
-    } else {
-        lines.join("\n")
-    }
+    beyond::beyond_tolerance("gpu", model, initial, gpu, cpu, tolerance)
 }
 
 /// Test 1's tolerances on the final parameters: `(rel, excess)`.
