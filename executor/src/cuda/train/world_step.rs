@@ -256,13 +256,29 @@ impl<'a> Builder<'a> {
     /// Model tensors a compute op (as built, over the flat parameters) reads (parameters)
     /// or writes (gradients) in the flat buffers.
     fn touched(&self, op: &Op) -> Vec<usize> {
-        let shares = self.rank.shares;
+        let grads = self.rank.shares.grads as usize;
+        self.tensors_of(op, |region, access| match (region, access) {
+            (Region::Params, _) => Some(self.flat_len),
+            (Region::Grads, Access::Write) => Some(grads),
+            _ => None,
+        })
+    }
+
+    /// Model tensors whose gradients a compute op writes.
+    fn written(&self, op: &Op) -> Vec<usize> {
+        let grads = self.rank.shares.grads as usize;
+        self.tensors_of(op, |region, access| {
+            (region == Region::Grads && access == Access::Write).then_some(grads)
+        })
+    }
+
+    /// Model tensors under `op`'s accesses that `flat` keeps, each kept access giving the
+    /// length of the flat buffer it addresses.
+    fn tensors_of(&self, op: &Op, flat: impl Fn(Region, Access) -> Option<usize>) -> Vec<usize> {
         let mut found = Vec::new();
         for (tensor, access) in op.tensors() {
-            let flat = match (tensor.region, access) {
-                (Region::Params, _) => self.flat_len,
-                (Region::Grads, Access::Write) => shares.grads as usize,
-                _ => continue,
+            let Some(flat) = flat(tensor.region, access) else {
+                continue;
             };
             let (a, b) = (tensor.span.offset, tensor.span.end().min(flat));
             for &(start, end, t) in &self.by_offset {
@@ -295,24 +311,6 @@ impl<'a> Builder<'a> {
             return written.iter().filter_map(step).min();
         }
         self.touched(op).iter().filter_map(step).max()
-    }
-
-    /// Model tensors whose gradients a compute op writes.
-    fn written(&self, op: &Op) -> Vec<usize> {
-        let flat = self.rank.shares.grads as usize;
-        let mut found = Vec::new();
-        for (tensor, access) in op.tensors() {
-            if tensor.region != Region::Grads || access != Access::Write {
-                continue;
-            }
-            let (a, b) = (tensor.span.offset, tensor.span.end().min(flat));
-            for &(start, end, t) in &self.by_offset {
-                if start < b && a < end && !found.contains(&t) {
-                    found.push(t);
-                }
-            }
-        }
-        found
     }
 
     /// Issues every trace step up to `target`: the markers and after-hooks of the steps
