@@ -77,6 +77,11 @@ def main():
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--attention", choices=["sdpa", "eager"], default="sdpa")
     parser.add_argument("--config-out", required=True)
+    parser.add_argument(
+        "--result-out",
+        help="also write the JSON result to this file (the log's line can be glued to "
+        "torch's own output: seen on an H200, 2026-11-26)",
+    )
     parser.add_argument("--write-config-only", action="store_true")
     args = parser.parse_args()
 
@@ -140,32 +145,33 @@ def main():
         phases.append(phase_memory("step", step))
         losses.append(loss.item())
     torch.cuda.synchronize()
-    print(
-        json.dumps(
-            {
-                "model": args.model,
-                "params": n_params,
-                "stage": args.stage,
-                "offload_optimizer": args.offload_optimizer,
-                "micro_batch": args.micro_batch,
-                "seq_len": args.seq,
-                "steps": args.steps,
-                "attention": args.attention,
-                "attention_used": getattr(model.config, "_attn_implementation", None),
-                "zero_init": zero_init,
-                "max_allocated": max(p["max_allocated"] for p in phases),
-                "max_reserved": max(p["max_reserved"] for p in phases),
-                "phases": phases,
-                "allocated_after": torch.cuda.memory_allocated(),
-                "losses": losses,
-                "seconds": time.perf_counter() - started,
-                "device": torch.cuda.get_device_name(),
-                "deepspeed": deepspeed.__version__,
-                "torch": torch.__version__,
-            }
-        ),
-        flush=True,
+    result = json.dumps(
+        {
+            "model": args.model,
+            "params": n_params,
+            "stage": args.stage,
+            "offload_optimizer": args.offload_optimizer,
+            "micro_batch": args.micro_batch,
+            "seq_len": args.seq,
+            "steps": args.steps,
+            "attention": args.attention,
+            "attention_used": getattr(model.config, "_attn_implementation", None),
+            "zero_init": zero_init,
+            "max_allocated": max(p["max_allocated"] for p in phases),
+            "max_reserved": max(p["max_reserved"] for p in phases),
+            "phases": phases,
+            "allocated_after": torch.cuda.memory_allocated(),
+            "losses": losses,
+            "seconds": time.perf_counter() - started,
+            "device": torch.cuda.get_device_name(),
+            "deepspeed": deepspeed.__version__,
+            "torch": torch.__version__,
+        }
     )
+    if args.result_out:
+        with open(args.result_out, "w") as f:
+            f.write(result + "\n")
+    print(result, flush=True)
     sys.stdout.flush()
 
 

@@ -451,9 +451,8 @@ elif [[ $mode == gpu && $have_ds == yes && $have_cuda_torch == yes ]]; then
             export MASTER_PORT=$port
             part "$name" 120 env PYTHONUNBUFFERED=1 "$python" "$here/ds_memory.py" \
                 --model "$model_name" --stage "$stage" --offload-optimizer "$offload" \
-                --micro-batch "$ds_batch" --seq "$ds_seq" --config-out "$stem.config.json"
-            # ds_memory.py's JSON line (DeepSpeed and torch may print after it).
-            grep '^{"model"' "$work/$name.log" | tail -n 1 >"$stem.run.json"
+                --micro-batch "$ds_batch" --seq "$ds_seq" --config-out "$stem.config.json" \
+                --result-out "$stem.run.json"
         ) &
         ds_pids+=($!)
         port=$((port + 1))
