@@ -21,7 +21,7 @@
 //!    with `CUDA_VISIBLE_DEVICES=0` to force it), ZeRO stages 1-3, fp32 and bf16: two steps
 //!    of two micro-steps each against the CPU backend's W = 2 run from the same spec; the final
 //!    parameters within test 1's tolerances (fp32: `|gpu - cpu| <= 1e-5 |cpu| + 1e-6`; bf16:
-//!    `2e-3 + 1e-6` absolute, one bf16 rounding of the refreshed parameters apart).
+//!    `2 lr` a step absolute, `4e-3 + 1e-6`: see `tolerances`).
 //! 6. A checkpoint saved by the W = 2 GPU run resumes on W = 2 CPU thread ranks: the resumed
 //!    CPU run ends where the uninterrupted CPU run ends, within test 5's tolerances.
 
@@ -319,10 +319,17 @@ fn beyond_tolerance_of(
     beyond::beyond_tolerance("gpu", model, initial, gpu, cpu, tolerance)
 }
 
-/// Test 1's tolerances on the final parameters: `(rel, excess)`.
-fn tolerances(bf16: bool) -> (f64, f64) {
+/// The tolerances on the final parameters after `steps` optimizer steps at learning rate 1e-3:
+/// `(rel, excess)`. f32: `1e-5 |cpu| + 1e-6`. bf16: `2 lr` a step, absolute. Adam's early steps
+/// move every parameter by about `lr` whatever its gradient's size, so a parameter whose
+/// gradient is near zero can step one way on the GPU and the other on the CPU once the two
+/// sides' bf16 roundings differ in sign: `2 lr` apart per step (test 1's `2e-3` for its one
+/// step). Seen on an H100 (2026-11-27), W = 2 stage 1, two steps: one element of a 65,536
+/// and one of a 16,384 tensor were 2.0e-3 and 2.4e-3 apart, every other one within `2e-3`.
+fn tolerances(bf16: bool, steps: u64) -> (f64, f64) {
+    const LR: f64 = 1e-3;
     if bf16 {
-        (0.0, 2e-3 + 1e-6)
+        (0.0, 2.0 * LR * steps as f64 + 1e-6)
     } else {
         (1e-5, 1e-6)
     }
@@ -348,7 +355,7 @@ fn two_thread_ranks_on_the_gpu_match_the_cpu_at_stages_1_to_3() {
                     "{what}: loss {g:?} vs {c:?}"
                 );
             }
-            let (rel, tol) = tolerances(bf16);
+            let (rel, tol) = tolerances(bf16, spec.steps);
             let (worst, worst_abs, update) = param_errors(
                 &spec.initial_params,
                 &gpu.final_params,
@@ -382,7 +389,7 @@ fn two_thread_ranks_on_the_gpu_match_the_cpu_at_stages_1_to_3() {
 #[ignore = "needs an NVIDIA GPU: the Llama family as two thread ranks (sharing GPU 0) at ZeRO stages 1-3 against the CPU's W = 2"]
 fn two_llama_thread_ranks_on_the_gpu_match_the_cpu_at_stages_1_to_3() {
     require_gpu();
-    let (rel, tol) = tolerances(false);
+    let (rel, tol) = tolerances(false, 2);
     for which in [SmallLlama::Llama, SmallLlama::Qwen2] {
         for stage in 1..=3u8 {
             let what = format!("{which:?} stage {stage} f32");
@@ -468,7 +475,7 @@ fn a_world_two_gpu_checkpoint_resumes_on_two_cpu_ranks() {
         )
         .expect("resumed on the CPU");
         let straight = train(&spec, &|_| {}).expect("CPU run");
-        let (rel, tol) = tolerances(false);
+        let (rel, tol) = tolerances(false, spec.steps);
         let (worst, worst_abs, _) = param_errors(
             &spec.initial_params,
             &resumed.final_params,
