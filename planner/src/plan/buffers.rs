@@ -466,8 +466,8 @@ fn host_device(target: &OffloadTarget) -> Device {
     }
 }
 
-/// The IPG buffer(s): allocated when backward starts (stages 1-2) or at initialisation
-/// (stage 3).
+/// The IPG buffer(s): allocated at the first gradient hook (stages 1-2: DeepSpeed 0.19.8's
+/// `setup_buckets`, called from `process_gradients`) or at initialisation (stage 3).
 fn ipg(inputs: &BufferInputs<'_>, list: &mut BufferList, count: u64, lifetime: Lifetime) {
     let s = inputs.settings;
     for index in 0..count {
@@ -561,7 +561,7 @@ fn stage12(inputs: &BufferInputs<'_>, list: &mut BufferList) {
             inputs,
             list,
             count,
-            span(ticks.first_backward(), ticks.epilogue()),
+            span(ticks.first_gradient(), ticks.epilogue()),
         );
         if !offloaded {
             list.add(

@@ -116,6 +116,19 @@ impl Ticks {
         self.units
     }
 
+    /// The first backward tick after the head's: where the first parameter gradient hook has
+    /// fired. The loss's backward (the head's tick, with its fp32 buffers) is over by then:
+    /// a tied head's weight is the embedding's, whose gradient is whole only at the end,
+    /// and an untied head's weight gradient comes after the loss gradient is complete. The
+    /// first backward tick when the model is a single unit.
+    pub fn first_gradient(&self) -> usize {
+        if self.units > 1 {
+            self.units + 1
+        } else {
+            self.units
+        }
+    }
+
     /// The backward epilogue.
     pub fn epilogue(&self) -> usize {
         2 * self.units
