@@ -42,8 +42,10 @@
 // 216 (212), 17 KiB. The CUBIN is about 2.9 MB with -lineinfo.
 //
 // Shared tiles are rows of HS + ATTENTION_TC_PAD 16-bit elements (the pad spreads the 8 rows a
-// fragment load touches over distinct banks). Global loads are 16-bit (views of the device
-// layout are only 2-byte aligned).
+// fragment load touches over distinct banks; a row is 144 or 272 bytes, so 16-byte chunks of a
+// row stay 16-byte aligned). Tiles come in by 16-byte cp.async copies where the rows are
+// 16-byte aligned, else by 16-bit loads (tc_load_rows); fragments straight from global memory
+// (tc_global_a) are 16-bit loads.
 
 #define ATTENTION_TC_QUERY_BLOCK 64
 #define ATTENTION_TC_KEY_TILE 64
@@ -98,13 +100,38 @@ __device__ __forceinline__ unsigned tc_global_pair(const dsplan_u16* base, long 
 }
 
 // ROWS rows of HS elements from global (rows `first`.., `width` apart; zero past seq_len) into
-// a shared tile, every thread of the block taking part.
+// a shared tile, every thread of the block taking part; the tile is complete in this thread's
+// part when it returns (the caller's __syncthreads() completes it for the block).
+//
+// When the rows start 16-byte aligned (the base address and the row width; GPT-2's and the
+// Llama family's activations always do), each thread copies 16-byte chunks with cp.async
+// (sm_80+): every copy of the tile is in flight at once, where 16-bit loads waited for each
+// other one by one (the first H100 profile, 2026-11-27: the three kernels spent most of their
+// 82 ms per step in those loads). Otherwise, 16-bit loads.
 template <int ROWS, int HS>
 __device__ __forceinline__ void tc_load_rows(dsplan_u16* tile, const dsplan_u16* base, long long width, int first,
                                              int seq_len) {
+    constexpr int STRIDE = HS + ATTENTION_TC_PAD, CHUNKS = HS / 8;  // 8 elements are 16 bytes
+    const unsigned long long address = reinterpret_cast<unsigned long long>(base);
+    if (((address | (unsigned long long)width * 2ull) & 15ull) == 0ull) {
+        for (int e = threadIdx.x; e < ROWS * CHUNKS; e += blockDim.x) {
+            const int r = e / CHUNKS, d = (e % CHUNKS) * 8, row = first + r;
+            dsplan_u16* dst = tile + r * STRIDE + d;
+            if (row < seq_len) {
+                const unsigned shared = (unsigned)__cvta_generic_to_shared(dst);
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared),
+                             "l"(base + (long long)row * width + d)
+                             : "memory");
+            } else {
+                *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        return;
+    }
     for (int e = threadIdx.x; e < ROWS * HS; e += blockDim.x) {
         const int r = e / HS, d = e % HS, row = first + r;
-        tile[r * (HS + ATTENTION_TC_PAD) + d] = row < seq_len ? base[(long long)row * width + d] : (dsplan_u16)0;
+        tile[r * STRIDE + d] = row < seq_len ? base[(long long)row * width + d] : (dsplan_u16)0;
     }
 }
 

@@ -269,12 +269,27 @@ fn encoder_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), 
     Ok(())
 }
 
+/// LayerNorm at three widths: 200 channels; 776, whose 16-bit rows the backward kernel reads in
+/// 16-byte chunks, up to four a lane (one in the last slot); and 100, not a whole number of
+/// chunks, which keeps its 16-bit loads. The rows of the last two are named with their width.
 fn layernorm_case(gpu: &Gpu, out: &mut Vec<CheckRow>, p: Precision) -> Result<(), CudaError> {
-    typed!(p, layernorm_typed, gpu, out)
+    for (c, label) in [(200, ""), (776, ", 776 channels"), (100, ", 100 channels")] {
+        let mut rows = Vec::new();
+        typed!(p, layernorm_typed, gpu, &mut rows, c)?;
+        out.extend(rows.into_iter().map(|mut row| {
+            row.name.push_str(label);
+            row
+        }));
+    }
+    Ok(())
 }
 
-fn layernorm_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
-    let (n, c) = (70, 200);
+fn layernorm_typed<T: Storage>(
+    gpu: &Gpu,
+    rows: &mut Vec<CheckRow>,
+    c: usize,
+) -> Result<(), CudaError> {
+    let n = 70;
     let dt = dtype::<T>();
     let tol = tolerance::<T>();
     let mut rng = Random(11);
