@@ -3,14 +3,15 @@
 # under 8 minutes on a machine without cargo. See bench/README.md, "The GPU kit".
 #
 #   bench/gpu_check.sh [--dry] [--kit DIR] [--budget SECONDS] [--keep DIR] [--parts LIST]
-#                      [--ds-width N]
+#                      [--ds-width N] [--ds-runs MODEL:STAGE:OFFLOAD,...]
 #
 # --parts picks groups (default all: check,stages,torch,profile,tests,mpi,w2,llama,ds; `report`
 # always runs; `tc` alone names stage0_tc, which `stages` includes),
 # so a rerun after fixes spends device time only where it must. Order: report and check; the
 # timed runs alone on the GPU (stages, torch); then, sharing the GPU because nothing there is
 # timed against a target, the tests, the W = 2 and Llama runs, and DeepSpeed's memory runs
-# (--ds-width processes at a time, default 4).
+# (--ds-width processes at a time, default 4; --ds-runs names a subset, e.g.
+# gpt2-medium:1:none,gpt2:2:cpu).
 #
 # Parts, each time-boxed (and all inside --budget, default 470 s) so one failure or hang does
 # not eat the rest; a part's status (ok, failed, timeout, skipped) goes into the results:
@@ -49,7 +50,7 @@ set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
-mode=gpu kit="$root/.gpukit" budget=470 keep="" ds_width=4
+mode=gpu kit="$root/.gpukit" budget=470 keep="" ds_width=4 ds_runs=""
 parts="check,stages,torch,profile,tests,mpi,w2,llama,ds"
 while (($#)); do
     case "$1" in
@@ -59,6 +60,7 @@ while (($#)); do
         --keep) keep="$2"; shift 2 ;;
         --parts) parts="$2"; shift 2 ;;
         --ds-width) ds_width="$2"; shift 2 ;;
+        --ds-runs) ds_runs="$2"; shift 2 ;;
         *) echo "unknown option $1 (see the head of $0)" >&2; exit 2 ;;
     esac
 done
@@ -420,7 +422,8 @@ w2_pid=$!
 ds_specs=()
 for model_name in gpt2 gpt2-medium; do
     for spec in "0 none" "1 none" "2 none" "3 none" "2 cpu" "3 cpu"; do
-        ds_specs+=("$model_name $spec")
+        # --ds-runs keeps the named ones (a rerun measures only what an earlier run missed).
+        [[ -z $ds_runs || ",$ds_runs," == *",$model_name:${spec// /:},"* ]] && ds_specs+=("$model_name $spec")
     done
 done
 ds_batch=8 ds_seq=1024
