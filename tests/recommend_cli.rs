@@ -95,7 +95,9 @@ fn llama_2_7b_on_8_h100_80gb_takes_zero1() {
     assert_eq!(chosen["plan"]["strategy"], "zero1");
     assert_eq!(chosen["plan"]["micro_batch"], 1);
     assert_eq!(chosen["plan"]["accumulation"], 32);
-    close(gib(&chosen["gpu_peak"]["bytes"]), 60.25, 0.005, "GPU peak");
+    // 60.25 GiB until flash attention's own saved output was counted next to the output
+    // projection's contiguous copy (measured on an H100, 2026-11-27): the same choice.
+    close(gib(&chosen["gpu_peak"]["bytes"]), 61.35, 0.005, "GPU peak");
     close(
         chosen["step_time"]["total"].as_f64().expect("time"),
         15.3,
@@ -147,7 +149,8 @@ fn llama_2_70b_on_8_h100_80gb_with_1tib_takes_partial_zero3_offload() {
         doc["config"]["zero_optimization"]["offload_optimizer"]["ratio"],
         0.5
     );
-    close(gib(&chosen["gpu_peak"]["bytes"]), 79.14, 0.005, "GPU peak");
+    // 79.14 GiB until flash attention's own saved output was counted (the same choice).
+    close(gib(&chosen["gpu_peak"]["bytes"]), 79.20, 0.005, "GPU peak");
     close(
         gib(&chosen["cpu_peak"]["bytes"]),
         625.89,
@@ -163,7 +166,7 @@ fn llama_2_70b_on_8_h100_80gb_with_1tib_takes_partial_zero3_offload() {
     // Everything on the GPU needs 140 GiB per GPU; everything on the host 1.3 TiB.
     let zero3 = rejection(&doc, "zero3");
     assert_eq!(zero3["kind"], "gpu-memory");
-    close(gib(&zero3["needed"]), 140.33, 0.005, "ZeRO-3 GPU");
+    close(gib(&zero3["needed"]), 140.40, 0.005, "ZeRO-3 GPU");
     let all = rejection(&doc, "zero3-offload-all");
     assert_eq!(all["kind"], "cpu-memory");
     close(gib(&all["needed"]), 1300.79, 0.005, "full offload host");
@@ -208,8 +211,10 @@ fn llama_2_13b_on_one_32gb_v100_with_256gib_takes_zero_offload() {
     assert_eq!(chosen["plan"]["micro_batch"], 2);
     assert_eq!(chosen["plan"]["accumulation"], 16);
     // 30.59 GiB until the loss's backward was counted as DeepSpeed runs it on a GPU (three
-    // fp32 vocab-sized tensors, the fp16 logits gone): +0.27 GiB, the same choice.
-    close(gib(&chosen["gpu_peak"]["bytes"]), 30.86, 0.005, "GPU peak");
+    // fp32 vocab-sized tensors, the fp16 logits gone): +0.27 GiB, the same choice; 30.86
+    // until the IPG bucket was counted from the first gradient hook (DeepSpeed 0.19.8
+    // allocates it there, after the loss's backward): -0.11 GiB, the same choice.
+    close(gib(&chosen["gpu_peak"]["bytes"]), 30.75, 0.005, "GPU peak");
     close(
         gib(&chosen["cpu_peak"]["bytes"]),
         220.50,

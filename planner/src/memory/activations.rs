@@ -17,6 +17,7 @@
 //! | softmax output (eager only) | `e·a·s²·b` |
 //! | softmax dropout mask and output (eager, with dropout) | `(1 + e)·a·s²·b` |
 //! | softmax statistics (flash only, fp32) | `4·a·s·b` |
+//! | the fused kernel's output (flash only; the projection reads a contiguous copy) | `e·sb·q` |
 //! | output-projection input | `e·sb·q` |
 //! | attention dropout mask | `sbh` (with dropout) |
 //! | MLP input (norm output) | `e·sbh` |
@@ -213,6 +214,10 @@ fn attention_block(sizes: &Sizes, dims: &LayerDims, attention: AttentionKernel) 
         }
         AttentionKernel::Flash => {
             linear.fp32 += 4 * heads * sizes.s * sizes.b;
+            // The fused kernel's own output `(b, a, s, d)`, which it saves for its backward:
+            // Hugging Face's sdpa path hands the output projection a contiguous `(b, s, a·d)`
+            // copy of it, a second tensor.
+            linear.model += sizes.e * q;
             LayerBytes {
                 linear,
                 scores: TypedBytes::default(),

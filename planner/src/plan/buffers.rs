@@ -427,25 +427,20 @@ fn stage0(inputs: &BufferInputs<'_>, list: &mut BufferList) {
             Device::Gpu,
             Lifetime::Persistent,
         );
-        if s.bf16_optimizer() {
-            list.add(
-                "fp32 gradient accumulation buffer (BF16_Optimizer)",
-                BufferKind::Fp32Gradients,
-                Dtype::Fp32,
-                layout.padded_numel,
-                Device::Gpu,
-                Lifetime::Persistent,
-            );
-        } else {
-            list.add(
-                "fp32 gradients for the step",
-                BufferKind::Fp32Gradients,
-                master,
-                layout.numel,
-                Device::Gpu,
-                span(ticks.first_optimizer(), step_end),
-            );
-        }
+        // No persistent fp32 gradient buffer in bf16 either: without ZeRO, DeepSpeed 0.19.8
+        // accumulates in the model dtype unless `data_types.grad_accum_dtype` says otherwise
+        // (`get_data_types`), and bf16 with bf16 accumulation takes its fp16 optimizer
+        // wrapper (`DDP_BFLOAT16`), whose fp32 gradients are flattened for the step only;
+        // `BF16_Optimizer` is for pipeline parallelism (`_do_optimizer_sanity_check`). The
+        // H100's and H200's stage-0 bf16 runs (2026-11-27) held exactly stage 1's memory.
+        list.add(
+            "fp32 gradients for the step",
+            BufferKind::Fp32Gradients,
+            master,
+            layout.numel,
+            Device::Gpu,
+            span(ticks.first_optimizer(), step_end),
+        );
     }
     for state in 0..s.optimizer.states {
         list.add(
@@ -669,7 +664,12 @@ fn stage3(inputs: &BufferInputs<'_>, list: &mut BufferList) {
     let partition = layout.partition_numel;
     let params = s.dtypes.params;
     stage3_parameters(inputs, list);
-    if let Some(persistent) = &inputs.shards.persistent {
+    // With one rank a parameter's partition is the whole parameter, and DeepSpeed 0.19.8
+    // "gathers" it as a view of its partition (`_no_gather_coalesced`): no whole copies.
+    // (DeepSpeed's stage-3 peaks at W = 1 on an H100 and an H200, 2026-11-27, minus the
+    // steady state after a step, equal stage 1's to the megabyte.)
+    let whole_copies = world > 1;
+    if let Some(persistent) = inputs.shards.persistent.as_ref().filter(|_| whole_copies) {
         list.add(
             "persistent parameters (whole)",
             BufferKind::PersistentParameters,
@@ -679,7 +679,7 @@ fn stage3(inputs: &BufferInputs<'_>, list: &mut BufferList) {
             Lifetime::Persistent,
         );
     }
-    if let Some(schedule) = inputs.stage3 {
+    if let Some(schedule) = inputs.stage3.filter(|_| whole_copies) {
         for interval in &schedule.intervals {
             let tensor = &inputs.model.tensors[interval.tensor];
             list.add(
