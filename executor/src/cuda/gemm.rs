@@ -143,6 +143,20 @@ pub struct Product {
     pub accumulate: Accumulate,
 }
 
+/// One product of a split one ([`Product::parts`]): the product, and the element ranges of
+/// the caller's `(out, first, second)` it is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProductPart {
+    /// The product over the ranges.
+    pub product: Product,
+    /// Its output's elements.
+    pub out: std::ops::Range<usize>,
+    /// Its first operand's elements.
+    pub first: std::ops::Range<usize>,
+    /// Its second operand's elements.
+    pub second: std::ops::Range<usize>,
+}
+
 /// The shape one operand must have: `(rows, cols)` with rows `stride` apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Operand {
@@ -246,7 +260,102 @@ fn config(
     }
 }
 
+/// Elements cuBLASLt's Hopper GEMM kernels need an operand's contiguous extent to be a whole
+/// number of (16 bytes of bf16/f16). GPT-2's vocabulary is 50,257: its two gradient products,
+/// whose logits operand is contiguous along the vocabulary, ran on Turing-era
+/// `cutlass_75_..._s1688gemm` kernels at 95 and 130 TFLOP/s on an H200 and an H100
+/// (2026-11-27, 22.8 ms of a 70.6 ms step), where the forward product, contiguous along the
+/// hidden size, ran at 517.
+pub const ALIGNED_FEATURES: usize = 8;
+
 impl Product {
+    /// A gradient product of an `nn.Linear` weight ([`WeightLayout::OutIn`]) over
+    /// out-features not a multiple of [`ALIGNED_FEATURES`], as two products: the first
+    /// features rounded down to a multiple, then the rest (`dinp`: the second adds to the
+    /// first; `dW`: each writes its own rows). `None` for every other product, which runs
+    /// as it is: forward products read the out-features as columns of the output only, and
+    /// `Conv1D` weights hold them as columns (no contiguous split).
+    pub fn split_features(&self) -> Option<[Product; 2]> {
+        let (rows, inf, outf) = self.dims;
+        let split = outf - outf % ALIGNED_FEATURES;
+        let gradient = matches!(self.pass, Pass::BackwardInput | Pass::BackwardWeight);
+        if !gradient || self.weight != WeightLayout::OutIn || split == outf || split == 0 {
+            return None;
+        }
+        let head = Product {
+            dims: (rows, inf, split),
+            ..*self
+        };
+        let tail = Product {
+            dims: (rows, inf, outf - split),
+            accumulate: match self.pass {
+                Pass::BackwardInput => Accumulate::Add,
+                _ => self.accumulate,
+            },
+            ..*self
+        };
+        Some([head, tail])
+    }
+
+    /// The products it runs as ([`Self::split_features`]; itself alone when not split), each
+    /// with the ranges of the caller's `(out, first, second)` it reads and writes.
+    pub fn parts(&self) -> Vec<ProductPart> {
+        let [a, b, c] = self.plan().operands;
+        let (first, second) = if self.plan().second_is_a {
+            (b, a)
+        } else {
+            (a, b)
+        };
+        let whole = ProductPart {
+            product: *self,
+            out: 0..c.len(),
+            first: 0..first.len(),
+            second: 0..second.len(),
+        };
+        let Some([head, tail]) = self.split_features() else {
+            return vec![whole];
+        };
+        let (rows, inf, _) = self.dims;
+        let (split, s) = (head.dims.2, self.stride);
+        // The strided (N, OC) operand's columns ..split and split..: rows s apart from 0 and
+        // from split; the weight's (or its gradient's) rows ..split and split.. of IC each.
+        let columns = |part: &Product, from: usize| from..from + strided_len(rows, part.dims.2, s);
+        let weight_rows = [0..split * inf, split * inf..self.dims.2 * inf];
+        let [w_head, w_tail] = weight_rows;
+        match self.pass {
+            // dinp = dout[:, ..split] W[..split] + dout[:, split..] W[split..]
+            Pass::BackwardInput => vec![
+                ProductPart {
+                    product: head,
+                    first: columns(&head, 0),
+                    second: w_head,
+                    ..whole.clone()
+                },
+                ProductPart {
+                    product: tail,
+                    first: columns(&tail, split),
+                    second: w_tail,
+                    ..whole
+                },
+            ],
+            // dW[..split] (+)= dout[:, ..split]^T inp; dW[split..] (+)= dout[:, split..]^T inp
+            _ => vec![
+                ProductPart {
+                    product: head,
+                    out: w_head,
+                    second: columns(&head, 0),
+                    ..whole.clone()
+                },
+                ProductPart {
+                    product: tail,
+                    out: w_tail,
+                    second: columns(&tail, split),
+                    ..whole
+                },
+            ],
+        }
+    }
+
     /// The cuBLASLt configuration and operand shapes. The caller's operands are
     /// `(out, first, second)`: forward `(out, inp, weight)`, backward input
     /// `(dinp, dout, weight)`, backward weight `(dweight, inp, dout)`.
@@ -331,9 +440,44 @@ impl Gemm {
         Ok(Self { blas })
     }
 
-    /// The one call into cuBLASLt: `product` on the caller's `(out, first, second)` (see
-    /// [`Product::plan`]), with a fused bias (forward only), every length checked first.
+    /// `product` on the caller's `(out, first, second)` (see [`Product::plan`]), with a fused
+    /// bias (forward only), every length checked first. A gradient product of an `nn.Linear`
+    /// weight whose out-features are not a whole number of [`ALIGNED_FEATURES`] runs as two
+    /// ([`Product::split_features`]).
     pub fn run<T: GemmElement>(
+        &self,
+        product: Product,
+        out: &mut CudaViewMut<'_, T>,
+        first: &CudaView<'_, T>,
+        second: &CudaView<'_, T>,
+        bias: Option<&CudaView<'_, T>>,
+    ) -> Result<(), CudaError> {
+        let parts = product.parts();
+        if let [whole] = parts.as_slice() {
+            return self.run_one(whole.product, out, first, second, bias);
+        }
+        let plan = product.plan();
+        let [a_shape, b_shape, c_shape] = plan.operands;
+        let (a, b) = if plan.second_is_a {
+            (second, first)
+        } else {
+            (first, second)
+        };
+        a_shape.check(a.len())?;
+        b_shape.check(b.len())?;
+        c_shape.check(out.len())?;
+        let out_of_range = || CudaError::Shape("a split product's operand is out of range".into());
+        for part in parts {
+            let mut out = out.try_slice_mut(part.out).ok_or_else(out_of_range)?;
+            let first = first.try_slice(part.first).ok_or_else(out_of_range)?;
+            let second = second.try_slice(part.second).ok_or_else(out_of_range)?;
+            self.run_one(part.product, &mut out, &first, &second, None)?;
+        }
+        Ok(())
+    }
+
+    /// The one call into cuBLASLt: `product` as it is.
+    fn run_one<T: GemmElement>(
         &self,
         product: Product,
         out: &mut CudaViewMut<'_, T>,
@@ -598,6 +742,55 @@ mod tests {
             assert_eq!(plan.second_is_a, second_is_a, "{product:?}");
             assert!(!plan.config.transc && plan.config.alpha == 1.0);
         }
+    }
+
+    /// Gradient products of an `nn.Linear` weight with out-features off a multiple of 8 split
+    /// at the multiple below (the input gradient's second half adds, the weight gradient's
+    /// halves keep the accumulation); forward products, `Conv1D` weights and aligned widths
+    /// do not split.
+    #[test]
+    fn unaligned_gradient_products_split_at_a_multiple_of_8() {
+        let at = |pass, weight, outf| Product {
+            pass,
+            weight,
+            dims: (16, 768, outf),
+            stride: 50_304,
+            accumulate: Accumulate::Overwrite,
+        };
+        let [head, tail] = at(Pass::BackwardInput, WeightLayout::OutIn, 50_257)
+            .split_features()
+            .expect("split");
+        assert_eq!((head.dims.2, tail.dims.2), (50_256, 1));
+        assert_eq!(
+            (head.accumulate, tail.accumulate),
+            (Accumulate::Overwrite, Accumulate::Add)
+        );
+        assert_eq!((head.stride, tail.stride), (50_304, 50_304));
+        let [head, tail] = at(Pass::BackwardWeight, WeightLayout::OutIn, 157)
+            .split_features()
+            .expect("split");
+        assert_eq!((head.dims.2, tail.dims.2), (152, 5));
+        assert_eq!(tail.accumulate, Accumulate::Overwrite);
+        assert!(
+            at(Pass::Forward, WeightLayout::OutIn, 50_257)
+                .split_features()
+                .is_none()
+        );
+        assert!(
+            at(Pass::BackwardInput, WeightLayout::InOut, 50_257)
+                .split_features()
+                .is_none()
+        );
+        assert!(
+            at(Pass::BackwardWeight, WeightLayout::OutIn, 50_304)
+                .split_features()
+                .is_none()
+        );
+        assert!(
+            at(Pass::BackwardWeight, WeightLayout::OutIn, 5)
+                .split_features()
+                .is_none()
+        );
     }
 
     /// The operand shapes: a strided `(N, OC)` operand spans `(N - 1) S + OC`, the weight

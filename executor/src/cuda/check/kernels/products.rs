@@ -15,16 +15,27 @@ use dsplan_planner::memory::cuda_layout::padded_vocab;
 /// `(N, IC, OC)` of the checked products, and the row distance of the strided ones.
 const DIMS: (usize, usize, usize) = (64, 96, 160);
 const WIDE: usize = 200;
+/// A vocabulary that is not a multiple of 8.
+const ODD_VOCAB: usize = 157;
 
 /// Every product of the step, with whether it fuses a bias and its row's label. The three
 /// vocabulary products run as the step issues them: `OC = V` real columns in rows
-/// [`padded_vocab`] apart (160 in rows of 192).
-fn cases() -> [(&'static str, Product, bool); 9] {
+/// [`padded_vocab`] apart (160 in rows of 192); then again for a vocabulary of 157, not a
+/// multiple of [`crate::cuda::gemm::ALIGNED_FEATURES`] (GPT-2's 50,257 is not either), whose
+/// two gradient products run split in two ([`Product::split_features`]).
+fn cases() -> [(&'static str, Product, bool); 12] {
     let with = |pass, weight, stride, accumulate| Product {
         pass,
         weight,
         dims: DIMS,
         stride,
+        accumulate,
+    };
+    let odd = |pass, accumulate| Product {
+        pass,
+        weight: WeightLayout::OutIn,
+        dims: (DIMS.0, DIMS.1, ODD_VOCAB),
+        stride: padded_vocab(ODD_VOCAB as u64) as usize,
         accumulate,
     };
     use Accumulate::{Add, Overwrite};
@@ -72,6 +83,17 @@ fn cases() -> [(&'static str, Product, bool); 9] {
         (
             "logits_backward dwte padded",
             with(BackwardWeight, OutIn, vp, Add),
+            false,
+        ),
+        ("logits_forward V 157", odd(Forward, Overwrite), false),
+        (
+            "logits_backward dlnf V 157 (split)",
+            odd(BackwardInput, Overwrite),
+            false,
+        ),
+        (
+            "logits_backward dwte V 157 (split)",
+            odd(BackwardWeight, Add),
             false,
         ),
     ]
@@ -337,6 +359,41 @@ mod tests {
         }
     }
 
+    /// A split product's parts, each run by the reference on its ranges of the caller's
+    /// operands, give the whole product (f64 sums: equal up to the order of the sum).
+    #[test]
+    fn a_split_products_parts_make_the_whole() {
+        let mut rng = Random(7);
+        let mut split = 0;
+        for (name, product, bias) in cases() {
+            let parts = product.parts();
+            if parts.len() == 1 {
+                continue;
+            }
+            split += 1;
+            let [out, first, second, _] = operands(product, bias, &mut rng);
+            let mut whole = out.clone();
+            reference(product, &first, &second, None, &mut whole);
+            let mut pieces = out.clone();
+            for part in parts {
+                reference(
+                    part.product,
+                    &first[part.first],
+                    &second[part.second],
+                    None,
+                    &mut pieces[part.out],
+                );
+            }
+            for (k, (a, b)) in pieces.iter().zip(&whole).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    "{name} [{k}]: {a} {b}"
+                );
+            }
+        }
+        assert_eq!(split, 2);
+    }
+
     /// The cases cover each pass in both weight layouts, strided and dense.
     #[test]
     fn every_product_kind_is_checked() {
@@ -355,6 +412,14 @@ mod tests {
             cases
                 .iter()
                 .any(|(_, p, bias)| p.stride > p.dims.2 && *bias)
+        );
+        assert_eq!(
+            cases
+                .iter()
+                .filter(|(_, p, _)| p.split_features().is_some())
+                .count(),
+            2,
+            "both gradient products of the odd vocabulary run split"
         );
     }
 }
