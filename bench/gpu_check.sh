@@ -6,7 +6,7 @@
 #                      [--ds-width N] [--ds-runs MODEL:STAGE:OFFLOAD,...]
 #
 # --parts picks groups (default all: check,stages,torch,profile,tests,mpi,w2,llama,ds; `report`
-# always runs; `tc` alone names stage0_tc, which `stages` includes),
+# always runs; `tc` alone names stage0_tc..stage3_tc, which `stages` includes),
 # so a rerun after fixes spends device time only where it must. Order: report and check; the
 # timed runs alone on the GPU (stages, torch); then, sharing the GPU because nothing there is
 # timed against a target, the tests, the W = 2 and Llama runs, and DeepSpeed's memory runs
@@ -18,9 +18,11 @@
 #   report      `dsplan report` (text and JSON)
 #   check       `dsplan report --check`: every kernel vs its CPU reference in every precision,
 #               and one training step vs the CPU backend
-#   stage0..3   `dsplan run --device cuda --model gpt2`, bf16, micro-batch 16 x 1024, W=1:
+#   stage0..3   `dsplan run --device cuda --model gpt2 --attention-kernel scalar` (the parts run
+#               the scalar kernels, the default before 2026-11-27; stage0_tc the tensor-core
+#               ones, now the default for 16-bit GPU runs), bf16, micro-batch 16 x 1024, W=1:
 #               tokens/s (median after the warm-up), MFU, measured vs planned device memory
-#   stage0_tc   stage 0 with --attention-kernel tensor-core (attention_tc.cu; skipped dry)
+#   stage0_tc..stage3_tc  the same with --attention-kernel tensor-core (attention_tc.cu; skipped dry)
 #   w2_stage1..3  the same at --world-size 2 (micro-batch 8 per rank): two thread ranks
 #               sharing GPU 0, collectives staged through host memory; tokens/s, memory
 #               (run last, after the DeepSpeed memory runs, so issue 16's parts come first)
@@ -237,26 +239,28 @@ stage_hung=""
 for stage in 0 1 2 3; do
     if ! want stages; then skip "stage$stage" "not in --parts"; continue; fi
     if [[ -n $stage_hung ]]; then skip "stage$stage" "stage 0 timed out"; continue; fi
-    part "stage$stage" 60 bash -c "'$bin' run '$work/zero${stage}_bf16.json' --device $device --model $model \
+    part "stage$stage" 60 bash -c "'$bin' run '$work/zero${stage}_bf16.json' --device $device --model $model --attention-kernel scalar \
         --steps $((warmup + timed)) --seq-len $seq --metrics '$work/dsplan_stage$stage.jsonl' \
         --format json >'$work/dsplan_stage$stage.json'"
     [[ $stage == 0 ]] && grep -q $'^stage0\ttimeout' "$work/parts.tsv" && stage_hung=yes
 done
-# stage0_tc: stage 0 again with --attention-kernel tensor-core (attention_tc.cu: flash attention
-# on tensor cores, opt-in until `report --check` above has passed its attention_tc_* rows); its
-# own part so a failure or a wrong loss does not touch stage 0's figures. CUDA-only: the dry
-# run skips it with a line.
-if ! want stages && ! want tc; then
-    skip stage0_tc "not in --parts"
-elif [[ $mode != gpu ]]; then
-    skip stage0_tc "dry run: --attention-kernel tensor-core is CUDA-only (refused with --device cpu)"
-elif [[ -n $stage_hung ]]; then
-    skip stage0_tc "stage 0 timed out"
-else
-    part stage0_tc 60 bash -c "'$bin' run '$work/zero0_bf16.json' --device cuda --model $model \
-        --attention-kernel tensor-core --steps $((warmup + timed)) --seq-len $seq \
-        --metrics '$work/dsplan_stage0_tc.jsonl' --format json >'$work/dsplan_stage0_tc.json'"
-fi
+# stage0_tc..stage3_tc: the stages again with --attention-kernel tensor-core (attention_tc.cu:
+# flash attention on tensor cores, the default for 16-bit GPU runs since 2026-11-27), each its
+# own part so a failure or a wrong loss does not touch the scalar figures. CUDA-only: the dry
+# run skips them with a line.
+for stage in 0 1 2 3; do
+    if ! want stages && ! want tc; then
+        skip "stage${stage}_tc" "not in --parts"
+    elif [[ $mode != gpu ]]; then
+        skip "stage${stage}_tc" "dry run: --attention-kernel tensor-core is CUDA-only (refused with --device cpu)"
+    elif [[ -n $stage_hung ]]; then
+        skip "stage${stage}_tc" "stage 0 timed out"
+    else
+        part "stage${stage}_tc" 60 bash -c "'$bin' run '$work/zero${stage}_bf16.json' --device cuda --model $model \
+            --attention-kernel tensor-core --steps $((warmup + timed)) --seq-len $seq \
+            --metrics '$work/dsplan_stage${stage}_tc.jsonl' --format json >'$work/dsplan_stage${stage}_tc.json'"
+    fi
+done
 
 # --- 3. PyTorch eager and torch.compile on the same device, alone on it like dsplan's runs
 for mode_name in eager compile; do
@@ -304,13 +308,13 @@ elif [[ $mode != gpu ]]; then
 elif [[ -z $ncu_bin ]]; then
     skip profile "ncu not found"
 else
-    # profile: the default step; profile_tc: with --attention-kernel tensor-core.
+    # profile: the step with --attention-kernel scalar; profile_tc: with tensor-core.
     for variant in profile profile_tc; do
-        extra=$([[ $variant == profile_tc ]] && echo "--attention-kernel tensor-core")
+        kernel=$([[ $variant == profile_tc ]] && echo tensor-core || echo scalar)
         part "$variant" 120 "$ncu_bin" --clock-control none --cache-control none \
             --metrics gpu__time_duration.sum --csv --page raw --print-units base \
-            --log-file "$work/$variant.csv" "$bin" run "$work/zero0_bf16.json" --device cuda \
-            --model $model --steps 1 --seq-len $seq $extra
+            --log-file "$work/$variant.csv" "$bin" run "$work/zero0_bf16.json" --device cuda --attention-kernel $kernel \
+            --model $model --steps 1 --seq-len $seq
         # The CSV is in --log-file; should ncu print it to stdout instead, the part's log has it.
         for csv in "$work/$variant.csv" "$work/$variant.log"; do
             "$python" "$here/ncu_summary.py" "$csv" --steps 1 --json-out "$work/${variant}_summary.json" \
@@ -377,14 +381,14 @@ run_w2_and_llama() {
         config="$work/zero${stage}_bf16_w2.json"
         sed "s/\"train_micro_batch_size_per_gpu\": $batch/\"train_micro_batch_size_per_gpu\": $w2_batch/" \
             "$work/zero${stage}_bf16.json" >"$config"
-        part "w2_stage$stage" 60 bash -c "CUDA_VISIBLE_DEVICES=0 '$bin' run '$config' --device $device \
+        part "w2_stage$stage" 60 bash -c "CUDA_VISIBLE_DEVICES=0 '$bin' run '$config' --device $device --attention-kernel scalar \
             --model $model --world-size 2 --steps $w2_steps --seq-len $seq \
             --metrics '$work/dsplan_w2_stage$stage.jsonl' --format json >'$work/dsplan_w2_stage$stage.json'"
     done
     for variant in llama llama_ckpt; do
         if ! want llama; then skip "$variant" "not in --parts"; continue; fi
         config="$work/zero0_bf16$([[ $variant == llama_ckpt ]] && echo _ckpt).json"
-        part "$variant" 60 bash -c "'$bin' run '$config' --device $device --model '$llama_model' \
+        part "$variant" 60 bash -c "'$bin' run '$config' --device $device --model '$llama_model' --attention-kernel scalar \
             --steps $((warmup + timed)) --seq-len $seq --metrics '$work/dsplan_$variant.jsonl' \
             --format json >'$work/dsplan_$variant.json'"
     done
@@ -403,7 +407,7 @@ run_mpi() {
         config="$work/zero${stage}_bf16_mpi.json"
         sed "s/\"train_micro_batch_size_per_gpu\": $batch/\"train_micro_batch_size_per_gpu\": $mpi_batch/" \
             "$work/zero${stage}_bf16.json" >"$config"
-        local common="run '$config' --device $device --model $mpi_model --steps 3 --seq-len $mpi_seq"
+        local common="run '$config' --device $device --model $mpi_model --attention-kernel scalar --steps 3 --seq-len $mpi_seq"
         part "mpi_stage$stage" 90 bash -c "set -e
             CUDA_VISIBLE_DEVICES=0 '$mpi_bin' $common --world-size 2 --save-model '$work/mpi_threads$stage.safetensors'
             CUDA_VISIBLE_DEVICES=0 mpirun --allow-run-as-root --oversubscribe --mca plm_rsh_agent false -np 2 \

@@ -296,8 +296,9 @@ def main():
             dsplan_stage(work, int(s), args.warmup, torch_runs, args.batch, args.seq, args.dry)
             for s in args.stages.split()
         ]
-        + [dsplan_stage(work, 0, args.warmup, torch_runs, args.batch, args.seq, args.dry,
-                        attention="tensor-core")]
+        + [dsplan_stage(work, int(s), args.warmup, torch_runs, args.batch, args.seq, args.dry,
+                        attention="tensor-core")
+           for s in args.stages.split()]
         + [
             dsplan_stage(work, int(s), args.warmup, torch_runs, args.w2_batch, args.seq, args.dry, 2)
             for s in args.w2_stages.split()
