@@ -286,14 +286,21 @@ fn the_rows_hold_what_deepspeed_allocates() {
             );
         }
         if case.name == "stage 0 bf16" {
-            // BF16_Optimizer: fp32 master partitioned, fp32 accumulation buffer whole.
+            // fp32 master partitioned; no persistent fp32 gradients (DeepSpeed 0.19.8
+            // accumulates in bf16 without ZeRO): fp32 gradients of the whole model for the
+            // step only.
             assert_eq!(
                 term_bytes(estimate, Term::MasterParameters, Phase::Init),
                 4 * padded / RANKS
             );
+            assert_eq!(term_bytes(estimate, Term::Fp32Gradients, Phase::Init), 0);
             assert_eq!(
-                term_bytes(estimate, Term::Fp32Gradients, Phase::Init),
-                4 * padded
+                term_bytes(estimate, Term::Fp32Gradients, Phase::Backward),
+                0
+            );
+            assert_eq!(
+                term_bytes(estimate, Term::Fp32Gradients, Phase::Step),
+                4 * params
             );
         }
         if stage > 0 && !case.name.contains("offload") {

@@ -396,7 +396,8 @@ mod tests {
         assert_eq!(bytes.linear.total(), 34 * sbh);
         assert_eq!(bytes.linear.mask, 2 * sbh);
         assert_eq!(bytes.scores.total(), 5 * u128::from(a * s * s * b));
-        // Flash attention drops the score term and adds fp32 statistics per row and head.
+        // Flash attention drops the score term and adds fp32 statistics per row and head,
+        // and its own saved output next to the projection's contiguous copy (2 bytes more).
         let flash = layer_bytes(
             &shape(s, b, AttentionKernel::Flash),
             Precision::Fp16,
@@ -404,7 +405,7 @@ mod tests {
             AttentionKernel::Flash,
         );
         assert_eq!(flash.scores.total(), 0);
-        assert_eq!(flash.linear.total(), 34 * sbh + 4 * u128::from(a * s * b));
+        assert_eq!(flash.linear.total(), 36 * sbh + 4 * u128::from(a * s * b));
         assert_eq!(flash.linear.fp32, 4 * u128::from(a * s * b));
         // Hugging Face's GPT-2: `gelu_new` saves three more 4h-wide tensors, 24 bytes per
         // token and channel in 16 bits: sbh·(58 + 5as/h).
