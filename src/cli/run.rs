@@ -62,7 +62,7 @@ use dsplan_executor::train::{
     TrainSettings, TrainSpec, choose_model, compile_cuda_plan, compile_plan, model_config,
     plan_training, resume_point, stored_shape,
 };
-use dsplan_executor::zero::{MixedPrecision, ZeroError};
+use dsplan_executor::zero::{Dtype, MixedPrecision, ZeroError};
 use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
 use dsplan_planner::plan::Plan;
 use dsplan_planner::resolve::{Arg, ArgOrigin, Resolved, hidden_size, resolve};
@@ -109,9 +109,10 @@ pub struct RunArgs {
     /// picks the GPU when one is usable and can run this model, else the CPU.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
-    /// The CUDA attention kernels: scalar (f32 arithmetic, every precision; checked on an
-    /// H200) or tensor-core (flash attention on tensor cores, bf16/fp16 only; opt-in until a
-    /// GPU's `dsplan report --check` has passed it). Refused on the CPU and in f32.
+    /// The CUDA attention kernels: auto (the default: tensor-core for bf16/fp16 on a GPU,
+    /// else scalar), scalar (f32 arithmetic, every precision) or tensor-core (flash attention
+    /// on tensor cores, bf16/fp16 only; refused on the CPU and in f32). Both pass `dsplan
+    /// report --check` on an H100 and an H200.
     #[arg(long, value_enum, default_value_t = AttentionChoice::Auto)]
     attention_kernel: AttentionChoice,
     /// Seed of fresh model weights and of the data order.
@@ -199,9 +200,7 @@ impl AttentionChoice {
             AttentionChoice::Scalar => AttentionKernel::Scalar,
             AttentionChoice::TensorCore => AttentionKernel::TensorCore,
             AttentionChoice::Auto => match backend {
-                Backend::Cuda(_)
-                    if settings.precision().model_dtype() != dsplan_executor::zero::Dtype::F32 =>
-                {
+                Backend::Cuda(_) if settings.precision().model_dtype() != Dtype::F32 => {
                     AttentionKernel::TensorCore
                 }
                 _ => AttentionKernel::Scalar,

@@ -300,12 +300,9 @@ impl Product {
     /// The products it runs as ([`Self::split_features`]; itself alone when not split), each
     /// with the ranges of the caller's `(out, first, second)` it reads and writes.
     pub fn parts(&self) -> Vec<ProductPart> {
-        let [a, b, c] = self.plan().operands;
-        let (first, second) = if self.plan().second_is_a {
-            (b, a)
-        } else {
-            (a, b)
-        };
+        let plan = self.plan();
+        let [a, b, c] = plan.operands;
+        let (first, second) = if plan.second_is_a { (b, a) } else { (a, b) };
         let whole = ProductPart {
             product: *self,
             out: 0..c.len(),
@@ -320,8 +317,7 @@ impl Product {
         // The strided (N, OC) operand's columns ..split and split..: rows s apart from 0 and
         // from split; the weight's (or its gradient's) rows ..split and split.. of IC each.
         let columns = |part: &Product, from: usize| from..from + strided_len(rows, part.dims.2, s);
-        let weight_rows = [0..split * inf, split * inf..self.dims.2 * inf];
-        let [w_head, w_tail] = weight_rows;
+        let [w_head, w_tail] = [0..split * inf, split * inf..self.dims.2 * inf];
         match self.pass {
             // dinp = dout[:, ..split] W[..split] + dout[:, split..] W[split..]
             Pass::BackwardInput => vec![
