@@ -352,6 +352,20 @@ impl Product {
         }
     }
 
+    /// Whether the caller's `(out, first, second)` have the lengths the product spans.
+    fn check_lengths(&self, out: usize, first: usize, second: usize) -> Result<(), CudaError> {
+        let plan = self.plan();
+        let [a_shape, b_shape, c_shape] = plan.operands;
+        let (a, b) = if plan.second_is_a {
+            (second, first)
+        } else {
+            (first, second)
+        };
+        a_shape.check(a)?;
+        b_shape.check(b)?;
+        c_shape.check(out)
+    }
+
     /// The cuBLASLt configuration and operand shapes. The caller's operands are
     /// `(out, first, second)`: forward `(out, inp, weight)`, backward input
     /// `(dinp, dout, weight)`, backward weight `(dweight, inp, dout)`.
@@ -452,16 +466,7 @@ impl Gemm {
         if let [whole] = parts.as_slice() {
             return self.run_one(whole.product, out, first, second, bias);
         }
-        let plan = product.plan();
-        let [a_shape, b_shape, c_shape] = plan.operands;
-        let (a, b) = if plan.second_is_a {
-            (second, first)
-        } else {
-            (first, second)
-        };
-        a_shape.check(a.len())?;
-        b_shape.check(b.len())?;
-        c_shape.check(out.len())?;
+        product.check_lengths(out.len(), first.len(), second.len())?;
         let out_of_range = || CudaError::Shape("a split product's operand is out of range".into());
         for part in parts {
             let mut out = out.try_slice_mut(part.out).ok_or_else(out_of_range)?;
@@ -481,16 +486,13 @@ impl Gemm {
         second: &CudaView<'_, T>,
         bias: Option<&CudaView<'_, T>>,
     ) -> Result<(), CudaError> {
+        product.check_lengths(out.len(), first.len(), second.len())?;
         let plan = product.plan();
-        let [a_shape, b_shape, c_shape] = plan.operands;
         let (a, b) = if plan.second_is_a {
             (second, first)
         } else {
             (first, second)
         };
-        a_shape.check(a.len())?;
-        b_shape.check(b.len())?;
-        c_shape.check(out.len())?;
         if let Some(bias) = bias {
             if product.pass != Pass::Forward {
                 return Err(CudaError::Shape(
