@@ -769,26 +769,16 @@ mod tests {
             .expect("split");
         assert_eq!((head.dims.2, tail.dims.2), (152, 5));
         assert_eq!(tail.accumulate, Accumulate::Overwrite);
-        assert!(
-            at(Pass::Forward, WeightLayout::OutIn, 50_257)
-                .split_features()
-                .is_none()
-        );
-        assert!(
-            at(Pass::BackwardInput, WeightLayout::InOut, 50_257)
-                .split_features()
-                .is_none()
-        );
-        assert!(
-            at(Pass::BackwardWeight, WeightLayout::OutIn, 50_304)
-                .split_features()
-                .is_none()
-        );
-        assert!(
-            at(Pass::BackwardWeight, WeightLayout::OutIn, 5)
-                .split_features()
-                .is_none()
-        );
+        for (pass, weight, outf) in [
+            (Pass::Forward, WeightLayout::OutIn, 50_257),
+            (Pass::BackwardInput, WeightLayout::InOut, 50_257),
+            (Pass::BackwardWeight, WeightLayout::OutIn, 50_304),
+            (Pass::BackwardWeight, WeightLayout::OutIn, 5),
+        ] {
+            let product = at(pass, weight, outf);
+            assert!(product.split_features().is_none(), "{product:?}");
+            assert_eq!(product.parts().len(), 1, "{product:?}");
+        }
     }
 
     /// The operand shapes: a strided `(N, OC)` operand spans `(N - 1) S + OC`, the weight
