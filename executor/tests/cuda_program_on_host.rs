@@ -154,6 +154,20 @@ fn compare(what: &str, spec: &TrainSpec) -> f64 {
     worst
 }
 
+/// [`compare`] on every case, then one assertion naming each case beyond the tolerance (so
+/// one failure does not hide the others).
+fn assert_every_case_within<W: AsRef<str>>(cases: &[(W, TrainSpec)]) {
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|(what, spec)| {
+            let what = what.as_ref();
+            let worst = compare(what, spec);
+            (worst.is_nan() || worst > ABS).then(|| format!("{what}: {worst:.3e} > {ABS:.1e}"))
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("; "));
+}
+
 /// Test 1: one rank, two steps of the check's spec, as the GPU ran it.
 #[test]
 fn the_one_rank_program_on_the_host_matches_the_cpu() {
@@ -254,14 +268,7 @@ fn other_world_sizes_and_stage_3_settings_match_the_cpu() {
         plan.buckets.reduce.len()
     );
     assert!(plan.buckets.reduce.len() > 4);
-    let mut failures = Vec::new();
-    for (what, spec) in &cases {
-        let worst = compare(what, spec);
-        if worst.is_nan() || worst > ABS {
-            failures.push(format!("{what}: {worst:.3e} > {ABS:.1e}"));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("; "));
+    assert_every_case_within(&cases);
 }
 
 /// Test 4: no two accesses of a buffer on different streams go unordered in any rank's
@@ -493,16 +500,14 @@ fn a_bf16_spec_is_refused_clearly() {
 /// CPU backend ends.
 #[test]
 fn the_one_rank_llama_programs_on_the_host_match_the_cpu() {
-    let mut failures = Vec::new();
-    for which in [SmallLlama::Llama, SmallLlama::Qwen2] {
-        let spec = small_llama_spec(which, &json!({}), 2).expect("the small Llama");
-        let what = format!("{which:?} W = 1");
-        let worst = compare(&what, &spec);
-        if worst.is_nan() || worst > ABS {
-            failures.push(format!("{what}: {worst:.3e} > {ABS:.1e}"));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("; "));
+    let cases: Vec<(String, TrainSpec)> = [SmallLlama::Llama, SmallLlama::Qwen2]
+        .into_iter()
+        .map(|which| {
+            let spec = small_llama_spec(which, &json!({}), 2).expect("the small Llama");
+            (format!("{which:?} W = 1"), spec)
+        })
+        .collect();
+    assert_every_case_within(&cases);
 }
 
 /// The small Llama-family model `which` ([`small_llama_spec`]) trained as [`world_spec`]
@@ -597,14 +602,7 @@ fn llama_world_programs_on_the_host_match_the_cpu() {
         );
         assert!(staging > 0, "{what}: a bucket is packed");
     }
-    let mut failures = Vec::new();
-    for (what, spec) in &cases {
-        let worst = compare(what, spec);
-        if worst.is_nan() || worst > ABS {
-            failures.push(format!("{what}: {worst:.3e} > {ABS:.1e}"));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("; "));
+    assert_every_case_within(&cases);
 }
 
 /// Test 9: every rank's Llama-family program of test 8 orders each cross-stream access by its

@@ -298,17 +298,11 @@ fn world_two_spec(stage: u8, bf16: bool) -> TrainSpec {
     }
 }
 
-/// Where `gpu` and `cpu` differ beyond `|gpu - cpu| <= rel |cpu| + tol`, tensor by tensor (the
-/// small model's layout): each such tensor's name, how many of its elements are beyond, and its
+/// Where `gpu` and `cpu` differ beyond `|gpu - cpu| <= rel |cpu| + tol`, tensor by tensor
+/// (`model`'s layout): each such tensor's name, how many of its elements are beyond, and its
 /// worst element (index, GPU, CPU and initial values). Printed before a comparison is asserted,
 /// so a failing GPU run says where it went wrong (the first H200 run of the W = 2 tests lost
 /// its logs and said only "stage 1 f32: 9.6e-4 > 1e-6").
-fn beyond_tolerance(initial: &[f32], gpu: &[f32], cpu: &[f32], rel: f64, tol: f64) -> String {
-    let model: ModelConfig = small_model().expect("the small model").into();
-    beyond_tolerance_of(&model, initial, gpu, cpu, (rel, tol))
-}
-
-/// [`beyond_tolerance`] over `model`'s tensors.
 fn beyond_tolerance_of(
     model: &ModelConfig,
     initial: &[f32],
@@ -317,6 +311,25 @@ fn beyond_tolerance_of(
     tolerance: (f64, f64),
 ) -> String {
     beyond::beyond_tolerance("gpu", model, initial, gpu, cpu, tolerance)
+}
+
+/// `spec`'s final parameters on the GPU against the CPU's: prints the worst excess over
+/// `(rel, tol)`, the largest difference, the update and [`beyond_tolerance_of`]'s tensors, and
+/// returns `(worst excess, update)` for the caller to assert.
+fn parameters_against_cpu(
+    what: &str,
+    spec: &TrainSpec,
+    gpu: &[f32],
+    cpu: &[f32],
+    (rel, tol): (f64, f64),
+) -> (f64, f64) {
+    let (worst, worst_abs, update) = param_errors(&spec.initial_params, gpu, cpu, rel);
+    eprintln!(
+        "{what}: parameters beyond tolerance {worst:.3e} (tol {tol:.1e}), largest difference \
+         {worst_abs:.3e}, update {update:.3e}\n{}",
+        beyond_tolerance_of(&spec.model, &spec.initial_params, gpu, cpu, (rel, tol))
+    );
+    (worst, update)
 }
 
 /// The tolerances on the final parameters after `steps` optimizer steps at learning rate 1e-3:
@@ -356,22 +369,12 @@ fn two_thread_ranks_on_the_gpu_match_the_cpu_at_stages_1_to_3() {
                 );
             }
             let (rel, tol) = tolerances(bf16, spec.steps);
-            let (worst, worst_abs, update) = param_errors(
-                &spec.initial_params,
+            let (worst, update) = parameters_against_cpu(
+                &what,
+                &spec,
                 &gpu.final_params,
                 &cpu.final_params,
-                rel,
-            );
-            eprintln!(
-                "{what}: parameters beyond tolerance {worst:.3e} (tol {tol:.1e}), largest \
-                 difference {worst_abs:.3e}, update {update:.3e}\n{}",
-                beyond_tolerance(
-                    &spec.initial_params,
-                    &gpu.final_params,
-                    &cpu.final_params,
-                    rel,
-                    tol
-                )
+                (rel, tol),
             );
             assert!(worst <= tol, "{what}: {worst} > {tol}");
             assert!(
@@ -415,22 +418,12 @@ fn two_llama_thread_ranks_on_the_gpu_match_the_cpu_at_stages_1_to_3() {
                 let loss = (g.loss - c.loss).abs() / c.loss.abs();
                 assert!(loss < 1e-5, "{what}: loss {g:?} vs {c:?}");
             }
-            let (worst, worst_abs, update) = param_errors(
-                &spec.initial_params,
+            let (worst, update) = parameters_against_cpu(
+                &what,
+                &spec,
                 &gpu.final_params,
                 &cpu.final_params,
-                rel,
-            );
-            eprintln!(
-                "{what}: parameters beyond tolerance {worst:.3e} (tol {tol:.1e}), largest \
-                 difference {worst_abs:.3e}, update {update:.3e}\n{}",
-                beyond_tolerance_of(
-                    &spec.model,
-                    &spec.initial_params,
-                    &gpu.final_params,
-                    &cpu.final_params,
-                    (rel, tol)
-                )
+                (rel, tol),
             );
             assert!(worst <= tol, "{what}: {worst} > {tol}");
             assert!(update < 1e-3, "{what}: update {update}");
@@ -484,12 +477,12 @@ fn a_world_two_gpu_checkpoint_resumes_on_two_cpu_ranks() {
         );
         eprintln!(
             "stage {stage}: resumed vs straight {worst:.3e} (largest {worst_abs:.3e})\n{}",
-            beyond_tolerance(
+            beyond_tolerance_of(
+                &spec.model,
                 &spec.initial_params,
                 &resumed.final_params,
                 &straight.final_params,
-                rel,
-                tol
+                (rel, tol)
             )
         );
         assert!(worst <= tol, "stage {stage}: {worst} > {tol}");
