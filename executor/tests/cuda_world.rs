@@ -20,11 +20,12 @@ use std::time::Duration;
 
 use cudarc::driver::{CudaContext, CudaStream};
 use dsplan_executor::comm::{Comm, CommError, LocalComm, OpKind, run_ranks};
+use dsplan_executor::cuda::device_comm::Reduction;
 use dsplan_executor::cuda::device_comm::{DeviceComm, HostStaged};
 use dsplan_executor::cuda::nccl::{NcclComm, nccl_present};
 use dsplan_executor::cuda::train::execute::DeviceBuffers;
 use dsplan_executor::cuda::train::execute_comm::CommRunner;
-use dsplan_executor::cuda::train::program::{Op, Reduction};
+use dsplan_executor::cuda::train::program::Op;
 use dsplan_executor::cuda::train::{DeviceLayout, Region, world_program};
 use dsplan_executor::cuda::{DeviceChoice, LaunchEnv, probe, resolve_backend};
 use dsplan_executor::model::{BatchShape, Recompute};

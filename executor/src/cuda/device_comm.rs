@@ -21,7 +21,6 @@ use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DeviceRepr, ValidAsZeroB
 use cudarc::nccl::NcclType;
 
 use super::error::CudaError;
-use super::train::program::Reduction;
 use crate::comm::{Comm, CommError, ReduceOp};
 
 /// An element a collective of the step sends.
@@ -91,6 +90,17 @@ impl Wire for i32 {
     fn from_f64(x: f64) -> Self {
         x as i32
     }
+}
+
+/// How a collective combines the ranks' values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reduction {
+    /// Sum.
+    Sum,
+    /// Mean over the ranks.
+    Avg,
+    /// Maximum.
+    Max,
 }
 
 /// The host [`ReduceOp`] of a [`Reduction`].

@@ -17,6 +17,7 @@ use cudarc::cublaslt::result::CublasError;
 use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
 use cudarc::driver::{CudaStream, CudaView, CudaViewMut};
 
+use super::element::strided_len;
 use super::error::CudaError;
 use super::launch::Storage;
 
@@ -78,14 +79,6 @@ tensor_core_element!(half::f16);
 #[derive(Debug)]
 pub struct Gemm {
     blas: CudaBlasLT,
-}
-
-/// Elements a `(rows, cols)` block spans when its rows lie `stride` apart.
-pub fn strided_len(rows: usize, cols: usize, stride: usize) -> usize {
-    match rows {
-        0 => 0,
-        r => (r - 1) * stride + cols,
-    }
 }
 
 /// Whether a product overwrites its output or adds to it.

@@ -18,7 +18,7 @@ use dsplan_kernels::{Dtype, KernelSpec, kernel};
 use super::adamw::{AdamScalars, AdamSegment};
 use super::error::CudaError;
 use super::modules::KernelModules;
-use crate::cuda::train::buffers::Element;
+use crate::cuda::element::Element;
 use crate::train::AttentionKernel;
 
 pub mod llama;

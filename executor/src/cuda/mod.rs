@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | [`device`] | probe the driver, resolve `--device cpu\|cuda\|auto` | yes (the no-driver and stub-driver paths are tested) |
 //! | [`rendezvous`] | hand rank 0's NCCL id to every rank over TCP | yes (loopback tests) |
+//! | [`element`] | a device buffer's element types, and the span of a strided block | yes |
 //! | [`encoder_buckets`] | group rows by token for the deterministic embedding backward | yes |
 //! | [`adamw`] | the fused AdamW kernel's scalars and segments | yes (its arithmetic is replayed against `adam_step`) |
 //! | [`modules`] | compile (or fetch from the disk cache) and load kernel files per device | needs a GPU |
@@ -27,6 +28,7 @@ pub mod adamw;
 pub mod check;
 pub mod device;
 pub mod device_comm;
+pub mod element;
 pub mod encoder_buckets;
 mod error;
 pub mod gemm;

@@ -2,8 +2,8 @@
 //! passes equal the parameter list its entry point declares. Shared by the device-step host
 //! tests.
 
+use dsplan_executor::cuda::element::Element;
 use dsplan_executor::cuda::train::Op;
-use dsplan_executor::cuda::train::buffers::Element;
 use dsplan_executor::cuda::train::program::ArgType;
 use dsplan_kernels::{Dtype, KERNELS};
 

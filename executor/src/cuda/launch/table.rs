@@ -13,9 +13,8 @@
 
 use dsplan_kernels::{Dtype, LaunchDims, Work, kernel};
 
+use crate::cuda::element::{Element, strided_len};
 use crate::cuda::error::CudaError;
-use crate::cuda::gemm::strided_len;
-use crate::cuda::train::buffers::Element;
 use crate::train::AttentionKernel;
 
 /// How a buffer's length must relate to the shape's.

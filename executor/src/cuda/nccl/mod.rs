@@ -39,11 +39,10 @@ use std::time::Duration;
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr};
 use cudarc::nccl::Id;
 
-use super::device_comm::{DeviceComm, Wire, piece_of, reduce_op};
+use super::device_comm::{DeviceComm, Reduction, Wire, piece_of, reduce_op};
 use super::error::CudaError;
 use super::id_broadcast::{ID_BYTES, share_id_over};
 use super::rendezvous::share_from_root;
-use super::train::program::Reduction;
 use crate::comm::watchdog::{Sentry, Watch, Watchdog};
 use crate::comm::{Comm, CommError, CommTraffic, OpKind, ReduceOp, Waiting};
 use crate::launch::LaunchEnv;

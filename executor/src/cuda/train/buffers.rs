@@ -49,7 +49,7 @@ use dsplan_planner::plan::Plan;
 use dsplan_planner::plan::cuda_world::{CudaScheme, CudaShares};
 use dsplan_planner::plan::stage3_arena::Stage3Arena;
 
-use crate::cuda::gemm::strided_len;
+use crate::cuda::element::{Element, strided_len};
 use crate::metrics::{ByCategory, Category};
 use crate::model::{BatchShape, Gpt2Config, ParamLayout, Recompute};
 use crate::tensor::{Span, TensorTable};
@@ -139,35 +139,6 @@ impl Region {
                 | CudaRegion::Segments,
             ) => Category::StepScratch,
             Region::Step(_) => Category::Activations,
-        }
-    }
-}
-
-/// The element type of a region.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Element {
-    /// The model dtype (f32, bf16 or f16).
-    Model,
-    /// f32.
-    F32,
-    /// f64.
-    F64,
-    /// u32.
-    U32,
-    /// i32.
-    I32,
-    /// `struct AdamSegment` (24 bytes).
-    AdamSegment,
-}
-
-impl Element {
-    /// Bytes per element when the model is stored in `model`.
-    pub fn size(self, model: Dtype) -> usize {
-        match self {
-            Element::Model => model.size(),
-            Element::F32 | Element::U32 | Element::I32 => 4,
-            Element::F64 => 8,
-            Element::AdamSegment => std::mem::size_of::<super::super::adamw::AdamSegment>(),
         }
     }
 }

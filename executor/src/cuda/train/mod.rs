@@ -5,7 +5,7 @@
 //! ([`DeviceLayout`], bytes per memory category before any allocation); [`forward`],
 //! [`backward`] and [`step`] build the step as lists of [`Op`]s in the CPU model's order;
 //! [`execute`] runs those same lists on the GPU, one op per launcher or cuBLASLt call, and
-//! [`trainer`] is the GPU's backend of the one training loop (`crate::train::step`: data,
+//! [`rank`] is the GPU's backend of the one training loop (`crate::train::step`: data,
 //! loss scaling, schedule, clipping, reporting, checkpoints). Host tests read the
 //! lists (shapes, aliasing, launch counts, kernel signatures) without a GPU.
 //!
@@ -26,7 +26,7 @@
 //! | [`rank`] | the step's operations on one rank's GPU buffers ([`CudaStep`]) | needs a GPU |
 //! | [`world`] | the runs: one GPU, `W` thread ranks, one process rank of a job | needs a GPU (its programs are built on the host) |
 //! | [`host`] | the step's program interpreted on host buffers and thread ranks ([`host::train_program_on_host`]) | yes (f32) |
-//! | [`trainer`] | whether the GPU can run a spec ([`check_spec`]), the run's errors and front door | yes, up to the first driver call |
+//! | [`spec`] | whether the GPU can run a spec ([`check_spec`]), and the run's errors | yes |
 //!
 //! For ZeRO stages 0-3 on one GPU the math is the same step. At `W > 1`, [`world_program`]
 //! builds a rank's step from the plan (buckets, stage-3 schedule, parameter all-gather) and
@@ -47,8 +47,8 @@ pub mod owned;
 pub mod placement;
 pub mod program;
 pub mod rank;
+pub mod spec;
 pub mod step;
-pub mod trainer;
 pub mod world;
 pub mod world_step;
 
@@ -60,10 +60,10 @@ pub use placement::{
 };
 pub use program::{Launch, Op, ShapeError};
 pub use rank::{CudaStep, NcclWithHost, RankComm};
+pub use spec::{CudaTrainError, check_spec, kernel_dtype};
 pub use step::StepProgram;
-pub use trainer::{CudaTrainError, check_spec, kernel_dtype, train_cuda};
 pub use world::{
-    nccl_library, rank_models, thread_placement, train_cuda_as_rank, train_cuda_planned,
-    visible_gpus,
+    nccl_library, rank_models, thread_placement, train_cuda, train_cuda_as_rank,
+    train_cuda_planned, visible_gpus,
 };
 pub use world_step::{WorldLayout, world_program};

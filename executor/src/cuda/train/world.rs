@@ -30,8 +30,8 @@ use super::llama::LlamaDeviceLayout;
 use super::owned::DeviceOwned;
 use super::placement::{DeviceLink, NcclLibrary, Placement, place_ranks};
 use super::rank::{CudaStep, NcclWithHost, RankComm, RankParts};
+use super::spec::{CudaTrainError, check_spec, kernel_dtype};
 use super::step::StepProgram;
-use super::trainer::{CudaTrainError, check_spec, kernel_dtype};
 use super::world_step::world_program;
 use crate::checkpoint::consolidate;
 use crate::comm::{Comm, CommTraffic, LocalComm, run_ranks};
@@ -46,7 +46,8 @@ use crate::model::ModelConfig;
 use crate::train::run::{Prepared, prepare};
 use crate::train::step::{Driven, drive};
 use crate::train::{
-    CheckpointOptions, RankFailure, RankReaction, TrainError, TrainReport, TrainSpec, every_rank,
+    CheckpointOptions, RankFailure, RankReaction, TrainError, TrainReport, TrainSpec,
+    compile_cuda_plan, every_rank,
 };
 use crate::zero::Dtype as ModelDtype;
 
@@ -463,4 +464,21 @@ impl RankRun<'_> {
             gathered,
         })
     }
+}
+
+/// Trains `spec` by its `dsplan-cuda` plan ([`compile_cuda_plan`]) from GPU `ordinal` on
+/// (`W > 1` thread ranks are placed by [`thread_placement`]), calling
+/// `observer` after each step. [`check_spec`] runs first: a spec the kernels cannot run is an
+/// error before anything is allocated.
+pub fn train_cuda(
+    spec: &TrainSpec,
+    ordinal: usize,
+    observer: &(dyn Fn(u64, &StepMetrics) + Sync),
+) -> Result<TrainReport, CudaTrainError> {
+    check_spec(spec)?;
+    let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+        .map_err(TrainError::Plan)?;
+    train_cuda_planned(spec, &plan, &CheckpointOptions::default(), ordinal, &|m| {
+        observer(m.step, m)
+    })
 }

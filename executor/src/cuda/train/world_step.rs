@@ -37,6 +37,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::cuda::device_comm::Reduction;
 use dsplan_planner::config::ZeroStage;
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 use dsplan_planner::plan::buckets::{FlushPoint, ReduceBucket};
@@ -50,8 +51,7 @@ use super::backward::backward_ops;
 use super::buffers::{DeviceLayout, RankShares, Region, RegionSizes, TensorRef, to_usize};
 use super::forward::forward_ops;
 use super::program::{
-    Access, CommAction, CommOp, CommStream, CopyPiece, EventId, Marker, Op, Purpose, Reduction,
-    ShapeError,
+    Access, CommAction, CommOp, CommStream, CopyPiece, EventId, Marker, Op, Purpose, ShapeError,
 };
 use super::step::StepProgram;
 use crate::tensor::Span;

@@ -12,7 +12,8 @@ use dsplan_planner::memory::cuda_layout::CudaRegion;
 
 use super::HostError;
 use crate::cuda::adamw::{AdamSegment, Decay};
-use crate::cuda::train::buffers::{Element, Region, RegionSizes, TensorRef};
+use crate::cuda::element::Element;
+use crate::cuda::train::buffers::{Region, RegionSizes, TensorRef};
 use crate::tensor::TensorTable;
 
 /// One region's elements.

@@ -547,7 +547,7 @@ fn classifier(
 ) -> Result<(), HostError> {
     let rows = targets.len();
     let strided = bufs.read(logits)?;
-    if stride < vocab || strided.len() != crate::cuda::gemm::strided_len(rows, vocab, stride) {
+    if stride < vocab || strided.len() != crate::cuda::element::strided_len(rows, vocab, stride) {
         return Err(HostError(format!(
             "classifier logits of {} elements are not {rows} rows of {vocab} in rows {stride} apart",
             strided.len()

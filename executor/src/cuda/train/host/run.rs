@@ -15,7 +15,7 @@ use super::buffers::HostBuffers;
 use crate::checkpoint::consolidate;
 use crate::comm::{Comm, CommTraffic, LocalComm, run_ranks};
 use crate::cuda::train::owned::DeviceOwned;
-use crate::cuda::train::trainer::{CudaTrainError, kernel_dtype};
+use crate::cuda::train::spec::{CudaTrainError, kernel_dtype};
 use crate::cuda::train::world::{RankModel, rank_models};
 use crate::metrics::{MemoryReport, StepMetrics};
 use crate::train::run::{Prepared, prepare};

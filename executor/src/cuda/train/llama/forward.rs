@@ -7,7 +7,8 @@ use dsplan_planner::memory::cuda_layout::CudaRegion;
 use dsplan_planner::plan::cuda_world::CudaScheme;
 
 use super::buffers::LlamaDeviceLayout;
-use crate::cuda::gemm::{Accumulate, strided_len};
+use crate::cuda::element::strided_len;
+use crate::cuda::gemm::Accumulate;
 use crate::cuda::launch::{GroupedAttention, Rotation};
 use crate::cuda::train::buffers::{Region, TensorRef};
 use crate::cuda::train::program::{LlamaOp, Op};

@@ -12,6 +12,7 @@
 use dsplan_planner::plan::Collective;
 
 use super::{Access, Op, ShapeError};
+use crate::cuda::device_comm::Reduction;
 use crate::cuda::train::buffers::{DeviceLayout, TensorRef};
 
 /// The stream an op runs on.
@@ -26,17 +27,6 @@ pub enum CommStream {
 /// An event recorded on one stream and waited for on the other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EventId(pub usize);
-
-/// How a collective combines the ranks' values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reduction {
-    /// Sum.
-    Sum,
-    /// Mean over the ranks.
-    Avg,
-    /// Maximum.
-    Max,
-}
 
 /// Why a collective runs: the plan's item it carries out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,9 +6,9 @@ use dsplan_kernels::{Dtype, LaunchDims, kernel};
 
 use super::collectives::CommAction;
 use super::{Op, ShapeError, divides};
+use crate::cuda::element::Element;
 use crate::cuda::error::CudaError;
 use crate::cuda::launch::table::{self, Heads, KernelCall, Value, attention_entry};
-use crate::cuda::train::buffers::Element;
 
 /// A kernel argument's type, as the `.cu` signature declares it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,7 +18,7 @@ mod shapes;
 
 pub use collectives::{
     CollectiveRecord, CommAction, CommOp, CommStream, CopyPiece, EventId, Marker, Purpose,
-    Reduction, collective_sequence,
+    collective_sequence,
 };
 pub use launches::{ArgType, Launch, attention_head_sizes, check_head_size};
 pub use llama::LlamaOp;
@@ -367,7 +367,7 @@ fn expect_strided(
     expect(
         what,
         tensor,
-        crate::cuda::gemm::strided_len(rows, cols, stride),
+        crate::cuda::element::strided_len(rows, cols, stride),
     )
 }
 

@@ -1,15 +1,13 @@
-//! The GPU backend's front door: [`check_spec`] decides on the host, before any CUDA call,
-//! whether the GPU backend can run a spec; [`train_cuda`] compiles its `dsplan-cuda` plan and
-//! runs it ([`super::world::train_cuda_planned`]); [`CudaTrainError`] is what a GPU run
-//! fails with. The backend itself is [`super::rank::CudaStep`], the drivers (one GPU, thread
-//! ranks, a process rank) are in [`super::world`], the checkpoint layout in [`super::owned`].
+//! Whether the GPU backend can run a spec, decided on the host before any CUDA call
+//! ([`check_spec`]), and what a GPU run fails with ([`CudaTrainError`]). The runs themselves
+//! (one GPU, thread ranks, a process rank, and the front door `train_cuda`) are in
+//! [`super::world`], the backend of the training loop in [`super::rank::CudaStep`], the
+//! checkpoint layout in [`super::owned`].
 
 use super::device_model::DeviceModel;
-use super::world::train_cuda_planned;
 use crate::cuda::error::CudaError;
-use crate::metrics::StepMetrics;
 use crate::train::AttentionKernel;
-use crate::train::{CheckpointOptions, TrainError, TrainReport, TrainSpec, compile_cuda_plan};
+use crate::train::{TrainError, TrainSpec};
 use crate::zero::Dtype as ModelDtype;
 
 /// Errors of a GPU run.
@@ -61,7 +59,7 @@ pub fn kernel_dtype(dtype: ModelDtype) -> dsplan_kernels::Dtype {
 /// or Llama-family model at any world size, that is valid for the run's rows (the checks of every backend),
 /// and a step whose every op and launch fits (the model's head size has
 /// attention kernels). The data and the initial parameters are checked when the run starts,
-/// as on every backend. [`train_cuda`] calls it first; the run command calls it to decide
+/// as on every backend. `train_cuda` calls it first; the run command calls it to decide
 /// before probing the device.
 pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
     crate::train::check_model(spec)?;
@@ -81,21 +79,4 @@ pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
     model
         .check(&model.program().with_attention(attention))
         .map_err(|e| CudaTrainError::Setup(e.to_string()))
-}
-
-/// Trains `spec` by its `dsplan-cuda` plan ([`compile_cuda_plan`]) from GPU `ordinal` on
-/// (`W > 1` thread ranks are placed by [`super::world::thread_placement`]), calling
-/// `observer` after each step. [`check_spec`] runs first: a spec the kernels cannot run is an
-/// error before anything is allocated.
-pub fn train_cuda(
-    spec: &TrainSpec,
-    ordinal: usize,
-    observer: &(dyn Fn(u64, &StepMetrics) + Sync),
-) -> Result<TrainReport, CudaTrainError> {
-    check_spec(spec)?;
-    let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
-        .map_err(TrainError::Plan)?;
-    train_cuda_planned(spec, &plan, &CheckpointOptions::default(), ordinal, &|m| {
-        observer(m.step, m)
-    })
 }
