@@ -11,7 +11,6 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use dsplan_executor::cuda::train::StepProgram;
-use dsplan_executor::cuda::train::llama::LlamaDeviceLayout;
 use dsplan_executor::cuda::train::{DeviceLayout, Op};
 use dsplan_executor::model::BatchShape;
 use dsplan_executor::model::llama::{AttentionBias, LlamaConfig, LlamaFamily};
@@ -102,8 +101,8 @@ fn all_launches() -> String {
     ];
     for (name, config) in llamas {
         for dtype in DTYPES {
-            let layout = LlamaDeviceLayout::new(config, shape, dtype);
-            let program = StepProgram::llama(&layout);
+            let layout = DeviceLayout::new(config, shape, dtype);
+            let program = StepProgram::new(&layout);
             describe(&mut out, name, dtype, program.ops(1));
         }
     }
@@ -119,8 +118,8 @@ fn all_launches() -> String {
             AttentionBias::Absent,
             Embeddings::Untied,
         );
-        let layout = LlamaDeviceLayout::new(config, shape, dtype);
-        let program = StepProgram::llama(&layout).with_attention(AttentionKernel::TensorCore);
+        let layout = DeviceLayout::new(config, shape, dtype);
+        let program = StepProgram::new(&layout).with_attention(AttentionKernel::TensorCore);
         describe(&mut out, "llama-tc", dtype, program.ops(1));
     }
     out

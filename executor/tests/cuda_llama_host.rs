@@ -2,9 +2,10 @@
 //! `dsplan-cuda` plan to the byte, and the activations carry the CPU model's names and shapes
 //! where they are the same tensor.
 
-use dsplan_executor::cuda::train::llama::LlamaDeviceLayout;
-use dsplan_executor::cuda::train::program::{Access, LlamaOp};
-use dsplan_executor::cuda::train::{Op, Region, StepProgram};
+use dsplan_executor::cuda::gemm::Pass;
+use dsplan_executor::cuda::train::family::llama::LlamaTensors;
+use dsplan_executor::cuda::train::program::Access;
+use dsplan_executor::cuda::train::{DeviceLayout, Family, Op, Region, StepProgram};
 use dsplan_executor::metrics::{Category, PlanMemory};
 use dsplan_executor::model::llama::{
     AttentionBias, LlamaActivations, LlamaConfig, LlamaFamily, LlamaLayout,
@@ -19,6 +20,14 @@ use serde_json::json;
 #[path = "support/signatures.rs"]
 mod signatures;
 use signatures::check_launch_signatures;
+
+/// The Llama family's own tensors of a layout.
+fn llama_tensors(layout: &DeviceLayout) -> &LlamaTensors {
+    match &layout.family {
+        Family::Llama(tensors) => tensors,
+        Family::Gpt2(_) => panic!("a Llama-family layout"),
+    }
+}
 
 fn train_config(stage: u8, dtype: Dtype) -> serde_json::Value {
     let mut config = json!({
@@ -91,7 +100,7 @@ fn llama_device_buffers_equal_the_dsplan_cuda_plan_to_the_byte() {
     let seq_len = 32;
     for config in models() {
         for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F16] {
-            let device = LlamaDeviceLayout::new(config, BatchShape { batch: 2, seq_len }, dtype);
+            let device = DeviceLayout::new(config, BatchShape { batch: 2, seq_len }, dtype);
             let ours = device.bytes_by_category();
             for stage in 0..=3u8 {
                 let settings =
@@ -124,7 +133,7 @@ fn llama_device_activations_are_the_cpu_models_where_they_correspond() {
         seq_len: 16,
     };
     for config in models() {
-        let device = LlamaDeviceLayout::new(config, shape, Dtype::Bf16);
+        let device = DeviceLayout::new(config, shape, Dtype::Bf16);
         let cpu = LlamaActivations::new(&config, shape, Recompute::Nothing);
         let mut shared = 0;
         for entry in device.activation_table.entries() {
@@ -147,7 +156,7 @@ fn llama_device_activations_are_the_cpu_models_where_they_correspond() {
             assert_eq!(ours.shape, theirs.shape);
         }
         assert_eq!(
-            device.params.table().entries(),
+            device.param_table().entries(),
             LlamaLayout::new(&config).table().entries()
         );
         assert_eq!(
@@ -157,7 +166,7 @@ fn llama_device_activations_are_the_cpu_models_where_they_correspond() {
         let last = device.stats_table.entries().last().map(|e| e.name.clone());
         assert_eq!(last.as_deref(), Some("losses"));
         assert_eq!(
-            device.rope_cos.len(),
+            llama_tensors(&device).rope_cos.len(),
             shape.seq_len * config.head_dim / 2,
             "the rotation table is (T, hs/2)"
         );
@@ -191,7 +200,7 @@ fn kernel_models() -> Vec<LlamaConfig> {
 #[test]
 fn the_llama_lm_head_and_classifier_use_the_padded_logits_rows() {
     for config in kernel_models() {
-        let layout = LlamaDeviceLayout::new(
+        let layout = DeviceLayout::new(
             config,
             BatchShape {
                 batch: 2,
@@ -202,21 +211,17 @@ fn the_llama_lm_head_and_classifier_use_the_padded_logits_rows() {
         let (v, vp) = (config.vocab_size, config.vocab_size.next_multiple_of(64));
         assert_eq!(layout.logits_stride, vp);
         assert_eq!(layout.logits.len(), (2 * 64 - 1) * vp + v);
-        let program = StepProgram::llama(&layout);
+        let program = StepProgram::new(&layout);
         let mut uses = 0;
         for op in &program.micro_step {
             let stride = match op {
-                Op::Llama(LlamaOp::LinearForward {
-                    out, out_stride, ..
-                }) if *out == layout.logits => *out_stride,
-                Op::Llama(
-                    LlamaOp::LinearBackwardInput {
-                        dout, dout_stride, ..
-                    }
-                    | LlamaOp::LinearBackwardWeight {
-                        dout, dout_stride, ..
-                    },
-                ) if *dout == layout.logits => *dout_stride,
+                Op::Linear {
+                    product,
+                    out,
+                    first,
+                    second,
+                    ..
+                } if [out, first, second].contains(&&layout.logits) => product.stride,
                 Op::FusedClassifier { vocab, stride, .. } => {
                     assert_eq!(*vocab, v);
                     *stride
@@ -238,9 +243,9 @@ fn the_llama_lm_head_and_classifier_use_the_padded_logits_rows() {
 fn every_llama_op_passes_the_launchers_shape_rules() {
     for config in kernel_models() {
         for (dtype, batch, seq_len) in [(Dtype::Bf16, 2, 64), (Dtype::F32, 1, 128)] {
-            let layout = LlamaDeviceLayout::new(config, BatchShape { batch, seq_len }, dtype);
-            let program = StepProgram::llama(&layout);
-            program.check_llama(&layout).expect("every op consistent");
+            let layout = DeviceLayout::new(config, BatchShape { batch, seq_len }, dtype);
+            let program = StepProgram::new(&layout);
+            program.check(&layout).expect("every op consistent");
             let l = config.num_hidden_layers;
             let (p, o, b) = match config.attention_bias {
                 AttentionBias::Absent => (1, 0, 0),
@@ -275,8 +280,8 @@ fn llama_launches_match_the_kernel_signatures() {
                 batch: 2,
                 seq_len: 32,
             };
-            let layout = LlamaDeviceLayout::new(config, shape, dtype);
-            let program = StepProgram::llama(&layout);
+            let layout = DeviceLayout::new(config, shape, dtype);
+            let program = StepProgram::new(&layout);
             assert!(check_launch_signatures(program.ops(1), dtype) > 10 * config.num_hidden_layers);
             if dtype == Dtype::F32 {
                 continue; // the tensor-core kernels are 16-bit only
@@ -304,8 +309,8 @@ fn the_llama_backward_writes_every_parameter_gradient() {
             batch: 1,
             seq_len: 32,
         };
-        let layout = LlamaDeviceLayout::new(config, shape, Dtype::Bf16);
-        let program = StepProgram::llama(&layout);
+        let layout = DeviceLayout::new(config, shape, Dtype::Bf16);
+        let program = StepProgram::new(&layout);
         let mut written = vec![false; layout.len(Region::Grads)];
         for op in &program.micro_step {
             for (tensor, access) in op.tensors() {
@@ -315,8 +320,7 @@ fn the_llama_backward_writes_every_parameter_gradient() {
             }
         }
         let missing: Vec<&str> = layout
-            .params
-            .table()
+            .param_table()
             .entries()
             .iter()
             .filter(|e| !written[e.span.offset..e.span.end()].iter().all(|&w| w))
@@ -335,19 +339,20 @@ fn the_qkv_projections_write_their_columns_of_qkv() {
             batch: 2,
             seq_len: 32,
         };
-        let layout = LlamaDeviceLayout::new(config, shape, Dtype::Bf16);
-        let qkv = layout.blocks[0].qkv;
-        let outs: Vec<(usize, usize, usize)> = StepProgram::llama(&layout)
+        let layout = DeviceLayout::new(config, shape, Dtype::Bf16);
+        let qkv = llama_tensors(&layout).blocks[0].qkv;
+        let outs: Vec<(usize, usize, usize)> = StepProgram::new(&layout)
             .micro_step
             .iter()
             .filter_map(|op| match op {
-                Op::Llama(LlamaOp::LinearForward {
-                    out,
-                    dims,
-                    out_stride,
-                    ..
-                }) if out.overlaps(&qkv) => {
-                    Some((out.span.offset - qkv.span.offset, dims.2, *out_stride))
+                Op::Linear { product, out, .. }
+                    if product.pass == Pass::Forward && out.overlaps(&qkv) =>
+                {
+                    Some((
+                        out.span.offset - qkv.span.offset,
+                        product.dims.2,
+                        product.stride,
+                    ))
                 }
                 _ => None,
             })
@@ -370,12 +375,12 @@ fn a_wrong_llama_shape_is_an_error_before_any_launch() {
         batch: 2,
         seq_len: 32,
     };
-    let layout = LlamaDeviceLayout::new(config, shape, Dtype::Bf16);
-    let program = StepProgram::llama(&layout);
+    let layout = DeviceLayout::new(config, shape, Dtype::Bf16);
+    let program = StepProgram::new(&layout);
     let mut broken = 0;
     for op in &program.micro_step {
         let wrong = match op.clone() {
-            Op::Llama(LlamaOp::Rope {
+            Op::Rope {
                 rows,
                 cos,
                 sin,
@@ -383,7 +388,7 @@ fn a_wrong_llama_shape_is_an_error_before_any_launch() {
                 width,
                 seq_len,
                 rotation,
-            }) => Op::Llama(LlamaOp::Rope {
+            } => Op::Rope {
                 rows,
                 cos: cos.prefix(cos.len() - 1),
                 sin,
@@ -391,24 +396,20 @@ fn a_wrong_llama_shape_is_an_error_before_any_launch() {
                 width,
                 seq_len,
                 rotation,
-            }),
-            Op::Llama(LlamaOp::LinearForward {
+            },
+            Op::Linear {
+                product,
                 out,
-                inp,
-                weight,
+                first,
+                second,
                 bias,
-                dims,
-                out_stride,
-                accumulate,
-            }) => Op::Llama(LlamaOp::LinearForward {
+            } if product.pass == Pass::Forward => Op::Linear {
+                product,
                 out: out.prefix(out.len() - 1),
-                inp,
-                weight,
+                first,
+                second,
                 bias,
-                dims,
-                out_stride,
-                accumulate,
-            }),
+            },
             _ => continue,
         };
         assert!(op.check(&layout).is_ok());
@@ -458,8 +459,8 @@ fn llama_checkpointing_allocation_equals_the_plan_and_recomputes_each_layer() {
     let shape = BatchShape { batch: 2, seq_len };
     for config in kernel_models() {
         for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F16] {
-            let full = LlamaDeviceLayout::new(config, shape, dtype);
-            let device = LlamaDeviceLayout::recomputing(config, shape, dtype, Recompute::EachLayer);
+            let full = DeviceLayout::new(config, shape, dtype);
+            let device = DeviceLayout::recomputing(config, shape, dtype, Recompute::EachLayer);
             for stage in 0..=3u8 {
                 let settings = TrainSettings::from_config(&train_config(stage, dtype), 1)
                     .expect("settings")
@@ -482,14 +483,14 @@ fn llama_checkpointing_allocation_equals_the_plan_and_recomputes_each_layer() {
             let region = Region::Step(dsplan_planner::memory::cuda_layout::CudaRegion::Activations);
             assert_eq!(full.len(region) - device.len(region), (l - 1) * set);
 
-            let program = StepProgram::llama(&device);
-            program.check_llama(&device).expect("every op consistent");
+            let program = StepProgram::new(&device);
+            program.check(&device).expect("every op consistent");
             let p = if config.attention_bias == AttentionBias::Absent {
                 1
             } else {
                 3
             };
-            let plain = StepProgram::llama(&full).micro_step.len();
+            let plain = StepProgram::new(&full).micro_step.len();
             assert_eq!(program.micro_step.len(), plain + (l - 1) * (8 + p));
             assert!(check_launch_signatures(program.ops(1), dtype) > 0);
         }

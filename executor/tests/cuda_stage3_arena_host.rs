@@ -229,7 +229,7 @@ struct Walk<'a> {
 
 impl<'a> Walk<'a> {
     fn new(layout: &'a DeviceLayout, graph: &ModelGraph) -> Self {
-        let entries = layout.params.table().entries();
+        let entries = layout.param_table().entries();
         let tensor_of_entry: Vec<usize> = entries
             .iter()
             .map(|e| {
@@ -277,7 +277,7 @@ impl<'a> Walk<'a> {
 
     /// The model tensor and element of flat parameter element `x`.
     fn flat(&self, x: usize) -> Option<(usize, usize)> {
-        let entries = self.layout.params.table().entries();
+        let entries = self.layout.param_table().entries();
         let i = entries
             .iter()
             .position(|e| e.span.offset <= x && x < e.span.end())?;
@@ -684,7 +684,7 @@ fn gpt2_stage3_device_bytes_before_and_after_the_arena() {
         let layout = layout_for(&plan, model, 1024, 0);
         let after = layout.bytes_by_category().total();
         assert_eq!(after, PlanMemory::of(&plan).peak_total);
-        let psi = layout.params.num_params() as u64;
+        let psi = layout.param_table().total_len() as u64;
         let arena = layout.shares.params;
         assert!(arena <= psi);
         let before = after + (psi - arena) * 2;

@@ -196,7 +196,11 @@ fn the_vocabulary_products_and_the_classifier_use_aligned_padded_rows() {
         let program = StepProgram::new(&layout);
         let mut leading = Vec::new();
         for op in &program.micro_step {
-            if let Some(product) = op.vocabulary_product() {
+            let vocabulary = match op {
+                Op::Linear { product, .. } if product.dims.2 == v => Some(*product),
+                _ => None,
+            };
+            if let Some(product) = vocabulary {
                 let plan = product.plan();
                 let config = plan.config;
                 // The (N, V) operand: V columns (one of cuBLASLt's m, n, k), rows Vp apart.

@@ -133,7 +133,7 @@ fn two_thread_ranks_share_one_gpu_through_the_staged_collectives() {
             let (compute, communication_stream) = streams();
             let mut comm = HostStaged::new(host, communication_stream);
             let mut bufs =
-                DeviceBuffers::<bf16>::new(&compute, &layout, layout.params.table(), &whole)
+                DeviceBuffers::<bf16>::new(&compute, &layout, layout.param_table(), &whole)
                     .expect("buffers");
             let grads: Vec<bf16> = (0..layout.len(Region::Grads))
                 .map(|i| bf16::from_f32(value(rank, i)))
@@ -195,7 +195,7 @@ fn two_thread_ranks_share_one_gpu_through_the_staged_collectives() {
                 }
                 CudaScheme::Sharded => {
                     // The shard's slices: tensor element `rank × p + j` of each tensor.
-                    let entries = layout.params.table().entries();
+                    let entries = layout.param_table().entries();
                     for (entry, slice) in entries.iter().zip(&layout.shard_spans) {
                         for j in 0..slice.len {
                             let element = rank * slice.len + j;

@@ -2,13 +2,15 @@
 //! [`DeviceLayout`] names each tensor, the region (one allocation) it lives in and its span,
 //! and adds the bytes up per memory category, so a test can hold them against the plan.
 //!
-//! The model states are [`ParamLayout`]'s; every other tensor (name, shape, region, element)
-//! comes from the planner's `memory::cuda_layout::cuda_tensors`, the same list the
-//! `dsplan-cuda` plan backend counts, so the plan and the allocation agree by construction.
+//! One layout serves every model family: the model states are the family's parameter table;
+//! every other tensor (name, shape, region, element) comes from the planner's
+//! `memory::cuda_layout` list, the same list the `dsplan-cuda` plan backend counts, so the
+//! plan and the allocation agree by construction. The tensors every family has are
+//! [`DeviceLayout`]'s fields; a family's own are read by name in `super::family`.
 //!
 //! | region | element | holds | category |
 //! |---|---|---|---|
-//! | `Params` | model dtype | the flat parameters, [`ParamLayout`] order | params |
+//! | `Params` | model dtype | the flat parameters, in the parameter table's order | params |
 //! | `Grads` | model dtype | their gradients, accumulated over micro-steps | grads |
 //! | `Master` | f32 | the fp32 master weights (16-bit training only) | master |
 //! | `ExpAvg`, `ExpAvgSq` | f32 | Adam's moments | optimizer |
@@ -18,10 +20,9 @@
 //! | `Tokens`, `Targets`, `Bucket*` | u32 / i32 | the micro-batch and its token buckets | activations |
 //! | `NormPartials`, `NormTotal`, `FoundInf`, `Segments` | f64 / i32 / struct | the step's norm, overflow flag and Adam segment table | step scratch |
 //!
-//! Activation names follow the CPU model's [`crate::model::ActivationLayout`] where the
-//! tensor is the same one; the device keeps no `(B, NH, T, T)` attention matrix (`lse` and
-//! `delta`, `(B, NH, T)`, replace `att` and `datt`), and the residual additions are fused into
-//! the following LayerNorm.
+//! Activation names follow the CPU models' where the tensor is the same one; the device keeps
+//! no `(B, NH, T, T)` attention matrix (`lse` and `delta`, `(B, NH, T)`, replace `att` and
+//! `datt`).
 //!
 //! At world size `W > 1` the model states are the rank's shares of the plan
 //! (`planner::plan::cuda_world::CudaShares`, [`DeviceLayout::with_shares`]): `Params` and
@@ -42,16 +43,17 @@
 use std::collections::BTreeMap;
 
 use dsplan_kernels::Dtype;
-use dsplan_planner::memory::cuda_layout::{
-    self, CudaElement, CudaLayoutShape, CudaRegion, CudaTensor,
-};
+use dsplan_planner::memory::cuda_layout::{self, CudaElement, CudaRegion, CudaTensor};
 use dsplan_planner::plan::Plan;
 use dsplan_planner::plan::cuda_world::{CudaScheme, CudaShares};
 use dsplan_planner::plan::stage3_arena::Stage3Arena;
 
+use super::family::{Family, Recipe, Tensors};
+use super::program::Op;
 use crate::cuda::element::{Element, strided_len};
+use crate::cuda::gemm::{Accumulate, Pass, Product, WeightLayout};
 use crate::metrics::{ByCategory, Category};
-use crate::model::{BatchShape, Gpt2Config, ParamLayout, Recompute};
+use crate::model::{BatchShape, ModelConfig, Recompute};
 use crate::tensor::{Span, TensorTable};
 
 /// One device allocation of the step: a model state, or one of the planner's step regions.
@@ -179,67 +181,27 @@ impl TensorRef {
     }
 }
 
-/// The activations one block keeps on the device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeviceBlock {
-    /// `ln_1` output `(B, T, C)`.
-    pub ln1: TensorRef,
-    /// Its mean `(B, T)`, f32.
-    pub ln1_mean: TensorRef,
-    /// Its rstd `(B, T)`, f32.
-    pub ln1_rstd: TensorRef,
-    /// `c_attn` output `(B, T, 3C)`.
-    pub qkv: TensorRef,
-    /// Attention's log-sum-exp `(B, NH, T)`, f32 (replaces the CPU's `att`).
-    pub lse: TensorRef,
-    /// Attention output `(B, T, C)`.
-    pub atty: TensorRef,
-    /// `attn.c_proj` output `(B, T, C)`.
-    pub attproj: TensorRef,
-    /// The residual stream after attention `(B, T, C)`.
-    pub residual2: TensorRef,
-    /// `ln_2` output `(B, T, C)`.
-    pub ln2: TensorRef,
-    /// Its mean, f32.
-    pub ln2_mean: TensorRef,
-    /// Its rstd, f32.
-    pub ln2_rstd: TensorRef,
-    /// `c_fc` output `(B, T, 4C)` (bias added).
-    pub fch: TensorRef,
-    /// GELU of it.
-    pub fch_gelu: TensorRef,
-    /// `mlp.c_proj` output `(B, T, C)`.
-    pub fcproj: TensorRef,
-    /// The residual stream after the block `(B, T, C)`.
-    pub residual3: TensorRef,
-}
-
-/// Every device buffer of a step, before allocation.
+/// Every device buffer of a step, before allocation: the tensors every family has here, the
+/// family's own in [`Family`].
 #[derive(Debug, Clone)]
 pub struct DeviceLayout {
-    /// The model.
-    pub config: Gpt2Config,
+    /// The model family, its tensors and its recipe.
+    pub family: Family,
     /// The micro-batch shape.
     pub shape: BatchShape,
     /// The model dtype.
     pub dtype: Dtype,
-    /// What forward keeps of each block.
+    /// What forward keeps of each layer.
     pub recompute: Recompute,
-    /// The parameter layout (params, grads, master and moments share it).
-    pub params: ParamLayout,
     /// The activations' names and spans (region `Activations`).
     pub activation_table: TensorTable,
     /// The f32 statistics' names and spans (region `Stats`).
     pub stats_table: TensorTable,
-    /// `encoded` `(B, T, C)`.
+    /// The embeddings `(B, T, C)`.
     pub encoded: TensorRef,
-    /// Per block.
-    pub blocks: Vec<DeviceBlock>,
-    /// `ln_f` output.
+    /// The final norm's output `(B, T, C)`.
     pub lnf: TensorRef,
-    /// Its mean.
-    pub lnf_mean: TensorRef,
-    /// Its rstd.
+    /// Its rstd `(B, T)`, f32.
     pub lnf_rstd: TensorRef,
     /// Logits `(B, T, V)` with rows [`Self::logits_stride`] apart, in the planner's
     /// `(B, T, Vp)` tensor; dlogits after the classifier.
@@ -252,11 +214,8 @@ pub struct DeviceLayout {
     pub dresidual: TensorRef,
     /// A `(B, T, C)` gradient work buffer.
     pub dbtc: TensorRef,
-    /// A `(B, T, 4C)` gradient work buffer (also `dqkv`, its first `3C` columns).
-    pub dbt4c: TensorRef,
-    /// LayerNorm backward's partials `ceil(N/32) x 2 x C`, f32.
-    pub layernorm_partials: TensorRef,
-    /// Bias backward's partials `ceil(N/64) x 4C`, f32.
+    /// Bias backward's partials `ceil(N/64) x` the widest biased product, f32 (empty without
+    /// biases).
     pub bias_partials: TensorRef,
     /// Attention backward's `delta` `(B, NH, T)`, f32.
     pub attention_delta: TensorRef,
@@ -265,13 +224,13 @@ pub struct DeviceLayout {
     pub shares: CudaShares,
     /// Stage 3: each parameter tensor's slice in the shard (after the gathered parameters in
     /// [`Region::Params`], after the working gradients in [`Region::Grads`]), offsets from the
-    /// shard's start, [`ParamLayout`] order; empty otherwise.
+    /// shard's start, flat order; empty otherwise.
     pub shard_spans: Vec<Span>,
     /// Stage 3: the plan's gathered-parameter arena (the start of [`Region::Params`]); `None`
     /// otherwise, or when the layout was built from shares alone ([`Self::with_shares`]).
     pub arena: Option<Stage3Arena>,
-    /// Stage 3: each persistent tensor's flat span (in [`ParamLayout`] order) and its place
-    /// in the arena, where the rank starts it ([`Self::initial_params`]).
+    /// Stage 3: each persistent tensor's flat span and its place in the arena, where the rank
+    /// starts it ([`Self::initial_params`]).
     pub persistent_places: Vec<(Span, Span)>,
     /// Region lengths in elements.
     lengths: RegionLengths,
@@ -316,24 +275,6 @@ pub(crate) fn to_usize(value: u64) -> usize {
     usize::try_from(value).unwrap_or(usize::MAX)
 }
 
-/// The planner's dimensions of the step's buffers.
-pub fn layout_shape(
-    config: &Gpt2Config,
-    shape: BatchShape,
-    params: &ParamLayout,
-) -> CudaLayoutShape {
-    let as_u64 = |n: usize| n as u64;
-    CudaLayoutShape {
-        layers: as_u64(config.n_layer),
-        hidden: as_u64(config.n_embd),
-        heads: as_u64(config.n_head),
-        vocab: as_u64(config.vocab_size),
-        batch: as_u64(shape.batch),
-        seq_len: as_u64(shape.seq_len),
-        param_tensors: as_u64(params.table().entries().len()),
-    }
-}
-
 /// The planner's tensors, one table per region, and the spans of named ones.
 pub(crate) struct Tables(BTreeMap<Region, TensorTable>);
 
@@ -371,101 +312,73 @@ impl Tables {
 }
 
 impl DeviceLayout {
-    /// The buffers of a step of `config` on micro-batches of `shape`, stored in `dtype`: the
-    /// model states from [`ParamLayout`], everything else from the planner's
-    /// [`cuda_layout::cuda_tensors`] (the list the `dsplan-cuda` plan counts).
-    pub fn new(config: Gpt2Config, shape: BatchShape, dtype: Dtype) -> Self {
-        Self::recomputing(config, shape, dtype, Recompute::Nothing)
+    /// The buffers of a step of `model` on micro-batches of `shape`, stored in `dtype`: the
+    /// model states from its parameter layout, everything else from the planner's
+    /// [`cuda_layout`] list (the one the `dsplan-cuda` plan counts).
+    pub fn new(model: impl Into<ModelConfig>, shape: BatchShape, dtype: Dtype) -> Self {
+        Self::recomputing(model, shape, dtype, Recompute::Nothing)
     }
 
     /// [`DeviceLayout::new`] with activation checkpointing as `recompute` says: under
-    /// [`Recompute::EachLayer`] every block's [`DeviceBlock`] but `residual3` is the one
-    /// working set all blocks share, which backward refills by re-running the block.
+    /// [`Recompute::EachLayer`] every layer's tensors but `residual3` are the one working set
+    /// all layers share, which backward refills by re-running the layer.
     pub fn recomputing(
-        config: Gpt2Config,
+        model: impl Into<ModelConfig>,
         shape: BatchShape,
         dtype: Dtype,
         recompute: Recompute,
     ) -> Self {
-        let psi = ParamLayout::new(&config).num_params() as u64;
+        let model = model.into();
+        let psi = model.layout().num_params() as u64;
         let shares = CudaShares::one_gpu(psi, planner_dtype(dtype));
-        Self::with_shares(config, shape, dtype, recompute, shares)
+        Self::with_shares(model, shape, dtype, recompute, shares)
     }
 
     /// The buffers of one rank holding `shares` of the model states (from the plan:
     /// `CudaShares::of_plan(plan).for_rank(rank)`), recomputing as `recompute` says;
     /// [`Self::recomputing`] is one GPU's.
     pub fn with_shares(
-        config: Gpt2Config,
+        model: impl Into<ModelConfig>,
         shape: BatchShape,
         dtype: Dtype,
         recompute: Recompute,
         shares: CudaShares,
     ) -> Self {
-        let params = ParamLayout::new(&config);
-        let mut tables = Tables::new(&cuda_layout::gpt2_cuda_tensors(
-            &layout_shape(&config, shape, &params),
-            recompute,
-        ));
-        let act = |name: &str| tables.get(Region::Step(CudaRegion::Activations), name);
-        let stat = |name: &str| tables.get(Region::Step(CudaRegion::Stats), name);
-        let scratch = |name: &str| tables.get(Region::Step(CudaRegion::Scratch), name);
-        let blocks = (0..config.n_layer)
-            .map(|l| {
-                let prefix = cuda_layout::working_set_prefix(recompute, l as u64);
-                let name = |what: &str| match what {
-                    "residual3" => format!("h.{l}.residual3"),
-                    _ => format!("{prefix}.{what}"),
-                };
-                DeviceBlock {
-                    ln1: act(&name("ln1")),
-                    ln1_mean: stat(&name("ln1_mean")),
-                    ln1_rstd: stat(&name("ln1_rstd")),
-                    qkv: act(&name("qkv")),
-                    lse: stat(&name("lse")),
-                    atty: act(&name("atty")),
-                    attproj: act(&name("attproj")),
-                    residual2: act(&name("residual2")),
-                    ln2: act(&name("ln2")),
-                    ln2_mean: stat(&name("ln2_mean")),
-                    ln2_rstd: stat(&name("ln2_rstd")),
-                    fch: act(&name("fch")),
-                    fch_gelu: act(&name("fch_gelu")),
-                    fcproj: act(&name("fcproj")),
-                    residual3: act(&name("residual3")),
-                }
-            })
-            .collect();
+        let model = model.into();
+        let mut tables = Tables::new(&Family::planner_tensors(&model, shape, recompute));
+        let family = Family::new(&model, recompute, &Tensors(&tables));
+        let named = Tensors(&tables);
+        let (encoded, lnf, lnf_rstd) = (
+            named.activation("encoded"),
+            named.activation("lnf"),
+            named.stat("lnf_rstd"),
+        );
+        let (logits, logits_stride) = logits_rows(
+            named.activation("logits"),
+            shape.tokens(),
+            model.vocab_size(),
+        );
+        let losses = named.stat("losses");
+        let (dresidual, dbtc) = (named.activation("dresidual"), named.activation("dbtc"));
+        let bias_partials = named.scratch("bias_partials");
+        let attention_delta = named.scratch("attention_delta");
         let lengths = share_lengths(&shares, &tables);
-        let shard_spans = shard_spans(&shares, params.table());
-        let encoded = act("encoded");
-        let (lnf, lnf_mean, lnf_rstd) = (act("lnf"), stat("lnf_mean"), stat("lnf_rstd"));
-        let (logits, logits_stride) = logits_rows(act("logits"), shape.tokens(), config.vocab_size);
-        let losses = stat("losses");
-        let (dresidual, dbtc, dbt4c) = (act("dresidual"), act("dbtc"), act("dbt4c"));
-        let layernorm_partials = scratch("layernorm_partials");
-        let bias_partials = scratch("bias_partials");
-        let attention_delta = scratch("attention_delta");
+        let shard_spans = shard_spans(&shares, family.recipe().param_table());
         Self {
-            config,
+            family,
             shape,
             dtype,
             recompute,
-            params,
             activation_table: tables.take(Region::Step(CudaRegion::Activations)),
             stats_table: tables.take(Region::Step(CudaRegion::Stats)),
             encoded,
-            blocks,
             lnf,
-            lnf_mean,
             lnf_rstd,
             logits,
             logits_stride,
             losses,
             dresidual,
             dbtc,
-            dbt4c,
-            layernorm_partials,
             bias_partials,
             attention_delta,
             shares,
@@ -480,7 +393,7 @@ impl DeviceLayout {
     /// that rank), carrying the plan's stage-3 arena; an error when the plan shards the
     /// parameters without placing them, or places a tensor the model does not have.
     pub fn for_plan_rank(
-        config: Gpt2Config,
+        model: impl Into<ModelConfig>,
         shape: BatchShape,
         dtype: Dtype,
         recompute: Recompute,
@@ -488,18 +401,93 @@ impl DeviceLayout {
         rank: usize,
     ) -> Result<Self, String> {
         let shares = CudaShares::of_plan(plan).for_rank(rank as u64);
-        let mut layout = Self::with_shares(config, shape, dtype, recompute, shares);
-        let (arena, places) = plan_placement(plan, &shares, layout.params.table())?;
+        let mut layout = Self::with_shares(model, shape, dtype, recompute, shares);
+        let (arena, places) = plan_placement(plan, &shares, layout.param_table())?;
         layout.arena = arena;
         layout.persistent_places = places;
         Ok(layout)
+    }
+
+    /// The family's recipe.
+    pub fn recipe(&self) -> &dyn Recipe {
+        self.family.recipe()
+    }
+
+    /// The parameter tensors in flat order.
+    pub fn param_table(&self) -> &TensorTable {
+        self.recipe().param_table()
+    }
+
+    /// The forward (through the classifier) and backward ops over the flat parameters and
+    /// gradients: the family's recipe.
+    pub fn passes(&self) -> [Vec<Op>; 2] {
+        let recipe = self.recipe();
+        [recipe.forward(self), recipe.backward(self)]
+    }
+
+    /// The `lm_head` (an `nn.Linear` over `weight (V, C)`, GPT-2's tied to `wte`) from `lnf`
+    /// into the logits, their rows `Vp` apart, then the classifier (losses, and dlogits in
+    /// place).
+    pub fn lm_head_forward(&self, weight: TensorRef) -> [Op; 2] {
+        let (vocab, stride) = (self.vocab(), self.logits_stride);
+        [
+            Op::Linear {
+                product: self.lm_head_product(Pass::Forward, Accumulate::Overwrite),
+                out: self.logits,
+                first: self.lnf,
+                second: weight,
+                bias: None,
+            },
+            Op::FusedClassifier {
+                logits: self.logits,
+                losses: self.losses,
+                targets: self.whole(Region::Step(CudaRegion::Targets)),
+                vocab,
+                stride,
+            },
+        ]
+    }
+
+    /// The `lm_head`'s backward: `dlnf = dlogits @ W` into `dbtc`, `dW += dlogits^T @ lnf`.
+    pub fn lm_head_backward(&self, weight: TensorRef, dweight: TensorRef) -> [Op; 2] {
+        [
+            Op::Linear {
+                product: self.lm_head_product(Pass::BackwardInput, Accumulate::Overwrite),
+                out: self.dbtc,
+                first: self.logits,
+                second: weight,
+                bias: None,
+            },
+            Op::Linear {
+                product: self.lm_head_product(Pass::BackwardWeight, Accumulate::Add),
+                out: dweight,
+                first: self.lnf,
+                second: self.logits,
+                bias: None,
+            },
+        ]
+    }
+
+    fn vocab(&self) -> usize {
+        self.recipe().model().vocab_size()
+    }
+
+    fn lm_head_product(&self, pass: Pass, accumulate: Accumulate) -> Product {
+        let c = self.lnf.len() / self.shape.tokens().max(1);
+        Product {
+            pass,
+            weight: WeightLayout::OutIn,
+            dims: (self.shape.tokens(), c, self.vocab()),
+            stride: self.logits_stride,
+            accumulate,
+        }
     }
 
     /// This rank's shares of the model states, as every family's step reads them.
     pub fn rank_shares(&self) -> RankShares<'_> {
         RankShares {
             shares: &self.shares,
-            table: self.params.table(),
+            table: self.param_table(),
             shard_spans: &self.shard_spans,
             arena: self.arena.as_ref(),
             persistent_places: &self.persistent_places,

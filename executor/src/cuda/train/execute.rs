@@ -17,8 +17,8 @@ use super::buffers::{Region, RegionSizes, TensorRef};
 use super::program::Op;
 use crate::cuda::adamw::{AdamScalars, AdamSegment, Decay};
 use crate::cuda::error::CudaError;
-use crate::cuda::gemm::Gemm;
-use crate::cuda::launch::{Heads, Launcher, Storage};
+use crate::cuda::gemm::{Gemm, Pass};
+use crate::cuda::launch::{Launcher, Storage};
 use crate::tensor::Span;
 use crate::tensor::TensorTable;
 
@@ -207,11 +207,11 @@ where
     split_next(after, span.end(), spans, tail, done, f)
 }
 
-pub(crate) fn range(t: &TensorRef) -> std::ops::Range<usize> {
+fn range(t: &TensorRef) -> std::ops::Range<usize> {
     t.span.offset..t.span.end()
 }
 
-pub(crate) fn shape_error(op: &Op) -> CudaError {
+fn shape_error(op: &Op) -> CudaError {
     CudaError::Shape(format!("{op:?}: operands in unexpected regions"))
 }
 
@@ -237,20 +237,14 @@ impl Executor<'_> {
         if op.regions_ok().is_err() {
             return Err(shape_error(op));
         }
-        if let Op::Llama(llama) = op {
-            return self.run_llama(llama, bufs, scalars);
-        }
         let l = &self.launcher;
-        let g = &self.gemm;
         let eps = self.eps;
         let stream = l.stream().clone();
+        let wrong = || shape_error(op);
         let DeviceBuffers {
             params,
             grads,
             activations,
-            master,
-            exp_avg,
-            exp_avg_sq,
             stats,
             scratch,
             tokens,
@@ -261,8 +255,6 @@ impl Executor<'_> {
             norm_partials,
             norm_total,
             found_inf,
-            segments,
-            host_segments,
             ..
         } = bufs;
         match op {
@@ -276,25 +268,49 @@ impl Executor<'_> {
                     Region::Step(CudaRegion::FoundInf) => {
                         stream.memset_zeros(&mut found_inf.slice_mut(r))?
                     }
-                    _ => return Err(shape_error(op)),
+                    _ => return Err(wrong()),
                 }
                 Ok(())
             }
-            Op::EncoderForward {
+            Op::Copy { dst, src } => carve(activations, &[dst.span, src.span], |a| {
+                let [dst_v, src_v] = a else {
+                    return Err(wrong());
+                };
+                stream.memcpy_dtod(&src_v.as_view(), dst_v)?;
+                Ok(())
+            }),
+            Op::Embed {
                 out,
                 tokens: t,
                 wte,
-                wpe,
+                positions,
                 seq_len,
-            } => l.encoder_forward(
-                &mut activations.slice_mut(range(out)),
-                &tokens.slice(range(t)),
-                &params.slice(range(wte)),
-                &params.slice(range(wpe)),
-                *seq_len,
-                self_channels(out, t)?,
-            ),
-            Op::EncoderBackward {
+            } => {
+                let c = self_channels(out, t)?;
+                let tokens_v = tokens.slice(range(t));
+                let wte_v = params.slice(range(wte));
+                match positions.region {
+                    // A zeroed work buffer in the activations, beside the output.
+                    Region::Step(CudaRegion::Activations) => {
+                        carve(activations, &[out.span, positions.span], |a| {
+                            let [out_v, positions_v] = a else {
+                                return Err(wrong());
+                            };
+                            let positions_v = positions_v.as_view();
+                            l.encoder_forward(out_v, &tokens_v, &wte_v, &positions_v, *seq_len, c)
+                        })
+                    }
+                    _ => l.encoder_forward(
+                        &mut activations.slice_mut(range(out)),
+                        &tokens_v,
+                        &wte_v,
+                        &params.slice(range(positions)),
+                        *seq_len,
+                        c,
+                    ),
+                }
+            }
+            Op::EmbedBackward {
                 dwte,
                 dwpe,
                 dout,
@@ -303,22 +319,36 @@ impl Executor<'_> {
                 ..
             } => {
                 let groups = scalars.bucket_groups;
-                let c = self_channels(dout, rows)?;
-                carve(grads, &[dwte.span, dwpe.span], |v| {
-                    let [dwte_v, dwpe_v] = v else {
-                        return Err(shape_error(op));
-                    };
-                    l.encoder_backward(
-                        dwte_v,
-                        dwpe_v,
-                        &activations.slice(range(dout)),
-                        &bucket_tokens.slice(0..groups),
-                        &bucket_starts.slice(0..groups + 1),
-                        &bucket_rows.slice(range(rows)),
-                        *seq_len,
-                        c,
-                    )
-                })
+                let dout_v = activations.slice(range(dout));
+                let buckets = (
+                    bucket_tokens.slice(0..groups),
+                    bucket_starts.slice(0..groups + 1),
+                    bucket_rows.slice(range(rows)),
+                );
+                match dwpe {
+                    Some(dwpe) => carve(grads, &[dwte.span, dwpe.span], |v| {
+                        let [dwte_v, dwpe_v] = v else {
+                            return Err(wrong());
+                        };
+                        l.encoder_backward(
+                            dwte_v,
+                            dwpe_v,
+                            &dout_v,
+                            &buckets.0,
+                            &buckets.1,
+                            &buckets.2,
+                            *seq_len,
+                            self_channels(dout, rows)?,
+                        )
+                    }),
+                    None => l.embedding_backward(
+                        &mut grads.slice_mut(range(dwte)),
+                        &dout_v,
+                        &buckets.0,
+                        &buckets.1,
+                        &buckets.2,
+                    ),
+                }
             }
             Op::LayerNormForward {
                 out,
@@ -329,11 +359,11 @@ impl Executor<'_> {
                 bias,
             } => carve(activations, &[out.span, inp.span], |a| {
                 let [out_v, inp_v] = a else {
-                    return Err(shape_error(op));
+                    return Err(wrong());
                 };
                 carve(stats, &[mean.span, rstd.span], |s| {
                     let [mean_v, rstd_v] = s else {
-                        return Err(shape_error(op));
+                        return Err(wrong());
                     };
                     l.layernorm_forward(
                         out_v,
@@ -360,11 +390,11 @@ impl Executor<'_> {
                 &[residual.span, out.span, a.span, b.span],
                 |v| {
                     let [res_v, out_v, a_v, b_v] = v else {
-                        return Err(shape_error(op));
+                        return Err(wrong());
                     };
                     carve(stats, &[mean.span, rstd.span], |s| {
                         let [mean_v, rstd_v] = s else {
-                            return Err(shape_error(op));
+                            return Err(wrong());
                         };
                         l.residual_layernorm_forward(
                             res_v,
@@ -392,11 +422,11 @@ impl Executor<'_> {
                 rstd,
             } => carve(activations, &[dinp.span, dout.span, inp.span], |a| {
                 let [dinp_v, dout_v, inp_v] = a else {
-                    return Err(shape_error(op));
+                    return Err(wrong());
                 };
                 carve(grads, &[dweight.span, dbias.span], |gv| {
                     let [dw_v, db_v] = gv else {
-                        return Err(shape_error(op));
+                        return Err(wrong());
                     };
                     l.layernorm_backward(
                         dinp_v,
@@ -411,118 +441,158 @@ impl Executor<'_> {
                     )
                 })
             }),
-            Op::MatmulForward {
+            Op::RmsNormForward {
                 out,
+                rstd,
                 inp,
                 weight,
-                bias,
-                dims,
             } => carve(activations, &[out.span, inp.span], |a| {
                 let [out_v, inp_v] = a else {
-                    return Err(shape_error(op));
+                    return Err(wrong());
                 };
-                let bias_v = bias.map(|b| params.slice(range(&b)));
-                g.matmul_forward(
+                l.rmsnorm_forward(
                     out_v,
+                    &mut stats.slice_mut(range(rstd)),
                     &inp_v.as_view(),
                     &params.slice(range(weight)),
-                    bias_v.as_ref(),
-                    *dims,
+                    eps,
                 )
             }),
-            Op::MatmulBackwardInput {
+            Op::RmsNormBackward {
                 dinp,
-                dout,
-                weight,
-                dims,
-            } => carve(activations, &[dinp.span, dout.span], |a| {
-                let [dinp_v, dout_v] = a else {
-                    return Err(shape_error(op));
-                };
-                g.matmul_backward_input(
-                    dinp_v,
-                    &dout_v.as_view(),
-                    &params.slice(range(weight)),
-                    *dims,
-                )
-            }),
-            Op::MatmulBackwardWeight {
                 dweight,
-                inp,
-                dout,
-                dims,
-            } => g.matmul_backward_weight(
-                &mut grads.slice_mut(range(dweight)),
-                &activations.slice(range(inp)),
-                &activations.slice(range(dout)),
-                *dims,
-            ),
-            Op::BiasBackward {
-                dbias,
                 scratch: partials,
                 dout,
-            } => l.bias_backward(
-                &mut grads.slice_mut(range(dbias)),
-                &mut scratch.slice_mut(range(partials)),
-                &activations.slice(range(dout)),
-            ),
-            Op::LogitsForward {
-                logits, lnf, wte, ..
-            } => carve(activations, &[logits.span, lnf.span], |a| {
-                let ([logits_v, lnf_v], Some(product)) = (a, op.vocabulary_product()) else {
-                    return Err(shape_error(op));
+                inp,
+                weight,
+                rstd,
+            } => carve(activations, &[dinp.span, dout.span, inp.span], |a| {
+                let [dinp_v, dout_v, inp_v] = a else {
+                    return Err(wrong());
                 };
-                let wte_v = params.slice(range(wte));
-                g.run(product, logits_v, &lnf_v.as_view(), &wte_v, None)
-            }),
-            Op::LogitsBackwardInput {
-                dlnf, dlogits, wte, ..
-            } => carve(activations, &[dlnf.span, dlogits.span], |a| {
-                let ([dlnf_v, dlogits_v], Some(product)) = (a, op.vocabulary_product()) else {
-                    return Err(shape_error(op));
-                };
-                let wte_v = params.slice(range(wte));
-                g.run(product, dlnf_v, &dlogits_v.as_view(), &wte_v, None)
-            }),
-            Op::LogitsBackwardWeight {
-                dwte, lnf, dlogits, ..
-            } => {
-                let product = op.vocabulary_product().ok_or_else(|| shape_error(op))?;
-                g.run(
-                    product,
-                    &mut grads.slice_mut(range(dwte)),
-                    &activations.slice(range(lnf)),
-                    &activations.slice(range(dlogits)),
-                    None,
+                l.rmsnorm_backward(
+                    dinp_v,
+                    &mut grads.slice_mut(range(dweight)),
+                    &mut scratch.slice_mut(range(partials)),
+                    &dout_v.as_view(),
+                    &inp_v.as_view(),
+                    &params.slice(range(weight)),
+                    &stats.slice(range(rstd)),
                 )
+            }),
+            Op::Linear {
+                product,
+                out,
+                first,
+                second,
+                bias,
+            } => match product.pass {
+                // Into the activations, from an activation and a parameter (and its bias).
+                Pass::Forward | Pass::BackwardInput => {
+                    carve(activations, &[out.span, first.span], |a| {
+                        let [out_v, first_v] = a else {
+                            return Err(wrong());
+                        };
+                        let bias_v = bias.map(|b| params.slice(range(&b)));
+                        self.gemm.run(
+                            *product,
+                            out_v,
+                            &first_v.as_view(),
+                            &params.slice(range(second)),
+                            bias_v.as_ref(),
+                        )
+                    })
+                }
+                // Into a gradient, from two activations.
+                Pass::BackwardWeight => self.gemm.run(
+                    *product,
+                    &mut grads.slice_mut(range(out)),
+                    &activations.slice(range(first)),
+                    &activations.slice(range(second)),
+                    None,
+                ),
+            },
+            Op::BiasBackward {
+                dbiases,
+                scratch: partials,
+                dout,
+            } => {
+                let spans: Vec<Span> = dbiases.iter().map(|b| b.span).collect();
+                carve(grads, &spans, |views| {
+                    l.split_bias_backward(
+                        views,
+                        &mut scratch.slice_mut(range(partials)),
+                        &activations.slice(range(dout)),
+                    )
+                })
             }
             Op::GeluForward { out, inp } => carve(activations, &[out.span, inp.span], |a| {
                 let [out_v, inp_v] = a else {
-                    return Err(shape_error(op));
+                    return Err(wrong());
                 };
                 l.gelu_forward(out_v, &inp_v.as_view())
             }),
             Op::GeluBackward { d, inp } => carve(activations, &[d.span, inp.span], |a| {
                 let [d_v, inp_v] = a else {
-                    return Err(shape_error(op));
+                    return Err(wrong());
                 };
                 l.gelu_backward_inplace(d_v, &inp_v.as_view())
             }),
+            Op::SwiGluForward {
+                out,
+                gate_up,
+                inner,
+            } => carve(activations, &[out.span, gate_up.span], |a| {
+                let [out_v, gate_up_v] = a else {
+                    return Err(wrong());
+                };
+                l.swiglu_forward(out_v, &gate_up_v.as_view(), *inner)
+            }),
+            Op::SwiGluBackward {
+                dgate_up,
+                dout,
+                gate_up,
+                inner,
+            } => carve(
+                activations,
+                &[dgate_up.span, dout.span, gate_up.span],
+                |a| {
+                    let [dgate_up_v, dout_v, gate_up_v] = a else {
+                        return Err(wrong());
+                    };
+                    l.swiglu_backward(dgate_up_v, &dout_v.as_view(), &gate_up_v.as_view(), *inner)
+                },
+            ),
+            Op::Rope {
+                rows,
+                cos,
+                sin,
+                heads,
+                width,
+                seq_len,
+                rotation,
+            } => l.rope(
+                &mut activations.slice_mut(range(rows)),
+                &stats.slice(range(cos)),
+                &stats.slice(range(sin)),
+                (*width, *heads, *seq_len),
+                *rotation,
+            ),
             Op::AttentionForward {
                 out,
                 lse,
                 qkv,
-                shape,
+                attention,
             } => carve(activations, &[out.span, qkv.span], |a| {
                 let [out_v, qkv_v] = a else {
-                    return Err(shape_error(op));
+                    return Err(wrong());
                 };
                 l.attention_forward(
                     out_v,
                     &mut stats.slice_mut(range(lse)),
                     &qkv_v.as_view(),
-                    shape.heads(),
-                    (Heads::Shared, shape.kernel),
+                    attention.dims,
+                    (attention.heads, attention.kernel),
                 )
             }),
             Op::AttentionBackward {
@@ -532,13 +602,13 @@ impl Executor<'_> {
                 out,
                 qkv,
                 lse,
-                shape,
+                attention,
             } => carve(
                 activations,
                 &[dqkv.span, dout.span, out.span, qkv.span],
                 |a| {
                     let [dqkv_v, dout_v, out_v, qkv_v] = a else {
-                        return Err(shape_error(op));
+                        return Err(wrong());
                     };
                     l.attention_backward(
                         dqkv_v,
@@ -547,8 +617,8 @@ impl Executor<'_> {
                         &out_v.as_view(),
                         &qkv_v.as_view(),
                         &stats.slice(range(lse)),
-                        shape.heads(),
-                        (Heads::Shared, shape.kernel),
+                        attention.dims,
+                        (attention.heads, attention.kernel),
                     )
                 },
             ),
@@ -577,67 +647,89 @@ impl Executor<'_> {
                 &mut norm_total.slice_mut(range(total)),
                 &mut found_inf.slice_mut(range(flag)),
             ),
-            Op::Llama(_) => Err(shape_error(op)),
-            Op::AdamW {
-                master: m,
-                params_out,
-                grads: gr,
-                exp_avg: ea,
-                exp_avg_sq: eas,
-                segments: seg,
-            } => {
-                let adam = scalars
-                    .adam
-                    .ok_or_else(|| CudaError::Shape("AdamW ran without its scalars".to_string()))?;
-                let grads_v = grads.slice(range(gr));
-                let mut ea_v = exp_avg.slice_mut(range(ea));
-                let mut eas_v = exp_avg_sq.slice_mut(range(eas));
-                let seg_v = segments.slice(range(seg));
-                match params_out {
-                    Some(p) => l.adamw(
-                        &mut master.slice_mut(range(m)),
-                        Some(&mut params.slice_mut(range(p))),
-                        &grads_v,
-                        &mut ea_v,
-                        &mut eas_v,
-                        &seg_v,
-                        host_segments,
-                        adam,
-                    ),
-                    None => {
-                        // f32 training: the parameters are the master weights.
-                        if T::DTYPE != dsplan_kernels::Dtype::F32 {
-                            return Err(CudaError::Shape(
-                                "AdamW without a master copy needs f32 parameters".to_string(),
-                            ));
-                        }
-                        let mut params_view = params.slice_mut(range(m));
-                        // SAFETY: T is f32 (checked above): the same bytes, the same type.
-                        let mut as_f32 = unsafe { params_view.transmute_mut::<f32>(m.len()) }
-                            .ok_or_else(|| CudaError::Shape("parameter view too short".into()))?;
-                        l.adamw::<T>(
-                            &mut as_f32,
-                            None,
-                            &grads_v,
-                            &mut ea_v,
-                            &mut eas_v,
-                            &seg_v,
-                            host_segments,
-                            adam,
-                        )
-                    }
-                }
-            }
+            Op::AdamW { .. } => self.adamw(op, bufs, scalars),
             Op::Collective(_) => Err(CudaError::Shape(format!(
                 "{op:?}: communication runs through the device collectives, not the compute \
                  executor"
             ))),
         }
     }
+
+    /// The fused AdamW over the segment table.
+    fn adamw<T: GemmElement>(
+        &self,
+        op: &Op,
+        bufs: &mut DeviceBuffers<T>,
+        scalars: &RunScalars,
+    ) -> Result<(), CudaError> {
+        let Op::AdamW {
+            master: m,
+            params_out,
+            grads: gr,
+            exp_avg: ea,
+            exp_avg_sq: eas,
+            segments: seg,
+        } = op
+        else {
+            return Err(shape_error(op));
+        };
+        let l = &self.launcher;
+        let adam = scalars
+            .adam
+            .ok_or_else(|| CudaError::Shape("AdamW ran without its scalars".to_string()))?;
+        let DeviceBuffers {
+            params,
+            grads,
+            master,
+            exp_avg,
+            exp_avg_sq,
+            segments,
+            host_segments,
+            ..
+        } = bufs;
+        let grads_v = grads.slice(range(gr));
+        let mut ea_v = exp_avg.slice_mut(range(ea));
+        let mut eas_v = exp_avg_sq.slice_mut(range(eas));
+        let seg_v = segments.slice(range(seg));
+        match params_out {
+            Some(p) => l.adamw(
+                &mut master.slice_mut(range(m)),
+                Some(&mut params.slice_mut(range(p))),
+                &grads_v,
+                &mut ea_v,
+                &mut eas_v,
+                &seg_v,
+                host_segments,
+                adam,
+            ),
+            None => {
+                // f32 training: the parameters are the master weights.
+                if T::DTYPE != dsplan_kernels::Dtype::F32 {
+                    return Err(CudaError::Shape(
+                        "AdamW without a master copy needs f32 parameters".to_string(),
+                    ));
+                }
+                let mut params_view = params.slice_mut(range(m));
+                // SAFETY: T is f32 (checked above): the same bytes, the same type.
+                let mut as_f32 = unsafe { params_view.transmute_mut::<f32>(m.len()) }
+                    .ok_or_else(|| CudaError::Shape("parameter view too short".into()))?;
+                l.adamw::<T>(
+                    &mut as_f32,
+                    None,
+                    &grads_v,
+                    &mut ea_v,
+                    &mut eas_v,
+                    &seg_v,
+                    host_segments,
+                    adam,
+                )
+            }
+        }
+    }
 }
 
 /// Columns of `(rows, C)` `tensor` with `rows = index.len()`.
-pub(crate) fn self_channels(tensor: &TensorRef, index: &TensorRef) -> Result<usize, CudaError> {
+fn self_channels(tensor: &TensorRef, index: &TensorRef) -> Result<usize, CudaError> {
     if index.is_empty() || !tensor.len().is_multiple_of(index.len()) {
         return Err(CudaError::Shape(format!(
             "{} elements are not {} rows",

@@ -13,7 +13,6 @@ use dsplan_planner::config::ZeroStage;
 use dsplan_planner::plan::cuda_world::CudaScheme;
 
 use super::buffers::{DeviceLayout, RankShares};
-use super::device_model::DeviceModel;
 use crate::zero::EnginePlan;
 
 /// One run of consecutive elements: `len` elements at `device` in the rank's owned range are
@@ -110,11 +109,6 @@ impl DeviceOwned {
                 }
             }
         }
-    }
-
-    /// What the rank of `model` owns: its layout's shares (the whole model on one GPU).
-    pub fn of_model(model: &DeviceModel) -> Self {
-        Self::of_shares(&model.world_layout().rank_shares())
     }
 
     /// The owned range of the whole flat model `whole` (zeros where it pads).

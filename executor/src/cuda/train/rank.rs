@@ -21,7 +21,7 @@ use super::execute::{DeviceBuffers, Executor, RunScalars};
 use super::execute_comm::{CommRunner, run_phase};
 use super::owned::{DeviceOwned, held_from_whole};
 use super::step::StepProgram;
-use super::{Op, device_model::ConstantUpload};
+use super::{ConstantUpload, Op};
 use crate::comm::watchdog::Watch;
 use crate::comm::{Comm, CommTraffic, StepPhase};
 use crate::cuda::adamw::AdamScalars;

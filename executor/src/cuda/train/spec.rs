@@ -4,7 +4,8 @@
 //! [`super::world`], the backend of the training loop in [`super::rank::CudaStep`], the
 //! checkpoint layout in [`super::owned`].
 
-use super::device_model::DeviceModel;
+use super::buffers::DeviceLayout;
+use super::step::StepProgram;
 use crate::cuda::error::CudaError;
 use crate::train::AttentionKernel;
 use crate::train::{TrainError, TrainSpec};
@@ -75,8 +76,9 @@ pub fn check_spec(spec: &TrainSpec) -> Result<(), CudaTrainError> {
              trains in f32 (enable bf16 or fp16, or use --attention-kernel scalar)"
         )));
     }
-    let model = DeviceModel::new(&spec.model, shape, dtype, spec.settings.recompute);
-    model
-        .check(&model.program().with_attention(attention))
+    let layout = DeviceLayout::recomputing(spec.model, shape, dtype, spec.settings.recompute);
+    StepProgram::new(&layout)
+        .with_attention(attention)
+        .check(&layout)
         .map_err(|e| CudaTrainError::Setup(e.to_string()))
 }

@@ -23,10 +23,8 @@
 use dsplan_kernels::Dtype;
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
-use super::backward::backward_ops;
 use super::buffers::{DeviceLayout, Region, RegionSizes};
-use super::forward::forward_ops;
-use super::program::{LlamaOp, Op, ShapeError, check_head_size};
+use super::program::{Op, ShapeError};
 use crate::train::AttentionKernel;
 
 /// The op lists of one optimizer step.
@@ -49,10 +47,11 @@ pub struct StepProgram {
 }
 
 impl StepProgram {
-    /// The step over `layout`'s buffers.
+    /// The step over `layout`'s buffers (one GPU, or one rank whose gradients are reduced
+    /// whole elsewhere).
     pub fn new(layout: &DeviceLayout) -> Self {
-        let mut micro_step = forward_ops(layout);
-        micro_step.extend(backward_ops(layout));
+        let [mut micro_step, backward] = layout.passes();
+        micro_step.extend(backward);
         Self::around(micro_step, layout)
     }
 
@@ -93,8 +92,8 @@ impl StepProgram {
         }
     }
 
-    /// The step with its attention (GPT-2's, or the Llama family's grouped-query attention)
-    /// computed by `kernel`'s kernels (the ops are built with [`AttentionKernel::Scalar`]).
+    /// The step with its attention computed by `kernel`'s kernels (the recipes build it with
+    /// [`AttentionKernel::Scalar`]).
     pub fn with_attention(mut self, kernel: AttentionKernel) -> Self {
         for op in [
             &mut self.start,
@@ -107,15 +106,10 @@ impl StepProgram {
         .into_iter()
         .flatten()
         {
-            match op {
-                Op::AttentionForward { shape, .. } | Op::AttentionBackward { shape, .. } => {
-                    shape.kernel = kernel;
-                }
-                Op::Llama(
-                    LlamaOp::AttentionForward { kernel: chosen, .. }
-                    | LlamaOp::AttentionBackward { kernel: chosen, .. },
-                ) => *chosen = kernel,
-                _ => {}
+            if let Op::AttentionForward { attention, .. }
+            | Op::AttentionBackward { attention, .. } = op
+            {
+                attention.kernel = kernel;
             }
         }
         self
@@ -137,11 +131,12 @@ impl StepProgram {
             .chain(self.after_update.iter())
     }
 
-    /// Checks the step before anything is allocated: the model's head size has attention
-    /// kernels, every op fits `layout` (bounds, aliasing, the launcher's shape rules), and
-    /// every launch names a compiled entry point with a valid grid.
+    /// Checks the step before anything is allocated: the family's own rules (attention
+    /// kernels for its head size, no sliding window the kernels cannot honour), every op fits
+    /// `layout` (bounds, aliasing, the launcher's shape rules), and every launch names a
+    /// compiled entry point with a valid grid.
     pub fn check(&self, layout: &DeviceLayout) -> Result<(), ShapeError> {
-        check_head_size(layout.config.head_dim(), layout.dtype)?;
+        layout.recipe().check(layout, layout.dtype)?;
         self.check_ops(layout, layout.dtype)
     }
 

@@ -9,10 +9,9 @@
 //! ordinal and the device collective from the rank count and the visible GPUs. Each rank has
 //! its own context handle, compute stream, communication stream, kernels and buffers.
 //!
-//! At `W = 1` the step is one GPU's program ([`DeviceModel::program`], no collectives, the
+//! At `W = 1` the step is one GPU's program ([`StepProgram::new`], no collectives, the
 //! default stream); at `W > 1` it is [`world_program`] over the rank's shares of the plan
-//! ([`DeviceLayout::for_plan_rank`], [`LlamaDeviceLayout::for_plan_rank`]), for every model
-//! family. Every rank's program is built and checked on the host before anything touches the
+//! ([`DeviceLayout::for_plan_rank`]), for every model family. Every rank's program is built and checked on the host before anything touches the
 //! GPU.
 
 use std::sync::Arc;
@@ -24,9 +23,7 @@ use dsplan_kernels::cache::CubinCache;
 use dsplan_planner::plan::{Plan, PlanBackend};
 
 use super::buffers::DeviceLayout;
-use super::device_model::DeviceModel;
 use super::execute::{DeviceBuffers, Executor};
-use super::llama::LlamaDeviceLayout;
 use super::owned::DeviceOwned;
 use super::placement::{DeviceLink, NcclLibrary, Placement, place_ranks};
 use super::rank::{CudaStep, NcclWithHost, RankComm, RankParts};
@@ -42,7 +39,6 @@ use crate::cuda::launch::Launcher;
 use crate::cuda::modules::KernelModules;
 use crate::cuda::nccl::{NcclComm, nccl_present};
 use crate::metrics::{DeviceRun, MemoryReport, StepMetrics};
-use crate::model::ModelConfig;
 use crate::train::run::{Prepared, prepare};
 use crate::train::step::{Driven, drive};
 use crate::train::{
@@ -54,7 +50,7 @@ use crate::zero::Dtype as ModelDtype;
 /// A rank's device model and its step, built and checked on the host.
 pub struct RankModel {
     /// The rank's buffers (its shares of the plan at `W > 1`).
-    pub model: DeviceModel,
+    pub layout: DeviceLayout,
     /// Its step.
     pub program: StepProgram,
 }
@@ -71,32 +67,24 @@ pub fn rank_models(spec: &TrainSpec, plan: &Plan) -> Result<Vec<RankModel>, Cuda
     let recompute = spec.settings.recompute;
     let world = spec.world.max(1);
     if world == 1 {
-        let model = DeviceModel::new(&spec.model, shape, dtype, recompute);
-        let program = model.program().with_attention(spec.settings.attention);
-        return Ok(vec![RankModel { model, program }]);
+        let layout = DeviceLayout::recomputing(spec.model, shape, dtype, recompute);
+        let program = StepProgram::new(&layout).with_attention(spec.settings.attention);
+        return Ok(vec![RankModel { layout, program }]);
     }
     (0..world)
         .map(|rank| {
-            let model = match &spec.model {
-                ModelConfig::Gpt2(config) => {
-                    DeviceLayout::for_plan_rank(*config, shape, dtype, recompute, plan, rank)
-                        .map(DeviceModel::Gpt2)
-                }
-                ModelConfig::Llama(config) => {
-                    LlamaDeviceLayout::for_plan_rank(*config, shape, dtype, recompute, plan, rank)
-                        .map(DeviceModel::Llama)
-                }
-            }
-            .map_err(|e| CudaTrainError::Setup(format!("rank {rank}'s buffers: {e}")))?;
-            let program = world_program(model.world_layout(), plan)
+            let layout =
+                DeviceLayout::for_plan_rank(spec.model, shape, dtype, recompute, plan, rank)
+                    .map_err(|e| CudaTrainError::Setup(format!("rank {rank}'s buffers: {e}")))?;
+            let program = world_program(&layout, plan)
                 .map_err(|e| {
                     CudaTrainError::Setup(format!("rank {rank}'s step from the plan: {e}"))
                 })?
                 .with_attention(spec.settings.attention);
-            model
-                .check(&program)
+            program
+                .check(&layout)
                 .map_err(|e| CudaTrainError::Setup(format!("rank {rank}'s step: {e}")))?;
-            Ok(RankModel { model, program })
+            Ok(RankModel { layout, program })
         })
         .collect()
 }
@@ -199,7 +187,7 @@ pub fn train_cuda_planned(
         .ok_or_else(|| CudaTrainError::Setup("no rank finished".to_string()))?;
     Ok(report(
         &prepared,
-        &models[0].model,
+        &models[0].layout,
         first,
         masters,
         memory,
@@ -249,7 +237,7 @@ pub fn train_cuda_as_rank<C: RankComm>(
     let traffic = vec![result.traffic.clone()];
     Ok(report(
         &prepared,
-        &model.model,
+        &model.layout,
         result,
         masters,
         memory,
@@ -263,7 +251,7 @@ pub fn train_cuda_as_rank<C: RankComm>(
 #[allow(clippy::too_many_arguments)]
 fn report(
     prepared: &Prepared<'_>,
-    model: &DeviceModel,
+    layout: &DeviceLayout,
     result: RankResult,
     masters: Vec<Vec<f32>>,
     memory: Vec<MemoryReport>,
@@ -277,7 +265,8 @@ fn report(
     let tokens = prepared.tokens_per_step * spec.steps.saturating_sub(prepared.first_step);
     // MFU of one GPU: the tokens each GPU processed per second.
     let per_gpu = tokens as f64 / seconds.max(1e-9) / gpus.max(1) as f64;
-    let mfu = model
+    let mfu = layout
+        .recipe()
         .mfu(spec.seq_len, &result.device_name)
         .map(|m| m.utilisation(per_gpu));
     TrainReport {
@@ -395,9 +384,8 @@ impl RankRun<'_> {
         connect: impl FnOnce(&Arc<CudaContext>, &Arc<CudaStream>) -> Result<C, CudaError>,
     ) -> Result<RankResult, RankError> {
         let prepared = self.prepared;
-        let RankModel { model, program } = model;
-        let layout = model.sizes();
-        let owned = DeviceOwned::of_model(model);
+        let RankModel { layout, program } = model;
+        let owned = DeviceOwned::of_layout(layout);
         let ctx = CudaContext::new(ordinal).map_err(CudaError::from)?;
         let device_name = ctx.name().map_err(CudaError::from)?;
         let stream = if prepared.world == 1 {
@@ -411,13 +399,13 @@ impl RankRun<'_> {
         let executor = Executor {
             launcher: Launcher::new(&modules, stream.clone()),
             gemm: Gemm::new(stream.clone())?,
-            eps: model.eps(),
+            eps: layout.recipe().eps(),
         };
         let (runtime_free, runtime_total) = ctx.mem_get_info().map_err(CudaError::from)?;
         let bufs = DeviceBuffers::<T>::new(
             &stream,
             layout,
-            model.param_table(),
+            layout.param_table(),
             prepared.initial_params,
         )?;
         let mut backend = CudaStep::new(
@@ -433,13 +421,13 @@ impl RankRun<'_> {
                 comm,
                 grad_accum: prepared.control.grad_accum,
             },
-            &model.constants(),
+            &layout.recipe().constants(layout),
         )?;
         let driven = drive(&mut backend, prepared, self.checkpoints, self.observer)
             .map_err(|f| RankError::Loop(Box::new(f)))?;
         let (free, total) = ctx.mem_get_info().map_err(CudaError::from)?;
         let master = backend.export_master()?;
-        let allocated = model.bytes_by_category();
+        let allocated = layout.bytes_by_category();
         let memory = MemoryReport {
             peak_total: allocated.total(),
             peak: allocated,

@@ -1,7 +1,6 @@
 //! The step of one rank among `W > 1` ([`world_program`]): the one-GPU compute ops of the
-//! model's family ([`WorldLayout::passes`]: GPT-2's [`super::forward`] and
-//! [`super::backward`], the Llama family's `llama::forward` and `llama::backward`), cut into
-//! the plan's units, with the plan's collectives between them as [`CommOp`]s. Nothing here
+//! model's family ([`DeviceLayout::passes`], its recipe in `super::family`), cut into the
+//! plan's units, with the plan's collectives between them as [`CommOp`]s. Nothing here
 //! knows the family: a compute op is placed by the parameters it reads and the gradients it
 //! writes, the rank's buffers by its [`RankShares`].
 //!
@@ -47,9 +46,7 @@ use dsplan_planner::plan::stage3::trace_step;
 use dsplan_planner::plan::stage3_arena::{ArenaSpan, Stage3Arena};
 use dsplan_planner::plan::{Collective, Plan};
 
-use super::backward::backward_ops;
 use super::buffers::{DeviceLayout, RankShares, Region, RegionSizes, TensorRef, to_usize};
-use super::forward::forward_ops;
 use super::program::{
     Access, CommAction, CommOp, CommStream, CopyPiece, EventId, Marker, Op, Purpose, ShapeError,
 };
@@ -63,30 +60,9 @@ enum Pass {
     Backward,
 }
 
-/// A rank's buffers as [`world_program`] reads them, whatever the model family: its shares of
-/// the plan and the one-GPU compute ops over its flat parameters.
-pub trait WorldLayout: RegionSizes {
-    /// The rank's shares of the model states.
-    fn rank_shares(&self) -> RankShares<'_>;
-
-    /// The one-GPU forward (through the classifier) and backward ops, over the flat
-    /// parameters and gradients.
-    fn passes(&self) -> [Vec<Op>; 2];
-}
-
-impl WorldLayout for DeviceLayout {
-    fn rank_shares(&self) -> RankShares<'_> {
-        DeviceLayout::rank_shares(self)
-    }
-
-    fn passes(&self) -> [Vec<Op>; 2] {
-        [forward_ops(self), backward_ops(self)]
-    }
-}
-
 /// The step of rank `layout`'s `shares.rank` of `plan` (see the [module
 /// documentation](self)). `layout` holds the rank's shares of the same plan.
-pub fn world_program(layout: &dyn WorldLayout, plan: &Plan) -> Result<StepProgram, ShapeError> {
+pub fn world_program(layout: &DeviceLayout, plan: &Plan) -> Result<StepProgram, ShapeError> {
     let mut builder = Builder::new(layout, plan)?;
     let params_ready = builder.event();
     let mut start = vec![Op::Zero {
@@ -131,7 +107,7 @@ fn slice(region: Region, offset: usize, len: usize) -> TensorRef {
 }
 
 struct Builder<'a> {
-    layout: &'a dyn WorldLayout,
+    layout: &'a DeviceLayout,
     /// The rank's shares (the layout's).
     rank: RankShares<'a>,
     plan: &'a Plan,
@@ -165,7 +141,7 @@ struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
-    fn new(layout: &'a dyn WorldLayout, plan: &'a Plan) -> Result<Self, ShapeError> {
+    fn new(layout: &'a DeviceLayout, plan: &'a Plan) -> Result<Self, ShapeError> {
         let graph = &plan.model_graph;
         let rank = layout.rank_shares();
         let entries = rank.table.entries();

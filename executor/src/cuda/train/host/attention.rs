@@ -151,9 +151,7 @@ pub fn backward(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuda::train::program::AttentionShape;
     use crate::model::attention::{attention_backward, grouped_attention_backward};
-    use crate::train::AttentionKernel;
 
     fn values(n: usize, seed: u64) -> Vec<f32> {
         let mut state = seed;
@@ -171,25 +169,25 @@ mod tests {
     /// probabilities, and the log-sum-exp is each row's `log sum exp(q·k * scale)`.
     #[test]
     fn the_backward_from_the_log_sum_exp_is_the_cpu_models() {
-        let shape = AttentionShape {
+        let heads = GroupedAttention {
             batch: 2,
             seq_len: 19,
             n_head: 3,
+            kv_heads: 3,
             head_dim: 8,
-            kernel: AttentionKernel::Scalar,
         };
         let (b, t, nh, hs) = (2, 19, 3, 8);
         let c = nh * hs;
         let qkv = values(b * t * 3 * c, 3);
         let dout = values(b * t * c, 5);
         let (mut out, mut lse) = (vec![0.0; b * t * c], vec![0.0; b * nh * t]);
-        forward(&mut out, &mut lse, &qkv, shape.heads()).expect("forward");
+        forward(&mut out, &mut lse, &qkv, heads).expect("forward");
         let (mut dqkv, mut delta) = (vec![1.0; qkv.len()], vec![0.0; lse.len()]);
         backward(
             &mut dqkv,
             &mut delta,
             (&dout, &out, &qkv, &lse),
-            shape.heads(),
+            heads,
         )
         .expect("backward");
 
@@ -215,9 +213,9 @@ mod tests {
         let row = nh * t + (t - 1); // (b = 1, h = 0, the last query)
         let probs = &att[row * t..(row + 1) * t];
         let scale = (hs as f32).powf(-0.5);
-        let q = &qkv[query_at(&shape.heads(), 1, t - 1, 0)..][..hs];
+        let q = &qkv[query_at(&heads, 1, t - 1, 0)..][..hs];
         for (s, &p) in probs.iter().enumerate() {
-            let k = &qkv[key_value_at(&shape.heads(), 1, s, 0, 1)..][..hs];
+            let k = &qkv[key_value_at(&heads, 1, s, 0, 1)..][..hs];
             let from_lse = (dot(q, k) * scale - lse[row]).exp();
             assert!((from_lse - p).abs() < 1e-6, "key {s}: {from_lse} vs {p}");
         }

@@ -10,8 +10,8 @@
 //! | module | job |
 //! |---|---|
 //! | [`buffers`] | [`HostBuffers`]: one vector per region, filled as the device's are |
-//! | [`compute`] | the compute ops ([`run_compute`]) with the kernels' semantics |
-//! | [`llama`] | the Llama family's ops (RMSNorm, RoPE, SwiGLU, `nn.Linear` products, the embedding) |
+//! | [`compute`] | the compute ops ([`run_compute`]), each to its kernel's twin |
+//! | [`kernels`] | the kernels' semantics on host vectors (products, bias sums, the embedding's buckets, RoPE, the classifier, the norm pass, AdamW) |
 //! | [`attention`] | attention forward (log-sum-exp kept) and backward as `attention.cu`, grouped-query too |
 //! | [`collectives`] | the communication ops ([`run_comm`]) through the host `Comm` |
 //! | [`ordering`] | the two streams' events: every cross-stream access ordered ([`check_ordering`]) |
@@ -30,7 +30,7 @@ pub mod backend;
 pub mod buffers;
 pub mod collectives;
 pub mod compute;
-pub mod llama;
+pub mod kernels;
 pub mod ordering;
 pub mod run;
 
@@ -38,7 +38,6 @@ pub use backend::{HostParts, HostStep};
 pub use buffers::HostBuffers;
 pub use collectives::run_comm;
 pub use compute::run_compute;
-pub use llama::run_llama;
 pub use ordering::{OrderingError, check_ordering};
 pub use run::{train_program_on_host, train_rank_models_on_host};
 

@@ -14,6 +14,7 @@ use super::backend::{HostParts, HostStep};
 use super::buffers::HostBuffers;
 use crate::checkpoint::consolidate;
 use crate::comm::{Comm, CommTraffic, LocalComm, run_ranks};
+use crate::cuda::train::buffers::RegionSizes;
 use crate::cuda::train::owned::DeviceOwned;
 use crate::cuda::train::spec::{CudaTrainError, kernel_dtype};
 use crate::cuda::train::world::{RankModel, rank_models};
@@ -146,14 +147,13 @@ fn run_rank(
     checkpoints: &CheckpointOptions,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<RankResult, RankError> {
-    let RankModel { model, program } = model;
-    let layout = model.sizes();
-    let owned = DeviceOwned::of_model(model);
+    let RankModel { layout, program } = model;
+    let owned = DeviceOwned::of_layout(layout);
     let dtype = kernel_dtype(prepared.spec.settings.precision().model_dtype());
-    let mut bufs = HostBuffers::new(layout, dtype, model.param_table(), prepared.initial_params)
+    let mut bufs = HostBuffers::new(layout, dtype, layout.param_table(), prepared.initial_params)
         .map_err(RankError::Setup)?;
     // The constant tables the device uploads once (the Llama family's rotation table).
-    for constant in model.constants() {
+    for constant in layout.recipe().constants(layout) {
         bufs.write(&constant.at, &constant.values)
             .map_err(RankError::Setup)?;
     }
@@ -164,14 +164,14 @@ fn run_rank(
         plan: &prepared.engine_plan,
         rank,
         trains_master: layout.trains_master(),
-        eps: model.eps(),
+        eps: layout.recipe().eps(),
         comm,
         grad_accum: prepared.control.grad_accum,
     });
     let driven = drive(&mut backend, prepared, checkpoints, observer)
         .map_err(|f| RankError::Loop(Box::new(f)))?;
     let master = backend.export_master().map_err(RankError::Setup)?;
-    let allocated = model.bytes_by_category();
+    let allocated = layout.bytes_by_category();
     let traffic = backend.comm_mut().traffic().clone();
     Ok(RankResult {
         master,

@@ -8,7 +8,7 @@ use super::collectives::CommAction;
 use super::{Op, ShapeError, divides};
 use crate::cuda::element::Element;
 use crate::cuda::error::CudaError;
-use crate::cuda::launch::table::{self, Heads, KernelCall, Value, attention_entry};
+use crate::cuda::launch::table::{self, KernelCall, RopeShape, Value, attention_entry};
 
 /// A kernel argument's type, as the `.cu` signature declares it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +60,7 @@ impl From<KernelCall> for Launch {
 }
 
 /// A library call (no kernel of ours).
-pub(super) fn library(name: &'static str) -> Launch {
+fn library(name: &'static str) -> Launch {
     Launch {
         kernel: name,
         entry_point: String::new(),
@@ -71,9 +71,7 @@ pub(super) fn library(name: &'static str) -> Launch {
 }
 
 /// The launches of `calls`, a description's error as the op's shape error.
-pub(super) fn described(
-    calls: Result<Vec<KernelCall>, CudaError>,
-) -> Result<Vec<Launch>, ShapeError> {
+fn described(calls: Result<Vec<KernelCall>, CudaError>) -> Result<Vec<Launch>, ShapeError> {
     match calls {
         Ok(calls) => Ok(calls.into_iter().map(Launch::from).collect()),
         Err(e) => Err(ShapeError(e.to_string())),
@@ -81,7 +79,7 @@ pub(super) fn described(
 }
 
 /// One launch.
-pub(super) fn one(call: Result<KernelCall, CudaError>) -> Result<Vec<Launch>, ShapeError> {
+fn one(call: Result<KernelCall, CudaError>) -> Result<Vec<Launch>, ShapeError> {
     described(call.map(|c| vec![c]))
 }
 
@@ -132,12 +130,13 @@ pub fn check_head_size(head_dim: usize, dtype: Dtype) -> Result<(), ShapeError> 
 }
 
 impl Op {
-    /// The kernels the op launches in order, for model dtype `dtype` (the encoder's bucket
+    /// The kernels the op launches in order, for model dtype `dtype` (the embedding's bucket
     /// count taken at its largest, one group per row).
     pub fn launches(&self, dtype: Dtype) -> Result<Vec<Launch>, ShapeError> {
         match self {
             Op::Zero { .. } => Ok(vec![library("memset")]),
-            Op::EncoderForward {
+            Op::Copy { .. } => Ok(vec![library("memcpy")]),
+            Op::Embed {
                 out,
                 tokens,
                 seq_len,
@@ -146,7 +145,8 @@ impl Op {
                 let c = divides("out", out.len(), tokens.len())?;
                 one(table::encoder_forward(dtype, tokens.len(), *seq_len, c))
             }
-            Op::EncoderBackward {
+            Op::EmbedBackward {
+                dwpe,
                 dout,
                 bucket_rows,
                 seq_len,
@@ -154,7 +154,10 @@ impl Op {
             } => {
                 let rows = bucket_rows.len();
                 let c = divides("dout", dout.len(), rows)?;
-                described(table::encoder_backward(dtype, rows, rows, *seq_len, c))
+                described(match dwpe {
+                    Some(_) => table::encoder_backward(dtype, rows, rows, *seq_len, c),
+                    None => table::embedding_backward(dtype, rows, rows, c),
+                })
             }
             Op::LayerNormForward { mean, weight, .. } => {
                 one(table::layernorm_forward(dtype, mean.len(), weight.len()))
@@ -165,31 +168,52 @@ impl Op {
             Op::LayerNormBackward { mean, weight, .. } => {
                 described(table::layernorm_backward(dtype, mean.len(), weight.len()))
             }
-            Op::MatmulForward { .. }
-            | Op::MatmulBackwardInput { .. }
-            | Op::MatmulBackwardWeight { .. }
-            | Op::LogitsForward { .. }
-            | Op::LogitsBackwardInput { .. }
-            | Op::LogitsBackwardWeight { .. } => Ok(vec![library("cublasLt")]),
-            Op::BiasBackward { dbias, dout, .. } => {
-                let width = dbias.len();
-                let rows = divides("dout", dout.len(), width)?;
-                described(table::bias_backward(dtype, rows, &[width]))
+            Op::RmsNormForward { rstd, weight, .. } => {
+                one(table::rmsnorm_forward(dtype, rstd.len(), weight.len()))
+            }
+            Op::RmsNormBackward { rstd, weight, .. } => {
+                described(table::rmsnorm_backward(dtype, rstd.len(), weight.len()))
+            }
+            Op::Linear { .. } => Ok(vec![library("cublasLt")]),
+            Op::BiasBackward { dbiases, dout, .. } => {
+                let widths: Vec<usize> = dbiases.iter().map(|b| b.len()).collect();
+                let rows = divides("dout", dout.len(), widths.iter().sum())?;
+                described(table::bias_backward(dtype, rows, &widths))
             }
             Op::GeluForward { inp, .. } => one(table::gelu_forward(dtype, inp.len())),
             Op::GeluBackward { inp, .. } => one(table::gelu_backward(dtype, inp.len())),
-            Op::AttentionForward { shape, .. } => one(table::attention_forward(
-                dtype,
-                shape.heads(),
-                Heads::Shared,
-                shape.kernel,
-            )),
-            Op::AttentionBackward { shape, .. } => described(table::attention_backward(
-                dtype,
-                shape.heads(),
-                Heads::Shared,
-                shape.kernel,
-            )),
+            Op::SwiGluForward { out, inner, .. } => {
+                let rows = divides("out", out.len(), *inner)?;
+                one(table::swiglu_forward(dtype, rows, *inner))
+            }
+            Op::SwiGluBackward { dout, inner, .. } => {
+                let rows = divides("dout", dout.len(), *inner)?;
+                one(table::swiglu_backward(dtype, rows, *inner))
+            }
+            Op::Rope {
+                rows,
+                cos,
+                heads,
+                width,
+                seq_len,
+                rotation,
+                ..
+            } => {
+                let shape = RopeShape {
+                    len: rows.len(),
+                    table: cos.len(),
+                    width: *width,
+                    heads: *heads,
+                    seq_len: *seq_len,
+                };
+                one(table::rope(dtype, shape, *rotation))
+            }
+            Op::AttentionForward { attention: a, .. } => {
+                one(table::attention_forward(dtype, a.dims, a.heads, a.kernel))
+            }
+            Op::AttentionBackward { attention: a, .. } => {
+                described(table::attention_backward(dtype, a.dims, a.heads, a.kernel))
+            }
             Op::FusedClassifier {
                 targets,
                 vocab,
@@ -205,7 +229,6 @@ impl Op {
             Op::AdamW {
                 master, segments, ..
             } => one(table::adamw(dtype, master.len(), segments.len())),
-            Op::Llama(op) => op.launches(dtype),
             Op::Collective(comm) => Ok(match &comm.action {
                 CommAction::Collective { .. } => vec![library("nccl")],
                 CommAction::Copy { pieces } => pieces.iter().map(|_| library("memcpy")).collect(),

@@ -1,19 +1,20 @@
-//! [`Op`]: one step of the device program, with its tensors as [`TensorRef`]s, as data.
+//! [`Op`]: one step of the device program, with its tensors as [`TensorRef`]s, as data. One
+//! vocabulary serves every model family: a family is a recipe of these ops over its layout
+//! (`super::family`), not a vocabulary of its own.
 //!
-//! `forward.rs`, `backward.rs` and `step.rs` build the step as a list of ops; `execute.rs`
-//! runs that same list on the GPU (each op is one [`crate::cuda::launch::Launcher`] or
-//! [`crate::cuda::gemm::Gemm`] call, a memset, or a host transfer). On the host the list is
-//! what tests read: [`Op::check`] applies the launcher's shape rules to the spans, and
-//! [`Op::launches`] lists the kernels each op launches, with their argument types (checked
-//! against the `.cu` signatures) and grid sizes from the registry's launch rules.
+//! The family recipes build the step as a list of ops; `execute.rs` runs that same list on the
+//! GPU (each op is one [`crate::cuda::launch::Launcher`] or [`crate::cuda::gemm::Gemm`] call, a
+//! memset, a copy, or a host transfer), and the host interpreter (`super::host`) runs it on
+//! host buffers. On the host the list is also what tests read: [`Op::check`] applies the
+//! launcher's shape rules to the spans, and [`Op::launches`] lists the kernels each op
+//! launches, with their argument types (checked against the `.cu` signatures) and grid sizes
+//! from the registry's launch rules.
 //!
-//! This file holds the ops and what they touch; `shapes.rs` the shape and layout checks,
-//! `launches.rs` the kernels each op launches; `llama.rs` the Llama family's ops, all three
-//! side by side.
+//! This file holds the ops and what they touch; `shapes.rs` the shape and region checks,
+//! `launches.rs` the kernels each op launches, `collectives.rs` the communication ops.
 
 pub mod collectives;
 mod launches;
-pub mod llama;
 mod shapes;
 
 pub use collectives::{
@@ -21,43 +22,31 @@ pub use collectives::{
     collective_sequence,
 };
 pub use launches::{ArgType, Launch, attention_head_sizes, check_head_size};
-pub use llama::LlamaOp;
 
 use std::fmt;
 
 use super::buffers::TensorRef;
 use crate::cuda::gemm::{Accumulate, Pass, Product, WeightLayout};
+use crate::cuda::launch::{GroupedAttention, Heads, Rotation};
 use crate::train::AttentionKernel;
 
-/// `(B, T, NH, hs)` of an attention call.
+/// One attention call: its sizes, whether keys and values have their own heads, and which
+/// kernels compute it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AttentionShape {
-    /// Batch.
-    pub batch: usize,
-    /// Sequence length.
-    pub seq_len: usize,
-    /// Heads.
-    pub n_head: usize,
-    /// Head size.
-    pub head_dim: usize,
-    /// Which kernels compute it ([`StepProgram::with_attention`] sets it for a run).
-    ///
-    /// [`StepProgram::with_attention`]: super::StepProgram::with_attention
+pub struct Attention {
+    /// `(B, T, NH, KV, hs)`.
+    pub dims: GroupedAttention,
+    /// One key/value head per query head (GPT-2's entry points), or grouped.
+    pub heads: Heads,
+    /// Which kernels compute it ([`super::StepProgram::with_attention`] sets it for a run).
     pub kernel: AttentionKernel,
 }
 
-impl AttentionShape {
-    /// The launcher's sizes: one key/value head per query head.
-    pub fn heads(&self) -> crate::cuda::launch::GroupedAttention {
-        crate::cuda::launch::GroupedAttention {
-            batch: self.batch,
-            seq_len: self.seq_len,
-            n_head: self.n_head,
-            kv_heads: self.n_head,
-            head_dim: self.head_dim,
-        }
-    }
-}
+/// Rows per block of `layernorm_backward` and `rmsnorm_backward` (their partial sums'
+/// `*_BACKWARD_ROWS`).
+pub const NORM_BACKWARD_ROWS: usize = 32;
+/// Rows per chunk of `column_partials` (the bias gradients' partial sums).
+pub const COLUMN_PARTIAL_ROWS: usize = 64;
 
 /// `(rows, in_features, out_features)` of a product.
 pub type GemmDims = (usize, usize, usize);
@@ -70,25 +59,34 @@ pub enum Op {
         /// The tensor.
         tensor: TensorRef,
     },
-    /// `out = wte[tokens] + wpe[t]`.
-    EncoderForward {
+    /// `dst = src` (a device copy: the residual stream before a projection adds to it).
+    Copy {
+        /// Destination.
+        dst: TensorRef,
+        /// Source, as long.
+        src: TensorRef,
+    },
+    /// `out = wte[tokens] + positions[t]`: GPT-2's `wpe`, or a zeroed table where the family
+    /// has no learned positions (the encoder kernel either way).
+    Embed {
         /// `(N, C)`.
         out: TensorRef,
         /// `(N)`.
         tokens: TensorRef,
         /// `(V, C)`.
         wte: TensorRef,
-        /// `(maxT, C)`.
-        wpe: TensorRef,
+        /// `(T, C)` at least: `wpe` (parameters) or zeros (a work buffer).
+        positions: TensorRef,
         /// `T`.
         seq_len: usize,
     },
-    /// `dwpe += ...`, `dwte[token] += ...` (the token buckets are uploaded per micro-batch).
-    EncoderBackward {
+    /// `dwpe[t] += ...` (with learned positions), then `dwte[token] += ...` by the token
+    /// buckets uploaded per micro-batch.
+    EmbedBackward {
         /// `(V, C)`.
         dwte: TensorRef,
-        /// `(maxT, C)`.
-        dwpe: TensorRef,
+        /// `(maxT, C)`: GPT-2's position gradient; `None` without learned positions.
+        dwpe: Option<TensorRef>,
         /// `(N, C)`.
         dout: TensorRef,
         /// Distinct tokens (at most `N`; the live count is known per batch).
@@ -155,90 +153,60 @@ pub enum Op {
         /// `(N)`.
         rstd: TensorRef,
     },
-    /// `out = inp @ weight (+ bias)` (cuBLASLt).
-    MatmulForward {
-        /// `(N, OC)`.
+    /// `out = weight * inp * rstd`, saving `rstd`.
+    RmsNormForward {
+        /// `(N, C)`.
         out: TensorRef,
-        /// `(N, IC)`.
+        /// `(N)` f32.
+        rstd: TensorRef,
+        /// `(N, C)`.
         inp: TensorRef,
-        /// `(IC, OC)`.
+        /// `(C)`.
         weight: TensorRef,
-        /// `(OC)`.
-        bias: Option<TensorRef>,
-        /// `(N, IC, OC)`.
-        dims: GemmDims,
     },
-    /// `dinp = dout @ weight^T` (cuBLASLt, overwrites).
-    MatmulBackwardInput {
-        /// `(N, IC)`.
+    /// `dinp += RMSNorm'`, `dweight += ...`.
+    RmsNormBackward {
+        /// `(N, C)`, accumulated.
         dinp: TensorRef,
-        /// `(N, OC)`.
-        dout: TensorRef,
-        /// `(IC, OC)`.
-        weight: TensorRef,
-        /// `(N, IC, OC)`.
-        dims: GemmDims,
-    },
-    /// `dweight += inp^T @ dout` (cuBLASLt, accumulates).
-    MatmulBackwardWeight {
-        /// `(IC, OC)`.
+        /// `(C)`, accumulated.
         dweight: TensorRef,
-        /// `(N, IC)`.
-        inp: TensorRef,
-        /// `(N, OC)`.
-        dout: TensorRef,
-        /// `(N, IC, OC)`.
-        dims: GemmDims,
-    },
-    /// `dbias += column sums of dout`.
-    BiasBackward {
-        /// `(OC)`.
-        dbias: TensorRef,
-        /// f32 partials `ceil(N/64) x OC`.
+        /// f32 partials `ceil(N/32) x C`.
         scratch: TensorRef,
-        /// `(N, OC)`.
+        /// `(N, C)`.
         dout: TensorRef,
-    },
-    /// `logits = lnf @ wte^T` (cuBLASLt; the tied `lm_head`, an `nn.Linear` product over
-    /// `wte`), the logits' rows `stride` apart.
-    LogitsForward {
-        /// `(N, V)`, rows `stride` apart.
-        logits: TensorRef,
         /// `(N, C)`.
-        lnf: TensorRef,
-        /// `(V, C)`.
-        wte: TensorRef,
-        /// `(N, C, V)`.
-        dims: GemmDims,
-        /// Elements between the logits' rows (`Vp`).
-        stride: usize,
+        inp: TensorRef,
+        /// `(C)`.
+        weight: TensorRef,
+        /// `(N)` f32.
+        rstd: TensorRef,
     },
-    /// `dlnf = dlogits @ wte` (cuBLASLt, overwrites): [`Op::LogitsForward`]'s input gradient.
-    LogitsBackwardInput {
-        /// `(N, C)`.
-        dlnf: TensorRef,
-        /// `(N, V)`, rows `stride` apart.
-        dlogits: TensorRef,
-        /// `(V, C)`.
-        wte: TensorRef,
-        /// `(N, C, V)`.
-        dims: GemmDims,
-        /// Elements between the rows of `dlogits` (`Vp`).
-        stride: usize,
+    /// One cuBLASLt product of a linear layer ([`Product`]: the pass, the weight's layout,
+    /// `(N, IC, OC)`, the strided operand's row pitch, overwrite or add), on the operands
+    /// `(out, first, second)` of its pass: forward `(out, inp, weight)` plus the bias,
+    /// backward input `(dinp, dout, weight)`, backward weight `(dweight, inp, dout)`.
+    Linear {
+        /// The product.
+        product: Product,
+        /// Its output.
+        out: TensorRef,
+        /// Its first operand.
+        first: TensorRef,
+        /// Its second operand.
+        second: TensorRef,
+        /// `(OC)`, forward only.
+        bias: Option<TensorRef>,
     },
-    /// `dwte += dlogits^T @ lnf` (cuBLASLt, accumulates): [`Op::LogitsForward`]'s weight
-    /// gradient.
-    LogitsBackwardWeight {
-        /// `(V, C)`.
-        dwte: TensorRef,
-        /// `(N, C)`.
-        lnf: TensorRef,
-        /// `(N, V)`, rows `stride` apart.
-        dlogits: TensorRef,
-        /// `(N, C, V)`.
-        dims: GemmDims,
-        /// Elements between the rows of `dlogits` (`Vp`).
-        stride: usize,
+    /// Bias gradients from `dout (N, W)`: one pass of column sums, then each bias adds its
+    /// columns (`dbiases[i]` takes the columns after the previous ones: GPT-2's one bias, or
+    /// the q, k and v biases of a fused projection).
+    BiasBackward {
+        /// The biases' gradients, accumulated; their lengths add up to `W`.
+        dbiases: Vec<TensorRef>,
+        /// f32 partials `ceil(N/64) x W`.
+        scratch: TensorRef,
+        /// `(N, W)`.
+        dout: TensorRef,
     },
     /// `out = gelu(inp)`.
     GeluForward {
@@ -254,33 +222,70 @@ pub enum Op {
         /// The forward input.
         inp: TensorRef,
     },
+    /// `out = silu(gate) * up`.
+    SwiGluForward {
+        /// `(N, I)`.
+        out: TensorRef,
+        /// `(N, 2I)`.
+        gate_up: TensorRef,
+        /// `I`.
+        inner: usize,
+    },
+    /// `dgate_up` from `dout` (written).
+    SwiGluBackward {
+        /// `(N, 2I)`.
+        dgate_up: TensorRef,
+        /// `(N, I)`.
+        dout: TensorRef,
+        /// `(N, 2I)`.
+        gate_up: TensorRef,
+        /// `I`.
+        inner: usize,
+    },
+    /// Rotary embedding in place on the first `heads·hs` columns of each row.
+    Rope {
+        /// `(N, width)`.
+        rows: TensorRef,
+        /// `(T, hs/2)` f32.
+        cos: TensorRef,
+        /// `(T, hs/2)` f32.
+        sin: TensorRef,
+        /// Heads rotated (`NH + KV`: q and k).
+        heads: usize,
+        /// Row width.
+        width: usize,
+        /// `T`.
+        seq_len: usize,
+        /// Forward, or its transpose on the gradient.
+        rotation: Rotation,
+    },
     /// Causal attention forward.
     AttentionForward {
-        /// `(B, T, C)`.
+        /// `(B, T, NH·hs)`.
         out: TensorRef,
-        /// `(B, NH, T)`.
+        /// `(B, NH, T)` f32.
         lse: TensorRef,
-        /// `(B, T, 3C)`.
+        /// `(B, T, (NH + 2KV)·hs)`.
         qkv: TensorRef,
-        /// Its shape.
-        shape: AttentionShape,
+        /// Its sizes and kernels.
+        attention: Attention,
     },
     /// Causal attention backward (written, not accumulated).
     AttentionBackward {
-        /// `(B, T, 3C)`.
+        /// `(B, T, (NH + 2KV)·hs)`.
         dqkv: TensorRef,
         /// `(B, NH, T)` f32 scratch.
         delta: TensorRef,
-        /// `(B, T, C)`.
+        /// `(B, T, NH·hs)`.
         dout: TensorRef,
-        /// `(B, T, C)`.
+        /// `(B, T, NH·hs)`.
         out: TensorRef,
-        /// `(B, T, 3C)`.
+        /// `(B, T, (NH + 2KV)·hs)`.
         qkv: TensorRef,
-        /// `(B, NH, T)`.
+        /// `(B, NH, T)` f32.
         lse: TensorRef,
-        /// Its shape.
-        shape: AttentionShape,
+        /// Its sizes and kernels.
+        attention: Attention,
     },
     /// Softmax cross-entropy: losses, and `dloss * (softmax - onehot)` in place of the logits
     /// (`dloss` is the step's, given at run time).
@@ -322,11 +327,21 @@ pub enum Op {
         /// The segment table.
         segments: TensorRef,
     },
-    /// An operation of the Llama family's step ([`LlamaOp`]).
-    Llama(LlamaOp),
     /// Communication: a collective, its pack and unpack copies, stream events, position
     /// markers ([`collectives`]).
     Collective(CommOp),
+}
+
+/// The dense product of a linear layer whose weight is stored `layout` (an `(N, OC)` operand
+/// with rows `OC` apart).
+pub fn dense(pass: Pass, layout: WeightLayout, dims: GemmDims, accumulate: Accumulate) -> Product {
+    Product {
+        pass,
+        weight: layout,
+        dims,
+        stride: dims.2,
+        accumulate,
+    }
 }
 
 /// A shape rule an op breaks.
@@ -382,32 +397,6 @@ fn divides(what: &str, whole: usize, part: usize) -> Result<usize, ShapeError> {
 }
 
 impl Op {
-    /// The cuBLASLt product a vocabulary op issues (the executor runs exactly this one, on
-    /// the operands in [`Op::tensors`] order): the tied `lm_head` over `wte (V, C)`, an
-    /// `nn.Linear` product whose `(N, V)` operand has rows `stride` apart. `None` for the
-    /// other ops.
-    pub fn vocabulary_product(&self) -> Option<Product> {
-        let (pass, dims, stride, accumulate) = match *self {
-            Op::LogitsForward { dims, stride, .. } => {
-                (Pass::Forward, dims, stride, Accumulate::Overwrite)
-            }
-            Op::LogitsBackwardInput { dims, stride, .. } => {
-                (Pass::BackwardInput, dims, stride, Accumulate::Overwrite)
-            }
-            Op::LogitsBackwardWeight { dims, stride, .. } => {
-                (Pass::BackwardWeight, dims, stride, Accumulate::Add)
-            }
-            _ => return None,
-        };
-        Some(Product {
-            pass,
-            weight: WeightLayout::OutIn,
-            dims,
-            stride,
-            accumulate,
-        })
-    }
-
     /// Every tensor the op touches, with whether it writes it.
     pub fn tensors(&self) -> Vec<(TensorRef, Access)> {
         let mut op = self.clone();
@@ -419,14 +408,15 @@ impl Op {
         use Access::{Read, Write};
         match self {
             Op::Zero { tensor } => vec![(tensor, Write)],
-            Op::EncoderForward {
+            Op::Copy { dst, src } => vec![(dst, Write), (src, Read)],
+            Op::Embed {
                 out,
                 tokens,
                 wte,
-                wpe,
+                positions,
                 ..
-            } => vec![(out, Write), (tokens, Read), (wte, Read), (wpe, Read)],
-            Op::EncoderBackward {
+            } => vec![(out, Write), (tokens, Read), (wte, Read), (positions, Read)],
+            Op::EmbedBackward {
                 dwte,
                 dwpe,
                 dout,
@@ -434,14 +424,17 @@ impl Op {
                 bucket_starts,
                 bucket_rows,
                 ..
-            } => vec![
-                (dwte, Write),
-                (dwpe, Write),
-                (dout, Read),
-                (bucket_tokens, Read),
-                (bucket_starts, Read),
-                (bucket_rows, Read),
-            ],
+            } => {
+                let mut list = vec![(dwte, Write)];
+                list.extend(dwpe.as_mut().map(|t| (t, Write)));
+                list.extend([
+                    (dout, Read),
+                    (bucket_tokens, Read),
+                    (bucket_starts, Read),
+                    (bucket_rows, Read),
+                ]);
+                list
+            }
             Op::LayerNormForward {
                 out,
                 mean,
@@ -497,39 +490,60 @@ impl Op {
                 (mean, Read),
                 (rstd, Read),
             ],
-            Op::MatmulForward {
+            Op::RmsNormForward {
                 out,
+                rstd,
                 inp,
                 weight,
+            } => vec![(out, Write), (rstd, Write), (inp, Read), (weight, Read)],
+            Op::RmsNormBackward {
+                dinp,
+                dweight,
+                scratch,
+                dout,
+                inp,
+                weight,
+                rstd,
+            } => vec![
+                (dinp, Write),
+                (dweight, Write),
+                (scratch, Write),
+                (dout, Read),
+                (inp, Read),
+                (weight, Read),
+                (rstd, Read),
+            ],
+            Op::Linear {
+                out,
+                first,
+                second,
                 bias,
                 ..
             } => {
-                let mut list = vec![(out, Write), (inp, Read), (weight, Read)];
+                let mut list = vec![(out, Write), (first, Read), (second, Read)];
                 list.extend(bias.as_mut().map(|b| (b, Read)));
                 list
             }
-            Op::MatmulBackwardInput {
-                dinp, dout, weight, ..
-            } => vec![(dinp, Write), (dout, Read), (weight, Read)],
-            Op::MatmulBackwardWeight {
-                dweight, inp, dout, ..
-            } => vec![(dweight, Write), (inp, Read), (dout, Read)],
             Op::BiasBackward {
-                dbias,
+                dbiases,
                 scratch,
                 dout,
-            } => vec![(dbias, Write), (scratch, Write), (dout, Read)],
-            Op::LogitsForward {
-                logits, lnf, wte, ..
-            } => vec![(logits, Write), (lnf, Read), (wte, Read)],
-            Op::LogitsBackwardInput {
-                dlnf, dlogits, wte, ..
-            } => vec![(dlnf, Write), (dlogits, Read), (wte, Read)],
-            Op::LogitsBackwardWeight {
-                dwte, lnf, dlogits, ..
-            } => vec![(dwte, Write), (lnf, Read), (dlogits, Read)],
+            } => {
+                let mut list: Vec<(&mut TensorRef, Access)> =
+                    dbiases.iter_mut().map(|b| (b, Write)).collect();
+                list.extend([(scratch, Write), (dout, Read)]);
+                list
+            }
             Op::GeluForward { out, inp } => vec![(out, Write), (inp, Read)],
             Op::GeluBackward { d, inp } => vec![(d, Write), (inp, Read)],
+            Op::SwiGluForward { out, gate_up, .. } => vec![(out, Write), (gate_up, Read)],
+            Op::SwiGluBackward {
+                dgate_up,
+                dout,
+                gate_up,
+                ..
+            } => vec![(dgate_up, Write), (dout, Read), (gate_up, Read)],
+            Op::Rope { rows, cos, sin, .. } => vec![(rows, Write), (cos, Read), (sin, Read)],
             Op::AttentionForward { out, lse, qkv, .. } => {
                 vec![(out, Write), (lse, Write), (qkv, Read)]
             }
@@ -584,7 +598,6 @@ impl Op {
                 ]);
                 list
             }
-            Op::Llama(op) => op.tensors_mut(),
             Op::Collective(comm) => comm.tensors_mut(),
         }
     }

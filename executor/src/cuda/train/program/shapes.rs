@@ -1,10 +1,14 @@
 //! [`Op::check`]: the launcher's shape rules applied to an op's spans, and the layout's
-//! bounds and aliasing rules, before anything runs.
+//! bounds, aliasing and region rules, before anything runs.
 
-use super::{Access, Op, ShapeError, divides, expect, expect_strided};
+use super::{
+    Access, COLUMN_PARTIAL_ROWS, NORM_BACKWARD_ROWS, Op, ShapeError, divides, expect,
+    expect_strided,
+};
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
-use crate::cuda::train::buffers::{Region, RegionSizes};
+use crate::cuda::gemm::{Operand, Pass};
+use crate::cuda::train::buffers::{NORM_BLOCKS, Region, RegionSizes, TensorRef};
 
 impl Op {
     /// The launcher's shape rules on the op's spans, and the layout's bounds: every tensor
@@ -33,8 +37,10 @@ impl Op {
         self.check_shapes()
     }
 
-    /// The region each operand must live in, in [`Op::tensors`] order: fixed per op kind,
-    /// which is what lets the GPU executor pick each operand's allocation by kind.
+    /// The region each operand must live in, in [`Op::tensors`] order: fixed per op kind (a
+    /// memset's tensor and the embedding's position table, a parameter or a zeroed work
+    /// buffer, are read off the op), which is what lets the GPU executor pick each operand's
+    /// allocation by kind.
     pub fn expected_regions(&self) -> Vec<Region> {
         use Region::{ExpAvg, ExpAvgSq, Grads as G, Master, Params as P};
         const A: Region = Region::Step(CudaRegion::Activations);
@@ -42,34 +48,54 @@ impl Op {
         const SCRATCH: Region = Region::Step(CudaRegion::Scratch);
         const TOKENS: Region = Region::Step(CudaRegion::Tokens);
         const TARGETS: Region = Region::Step(CudaRegion::Targets);
-        const BUCKET_TOKENS: Region = Region::Step(CudaRegion::BucketTokens);
-        const BUCKET_STARTS: Region = Region::Step(CudaRegion::BucketStarts);
-        const BUCKET_ROWS: Region = Region::Step(CudaRegion::BucketRows);
+        const BUCKETS: [Region; 3] = [
+            Region::Step(CudaRegion::BucketTokens),
+            Region::Step(CudaRegion::BucketStarts),
+            Region::Step(CudaRegion::BucketRows),
+        ];
         const NORM_PARTIALS: Region = Region::Step(CudaRegion::NormPartials);
         const NORM_TOTAL: Region = Region::Step(CudaRegion::NormTotal);
         const FOUND_INF: Region = Region::Step(CudaRegion::FoundInf);
         const SEGMENTS: Region = Region::Step(CudaRegion::Segments);
+        let one_of = |t: &TensorRef, allowed: &[Region]| {
+            if allowed.contains(&t.region) {
+                t.region
+            } else {
+                allowed[0]
+            }
+        };
         match self {
-            Op::Zero { tensor } => vec![match tensor.region {
-                G | A | FOUND_INF => tensor.region,
-                _ => G,
-            }],
-            Op::EncoderForward { .. } => vec![A, TOKENS, P, P],
-            Op::EncoderBackward { .. } => vec![G, G, A, BUCKET_TOKENS, BUCKET_STARTS, BUCKET_ROWS],
+            Op::Zero { tensor } => vec![one_of(tensor, &[G, A, FOUND_INF])],
+            Op::Copy { .. } | Op::GeluForward { .. } | Op::GeluBackward { .. } => vec![A, A],
+            Op::SwiGluForward { .. } => vec![A, A],
+            Op::Embed { positions, .. } => vec![A, TOKENS, P, one_of(positions, &[P, A])],
+            Op::EmbedBackward { dwpe, .. } => {
+                let mut list = vec![G];
+                list.extend(dwpe.map(|_| G));
+                list.push(A);
+                list.extend(BUCKETS);
+                list
+            }
             Op::LayerNormForward { .. } => vec![A, S, S, A, P, P],
             Op::ResidualLayerNormForward { .. } => vec![A, A, S, S, A, A, P, P],
             Op::LayerNormBackward { .. } => vec![A, G, G, SCRATCH, A, A, P, S, S],
-            Op::MatmulForward { bias, .. } => {
-                let mut list = vec![A, A, P];
+            Op::RmsNormForward { .. } => vec![A, S, A, P],
+            Op::RmsNormBackward { .. } => vec![A, G, SCRATCH, A, A, P, S],
+            Op::Linear { product, bias, .. } => {
+                let mut list = match product.pass {
+                    Pass::Forward | Pass::BackwardInput => vec![A, A, P],
+                    Pass::BackwardWeight => vec![G, A, A],
+                };
                 list.extend(bias.map(|_| P));
                 list
             }
-            Op::MatmulBackwardInput { .. } => vec![A, A, P],
-            Op::MatmulBackwardWeight { .. } => vec![G, A, A],
-            Op::BiasBackward { .. } => vec![G, SCRATCH, A],
-            Op::LogitsForward { .. } | Op::LogitsBackwardInput { .. } => vec![A, A, P],
-            Op::LogitsBackwardWeight { .. } => vec![G, A, A],
-            Op::GeluForward { .. } | Op::GeluBackward { .. } => vec![A, A],
+            Op::BiasBackward { dbiases, .. } => {
+                let mut list = vec![G; dbiases.len()];
+                list.extend([SCRATCH, A]);
+                list
+            }
+            Op::SwiGluBackward { .. } => vec![A, A, A],
+            Op::Rope { .. } => vec![A, S, S],
             Op::AttentionForward { .. } => vec![A, S, A],
             Op::AttentionBackward { .. } => vec![A, SCRATCH, A, A, A, S],
             Op::FusedClassifier { .. } => vec![A, S, TARGETS],
@@ -78,7 +104,6 @@ impl Op {
                 Some(_) => vec![Master, P, G, ExpAvg, ExpAvgSq, SEGMENTS],
                 None => vec![P, G, ExpAvg, ExpAvgSq, SEGMENTS],
             },
-            Op::Llama(op) => op.expected_regions(),
             // A collective's operands are picked by region at run time.
             Op::Collective(comm) => comm.tensors().iter().map(|(t, _)| t.region).collect(),
         }
@@ -100,24 +125,25 @@ impl Op {
     fn check_shapes(&self) -> Result<(), ShapeError> {
         match self {
             Op::Zero { .. } => Ok(()),
-            Op::EncoderForward {
+            Op::Copy { dst, src } => expect("dst", dst, src.len()),
+            Op::Embed {
                 out,
                 tokens,
                 wte,
-                wpe,
+                positions,
                 seq_len,
             } => {
                 let rows = tokens.len();
                 let c = divides("out", out.len(), rows)?;
                 divides("wte", wte.len(), c)?;
-                if *seq_len == 0 || rows % seq_len != 0 || wpe.len() < seq_len * c {
+                if *seq_len == 0 || rows % seq_len != 0 || positions.len() < seq_len * c {
                     return Err(ShapeError(format!(
-                        "{rows} tokens do not form rows of T = {seq_len} within wpe"
+                        "{rows} tokens do not form rows of T = {seq_len} within the position table"
                     )));
                 }
                 Ok(())
             }
-            Op::EncoderBackward {
+            Op::EmbedBackward {
                 dwte,
                 dwpe,
                 dout,
@@ -130,12 +156,16 @@ impl Op {
                 let c = divides("dout", dout.len(), rows)?;
                 expect("bucket starts", bucket_starts, bucket_tokens.len() + 1)?;
                 divides("dwte", dwte.len(), c)?;
-                if *seq_len == 0 || rows % seq_len != 0 || dwpe.len() < seq_len * c {
-                    return Err(ShapeError(format!(
-                        "{rows} rows do not form a batch of T = {seq_len} within dwpe"
-                    )));
+                match dwpe {
+                    Some(dwpe)
+                        if *seq_len == 0 || rows % seq_len != 0 || dwpe.len() < seq_len * c =>
+                    {
+                        Err(ShapeError(format!(
+                            "{rows} rows do not form a batch of T = {seq_len} within dwpe"
+                        )))
+                    }
+                    _ => Ok(()),
                 }
-                Ok(())
             }
             Op::LayerNormForward {
                 out,
@@ -186,86 +216,119 @@ impl Op {
                 expect("rstd", rstd, n)?;
                 expect("dweight", dweight, c)?;
                 expect("dbias", dbias, c)?;
-                expect("scratch", scratch, n.div_ceil(32) * 2 * c)
+                expect("scratch", scratch, n.div_ceil(NORM_BACKWARD_ROWS) * 2 * c)
             }
-            Op::MatmulForward {
+            Op::RmsNormForward {
                 out,
+                rstd,
                 inp,
                 weight,
-                bias,
-                dims: (n, ic, oc),
             } => {
-                expect("out", out, n * oc)?;
-                expect("inp", inp, n * ic)?;
-                expect("weight", weight, ic * oc)?;
-                bias.map_or(Ok(()), |b| expect("bias", &b, *oc))
+                let (c, n) = (weight.len(), rstd.len());
+                expect("inp", inp, n * c)?;
+                expect("out", out, n * c)
             }
-            Op::MatmulBackwardInput {
+            Op::RmsNormBackward {
                 dinp,
-                dout,
-                weight,
-                dims: (n, ic, oc),
-            } => {
-                expect("dinp", dinp, n * ic)?;
-                expect("dout", dout, n * oc)?;
-                expect("weight", weight, ic * oc)
-            }
-            Op::MatmulBackwardWeight {
                 dweight,
-                inp,
+                scratch,
                 dout,
-                dims: (n, ic, oc),
+                inp,
+                weight,
+                rstd,
             } => {
-                expect("dweight", dweight, ic * oc)?;
-                expect("inp", inp, n * ic)?;
-                expect("dout", dout, n * oc)
+                let (c, n) = (weight.len(), rstd.len());
+                for (what, t) in [("dinp", dinp), ("dout", dout), ("inp", inp)] {
+                    expect(what, t, n * c)?;
+                }
+                expect("dweight", dweight, c)?;
+                expect("scratch", scratch, n.div_ceil(NORM_BACKWARD_ROWS) * c)
+            }
+            Op::Linear {
+                product,
+                out,
+                first,
+                second,
+                bias,
+            } => {
+                let plan = product.plan();
+                let [a, b, c] = plan.operands;
+                let (first_shape, second_shape) = if plan.second_is_a { (b, a) } else { (a, b) };
+                operand(out, c)?;
+                operand(first, first_shape)?;
+                operand(second, second_shape)?;
+                match (bias, product.pass) {
+                    (None, _) => Ok(()),
+                    (Some(bias), Pass::Forward) => expect("bias", bias, product.dims.2),
+                    (Some(_), _) => Err(ShapeError(format!(
+                        "a {:?} product takes no bias",
+                        product.pass
+                    ))),
+                }
             }
             Op::BiasBackward {
-                dbias,
+                dbiases,
                 scratch,
                 dout,
             } => {
-                let rows = divides("dout", dout.len(), dbias.len())?;
-                expect("scratch", scratch, rows.div_ceil(64) * dbias.len())
-            }
-            Op::LogitsForward {
-                logits: dlogits,
-                lnf,
-                wte,
-                dims: (n, c, v),
-                stride,
-            }
-            | Op::LogitsBackwardInput {
-                dlnf: lnf,
-                dlogits,
-                wte,
-                dims: (n, c, v),
-                stride,
-            }
-            | Op::LogitsBackwardWeight {
-                dwte: wte,
-                lnf,
-                dlogits,
-                dims: (n, c, v),
-                stride,
-            } => {
-                expect_strided("logits", dlogits, (*n, *v, *stride))?;
-                expect("lnf", lnf, n * c)?;
-                expect("wte", wte, v * c)
+                let width: usize = dbiases.iter().map(TensorRef::len).sum();
+                let rows = divides("dout", dout.len(), width)?;
+                expect(
+                    "scratch",
+                    scratch,
+                    rows.div_ceil(COLUMN_PARTIAL_ROWS) * width,
+                )
             }
             Op::GeluForward { out, inp } => expect("out", out, inp.len()),
             Op::GeluBackward { d, inp } => expect("d", d, inp.len()),
+            Op::SwiGluForward {
+                out,
+                gate_up,
+                inner,
+            } => {
+                let n = divides("gate_up", gate_up.len(), 2 * inner)?;
+                expect("out", out, n * inner)
+            }
+            Op::SwiGluBackward {
+                dgate_up,
+                dout,
+                gate_up,
+                inner,
+            } => {
+                let n = divides("gate_up", gate_up.len(), 2 * inner)?;
+                expect("dgate_up", dgate_up, gate_up.len())?;
+                expect("dout", dout, n * inner)
+            }
+            Op::Rope {
+                rows,
+                cos,
+                sin,
+                heads,
+                width,
+                seq_len,
+                ..
+            } => {
+                expect("sin", sin, cos.len())?;
+                let half = divides("cos", cos.len(), *seq_len)?;
+                let n = divides("rows", rows.len(), *width)?;
+                if heads * 2 * half > *width || !n.is_multiple_of(*seq_len) {
+                    return Err(ShapeError(format!(
+                        "{heads} heads of {} in rows of {width}, {n} rows of T = {seq_len}",
+                        2 * half
+                    )));
+                }
+                Ok(())
+            }
             Op::AttentionForward {
                 out,
                 lse,
                 qkv,
-                shape,
+                attention,
             } => {
-                let s = shape;
-                let c = s.n_head * s.head_dim;
-                expect("qkv", qkv, s.batch * s.seq_len * 3 * c)?;
-                expect("out", out, s.batch * s.seq_len * c)?;
-                expect("lse", lse, s.batch * s.n_head * s.seq_len)
+                let (qkv_len, out_len, stats) = attention_sizes(attention)?;
+                expect("qkv", qkv, qkv_len)?;
+                expect("out", out, out_len)?;
+                expect("lse", lse, stats)
             }
             Op::AttentionBackward {
                 dqkv,
@@ -274,16 +337,15 @@ impl Op {
                 out,
                 qkv,
                 lse,
-                shape,
+                attention,
             } => {
-                let s = shape;
-                let c = s.n_head * s.head_dim;
-                expect("qkv", qkv, s.batch * s.seq_len * 3 * c)?;
-                expect("dqkv", dqkv, qkv.len())?;
-                expect("dout", dout, s.batch * s.seq_len * c)?;
-                expect("out", out, s.batch * s.seq_len * c)?;
-                expect("lse", lse, s.batch * s.n_head * s.seq_len)?;
-                expect("delta", delta, s.batch * s.n_head * s.seq_len)
+                let (qkv_len, out_len, stats) = attention_sizes(attention)?;
+                expect("qkv", qkv, qkv_len)?;
+                expect("dqkv", dqkv, qkv_len)?;
+                expect("dout", dout, out_len)?;
+                expect("out", out, out_len)?;
+                expect("lse", lse, stats)?;
+                expect("delta", delta, stats)
             }
             Op::FusedClassifier {
                 logits,
@@ -301,11 +363,7 @@ impl Op {
                 found_inf,
                 ..
             } => {
-                expect(
-                    "partials",
-                    partials,
-                    crate::cuda::train::buffers::NORM_BLOCKS,
-                )?;
+                expect("partials", partials, NORM_BLOCKS)?;
                 expect("total", total, 1)?;
                 expect("found_inf", found_inf, 1)
             }
@@ -327,8 +385,29 @@ impl Op {
                 }
                 params_out.map_or(Ok(()), |p| expect("params_out", &p, n))
             }
-            Op::Llama(op) => op.check_shapes(),
             Op::Collective(comm) => comm.check_shapes(),
         }
     }
+}
+
+/// `tensor` spans exactly the product operand `shape`.
+fn operand(tensor: &TensorRef, shape: Operand) -> Result<(), ShapeError> {
+    expect_strided(shape.name, tensor, (shape.rows, shape.cols, shape.stride))
+}
+
+/// Elements of `qkv`, of `out` and of `lse` (or `delta`) of an attention call.
+fn attention_sizes(attention: &super::Attention) -> Result<(usize, usize, usize), ShapeError> {
+    let dims = &attention.dims;
+    if dims.kv_heads == 0 || !dims.n_head.is_multiple_of(dims.kv_heads) {
+        return Err(ShapeError(format!(
+            "{} key/value heads do not divide {} query heads",
+            dims.kv_heads, dims.n_head
+        )));
+    }
+    let rows = dims.batch * dims.seq_len;
+    Ok((
+        rows * (dims.n_head + 2 * dims.kv_heads) * dims.head_dim,
+        rows * dims.n_head * dims.head_dim,
+        dims.batch * dims.n_head * dims.seq_len,
+    ))
 }
