@@ -146,10 +146,13 @@ fn program_sequence(
     layout: &DeviceLayout,
     grad_accum: usize,
 ) -> Vec<CollectiveRecord> {
-    dsplan_executor::cuda::train::program::collective_sequence(program.ops(grad_accum), layout)
-        .into_iter()
-        .filter(|r| r.purpose != Purpose::StepScalars)
-        .collect()
+    dsplan_executor::cuda::train::program::collective_sequence(
+        program.ops(grad_accum),
+        layout.dtype(),
+    )
+    .into_iter()
+    .filter(|r| r.purpose != Purpose::StepScalars)
+    .collect()
 }
 
 fn comparable(records: &[CollectiveRecord]) -> Vec<(Collective, u64, CommStream, usize)> {

@@ -160,7 +160,7 @@ fn llama_device_activations_are_the_cpu_models_where_they_correspond() {
             LlamaLayout::new(&config).table().entries()
         );
         assert_eq!(
-            device.bias_partials.is_empty(),
+            device.step.bias_partials.is_empty(),
             config.attention_bias == AttentionBias::Absent
         );
         let last = device.stats_table.entries().last().map(|e| e.name.clone());
@@ -196,7 +196,7 @@ fn kernel_models() -> Vec<LlamaConfig> {
 
 /// The Llama family's `lm_head` products and classifier use the padded logits rows as GPT-2's
 /// do: vocabulary 300 in rows of 320 (the small models), 32,000 in rows of 32,000 (already a
-/// multiple of 64); forward, `dlnf` and `dW` each once over `layout.logits` with that stride.
+/// multiple of 64); forward, `dlnf` and `dW` each once over `layout.step.logits` with that stride.
 #[test]
 fn the_llama_lm_head_and_classifier_use_the_padded_logits_rows() {
     for config in kernel_models() {
@@ -209,8 +209,8 @@ fn the_llama_lm_head_and_classifier_use_the_padded_logits_rows() {
             Dtype::Bf16,
         );
         let (v, vp) = (config.vocab_size, config.vocab_size.next_multiple_of(64));
-        assert_eq!(layout.logits_stride, vp);
-        assert_eq!(layout.logits.len(), (2 * 64 - 1) * vp + v);
+        assert_eq!(layout.step.logits_stride, vp);
+        assert_eq!(layout.step.logits.len(), (2 * 64 - 1) * vp + v);
         let program = StepProgram::new(&layout);
         let mut uses = 0;
         for op in &program.micro_step {
@@ -221,7 +221,7 @@ fn the_llama_lm_head_and_classifier_use_the_padded_logits_rows() {
                     first,
                     second,
                     ..
-                } if [out, first, second].contains(&&layout.logits) => product.stride,
+                } if [out, first, second].contains(&&layout.step.logits) => product.stride,
                 Op::FusedClassifier { vocab, stride, .. } => {
                     assert_eq!(*vocab, v);
                     *stride

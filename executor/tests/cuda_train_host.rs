@@ -188,11 +188,11 @@ fn the_vocabulary_products_and_the_classifier_use_aligned_padded_rows() {
     let n = batch * seq_len;
     for (dtype, bytes) in [(Dtype::Bf16, 2), (Dtype::F32, 4), (Dtype::F16, 2)] {
         let layout = layout(Gpt2Config::gpt2(), batch, seq_len, dtype);
-        assert_eq!(layout.logits_stride, vp);
+        assert_eq!(layout.step.logits_stride, vp);
         let planned = layout.activation_table.get("logits").expect("logits");
         assert_eq!(planned.span.len, n * vp);
-        assert_eq!(layout.logits.span.offset, planned.span.offset);
-        assert_eq!(layout.logits.len(), (n - 1) * vp + v);
+        assert_eq!(layout.step.logits.span.offset, planned.span.offset);
+        assert_eq!(layout.step.logits.len(), (n - 1) * vp + v);
         let program = StepProgram::new(&layout);
         let mut leading = Vec::new();
         for op in &program.micro_step {
@@ -225,7 +225,7 @@ fn the_vocabulary_products_and_the_classifier_use_aligned_padded_rows() {
                 ..
             } = op
             {
-                assert_eq!((*vocab, *stride, *logits), (v, vp, layout.logits));
+                assert_eq!((*vocab, *stride, *logits), (v, vp, layout.step.logits));
             }
         }
         // Forward, dlnf and dwte, each with one operand of leading dimension Vp.
@@ -715,7 +715,7 @@ fn the_gpu_trainer_takes_gpt2_at_world_two_and_three_and_builds_every_ranks_step
 #[test]
 fn a_gpu_ranks_share_round_trips_through_the_cpu_checkpoint_layout() {
     use dsplan_executor::checkpoint::consolidate;
-    use dsplan_executor::cuda::train::buffers::RegionSizes;
+    use dsplan_executor::cuda::train::region::RegionSizes;
     use dsplan_executor::cuda::train::{DeviceOwned, held_from_whole, owned_from_whole};
     use dsplan_executor::model::ParamLayout;
     use dsplan_executor::zero::EnginePlan;

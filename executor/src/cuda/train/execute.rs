@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
-use super::buffers::{Region, RegionSizes, TensorRef};
 use super::program::Op;
+use super::region::{Region, RegionSizes, TensorRef};
 use crate::cuda::adamw::{AdamScalars, AdamSegment, Decay};
 use crate::cuda::error::CudaError;
 use crate::cuda::gemm::{Gemm, Pass};

@@ -12,9 +12,9 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 use dsplan_planner::plan::Collective;
 
-use super::buffers::{Region, TensorRef};
 use super::execute::{DeviceBuffers, Executor, RunScalars};
 use super::program::{CommAction, CommOp, CommStream, EventId, Op};
+use super::region::{Region, TensorRef};
 use crate::cuda::device_comm::{DeviceComm, Wire};
 use crate::cuda::error::CudaError;
 use crate::cuda::launch::Storage;

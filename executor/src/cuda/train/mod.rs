@@ -1,7 +1,7 @@
 //! The training step on the GPU, built from the kernels of [`super::launch`] and the products
 //! of [`super::gemm`], for every model family.
 //!
-//! The step is data first: [`buffers`] lays out every device buffer on the host
+//! The step is data first: [`layout`] lays out every device buffer on the host
 //! ([`DeviceLayout`], bytes per memory category before any allocation); each [`family`] is a
 //! recipe of [`Op`]s (its forward and backward in the CPU model's order) over that layout;
 //! [`step`] wraps them into a step's phases and [`world_step`] adds the plan's collectives
@@ -13,7 +13,10 @@
 //!
 //! | module | job | runs without a GPU |
 //! |---|---|---|
-//! | [`buffers`] | every device buffer, sized from the model and micro-batch ([`DeviceLayout`]) | yes |
+//! | [`region`] | the step's regions and tensor references, the ground floor | yes |
+//! | [`step_tensors`] | the tensors every family has, and the `lm_head` and classifier ops | yes |
+//! | [`layout`] | every device buffer, sized from the model and micro-batch ([`DeviceLayout`]) | yes |
+//! | [`shares`] | a rank's shares of the plan's model states | yes |
 //! | [`family`] | each model family's tensors and recipe of ops | yes |
 //! | [`program`] | [`Op`]: the one op vocabulary, its shape checks and kernel launches | yes |
 //! | [`step`] | the op lists of a step's phases | yes |
@@ -33,29 +36,33 @@
 //! [`execute_comm`] runs its collectives through `cuda::device_comm`; [`world`] drives `W`
 //! thread ranks (or this process as one rank of a job) through the one training loop.
 
-pub mod buffers;
 pub mod execute;
 pub mod execute_comm;
 pub mod family;
 pub mod host;
+pub mod layout;
 pub mod mfu;
 pub mod owned;
 pub mod placement;
 pub mod program;
 pub mod rank;
+pub mod region;
+pub mod shares;
 pub mod spec;
 pub mod step;
+pub mod step_tensors;
 pub mod world;
 pub mod world_step;
 
-pub use buffers::{DeviceLayout, Region, TensorRef};
 pub use family::{ConstantUpload, Family, Recipe};
+pub use layout::DeviceLayout;
 pub use owned::{DeviceOwned, held_from_whole, owned_from_whole, scatter_owned};
 pub use placement::{
     DeviceLink, NcclLibrary, Placement, place_process, place_ranks, processes_per_gpu,
 };
 pub use program::{Launch, Op, ShapeError};
 pub use rank::{CudaStep, NcclWithHost, RankComm};
+pub use region::{Region, TensorRef};
 pub use spec::{CudaTrainError, check_spec, kernel_dtype};
 pub use step::StepProgram;
 pub use world::{

@@ -12,7 +12,8 @@
 use dsplan_planner::config::ZeroStage;
 use dsplan_planner::plan::cuda_world::CudaScheme;
 
-use super::buffers::{DeviceLayout, RankShares};
+use super::layout::DeviceLayout;
+use super::shares::RankShares;
 use crate::zero::EnginePlan;
 
 /// One run of consecutive elements: `len` elements at `device` in the rank's owned range are

@@ -16,10 +16,10 @@ use cudarc::driver::CudaStream;
 use dsplan_planner::config::ZeroStage;
 use dsplan_planner::schedule::clip::fp32_clip_coefficient;
 
-use super::buffers::{Region, RegionSizes};
 use super::execute::{DeviceBuffers, Executor, RunScalars};
 use super::execute_comm::{CommRunner, run_phase};
 use super::owned::{DeviceOwned, held_from_whole};
+use super::region::{Region, RegionSizes};
 use super::step::StepProgram;
 use super::{ConstantUpload, Op};
 use crate::comm::watchdog::Watch;

@@ -4,7 +4,7 @@
 //! [`super::world`], the backend of the training loop in [`super::rank::CudaStep`], the
 //! checkpoint layout in [`super::owned`].
 
-use super::buffers::DeviceLayout;
+use super::layout::DeviceLayout;
 use super::step::StepProgram;
 use crate::cuda::error::CudaError;
 use crate::train::AttentionKernel;

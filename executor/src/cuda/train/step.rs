@@ -23,8 +23,9 @@
 use dsplan_kernels::Dtype;
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
-use super::buffers::{DeviceLayout, Region, RegionSizes};
+use super::layout::DeviceLayout;
 use super::program::{Op, ShapeError};
+use super::region::{Region, RegionSizes};
 use crate::train::AttentionKernel;
 
 /// The op lists of one optimizer step.
@@ -136,8 +137,8 @@ impl StepProgram {
     /// `layout` (bounds, aliasing, the launcher's shape rules), and every launch names a
     /// compiled entry point with a valid grid.
     pub fn check(&self, layout: &DeviceLayout) -> Result<(), ShapeError> {
-        layout.recipe().check(layout, layout.dtype)?;
-        self.check_ops(layout, layout.dtype)
+        layout.recipe().check(&layout.step)?;
+        self.check_ops(layout, layout.dtype())
     }
 
     /// Every op fits `layout` (bounds, aliasing, the launcher's shape rules) and every launch

@@ -22,8 +22,8 @@ use cudarc::driver::{CudaContext, CudaStream};
 use dsplan_kernels::cache::CubinCache;
 use dsplan_planner::plan::{Plan, PlanBackend};
 
-use super::buffers::DeviceLayout;
 use super::execute::{DeviceBuffers, Executor};
+use super::layout::DeviceLayout;
 use super::owned::DeviceOwned;
 use super::placement::{DeviceLink, NcclLibrary, Placement, place_ranks};
 use super::rank::{CudaStep, NcclWithHost, RankComm, RankParts};
@@ -421,7 +421,7 @@ impl RankRun<'_> {
                 comm,
                 grad_accum: prepared.control.grad_accum,
             },
-            &layout.recipe().constants(layout),
+            &layout.recipe().constants(&layout.step),
         )?;
         let driven = drive(&mut backend, prepared, self.checkpoints, self.observer)
             .map_err(|f| RankError::Loop(Box::new(f)))?;

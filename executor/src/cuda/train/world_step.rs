@@ -46,10 +46,12 @@ use dsplan_planner::plan::stage3::trace_step;
 use dsplan_planner::plan::stage3_arena::{ArenaSpan, Stage3Arena};
 use dsplan_planner::plan::{Collective, Plan};
 
-use super::buffers::{DeviceLayout, RankShares, Region, RegionSizes, TensorRef, to_usize};
+use super::layout::DeviceLayout;
 use super::program::{
     Access, CommAction, CommOp, CommStream, CopyPiece, EventId, Marker, Op, Purpose, ShapeError,
 };
+use super::region::{Region, RegionSizes, TensorRef, to_usize};
+use super::shares::RankShares;
 use super::step::StepProgram;
 use crate::tensor::Span;
 

@@ -1,4 +1,4 @@
-//! GPT-2 on the device: its tensors in the step's layout ([`Gpt2Tensors`]) and its recipe, the
+//! GPT-2 on the device: its tensors in the step's step ([`Gpt2Tensors`]) and its recipe, the
 //! CPU model's forward and backward (`model/gpt2/`) as ops, each part's forward next to its
 //! backward.
 //!
@@ -9,15 +9,15 @@
 //! last is re-run from its saved input just before its backward, as the CPU model does
 //! (`model/recompute.rs`).
 
-use dsplan_kernels::Dtype;
-use dsplan_planner::memory::cuda_layout::{self, CudaLayoutShape, CudaRegion, CudaTensor};
+use dsplan_planner::memory::cuda_layout::{self, CudaLayoutShape, CudaTensor};
 
 use super::{Recipe, Tensors};
 use crate::cuda::gemm::{Accumulate, Pass, WeightLayout};
 use crate::cuda::launch::Heads;
-use crate::cuda::train::buffers::{DeviceLayout, Region, TensorRef};
 use crate::cuda::train::mfu::Mfu;
 use crate::cuda::train::program::{Attention, GemmDims, Op, ShapeError, check_head_size, dense};
+use crate::cuda::train::region::{Region, TensorRef};
+use crate::cuda::train::step_tensors::StepTensors;
 use crate::model::recompute::recomputes;
 use crate::model::{BatchShape, Gpt2Config, ModelConfig, ParamLayout, Recompute};
 use crate::tensor::TensorTable;
@@ -58,12 +58,12 @@ pub struct Gpt2Block {
     pub residual3: TensorRef,
 }
 
-/// GPT-2's own tensors of the step (the ones every family has are [`DeviceLayout`]'s).
+/// GPT-2's own tensors of the step (the ones every family has are [`StepTensors`]).
 #[derive(Debug, Clone)]
 pub struct Gpt2Tensors {
     /// The model.
     pub config: Gpt2Config,
-    /// The parameter layout (params, grads, master and moments share it).
+    /// The parameter step (params, grads, master and moments share it).
     pub params: ParamLayout,
     /// Per block.
     pub blocks: Vec<Gpt2Block>,
@@ -134,11 +134,11 @@ impl Gpt2Tensors {
     }
 
     /// Attention's sizes: one key/value head per query head.
-    fn attention(&self, layout: &DeviceLayout) -> Attention {
+    fn attention(&self, step: &StepTensors) -> Attention {
         Attention {
             dims: crate::cuda::launch::GroupedAttention {
-                batch: layout.shape.batch,
-                seq_len: layout.shape.seq_len,
+                batch: step.shape.batch,
+                seq_len: step.shape.seq_len,
                 n_head: self.config.n_head,
                 kv_heads: self.config.n_head,
                 head_dim: self.config.head_dim(),
@@ -150,9 +150,9 @@ impl Gpt2Tensors {
 
     /// The input of block `l`'s residual stream (`encoded`, or the previous block's
     /// `residual3`).
-    fn block_input(&self, layout: &DeviceLayout, l: usize) -> TensorRef {
+    fn block_input(&self, step: &StepTensors, l: usize) -> TensorRef {
         match l.checked_sub(1) {
-            None => layout.encoded,
+            None => step.encoded,
             Some(prev) => self.blocks[prev].residual3,
         }
     }
@@ -171,37 +171,37 @@ impl Recipe for Gpt2Tensors {
         self.config.layer_norm_epsilon
     }
 
-    fn check(&self, _layout: &DeviceLayout, dtype: Dtype) -> Result<(), ShapeError> {
-        check_head_size(self.config.head_dim(), dtype)
+    fn check(&self, step: &StepTensors) -> Result<(), ShapeError> {
+        check_head_size(self.config.head_dim(), step.dtype)
     }
 
     fn mfu(&self, seq_len: usize, device: &str) -> Option<Mfu> {
         Mfu::of(&self.config, seq_len, device)
     }
 
-    fn forward(&self, layout: &DeviceLayout) -> Vec<Op> {
-        let mut ops = vec![self.embed_forward(layout)];
+    fn forward(&self, step: &StepTensors) -> Vec<Op> {
+        let mut ops = vec![self.embed_forward(step)];
         for l in 0..self.blocks.len() {
-            ops.push(self.ln1_forward(layout, l, Fused::WithResidual));
-            self.block_forward(&mut ops, layout, l);
+            ops.push(self.ln1_forward(step, l, Fused::WithResidual));
+            self.block_forward(&mut ops, step, l);
         }
-        self.head_forward(&mut ops, layout);
+        self.head_forward(&mut ops, step);
         ops
     }
 
-    fn backward(&self, layout: &DeviceLayout) -> Vec<Op> {
+    fn backward(&self, step: &StepTensors) -> Vec<Op> {
         let mut ops = vec![Op::Zero {
-            tensor: layout.dresidual,
+            tensor: step.dresidual,
         }];
-        self.head_backward(&mut ops, layout);
+        self.head_backward(&mut ops, step);
         let layers = self.blocks.len();
         for l in (0..layers).rev() {
-            if recomputes(layout.recompute, l, layers) {
-                self.recompute_block(&mut ops, layout, l);
+            if recomputes(step.recompute, l, layers) {
+                self.recompute_block(&mut ops, step, l);
             }
-            self.block_backward(&mut ops, layout, l);
+            self.block_backward(&mut ops, step, l);
         }
-        ops.push(self.embed_backward(layout));
+        ops.push(self.embed_backward(step));
         ops
     }
 }
@@ -217,34 +217,34 @@ enum Fused {
 
 impl Gpt2Tensors {
     /// `encoded = wte[tokens] + wpe[t]`.
-    fn embed_forward(&self, layout: &DeviceLayout) -> Op {
+    fn embed_forward(&self, step: &StepTensors) -> Op {
         Op::Embed {
-            out: layout.encoded,
-            tokens: layout.whole(Region::Step(CudaRegion::Tokens)),
-            wte: layout.param(Region::Params, self.params.wte),
-            positions: layout.param(Region::Params, self.params.wpe),
-            seq_len: layout.shape.seq_len,
+            out: step.encoded,
+            tokens: step.tokens,
+            wte: TensorRef::of(Region::Params, self.params.wte),
+            positions: TensorRef::of(Region::Params, self.params.wpe),
+            seq_len: step.shape.seq_len,
         }
     }
 
     /// `dwpe[t] += dresidual`, `dwte[token] += dresidual`.
-    fn embed_backward(&self, layout: &DeviceLayout) -> Op {
+    fn embed_backward(&self, step: &StepTensors) -> Op {
         Op::EmbedBackward {
-            dwte: layout.param(Region::Grads, self.params.wte),
-            dwpe: Some(layout.param(Region::Grads, self.params.wpe)),
-            dout: layout.dresidual,
-            bucket_tokens: layout.whole(Region::Step(CudaRegion::BucketTokens)),
-            bucket_starts: layout.whole(Region::Step(CudaRegion::BucketStarts)),
-            bucket_rows: layout.whole(Region::Step(CudaRegion::BucketRows)),
-            seq_len: layout.shape.seq_len,
+            dwte: TensorRef::of(Region::Grads, self.params.wte),
+            dwpe: Some(TensorRef::of(Region::Grads, self.params.wpe)),
+            dout: step.dresidual,
+            bucket_tokens: step.buckets[0],
+            bucket_starts: step.buckets[1],
+            bucket_rows: step.buckets[2],
+            seq_len: step.shape.seq_len,
         }
     }
 
     /// Block `l`'s `ln_1`: block 0 reads `encoded`; block `l > 0` first forms block
     /// `l - 1`'s `residual3` ([`Fused::WithResidual`]), or reads it when recomputing.
-    fn ln1_forward(&self, layout: &DeviceLayout, l: usize, fused: Fused) -> Op {
+    fn ln1_forward(&self, step: &StepTensors, l: usize, fused: Fused) -> Op {
         let (a, w) = (&self.blocks[l], &self.params.blocks[l]);
-        let param = |span| layout.param(Region::Params, span);
+        let param = |span| TensorRef::of(Region::Params, span);
         match (l.checked_sub(1), fused) {
             (Some(prev), Fused::WithResidual) => {
                 let p = &self.blocks[prev];
@@ -263,7 +263,7 @@ impl Gpt2Tensors {
                 out: a.ln1,
                 mean: a.ln1_mean,
                 rstd: a.ln1_rstd,
-                inp: self.block_input(layout, l),
+                inp: self.block_input(step, l),
                 weight: param(w.ln_1_weight),
                 bias: param(w.ln_1_bias),
             },
@@ -272,11 +272,11 @@ impl Gpt2Tensors {
 
     /// Block `l` after its `ln_1`: attention, `attn.c_proj`, `ln_2` (fused with residual2),
     /// the MLP. Its `residual3` is left to the next LayerNorm.
-    fn block_forward(&self, ops: &mut Vec<Op>, layout: &DeviceLayout, l: usize) {
+    fn block_forward(&self, ops: &mut Vec<Op>, step: &StepTensors, l: usize) {
         let (a, w) = (&self.blocks[l], &self.params.blocks[l]);
         let c = self.config.n_embd;
-        let n = layout.shape.tokens();
-        let param = |span| layout.param(Region::Params, span);
+        let n = step.shape.tokens();
+        let param = |span| TensorRef::of(Region::Params, span);
         let conv1d = |out, inp, weight, bias, dims| Op::Linear {
             product: dense(
                 Pass::Forward,
@@ -300,7 +300,7 @@ impl Gpt2Tensors {
             out: a.atty,
             lse: a.lse,
             qkv: a.qkv,
-            attention: self.attention(layout),
+            attention: self.attention(step),
         });
         ops.push(conv1d(
             a.attproj,
@@ -314,7 +314,7 @@ impl Gpt2Tensors {
             out: a.ln2,
             mean: a.ln2_mean,
             rstd: a.ln2_rstd,
-            a: self.block_input(layout, l),
+            a: self.block_input(step, l),
             b: a.attproj,
             weight: param(w.ln_2_weight),
             bias: param(w.ln_2_bias),
@@ -337,28 +337,28 @@ impl Gpt2Tensors {
     /// share under activation checkpointing: `ln_1` alone (the fused residual addition ran
     /// in forward), then the block up to `fch_gelu` (`mlp.c_proj`'s output is not read by
     /// backward, so it is not recomputed).
-    fn recompute_block(&self, ops: &mut Vec<Op>, layout: &DeviceLayout, l: usize) {
-        ops.push(self.ln1_forward(layout, l, Fused::Alone));
+    fn recompute_block(&self, ops: &mut Vec<Op>, step: &StepTensors, l: usize) {
+        ops.push(self.ln1_forward(step, l, Fused::Alone));
         let mut block = Vec::new();
-        self.block_forward(&mut block, layout, l);
+        self.block_forward(&mut block, step, l);
         block.pop();
         ops.extend(block);
     }
 
     /// Block `l` in reverse; `dresidual` holds the gradient of its output on entry and of
     /// its input on exit.
-    fn block_backward(&self, ops: &mut Vec<Op>, layout: &DeviceLayout, l: usize) {
+    fn block_backward(&self, ops: &mut Vec<Op>, step: &StepTensors, l: usize) {
         let (a, w) = (&self.blocks[l], &self.params.blocks[l]);
         let c = self.config.n_embd;
-        let n = layout.shape.tokens();
-        let param = |span| layout.param(Region::Params, span);
-        let grad = |span| layout.param(Region::Grads, span);
-        let (dres, dbtc, dbt4c) = (layout.dresidual, layout.dbtc, self.dbt4c);
+        let n = step.shape.tokens();
+        let param = |span| TensorRef::of(Region::Params, span);
+        let grad = |span| TensorRef::of(Region::Grads, span);
+        let (dres, dbtc, dbt4c) = (step.dresidual, step.dbtc, self.dbt4c);
         let dqkv = dbt4c.prefix(n * 3 * c);
         let conv1d = |ops: &mut Vec<Op>, dinp, (dw, db), dout, inp, weight, dims: GemmDims| {
             conv1d_backward(
                 ops,
-                layout,
+                step,
                 [dinp, grad(dw), grad(db), dout, inp],
                 param(weight),
                 dims,
@@ -389,7 +389,7 @@ impl Gpt2Tensors {
             (n, c, 4 * c),
         );
         ops.push(self.layernorm_backward(
-            layout,
+            step,
             [grad(w.ln_2_weight), grad(w.ln_2_bias)],
             a.residual2,
             param(w.ln_2_weight),
@@ -408,12 +408,12 @@ impl Gpt2Tensors {
         );
         ops.push(Op::AttentionBackward {
             dqkv,
-            delta: layout.attention_delta,
+            delta: step.attention_delta,
             dout: dbtc,
             out: a.atty,
             qkv: a.qkv,
             lse: a.lse,
-            attention: self.attention(layout),
+            attention: self.attention(step),
         });
         conv1d(
             ops,
@@ -425,9 +425,9 @@ impl Gpt2Tensors {
             (n, c, 3 * c),
         );
         ops.push(self.layernorm_backward(
-            layout,
+            step,
             [grad(w.ln_1_weight), grad(w.ln_1_bias)],
-            self.block_input(layout, l),
+            self.block_input(step, l),
             param(w.ln_1_weight),
             [a.ln1_mean, a.ln1_rstd],
         ));
@@ -436,15 +436,15 @@ impl Gpt2Tensors {
     /// `ln_f` over the last residual stream (fused with the last block's `residual3`), the
     /// tied `lm_head` (an `nn.Linear` product over `wte`, the logits' rows `Vp` apart:
     /// cuBLASLt's leading dimension, 16-byte aligned), then the classifier.
-    fn head_forward(&self, ops: &mut Vec<Op>, layout: &DeviceLayout) {
+    fn head_forward(&self, ops: &mut Vec<Op>, step: &StepTensors) {
         let pl = &self.params;
-        let param = |span| layout.param(Region::Params, span);
-        let (mean, rstd) = (self.lnf_mean, layout.lnf_rstd);
+        let param = |span| TensorRef::of(Region::Params, span);
+        let (mean, rstd) = (self.lnf_mean, step.lnf_rstd);
         let (weight, bias) = (param(pl.ln_f_weight), param(pl.ln_f_bias));
         ops.push(match self.blocks.last() {
             Some(last) => Op::ResidualLayerNormForward {
                 residual: last.residual3,
-                out: layout.lnf,
+                out: step.lnf,
                 mean,
                 rstd,
                 a: last.residual2,
@@ -453,49 +453,49 @@ impl Gpt2Tensors {
                 bias,
             },
             None => Op::LayerNormForward {
-                out: layout.lnf,
+                out: step.lnf,
                 mean,
                 rstd,
-                inp: layout.encoded,
+                inp: step.encoded,
                 weight,
                 bias,
             },
         });
-        ops.extend(layout.lm_head_forward(param(pl.wte)));
+        ops.extend(step.lm_head_forward(param(pl.wte)));
     }
 
     /// The classifier's gradient through the tied `lm_head` (`dlnf = dlogits @ wte`,
     /// `dwte += dlogits^T @ lnf`), then `ln_f` into `dresidual`.
-    fn head_backward(&self, ops: &mut Vec<Op>, layout: &DeviceLayout) {
+    fn head_backward(&self, ops: &mut Vec<Op>, step: &StepTensors) {
         let pl = &self.params;
-        let param = |span| layout.param(Region::Params, span);
-        let grad = |span| layout.param(Region::Grads, span);
-        ops.extend(layout.lm_head_backward(param(pl.wte), grad(pl.wte)));
-        let last_residual = self.block_input(layout, self.blocks.len());
+        let param = |span| TensorRef::of(Region::Params, span);
+        let grad = |span| TensorRef::of(Region::Grads, span);
+        ops.extend(step.lm_head_backward(param(pl.wte), grad(pl.wte)));
+        let last_residual = self.block_input(step, self.blocks.len());
         ops.push(self.layernorm_backward(
-            layout,
+            step,
             [grad(pl.ln_f_weight), grad(pl.ln_f_bias)],
             last_residual,
             param(pl.ln_f_weight),
-            [self.lnf_mean, layout.lnf_rstd],
+            [self.lnf_mean, step.lnf_rstd],
         ));
     }
 
     /// A LayerNorm's backward from `dbtc` into `dresidual`.
     fn layernorm_backward(
         &self,
-        layout: &DeviceLayout,
+        step: &StepTensors,
         [dweight, dbias]: [TensorRef; 2],
         inp: TensorRef,
         weight: TensorRef,
         [mean, rstd]: [TensorRef; 2],
     ) -> Op {
         Op::LayerNormBackward {
-            dinp: layout.dresidual,
+            dinp: step.dresidual,
             dweight,
             dbias,
             scratch: self.layernorm_partials,
-            dout: layout.dbtc,
+            dout: step.dbtc,
             inp,
             weight,
             mean,
@@ -508,7 +508,7 @@ impl Gpt2Tensors {
 /// `dW += inp^T @ dout`, `db += colsum(dout)`.
 fn conv1d_backward(
     ops: &mut Vec<Op>,
-    layout: &DeviceLayout,
+    step: &StepTensors,
     [dinp, dweight, dbias, dout, inp]: [TensorRef; 5],
     weight: TensorRef,
     dims: GemmDims,
@@ -533,7 +533,7 @@ fn conv1d_backward(
         .div_ceil(crate::cuda::train::program::COLUMN_PARTIAL_ROWS);
     ops.push(Op::BiasBackward {
         dbiases: vec![dbias],
-        scratch: layout.bias_partials.prefix(chunks * dims.2),
+        scratch: step.bias_partials.prefix(chunks * dims.2),
         dout,
     });
 }

@@ -1,5 +1,5 @@
 //! The Llama family on the device (Llama, Qwen2, Mistral without a sliding window): its
-//! tensors in the step's layout ([`LlamaTensors`]) and its recipe, the CPU model's forward and
+//! tensors in the step's step ([`LlamaTensors`]) and its recipe, the CPU model's forward and
 //! backward (`model/llama/`) as ops, each part's forward next to its backward.
 //!
 //! The device keeps no `(B, NH, T, T)` probabilities (`lse` and `attention_delta`,
@@ -10,21 +10,20 @@
 //! the embedding's), so micro-steps add up; with activation checkpointing each layer but the
 //! last is re-run from its saved input just before its backward.
 
-use dsplan_kernels::Dtype;
 use dsplan_planner::memory::cuda_layout::{
-    self, CudaAttentionBias, CudaLayoutShape, CudaRegion, CudaTensor, LlamaCudaShape,
+    self, CudaAttentionBias, CudaLayoutShape, CudaTensor, LlamaCudaShape,
 };
-use dsplan_planner::plan::cuda_world::CudaScheme;
 
 use super::{ConstantUpload, Recipe, Tensors};
 use crate::cuda::element::strided_len;
 use crate::cuda::gemm::{Accumulate, Pass, Product, WeightLayout};
 use crate::cuda::launch::{GroupedAttention, Heads, Rotation};
-use crate::cuda::train::buffers::{DeviceLayout, Region, TensorRef};
 use crate::cuda::train::mfu::Mfu;
 use crate::cuda::train::program::{
     Attention, COLUMN_PARTIAL_ROWS, GemmDims, Op, ShapeError, check_head_size,
 };
+use crate::cuda::train::region::{Region, TensorRef};
+use crate::cuda::train::step_tensors::{Products, StepTensors};
 use crate::model::llama::{AttentionBias, LlamaBlockParams, LlamaConfig, LlamaLayout};
 use crate::model::recompute::recomputes;
 use crate::model::{BatchShape, ModelConfig, Recompute};
@@ -59,12 +58,12 @@ pub struct LlamaBlock {
 }
 
 /// The Llama family's own tensors of the step (the ones every family has are
-/// [`DeviceLayout`]'s).
+/// `DeviceLayout`'s).
 #[derive(Debug, Clone)]
 pub struct LlamaTensors {
     /// The model.
     pub config: LlamaConfig,
-    /// The parameter layout (params, grads, master and moments share it).
+    /// The parameter step (params, grads, master and moments share it).
     pub params: LlamaLayout,
     /// Per layer.
     pub blocks: Vec<LlamaBlock>,
@@ -162,19 +161,19 @@ impl LlamaTensors {
 
     /// The input of layer `l`'s residual stream (`encoded`, or the previous layer's
     /// `residual3`).
-    fn block_input(&self, layout: &DeviceLayout, l: usize) -> TensorRef {
+    fn block_input(&self, step: &StepTensors, l: usize) -> TensorRef {
         match l.checked_sub(1) {
-            None => layout.encoded,
+            None => step.encoded,
             Some(prev) => self.blocks[prev].residual3,
         }
     }
 
     /// Grouped-query attention's sizes.
-    fn attention(&self, layout: &DeviceLayout) -> Attention {
+    fn attention(&self, step: &StepTensors) -> Attention {
         Attention {
             dims: GroupedAttention {
-                batch: layout.shape.batch,
-                seq_len: layout.shape.seq_len,
+                batch: step.shape.batch,
+                seq_len: step.shape.seq_len,
                 n_head: self.config.num_attention_heads,
                 kv_heads: self.config.num_key_value_heads,
                 head_dim: self.config.head_dim,
@@ -185,7 +184,7 @@ impl LlamaTensors {
     }
 
     /// The rotation of layer rows `rows` (`qkv` forward, `dqkv` backward): q's and k's heads.
-    fn rope(&self, layout: &DeviceLayout, rows: TensorRef, rotation: Rotation) -> Op {
+    fn rope(&self, step: &StepTensors, rows: TensorRef, rotation: Rotation) -> Op {
         let config = &self.config;
         Op::Rope {
             rows,
@@ -193,16 +192,16 @@ impl LlamaTensors {
             sin: self.rope_sin,
             heads: config.num_attention_heads + config.num_key_value_heads,
             width: config.qkv_width(),
-            seq_len: layout.shape.seq_len,
+            seq_len: step.shape.seq_len,
             rotation,
         }
     }
 
     /// `[gate | up]` as the products compute them: one `(2I, C)` weight (the two are back to
-    /// back: no MLP biases), or each on its own columns of `gate_up` ([`split_products`]).
-    fn gate_up_parts(&self, layout: &DeviceLayout, w: &LlamaBlockParams) -> Vec<Part> {
+    /// back: no MLP biases), or each on its own columns of `gate_up` ([`Products::PerTensor`]).
+    fn gate_up_parts(&self, step: &StepTensors, w: &LlamaBlockParams) -> Vec<Part> {
         let i = self.config.intermediate_size;
-        if !split_products(layout) {
+        if step.products == Products::Fused {
             let weight = Span::new(
                 w.gate_weight.offset,
                 w.up_weight.end() - w.gate_weight.offset,
@@ -216,11 +215,11 @@ impl LlamaTensors {
     }
 
     /// The q, k and v projections as the products compute them: one `(QKV, C)` weight when
-    /// the three weights are back to back (no biases) and the product is not split
-    /// ([`split_products`]), else each on its own columns.
-    fn qkv_parts(&self, layout: &DeviceLayout, w: &LlamaBlockParams) -> Vec<Part> {
+    /// the three weights are back to back (no biases) and the products are fused
+    /// ([`Products::Fused`]), else each on its own columns.
+    fn qkv_parts(&self, step: &StepTensors, w: &LlamaBlockParams) -> Vec<Part> {
         let (a, kv) = (self.config.q_width(), self.config.kv_width());
-        if w.q_bias.is_none() && !split_products(layout) {
+        if w.q_bias.is_none() && step.products == Products::Fused {
             let weight = Span::new(w.q_weight.offset, w.v_weight.end() - w.q_weight.offset);
             return vec![part(weight, None, 0, self.config.qkv_width())];
         }
@@ -239,13 +238,6 @@ fn part(weight: Span, bias: Option<Span>, column: usize, width: usize) -> Part {
         column,
         width,
     }
-}
-
-/// Whether the layer's back-to-back weights (q, k and v without biases; gate and up) are
-/// multiplied tensor by tensor rather than as one product: at ZeRO stage 3 (`W > 1`) each
-/// parameter is gathered into its own place of the plan's arena, not next to the others.
-fn split_products(layout: &DeviceLayout) -> bool {
-    layout.shares.scheme == CudaScheme::Sharded
 }
 
 /// Columns `column..column + width` of the `(N, stride)` buffer `whole`, as a strided operand.
@@ -324,25 +316,25 @@ impl Recipe for LlamaTensors {
 
     /// The head size has attention kernels, and the model has no sliding window shorter than
     /// the rows (the kernels are causal over the whole row).
-    fn check(&self, layout: &DeviceLayout, dtype: Dtype) -> Result<(), ShapeError> {
-        check_head_size(self.config.head_dim, dtype)?;
+    fn check(&self, step: &StepTensors) -> Result<(), ShapeError> {
+        check_head_size(self.config.head_dim, step.dtype)?;
         if let Some(window) = self.config.sliding_window
-            && window < layout.shape.seq_len
+            && window < step.shape.seq_len
         {
             return Err(ShapeError(format!(
                 "sliding_window {window} is shorter than the rows ({} tokens): the CUDA \
                  attention kernels are causal over the whole row; train with --device cpu",
-                layout.shape.seq_len
+                step.shape.seq_len
             )));
         }
         Ok(())
     }
 
-    fn constants(&self, layout: &DeviceLayout) -> Vec<ConstantUpload> {
+    fn constants(&self, step: &StepTensors) -> Vec<ConstantUpload> {
         let table = self
             .config
             .rope
-            .table(self.config.head_dim, layout.shape.seq_len);
+            .table(self.config.head_dim, step.shape.seq_len);
         vec![
             ConstantUpload {
                 at: self.rope_cos,
@@ -359,34 +351,34 @@ impl Recipe for LlamaTensors {
         None
     }
 
-    fn forward(&self, layout: &DeviceLayout) -> Vec<Op> {
-        let mut ops = self.embed_forward(layout);
+    fn forward(&self, step: &StepTensors) -> Vec<Op> {
+        let mut ops = self.embed_forward(step);
         for l in 0..self.blocks.len() {
-            self.block_forward(&mut ops, layout, l);
+            self.block_forward(&mut ops, step, l);
         }
-        ops.push(self.norm_forward(layout));
-        ops.extend(layout.lm_head_forward(layout.param(Region::Params, self.params.lm_head)));
+        ops.push(self.norm_forward(step));
+        ops.extend(step.lm_head_forward(TensorRef::of(Region::Params, self.params.lm_head)));
         ops
     }
 
-    fn backward(&self, layout: &DeviceLayout) -> Vec<Op> {
+    fn backward(&self, step: &StepTensors) -> Vec<Op> {
         let pl = &self.params;
         let mut ops = vec![Op::Zero {
-            tensor: layout.dresidual,
+            tensor: step.dresidual,
         }];
-        ops.extend(layout.lm_head_backward(
-            layout.param(Region::Params, pl.lm_head),
-            layout.param(Region::Grads, pl.lm_head),
+        ops.extend(step.lm_head_backward(
+            TensorRef::of(Region::Params, pl.lm_head),
+            TensorRef::of(Region::Grads, pl.lm_head),
         ));
-        ops.push(self.norm_backward(layout));
+        ops.push(self.norm_backward(step));
         let layers = self.blocks.len();
         for l in (0..layers).rev() {
-            if recomputes(layout.recompute, l, layers) {
-                self.recompute_block(&mut ops, layout, l);
+            if recomputes(step.recompute, l, layers) {
+                self.recompute_block(&mut ops, step, l);
             }
-            self.block_backward(&mut ops, layout, l);
+            self.block_backward(&mut ops, step, l);
         }
-        ops.push(self.embed_backward(layout));
+        ops.push(self.embed_backward(step));
         ops
     }
 }
@@ -394,70 +386,70 @@ impl Recipe for LlamaTensors {
 impl LlamaTensors {
     /// `encoded = embed_tokens[tokens]`: the encoder kernel over a zeroed position table
     /// (the first `T` rows of `dbtc`, zeroed first).
-    fn embed_forward(&self, layout: &DeviceLayout) -> Vec<Op> {
-        let zeros = layout
+    fn embed_forward(&self, step: &StepTensors) -> Vec<Op> {
+        let zeros = step
             .dbtc
-            .prefix(layout.shape.seq_len * self.config.hidden_size);
+            .prefix(step.shape.seq_len * self.config.hidden_size);
         vec![
             Op::Zero { tensor: zeros },
             Op::Embed {
-                out: layout.encoded,
-                tokens: layout.whole(Region::Step(CudaRegion::Tokens)),
-                wte: layout.param(Region::Params, self.params.embed),
+                out: step.encoded,
+                tokens: step.tokens,
+                wte: TensorRef::of(Region::Params, self.params.embed),
                 positions: zeros,
-                seq_len: layout.shape.seq_len,
+                seq_len: step.shape.seq_len,
             },
         ]
     }
 
     /// `dembed[token] += dresidual` by the token buckets.
-    fn embed_backward(&self, layout: &DeviceLayout) -> Op {
+    fn embed_backward(&self, step: &StepTensors) -> Op {
         Op::EmbedBackward {
-            dwte: layout.param(Region::Grads, self.params.embed),
+            dwte: TensorRef::of(Region::Grads, self.params.embed),
             dwpe: None,
-            dout: layout.dresidual,
-            bucket_tokens: layout.whole(Region::Step(CudaRegion::BucketTokens)),
-            bucket_starts: layout.whole(Region::Step(CudaRegion::BucketStarts)),
-            bucket_rows: layout.whole(Region::Step(CudaRegion::BucketRows)),
-            seq_len: layout.shape.seq_len,
+            dout: step.dresidual,
+            bucket_tokens: step.buckets[0],
+            bucket_starts: step.buckets[1],
+            bucket_rows: step.buckets[2],
+            seq_len: step.shape.seq_len,
         }
     }
 
     /// `model.norm` over the last residual stream.
-    fn norm_forward(&self, layout: &DeviceLayout) -> Op {
+    fn norm_forward(&self, step: &StepTensors) -> Op {
         Op::RmsNormForward {
-            out: layout.lnf,
-            rstd: layout.lnf_rstd,
-            inp: self.block_input(layout, self.blocks.len()),
-            weight: layout.param(Region::Params, self.params.norm),
+            out: step.lnf,
+            rstd: step.lnf_rstd,
+            inp: self.block_input(step, self.blocks.len()),
+            weight: TensorRef::of(Region::Params, self.params.norm),
         }
     }
 
     /// `model.norm`'s backward from `dlnf` (`dbtc`) into `dresidual`.
-    fn norm_backward(&self, layout: &DeviceLayout) -> Op {
+    fn norm_backward(&self, step: &StepTensors) -> Op {
         self.rmsnorm_backward(
-            layout,
+            step,
             self.params.norm,
-            self.block_input(layout, self.blocks.len()),
-            layout.lnf_rstd,
+            self.block_input(step, self.blocks.len()),
+            step.lnf_rstd,
         )
     }
 
     /// An RMSNorm's backward from `dbtc` into `dresidual`.
     fn rmsnorm_backward(
         &self,
-        layout: &DeviceLayout,
+        step: &StepTensors,
         weight: Span,
         inp: TensorRef,
         rstd: TensorRef,
     ) -> Op {
         Op::RmsNormBackward {
-            dinp: layout.dresidual,
-            dweight: layout.param(Region::Grads, weight),
+            dinp: step.dresidual,
+            dweight: TensorRef::of(Region::Grads, weight),
             scratch: self.rmsnorm_partials,
-            dout: layout.dbtc,
+            dout: step.dbtc,
             inp,
-            weight: layout.param(Region::Params, weight),
+            weight: TensorRef::of(Region::Params, weight),
             rstd,
         }
     }
@@ -465,14 +457,14 @@ impl LlamaTensors {
     /// Decoder layer `l`: `input_layernorm`, q/k/v, the rotation, attention, `o_proj` into
     /// the residual stream, `post_attention_layernorm`, `[gate | up]`, SwiGLU, `down_proj`
     /// into the residual stream.
-    fn block_forward(&self, ops: &mut Vec<Op>, layout: &DeviceLayout, l: usize) {
+    fn block_forward(&self, ops: &mut Vec<Op>, step: &StepTensors, l: usize) {
         let (a, w) = (&self.blocks[l], &self.params.blocks[l]);
         let config = &self.config;
         let (c, i) = (config.hidden_size, config.intermediate_size);
         let (q, qkv) = (config.q_width(), config.qkv_width());
-        let n = layout.shape.tokens();
-        let param = |span| layout.param(Region::Params, span);
-        let input = self.block_input(layout, l);
+        let n = step.shape.tokens();
+        let param = |span| TensorRef::of(Region::Params, span);
+        let input = self.block_input(step, l);
         let forward = |out, inp, weight, bias: Option<Span>, dims, stride, accumulate| Op::Linear {
             product: linear(Pass::Forward, dims, stride, accumulate),
             out,
@@ -486,7 +478,7 @@ impl LlamaTensors {
             inp: input,
             weight: param(w.input_norm),
         });
-        for part in self.qkv_parts(layout, w) {
+        for part in self.qkv_parts(step, w) {
             ops.push(forward(
                 columns(a.qkv, n, qkv, &part),
                 a.ln1,
@@ -497,12 +489,12 @@ impl LlamaTensors {
                 Accumulate::Overwrite,
             ));
         }
-        ops.push(self.rope(layout, a.qkv, Rotation::Forward));
+        ops.push(self.rope(step, a.qkv, Rotation::Forward));
         ops.push(Op::AttentionForward {
             out: a.atty,
             lse: a.lse,
             qkv: a.qkv,
-            attention: self.attention(layout),
+            attention: self.attention(step),
         });
         ops.push(Op::Copy {
             dst: a.residual2,
@@ -523,7 +515,7 @@ impl LlamaTensors {
             inp: a.residual2,
             weight: param(w.post_attention_norm),
         });
-        for part in self.gate_up_parts(layout, w) {
+        for part in self.gate_up_parts(step, w) {
             ops.push(forward(
                 columns(a.gate_up, n, 2 * i, &part),
                 a.ln2,
@@ -557,24 +549,24 @@ impl LlamaTensors {
     /// Layer `l`'s forward again from its saved input, into the working set all layers share
     /// under activation checkpointing: every op up to SwiGLU (the copy into `residual3` and
     /// `down_proj`'s addition are not read by backward, and `residual3` is kept).
-    fn recompute_block(&self, ops: &mut Vec<Op>, layout: &DeviceLayout, l: usize) {
+    fn recompute_block(&self, ops: &mut Vec<Op>, step: &StepTensors, l: usize) {
         let mut block = Vec::new();
-        self.block_forward(&mut block, layout, l);
+        self.block_forward(&mut block, step, l);
         block.truncate(block.len().saturating_sub(2));
         ops.extend(block);
     }
 
     /// Layer `l` in reverse; `dresidual` holds the gradient of its output on entry and of
     /// its input on exit.
-    fn block_backward(&self, ops: &mut Vec<Op>, layout: &DeviceLayout, l: usize) {
+    fn block_backward(&self, ops: &mut Vec<Op>, step: &StepTensors, l: usize) {
         let (a, w) = (&self.blocks[l], &self.params.blocks[l]);
         let config = &self.config;
         let (c, i) = (config.hidden_size, config.intermediate_size);
         let (q, qkv) = (config.q_width(), config.qkv_width());
-        let n = layout.shape.tokens();
-        let param = |span| layout.param(Region::Params, span);
-        let grad = |span| layout.param(Region::Grads, span);
-        let (dres, dbtc) = (layout.dresidual, layout.dbtc);
+        let n = step.shape.tokens();
+        let param = |span| TensorRef::of(Region::Params, span);
+        let grad = |span| TensorRef::of(Region::Grads, span);
+        let (dres, dbtc) = (step.dresidual, step.dbtc);
 
         // MLP: residual3 = residual2 + down(swiglu(gate_up(ln2(residual2)))).
         let dswiglu = self.dmid.prefix(n * i);
@@ -600,7 +592,7 @@ impl LlamaTensors {
         });
         // The parts in reverse (up, then gate), the order their modules' backward runs in:
         // the order the plan's stage-3 schedule fetches and releases them.
-        for (k, part) in self.gate_up_parts(layout, w).iter().rev().enumerate() {
+        for (k, part) in self.gate_up_parts(step, w).iter().rev().enumerate() {
             linear_backward(
                 ops,
                 LinearBackward {
@@ -615,7 +607,7 @@ impl LlamaTensors {
                 },
             );
         }
-        ops.push(self.rmsnorm_backward(layout, w.post_attention_norm, a.residual2, a.ln2_rstd));
+        ops.push(self.rmsnorm_backward(step, w.post_attention_norm, a.residual2, a.ln2_rstd));
 
         // Attention: residual2 = input + o(attn(rope(qkv(ln1(input))))).
         let datty = self.dmid.prefix(n * q);
@@ -636,7 +628,7 @@ impl LlamaTensors {
         if let Some(o_bias) = w.o_bias {
             ops.push(Op::BiasBackward {
                 dbiases: vec![grad(o_bias)],
-                scratch: layout
+                scratch: step
                     .bias_partials
                     .prefix(n.div_ceil(COLUMN_PARTIAL_ROWS) * c),
                 dout: dres,
@@ -644,22 +636,22 @@ impl LlamaTensors {
         }
         ops.push(Op::AttentionBackward {
             dqkv,
-            delta: layout.attention_delta,
+            delta: step.attention_delta,
             dout: datty,
             out: a.atty,
             qkv: a.qkv,
             lse: a.lse,
-            attention: self.attention(layout),
+            attention: self.attention(step),
         });
-        ops.push(self.rope(layout, dqkv, Rotation::Backward));
-        let parts = self.qkv_parts(layout, w);
+        ops.push(self.rope(step, dqkv, Rotation::Backward));
+        let parts = self.qkv_parts(step, w);
         // The biases first, as soon as `dqkv` is whole: v's bias is reduced with the modules
         // after it (o, the norm), before k's and q's products run.
         let biases: Vec<TensorRef> = parts.iter().filter_map(|p| p.bias.map(grad)).collect();
         if !biases.is_empty() && biases.len() == parts.len() {
             ops.push(Op::BiasBackward {
                 dbiases: biases,
-                scratch: layout
+                scratch: step
                     .bias_partials
                     .prefix(n.div_ceil(COLUMN_PARTIAL_ROWS) * qkv),
                 dout: dqkv,
@@ -681,11 +673,6 @@ impl LlamaTensors {
                 },
             );
         }
-        ops.push(self.rmsnorm_backward(
-            layout,
-            w.input_norm,
-            self.block_input(layout, l),
-            a.ln1_rstd,
-        ));
+        ops.push(self.rmsnorm_backward(step, w.input_norm, self.block_input(step, l), a.ln1_rstd));
     }
 }

@@ -1,6 +1,6 @@
 //! A model family on the device is data and a recipe: its own tensors of the step, read by
 //! name from the planner's list (`memory::cuda_layout`), and the ops its forward and backward
-//! emit from the one vocabulary (`super::program::Op`). Everything else (the layout, the
+//! emit from the one vocabulary (`super::program::Op`). Everything else (the step, the
 //! step's phases, the plan's collectives, both interpreters, the trainer) is written once.
 //!
 //! | family | tensors and recipe |
@@ -14,12 +14,12 @@
 pub mod gpt2;
 pub mod llama;
 
-use dsplan_kernels::Dtype;
 use dsplan_planner::memory::cuda_layout::{self, CudaRegion, CudaTensor};
 
-use super::buffers::{DeviceLayout, Region, Tables, TensorRef};
 use super::mfu::Mfu;
 use super::program::{Op, ShapeError};
+use super::region::{Region, Tables, TensorRef};
+use super::step_tensors::StepTensors;
 use crate::model::{BatchShape, ModelConfig, Recompute};
 use crate::tensor::TensorTable;
 use gpt2::Gpt2Tensors;
@@ -37,11 +37,11 @@ pub trait Recipe {
     fn eps(&self) -> f32;
 
     /// What the kernels must offer this model beyond the ops' shapes (attention kernels for
-    /// its head size in `dtype`, no sliding window they cannot honour).
-    fn check(&self, layout: &DeviceLayout, dtype: Dtype) -> Result<(), ShapeError>;
+    /// its head size in the step's dtype, no sliding window they cannot honour).
+    fn check(&self, step: &StepTensors) -> Result<(), ShapeError>;
 
     /// Tables of f32 values the step reads but never writes, copied to the device once.
-    fn constants(&self, _layout: &DeviceLayout) -> Vec<ConstantUpload> {
+    fn constants(&self, _step: &StepTensors) -> Vec<ConstantUpload> {
         Vec::new()
     }
 
@@ -50,10 +50,10 @@ pub trait Recipe {
     fn mfu(&self, seq_len: usize, device: &str) -> Option<Mfu>;
 
     /// The forward through the classifier (losses and dlogits), over the flat parameters.
-    fn forward(&self, layout: &DeviceLayout) -> Vec<Op>;
+    fn forward(&self, step: &StepTensors) -> Vec<Op>;
 
     /// The backward, accumulating into the flat gradients.
-    fn backward(&self, layout: &DeviceLayout) -> Vec<Op>;
+    fn backward(&self, step: &StepTensors) -> Vec<Op>;
 }
 
 /// A table of f32 values the step reads but never writes, copied to the device once.
@@ -76,7 +76,7 @@ pub enum Family {
 
 impl Family {
     /// The planner's tensors of a step of `model` on `shape` (the list the `dsplan-cuda` plan
-    /// counts, which the layout allocates).
+    /// counts, which the step allocates).
     pub fn planner_tensors(
         model: &ModelConfig,
         shape: BatchShape,
@@ -89,7 +89,8 @@ impl Family {
     }
 
     /// The family's tensors of `model`, read from the planner's `tables`.
-    pub fn new(model: &ModelConfig, recompute: Recompute, tables: &Tensors<'_>) -> Self {
+    pub fn new(model: &ModelConfig, recompute: Recompute, tables: &Tables) -> Self {
+        let tables = &Tensors(tables);
         match model {
             ModelConfig::Gpt2(config) => Family::Gpt2(Gpt2Tensors::new(*config, recompute, tables)),
             ModelConfig::Llama(config) => {
@@ -108,7 +109,7 @@ impl Family {
 }
 
 /// The planner's tensors by name, as a family reads its own.
-pub struct Tensors<'a>(pub(crate) &'a Tables);
+pub struct Tensors<'a>(&'a Tables);
 
 impl Tensors<'_> {
     /// An activation (region `Activations`).

@@ -183,13 +183,7 @@ mod tests {
         let (mut out, mut lse) = (vec![0.0; b * t * c], vec![0.0; b * nh * t]);
         forward(&mut out, &mut lse, &qkv, heads).expect("forward");
         let (mut dqkv, mut delta) = (vec![1.0; qkv.len()], vec![0.0; lse.len()]);
-        backward(
-            &mut dqkv,
-            &mut delta,
-            (&dout, &out, &qkv, &lse),
-            heads,
-        )
-        .expect("backward");
+        backward(&mut dqkv, &mut delta, (&dout, &out, &qkv, &lse), heads).expect("backward");
 
         let dims = AttentionDims {
             batch: b,

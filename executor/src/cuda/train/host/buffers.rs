@@ -13,7 +13,7 @@ use dsplan_planner::memory::cuda_layout::CudaRegion;
 use super::HostError;
 use crate::cuda::adamw::{AdamSegment, Decay};
 use crate::cuda::element::Element;
-use crate::cuda::train::buffers::{Region, RegionSizes, TensorRef};
+use crate::cuda::train::region::{Region, RegionSizes, TensorRef};
 use crate::tensor::TensorTable;
 
 /// One region's elements.
@@ -178,7 +178,7 @@ impl HostBuffers {
 
     /// `region` whole.
     pub fn whole(&self, region: Region) -> TensorRef {
-        crate::cuda::train::buffers::whole(region, self.len(region))
+        crate::cuda::train::region::whole(region, self.len(region))
     }
 
     typed_access!(f32s, f32s_mut, F32, f32, "f32");
@@ -209,14 +209,14 @@ impl HostBuffers {
 
     /// Copies `values` to the start of `region` (a batch upload: `values` must fit).
     pub fn upload_u32(&mut self, region: Region, values: &[u32]) -> Result<(), HostError> {
-        let at = crate::cuda::train::buffers::whole(region, values.len());
+        let at = crate::cuda::train::region::whole(region, values.len());
         self.u32s_mut(&at)?.copy_from_slice(values);
         Ok(())
     }
 
     /// Copies `values` to the start of `region` (a batch upload: `values` must fit).
     pub fn upload_i32(&mut self, region: Region, values: &[i32]) -> Result<(), HostError> {
-        let at = crate::cuda::train::buffers::whole(region, values.len());
+        let at = crate::cuda::train::region::whole(region, values.len());
         self.i32s_mut(&at)?.copy_from_slice(values);
         Ok(())
     }

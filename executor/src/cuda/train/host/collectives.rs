@@ -20,8 +20,8 @@ use super::HostError;
 use super::buffers::HostBuffers;
 use crate::comm::Comm;
 use crate::cuda::device_comm::{staged_all_gather, staged_all_reduce, staged_reduce_scatter};
-use crate::cuda::train::buffers::Region;
 use crate::cuda::train::program::{CommAction, CommOp};
+use crate::cuda::train::region::Region;
 
 fn refused(what: &str, op: &CommOp) -> HostError {
     HostError(format!("{what}: {op:?}"))

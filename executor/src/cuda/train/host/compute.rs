@@ -25,9 +25,9 @@ use super::kernels::{
     adamw, bias_backward, classifier, encoder_backward, layernorm, product, rotate, unscale_norm,
     zero,
 };
-use crate::cuda::train::buffers::Region;
 use crate::cuda::train::execute::RunScalars;
 use crate::cuda::train::program::Op;
+use crate::cuda::train::region::Region;
 use crate::model::encoder::encoder_forward;
 use crate::model::gelu::{gelu_backward_inplace, gelu_forward};
 use crate::model::layernorm::layernorm_backward;

@@ -12,7 +12,7 @@ use crate::cuda::adamw::{AdamScalars, Decay, adamw_element};
 use crate::cuda::element::strided_len;
 use crate::cuda::gemm::{Accumulate, Pass, Product, WeightLayout};
 use crate::cuda::launch::Rotation;
-use crate::cuda::train::buffers::{Region, TensorRef};
+use crate::cuda::train::region::{Region, TensorRef};
 use crate::model::classifier::crossentropy_forward_backward;
 use crate::model::gemm::{Accumulate as Mode, MatMut, MatRef, Threads, matmul};
 use crate::model::layernorm::layernorm_forward;

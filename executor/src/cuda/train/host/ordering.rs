@@ -20,8 +20,8 @@
 
 use std::collections::HashMap;
 
-use super::super::buffers::TensorRef;
 use super::super::program::{Access, CommAction, CommOp, CommStream, EventId, Op};
+use super::super::region::TensorRef;
 use super::super::step::StepProgram;
 
 /// Two accesses of one buffer span on different streams that no event orders.

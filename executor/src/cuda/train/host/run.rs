@@ -14,8 +14,8 @@ use super::backend::{HostParts, HostStep};
 use super::buffers::HostBuffers;
 use crate::checkpoint::consolidate;
 use crate::comm::{Comm, CommTraffic, LocalComm, run_ranks};
-use crate::cuda::train::buffers::RegionSizes;
 use crate::cuda::train::owned::DeviceOwned;
+use crate::cuda::train::region::RegionSizes;
 use crate::cuda::train::spec::{CudaTrainError, kernel_dtype};
 use crate::cuda::train::world::{RankModel, rank_models};
 use crate::metrics::{MemoryReport, StepMetrics};
@@ -153,7 +153,7 @@ fn run_rank(
     let mut bufs = HostBuffers::new(layout, dtype, layout.param_table(), prepared.initial_params)
         .map_err(RankError::Setup)?;
     // The constant tables the device uploads once (the Llama family's rotation table).
-    for constant in layout.recipe().constants(layout) {
+    for constant in layout.recipe().constants(&layout.step) {
         bufs.write(&constant.at, &constant.values)
             .map_err(RankError::Setup)?;
     }

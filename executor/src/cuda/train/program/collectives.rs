@@ -9,11 +9,12 @@
 //! On the host these ops are what tests read; `execute.rs` runs them through the device
 //! collectives (`cuda::device_comm`) on the communication stream.
 
+use dsplan_kernels::Dtype;
 use dsplan_planner::plan::Collective;
 
 use super::{Access, Op, ShapeError};
 use crate::cuda::device_comm::Reduction;
-use crate::cuda::train::buffers::{DeviceLayout, TensorRef};
+use crate::cuda::train::region::TensorRef;
 
 /// The stream an op runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -172,7 +173,7 @@ impl CommOp {
 
     /// Bytes of the collective's whole buffer (all-reduce: the data; reduce-scatter: its
     /// input; all-gather: its output), as the plan counts them; `None` for other ops.
-    pub fn collective_bytes(&self, layout: &DeviceLayout) -> Option<u64> {
+    pub fn collective_bytes(&self, dtype: Dtype) -> Option<u64> {
         let CommAction::Collective {
             kind,
             input,
@@ -186,7 +187,7 @@ impl CommOp {
             Collective::AllGather => output,
             _ => input,
         };
-        let size = whole.region.element().size(layout.dtype) as u64;
+        let size = whole.region.element().size(dtype) as u64;
         Some(whole.len() as u64 * size)
     }
 
@@ -283,7 +284,7 @@ pub struct CollectiveRecord {
 /// before it in the list.
 pub fn collective_sequence<'a>(
     ops: impl IntoIterator<Item = &'a Op>,
-    layout: &DeviceLayout,
+    dtype: Dtype,
 ) -> Vec<CollectiveRecord> {
     let mut position = 0;
     let mut sequence = Vec::new();
@@ -295,7 +296,7 @@ pub fn collective_sequence<'a>(
             CommAction::Mark(_) => position += 1,
             CommAction::Collective { kind, purpose, .. } => sequence.push(CollectiveRecord {
                 kind: *kind,
-                bytes: comm.collective_bytes(layout).unwrap_or(0),
+                bytes: comm.collective_bytes(dtype).unwrap_or(0),
                 stream: comm.stream,
                 position,
                 purpose: *purpose,

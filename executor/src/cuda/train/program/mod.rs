@@ -25,7 +25,7 @@ pub use launches::{ArgType, Launch, attention_head_sizes, check_head_size};
 
 use std::fmt;
 
-use super::buffers::TensorRef;
+use super::region::TensorRef;
 use crate::cuda::gemm::{Accumulate, Pass, Product, WeightLayout};
 use crate::cuda::launch::{GroupedAttention, Heads, Rotation};
 use crate::train::AttentionKernel;

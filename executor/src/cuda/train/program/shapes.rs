@@ -8,7 +8,7 @@ use super::{
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
 use crate::cuda::gemm::{Operand, Pass};
-use crate::cuda::train::buffers::{NORM_BLOCKS, Region, RegionSizes, TensorRef};
+use crate::cuda::train::region::{NORM_BLOCKS, Region, RegionSizes, TensorRef};
 
 impl Op {
     /// The launcher's shape rules on the op's spans, and the layout's bounds: every tensor
