@@ -72,7 +72,7 @@ pub fn resume_point(
 pub(super) fn fresh_scaler(
     plan: &Plan,
 ) -> Result<dsplan_planner::schedule::loss_scale::LossScaler, TrainError> {
-    let training = super::run::plan_training(plan)?;
+    let training = super::plan::plan_training(plan)?;
     super::settings::convert::mixed_precision(&training.loss_scaling)
         .loss_scaler(plan.settings.stage)
         .map_err(|e| TrainError::Rank {

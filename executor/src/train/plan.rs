@@ -27,9 +27,11 @@
 use dsplan_planner::config::DsConfig;
 use dsplan_planner::diagnostics::Diagnostic;
 use dsplan_planner::model::Architecture;
-use dsplan_planner::plan::{self, Checkpointing, Cluster, ModelGraph, Plan, PlanBackend, Workload};
+use dsplan_planner::plan::{
+    self, Checkpointing, Cluster, ModelGraph, Plan, PlanBackend, Training, Workload,
+};
 
-use super::TrainSettings;
+use super::{TrainError, TrainSettings};
 use crate::model::{ModelConfig, Recompute};
 
 /// The architecture the planner knows `config` by.
@@ -120,4 +122,14 @@ fn compile_with(
         plan::compile(&settings.config, &graph, &cluster, &workload)?
             .with_training(settings.training.clone()),
     )
+}
+
+/// The training policy `plan` carries ([`compile_plan`] puts it there); a plan without one
+/// cannot be run.
+pub fn plan_training(plan: &Plan) -> Result<&Training, TrainError> {
+    plan.training.as_ref().ok_or_else(|| {
+        TrainError::PlanMismatch(crate::zero::PlanMismatch {
+            message: "it carries no training policy (optimizer, loss scaling, schedule); compile it with compile_plan".into(),
+        })
+    })
 }

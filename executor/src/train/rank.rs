@@ -9,7 +9,7 @@ use std::time::Instant;
 use dsplan_planner::plan::{Plan, PlanBackend};
 
 use super::checkpoints::{CheckpointOptions, RankFailure};
-use super::run::{Prepared, prepare};
+use super::prepare::{Prepared, prepare};
 use super::step::drive;
 use super::{TrainError, TrainReport, TrainSpec};
 use crate::checkpoint::{SavedCheckpoint, consolidate};

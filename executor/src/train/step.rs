@@ -23,7 +23,7 @@ use std::time::Instant;
 use dsplan_planner::schedule::loss_scale::StepOutcome;
 
 use super::checkpoints::{CheckpointOptions, RankFailure, save_from_rank};
-use super::run::Prepared;
+use super::prepare::Prepared;
 use super::{StepBackend, StepControl, check_loss};
 use crate::checkpoint::{CheckpointError, SavedCheckpoint};
 use crate::comm::{ReduceOp, StepPhase};

@@ -4,7 +4,8 @@
 //! intermediate is rounded to the communication dtype, as a 16-bit reduction would round it.
 
 use super::ZeroError;
-use super::options::{GradScaling, RankOptions};
+use super::options::RankOptions;
+use super::scaling::GradScaling;
 use crate::comm::{Comm, ReduceOp};
 
 /// The scaling before a sum of `values` over `world` ranks, rounded to the communication dtype.

@@ -5,6 +5,7 @@ use dsplan_planner::config::ZeroStage;
 
 use super::partition::EnginePlan;
 use super::precision::Dtype;
+use super::scaling::GradScaling;
 
 /// How a rank stores and reduces: the plan's stage and dtypes, and the config's gradient
 /// scaling.
@@ -34,17 +35,4 @@ impl RankOptions {
             scaling,
         }
     }
-}
-
-/// How the gradient average is formed (DeepSpeed §4.3).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum GradScaling {
-    /// Divide by the world size, then sum (ZeRO's buckets; `prescale_gradients`).
-    PreDivide,
-    /// Multiply by `1/factor`, sum, multiply by `factor/W` (the engine's default all-reduce;
-    /// `factor` is `gradient_predivide_factor`, usually 1).
-    PostMultiply {
-        /// `gradient_predivide_factor`.
-        factor: f32,
-    },
 }

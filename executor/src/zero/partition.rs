@@ -54,8 +54,8 @@ use dsplan_planner::plan::{
     ClipRule, Collective, Device, EngineFamily, GradientAveraging, ModelGraph, Plan,
 };
 
-use super::options::GradScaling;
 use super::precision::Dtype;
+use super::scaling::GradScaling;
 use crate::model::{ParamTable, ParamUnit};
 use crate::tensor::Span;
 

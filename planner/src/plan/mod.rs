@@ -279,7 +279,7 @@ fn compile_parts(
                     .collect();
                 schedule.arena = Some(stage3_arena::Stage3Arena::place(
                     model,
-                    &schedule,
+                    (&schedule.intervals, schedule.steps.len()),
                     &tensors,
                     &stage3_arena::fused_reads(model),
                 ));

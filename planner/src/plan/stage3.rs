@@ -26,7 +26,7 @@ use super::layout::Layout;
 use super::model_graph::ModelGraph;
 use super::settings::Stage3Settings;
 use super::shards::PersistentSet;
-use super::stage3_arena::Stage3Arena;
+use super::stage3_arena::{GatheredInterval, Stage3Arena};
 
 /// Forward or backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -69,17 +69,6 @@ pub struct ScheduleStep {
     pub released: Vec<usize>,
     /// Tensors of the unit kept gathered after it (reused soon, or already prefetched).
     pub kept: Vec<usize>,
-}
-
-/// One tensor's gathered interval, in trace steps (inclusive).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct GatheredInterval {
-    /// Model tensor.
-    pub tensor: usize,
-    /// Step whose fetch or prefetch gathered it.
-    pub from: usize,
-    /// Last step it stays gathered through.
-    pub to: usize,
 }
 
 /// The stage-3 schedule of one micro-step.

@@ -1,7 +1,7 @@
 //! [`Stage3Arena`]: where dsplan's CUDA step keeps stage 3's gathered parameters. Instead of
 //! one buffer the size of the whole model, a rank keeps one arena and the plan places every
 //! gathered tensor of every trace step in it, from the stage-3 schedule's live intervals
-//! ([`Stage3Schedule::intervals`]): two tensors gathered at the same time never share an
+//! (`Stage3Schedule::intervals`): two tensors gathered at the same time never share an
 //! element, and a tensor released by the schedule leaves its place to a later gather. The
 //! arena is what the schedule's releases save on the device.
 //!
@@ -26,8 +26,18 @@
 use serde::Serialize;
 
 use super::model_graph::ModelGraph;
-use super::stage3::{GatheredInterval, Stage3Schedule};
 use std::cmp::Reverse;
+
+/// One tensor's gathered interval, in trace steps (inclusive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GatheredInterval {
+    /// Model tensor.
+    pub tensor: usize,
+    /// Step whose fetch or prefetch gathered it.
+    pub from: usize,
+    /// Last step it stays gathered through.
+    pub to: usize,
+}
 
 /// How a tensor stays in the arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -101,17 +111,18 @@ pub struct Stage3Arena {
 }
 
 impl Stage3Arena {
-    /// Places `schedule`'s tensors of `model`; `persistent` are the persistent tensors
-    /// (model tensor indices); `reads` the device's reads outside a tensor's own units,
+    /// Places the tensors of `model` gathered over `gathered` (a stage-3 schedule's intervals
+    /// over its `steps` trace steps); `persistent` are the persistent tensors (model tensor
+    /// indices); `reads` the device's reads outside a tensor's own units,
     /// `(tensor, trace step)` ([`fused_reads`]).
     pub fn place(
         model: &ModelGraph,
-        schedule: &Stage3Schedule,
+        (gathered, steps): (&[GatheredInterval], usize),
         persistent: &[usize],
         reads: &[(usize, usize)],
     ) -> Self {
         let numel = |t: usize| model.tensors.get(t).map_or(0, |p| p.numel);
-        let last = schedule.steps.len().saturating_sub(1);
+        let last = steps.saturating_sub(1);
         let mut spans: Vec<ArenaSpan> = Vec::new();
         let mut offset = 0;
         let mut persistent = persistent.to_vec();
@@ -128,7 +139,7 @@ impl Stage3Arena {
             });
             offset += numel(tensor);
         }
-        let mut intervals = schedule.intervals.clone();
+        let mut intervals = gathered.to_vec();
         for &(tensor, step) in reads {
             let held = intervals
                 .iter()

@@ -39,7 +39,7 @@ use crate::cuda::launch::Launcher;
 use crate::cuda::modules::KernelModules;
 use crate::cuda::nccl::{NcclComm, nccl_present};
 use crate::metrics::{DeviceRun, MemoryReport, StepMetrics};
-use crate::train::run::{Prepared, prepare};
+use crate::train::prepare::{Prepared, prepare};
 use crate::train::step::{Driven, drive};
 use crate::train::{
     CheckpointOptions, RankFailure, RankReaction, TrainError, TrainReport, TrainSpec,

@@ -19,7 +19,7 @@ use crate::cuda::train::region::RegionSizes;
 use crate::cuda::train::spec::{CudaTrainError, kernel_dtype};
 use crate::cuda::train::world::{RankModel, rank_models};
 use crate::metrics::{MemoryReport, StepMetrics};
-use crate::train::run::{Prepared, prepare};
+use crate::train::prepare::{Prepared, prepare};
 use crate::train::step::{Driven, drive};
 use crate::train::{
     CheckpointOptions, RankFailure, RankReaction, TrainError, TrainReport, TrainSpec, every_rank,
