@@ -26,9 +26,10 @@
 //! | [`placement`] | each rank's GPU and the device collective, from the rank and GPU counts | yes |
 //! | [`spec`] | whether the GPU can run a spec ([`check_spec`]), and the run's errors | yes |
 //! | [`host`] | the step's program interpreted on host buffers and thread ranks ([`host::train_program_on_host`]) | yes |
+//! | [`device_step`] | the training loop's backend for a rank's program, on any target ([`device_step::DeviceStep`]) | yes (on the host target) |
 //! | [`execute`] | allocations and the op interpreter | needs a GPU |
 //! | [`execute_comm`] | the communication ops through a `DeviceComm`, on their streams | needs a GPU |
-//! | [`rank`] | the step's operations on one rank's GPU buffers ([`CudaStep`]) | needs a GPU |
+//! | [`rank`] | one rank's GPU as a target of the device step ([`Gpu`], [`CudaStep`]) | needs a GPU |
 //! | [`world`] | the runs: one GPU, `W` thread ranks, one process rank of a job | needs a GPU (its programs are built on the host) |
 //!
 //! For ZeRO stages 0-3 on one GPU the math is the same step. At `W > 1`, [`world_program`]
@@ -36,6 +37,7 @@
 //! [`execute_comm`] runs its collectives through `cuda::device_comm`; [`world`] drives `W`
 //! thread ranks (or this process as one rank of a job) through the one training loop.
 
+pub mod device_step;
 pub mod execute;
 pub mod execute_comm;
 pub mod family;
@@ -61,7 +63,7 @@ pub use placement::{
     DeviceLink, NcclLibrary, Placement, place_process, place_ranks, processes_per_gpu,
 };
 pub use program::{Launch, Op, ShapeError};
-pub use rank::{CudaStep, NcclWithHost, RankComm};
+pub use rank::{CudaStep, Gpu, NcclWithHost, RankComm};
 pub use region::{Region, TensorRef};
 pub use spec::{CudaTrainError, check_spec, kernel_dtype};
 pub use step::StepProgram;

@@ -256,6 +256,11 @@ impl RegionSizes for RegionLengths {
 pub struct RegionLengths(pub [usize; Region::ALL.len()]);
 
 impl RegionLengths {
+    /// The lengths of `layout`'s regions.
+    pub fn of(layout: &dyn RegionSizes) -> Self {
+        Self(Region::ALL.map(|region| layout.region_len(region)))
+    }
+
     /// Elements of `region`.
     pub fn len(&self, region: Region) -> usize {
         let index = Region::ALL.iter().position(|r| *r == region).unwrap_or(0);

@@ -22,11 +22,13 @@ use cudarc::driver::{CudaContext, CudaStream};
 use dsplan_kernels::cache::CubinCache;
 use dsplan_planner::plan::{Plan, PlanBackend};
 
+use super::device_step::StepParts;
 use super::execute::{DeviceBuffers, Executor};
 use super::layout::DeviceLayout;
 use super::owned::DeviceOwned;
 use super::placement::{DeviceLink, NcclLibrary, Placement, place_ranks};
-use super::rank::{CudaStep, NcclWithHost, RankComm, RankParts};
+use super::rank::{CudaStep, Gpu, NcclWithHost, RankComm};
+use super::region::RegionLengths;
 use super::spec::{CudaTrainError, check_spec, kernel_dtype};
 use super::step::StepProgram;
 use super::world_step::world_program;
@@ -408,25 +410,28 @@ impl RankRun<'_> {
             layout.param_table(),
             prepared.initial_params,
         )?;
-        let mut backend = CudaStep::new(
-            RankParts {
-                executor: &executor,
-                stream: stream.clone(),
-                program,
-                layout,
-                owned: &owned,
-                plan: &prepared.engine_plan,
-                rank,
-                bufs,
-                comm,
-                grad_accum: prepared.control.grad_accum,
-            },
+        let gpu = Gpu::new(
+            &executor,
+            stream.clone(),
+            bufs,
+            comm,
             &layout.recipe().constants(&layout.step),
         )?;
+        let mut backend = CudaStep::new(StepParts {
+            program,
+            owned: &owned,
+            plan: &prepared.engine_plan,
+            rank,
+            grad_accum: prepared.control.grad_accum,
+            lengths: RegionLengths::of(layout),
+            target: gpu,
+        });
         let driven = drive(&mut backend, prepared, self.checkpoints, self.observer)
             .map_err(|f| RankError::Loop(Box::new(f)))?;
         let (free, total) = ctx.mem_get_info().map_err(CudaError::from)?;
-        let master = backend.export_master()?;
+        let master = backend
+            .export_master()
+            .map_err(|e| RankError::Loop(Box::new(RankFailure::from(e))))?;
         let allocated = layout.bytes_by_category();
         let memory = MemoryReport {
             peak_total: allocated.total(),
@@ -435,12 +440,14 @@ impl RankRun<'_> {
         };
         let gathered = match self.collect {
             Collect::Own => Vec::new(),
-            Collect::Everyone => {
-                crate::train::gather_everyone(backend.comm_mut().host(), &master, &memory)
-                    .map_err(|e| RankError::Loop(Box::new(RankFailure::from(e))))?
-            }
+            Collect::Everyone => crate::train::gather_everyone(
+                backend.target_mut().comm_mut().host(),
+                &master,
+                &memory,
+            )
+            .map_err(|e| RankError::Loop(Box::new(RankFailure::from(e))))?,
         };
-        let traffic = backend.comm_mut().traffic();
+        let traffic = backend.target_mut().comm_mut().traffic();
         Ok(RankResult {
             master,
             memory,

@@ -15,7 +15,7 @@
 //! | [`attention`] | attention forward (log-sum-exp kept) and backward as `attention.cu`, grouped-query too |
 //! | [`collectives`] | the communication ops ([`run_comm`]) through the host `Comm` |
 //! | [`ordering`] | the two streams' events: every cross-stream access ordered ([`check_ordering`]) |
-//! | [`backend`] | [`HostStep`], the training loop's backend running the phases |
+//! | [`backend`] | [`HostTarget`], the host as a target of the one device step ([`HostStep`]) |
 //! | [`run`] | [`train_program_on_host`], the front door (the GPU's `train_cuda_planned`) |
 //!
 //! What it does not cover: 16-bit models (refused: the device rounds every store to the
@@ -34,7 +34,7 @@ pub mod kernels;
 pub mod ordering;
 pub mod run;
 
-pub use backend::{HostParts, HostStep};
+pub use backend::{HostStep, HostTarget};
 pub use buffers::HostBuffers;
 pub use collectives::run_comm;
 pub use compute::run_compute;

@@ -10,12 +10,13 @@ use std::time::Instant;
 use dsplan_planner::plan::{Plan, PlanBackend};
 
 use super::HostError;
-use super::backend::{HostParts, HostStep};
+use super::backend::{HostStep, HostTarget};
 use super::buffers::HostBuffers;
 use crate::checkpoint::consolidate;
 use crate::comm::{Comm, CommTraffic, LocalComm, run_ranks};
+use crate::cuda::train::device_step::StepParts;
 use crate::cuda::train::owned::DeviceOwned;
-use crate::cuda::train::region::RegionSizes;
+use crate::cuda::train::region::RegionLengths;
 use crate::cuda::train::spec::{CudaTrainError, kernel_dtype};
 use crate::cuda::train::world::{RankModel, rank_models};
 use crate::metrics::{MemoryReport, StepMetrics};
@@ -157,22 +158,26 @@ fn run_rank(
         bufs.write(&constant.at, &constant.values)
             .map_err(RankError::Setup)?;
     }
-    let mut backend = HostStep::new(HostParts {
+    let mut backend = HostStep::new(StepParts {
         program,
-        bufs,
         owned: &owned,
         plan: &prepared.engine_plan,
         rank,
-        trains_master: layout.trains_master(),
-        eps: layout.recipe().eps(),
-        comm,
         grad_accum: prepared.control.grad_accum,
+        lengths: RegionLengths::of(layout),
+        target: HostTarget {
+            bufs,
+            comm,
+            eps: layout.recipe().eps(),
+        },
     });
     let driven = drive(&mut backend, prepared, checkpoints, observer)
         .map_err(|f| RankError::Loop(Box::new(f)))?;
-    let master = backend.export_master().map_err(RankError::Setup)?;
+    let master = backend
+        .export_master()
+        .map_err(|e| RankError::Setup(HostError(e.to_string())))?;
     let allocated = layout.bytes_by_category();
-    let traffic = backend.comm_mut().traffic().clone();
+    let traffic = backend.target_mut().comm.traffic().clone();
     Ok(RankResult {
         master,
         memory: MemoryReport {
