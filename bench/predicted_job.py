@@ -110,7 +110,7 @@ def fill_parameters(torch, model, std, threads=16):
         list(pool.map(fill, range(len(chunks))))
 
 
-def build_model(torch, transformers, job, model_config, zero3):
+def build_model(torch, model_config, zero3):
     """The model, as the Trainer builds it; returns it and how it was initialised."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -164,7 +164,7 @@ def main():
 
     hf_deepspeed = HfDeepSpeedConfig(ds_config)  # noqa: F841 (must stay alive)
     zero3 = job["stage"] == 3
-    model, init = build_model(torch, transformers, job, model_config, zero3)
+    model, init = build_model(torch, model_config, zero3)
     built = time.perf_counter()
     zero_init = any(hasattr(p, "ds_numel") for p in model.parameters())
     # model.parameters() yields a tied weight once.

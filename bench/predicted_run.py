@@ -424,7 +424,8 @@ def run_job(document, job, args, work, box, nvml, handle, port):
         "rusage_maxrss": rusage.ru_maxrss * 1024 if rusage else None,
     }
     if result:
-        details.update({k: v for k, v in result.items() if k not in ("id", "phases", "host_peak_rss")})
+        skip = ("id", "phases", "host_peak_rss")
+        details.update({k: v for k, v in result.items() if k not in skip})
         details["host_peak_rss_at_result"] = result["host_peak_rss"]
         details["phases"] = result["phases"]
     else:
@@ -482,6 +483,10 @@ def gpu_run(args, document, selected, prediction_file):
         status, measured, details = run_job(document, job, args, work, box, nvml, handle,
                                             29600 + index)
         row.update(status=status, measured=measured, details=details)
+        if details.get("params") not in (None, job["params"]) and not smoke:
+            row["note"] = (f"the model has {details['params']} parameters, dsplan counted "
+                           f"{job['params']}")
+            print(f"note: {job['id']}: {row['note']}")
         rows.append(row)
         m = measured
         print(f"== {job['id']}: {status} in {details['wall_seconds']:.0f} s (est. {estimate:.0f})"
