@@ -2,7 +2,11 @@
 # Packs the GPU kit: everything bench/gpu_check.sh needs on a lent GPU machine that has no
 # cargo, in one git-ignored folder of the repo root that the device tool's `carry` can name.
 #
-#   bench/gpu_kit_pack.sh [--kit DIR] [--no-wheels]
+#   bench/gpu_kit_pack.sh [--kit DIR] [--no-wheels | --wheels-only]
+#
+# --wheels-only packs the wheels and PREDICTIONS alone (no cargo build): all that
+# bench/predicted_run.py needs on the GPU machine (issue 35; transformers, accelerate,
+# nvidia-ml-py and psutil are in the GPU image already).
 #
 #   .gpukit/bin/dsplan           release build, stripped
 #   .gpukit/bin/dsplan-mpi       the same with the `mpi` feature (links libmpi.so.40: Open MPI 4.x)
@@ -15,6 +19,9 @@
 #                                pydantic-core (cp312 manylinux), annotated-types,
 #                                typing-inspection, typing-extensions
 #   .gpukit/COMMIT, MANIFEST     the commit built and every file with its size
+#   .gpukit/PREDICTIONS          {path: commit that added it} of every committed, unedited
+#                                bench/predictions/<date>-round*.json (the GPU machine has no
+#                                git history: bench/predicted_run.py reads prediction_commit here)
 #
 # It prints the kit's size: the kit plus the repository's tracked files must stay under the
 # device tool's 64 MiB.
@@ -22,11 +29,12 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
-kit="$root/.gpukit" wheels=yes
+kit="$root/.gpukit" wheels=yes binaries=yes
 while (($#)); do
     case "$1" in
         --kit) kit="$2"; shift 2 ;;
         --no-wheels) wheels=no; shift ;;
+        --wheels-only) binaries=no; shift ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -37,8 +45,10 @@ PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
 
 cd "$root"
 rm -rf "$kit"
-mkdir -p "$kit/bin" "$kit/tests" "$kit/wheels"
+mkdir -p "$kit/wheels"
 
+if [[ $binaries == yes ]]; then
+mkdir -p "$kit/bin" "$kit/tests"
 echo "== building dsplan with the mpi feature (release): bin/dsplan-mpi"
 target="${CARGO_TARGET_DIR:-$root/target}"
 cargo build --release --bin dsplan --features mpi
@@ -65,6 +75,7 @@ strip "$kit/bin/dsplan" "$kit/bin/dsplan-mpi" "$kit"/tests/*
 for t in cuda_kernels cuda_train cuda_probe cuda_world; do
     [[ -x "$kit/tests/$t" ]] || { echo "error: test binary $t was not built" >&2; exit 1; }
 done
+fi
 
 if [[ $wheels == yes ]]; then
     echo "== wheels (deepspeed $DEEPSPEED_VERSION built from its sdist; Python 3.12 manylinux for the rest)"
@@ -83,6 +94,20 @@ if [[ $wheels == yes ]]; then
 fi
 
 git rev-parse --short HEAD >"$kit/COMMIT"
+python3 - "$kit/PREDICTIONS" <<'PY'
+import glob, json, subprocess, sys
+commits = {}
+for path in sorted(glob.glob("bench/predictions/????-??-??-round*.json")):
+    edited = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", path]).returncode != 0
+    added = subprocess.run(["git", "log", "--diff-filter=A", "-n", "1", "--format=%H", "--", path],
+                           capture_output=True, text=True).stdout.strip()
+    if added and not edited:
+        commits[path] = added
+    else:
+        print(f"note: {path} is {'edited' if edited else 'not committed'}: not in PREDICTIONS")
+json.dump(commits, open(sys.argv[1], "w"), indent=1)
+print(f"== PREDICTIONS: {len(commits)} committed prediction file(s)")
+PY
 (cd "$kit" && find . -type f -printf '%s\t%p\n' | sort -k2) >"$kit/MANIFEST"
 tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1)
 size=$(du -sb "$kit" | cut -f1)

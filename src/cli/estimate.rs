@@ -9,13 +9,14 @@
 //! moment each phase peaks; the margins and initialisation transients are added. JSON output follows DESIGN.md's "Estimate JSON"; `full` is
 //! the full estimate, or `null` without `--config`.
 
+use super::cost_args::CostArgs;
 use super::{Format, Outcome};
 use crate::units;
 use clap::{ArgGroup, Args, ValueEnum};
 use dsplan_planner::config::{OffloadDevice, ZeroStage};
 use dsplan_planner::estimate::full::{
-    AttentionKernel, Checkpointing, Device, Margins, Overrides, Phase, Precision, Row, SetupError,
-    TrainingShape, read_config,
+    AttentionKernel, Checkpointing, Context, Device, Margins, Overrides, Phase, Precision, Row,
+    SetupError, TrainingShape, read_config,
 };
 use dsplan_planner::estimate::{
     BufferFactor, DeepSpeedRow, EnumSpelling, FullEstimate, FullEstimateError, Topology, ZeroInit,
@@ -23,6 +24,8 @@ use dsplan_planner::estimate::{
 };
 use dsplan_planner::model::notes::thousands;
 use dsplan_planner::model::{self, ErrorKind, LmHead, ModelSpec, presets};
+use dsplan_planner::recommend::cost::step_time;
+use dsplan_planner::recommend::{CostModel, StepTime};
 use dsplan_planner::source::SourceFile;
 use serde::Serialize;
 use std::io::Write;
@@ -77,6 +80,14 @@ pub struct EstimateArgs {
     /// Training shape and memory knobs of the full estimate.
     #[command(flatten)]
     full: FullArgs,
+
+    /// Also predict the config's step time with `recommend`'s cost model (its constants are
+    /// the flags below).
+    #[arg(long, requires = "config")]
+    step_time: bool,
+
+    #[command(flatten, next_help_heading = "Cost model (with --step-time)")]
+    cost: CostArgs,
 
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
@@ -253,6 +264,15 @@ struct EstimateJson<'a> {
     additional_buffer_factor: BufferFactor,
     deepspeed: Vec<DeepSpeedRow>,
     full: Option<FullEstimate>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step_time: Option<PredictedStep>,
+}
+
+/// `--step-time`: the cost model's predicted step of the config, and the constants it used.
+#[derive(Serialize)]
+struct PredictedStep {
+    seconds: StepTime,
+    cost_model: CostModel,
 }
 
 /// The `model` object: DESIGN.md's three keys first, then the details.
@@ -316,6 +336,15 @@ fn estimate(args: &EstimateArgs) -> Result<String, Failure> {
         }
         None => None,
     };
+    let step_time = match &full {
+        Some(full) if args.step_time => Some(predicted_step(full, &args.cost)?),
+        _ if !args.cost.all_default() => {
+            return Err(usage(
+                "--peak-tflops, --compute-efficiency, --intra-node-gbps, --inter-node-gbps, --host-link-gbps, --hbm-gbps, --cpu-adam-gparams and --nvme-gbps set the step-time cost model: they need --step-time",
+            ));
+        }
+        _ => None,
+    };
 
     match args.format {
         Format::Json => {
@@ -336,6 +365,7 @@ fn estimate(args: &EstimateArgs) -> Result<String, Failure> {
                 additional_buffer_factor: factor,
                 deepspeed: rows,
                 full,
+                step_time,
             };
             let json = serde_json::to_string_pretty(&document)
                 .map_err(|error| (Outcome::UsageError, format!("cannot render JSON: {error}")))?;
@@ -352,9 +382,47 @@ fn estimate(args: &EstimateArgs) -> Result<String, Failure> {
                 text.push('\n');
                 text.push_str(&breakdown(full));
             }
+            if let Some(step) = &step_time {
+                text.push_str(&step_line(step));
+            }
             Ok(text)
         }
     }
+}
+
+/// The cost model's step for the estimated config (`recommend`'s formulas, unchanged).
+fn predicted_step(full: &FullEstimate, cost: &CostArgs) -> Result<PredictedStep, Failure> {
+    let cost_model = cost.cost_model(CostModel::default().tie_tolerance);
+    cost_model.check().map_err(usage)?;
+    let ctx = Context {
+        model: &full.model,
+        setup: &full.setup,
+        shape: &full.shape,
+        hardware: full.hardware,
+    };
+    Ok(PredictedStep {
+        seconds: step_time(&ctx, &cost_model),
+        cost_model,
+    })
+}
+
+/// The human line of `--step-time`.
+fn step_line(step: &PredictedStep) -> String {
+    let time = &step.seconds;
+    let cost = &step.cost_model;
+    format!(
+        "Predicted step (recommend's cost model): {:.3} s: compute {:.3}, exposed communication {:.3}, offload traffic {:.3}, optimizer {:.3} ({:.1} TFLOP/s peak x {:.2}, host link {:.0} GB/s, HBM {:.0} GB/s, CPU Adam {:.3} G params/s).\n",
+        time.total,
+        time.compute,
+        time.communication,
+        time.offload,
+        time.optimizer,
+        cost.peak_flops / 1e12,
+        cost.compute_efficiency,
+        cost.host_link_bandwidth / 1e9,
+        cost.hbm_bandwidth / 1e9,
+        cost.cpu_adam_rate / 1e9,
+    )
 }
 
 /// Reads `--config` and runs the full estimate.

@@ -1,6 +1,7 @@
 //! Command-line definition (clap derive) and dispatch. Each subcommand lives in its own file
 //! with its arguments and its `run` function.
 
+mod cost_args;
 mod estimate;
 mod launch;
 mod plan;

@@ -6,6 +6,7 @@
 //! itself (or where it was written with `--output`). JSON output carries the same, with the full
 //! estimate. Exit 1 when nothing fits (the table says why each candidate failed).
 
+use super::cost_args::CostArgs;
 use super::estimate::{CheckpointingArg, MarginArgs, PrecisionArg, breakdown};
 use super::{Format, Outcome};
 use crate::units;
@@ -80,6 +81,10 @@ pub struct RecommendArgs {
     #[command(flatten)]
     cost: CostArgs,
 
+    /// Step times closer than this fraction are a tie, won by the simpler configuration.
+    #[arg(long, value_name = "F", default_value_t = 0.05)]
+    tie_tolerance: f64,
+
     #[command(flatten)]
     margins: MarginArgs,
 
@@ -95,65 +100,6 @@ enum LmHeadChoice {
     Include,
     /// Count the base model only.
     Exclude,
-}
-
-/// The cost model's constants (defaults: one H100 SXM5 node class; see `dsplan_planner::
-/// recommend::cost` for the source of each).
-#[derive(Debug, Args)]
-struct CostArgs {
-    /// Peak dense tensor throughput of one GPU in the training precision, TFLOP/s (H100 SXM5:
-    /// 989.4; A100: 312; V100: 125).
-    #[arg(long, value_name = "T", default_value_t = 989.4)]
-    peak_tflops: f64,
-
-    /// Fraction of that peak the model sustains.
-    #[arg(long, value_name = "F", default_value_t = 0.40)]
-    compute_efficiency: f64,
-
-    /// Collective bandwidth per GPU inside a node, GB/s (NVLink 4: 450).
-    #[arg(long, value_name = "GBPS", default_value_t = 450.0)]
-    intra_node_gbps: f64,
-
-    /// Collective bandwidth per GPU across nodes, GB/s (400 Gb/s NDR per GPU: 50).
-    #[arg(long, value_name = "GBPS", default_value_t = 50.0)]
-    inter_node_gbps: f64,
-
-    /// Host-GPU bandwidth per GPU and direction, GB/s (PCIe 4.0 x16: 32; 3.0: 16; 5.0: 64).
-    #[arg(long, value_name = "GBPS", default_value_t = 32.0)]
-    host_link_gbps: f64,
-
-    /// GPU memory bandwidth, GB/s (H100 SXM5: 3350).
-    #[arg(long, value_name = "GBPS", default_value_t = 3350.0)]
-    hbm_gbps: f64,
-
-    /// CPU Adam throughput of one node, billions of parameters per second (measured on a
-    /// 2-vCPU machine: 1.344; scale with the host's memory bandwidth).
-    #[arg(long, value_name = "G", default_value_t = 1.344)]
-    cpu_adam_gparams: f64,
-
-    /// NVMe bandwidth of one node, GB/s (ZeRO-Infinity's DGX-2: 28).
-    #[arg(long, value_name = "GBPS", default_value_t = 28.0)]
-    nvme_gbps: f64,
-
-    /// Step times closer than this fraction are a tie, won by the simpler configuration.
-    #[arg(long, value_name = "F", default_value_t = 0.05)]
-    tie_tolerance: f64,
-}
-
-impl CostArgs {
-    fn cost_model(&self) -> CostModel {
-        CostModel {
-            peak_flops: self.peak_tflops * 1e12,
-            compute_efficiency: self.compute_efficiency,
-            intra_node_bandwidth: self.intra_node_gbps * 1e9,
-            inter_node_bandwidth: self.inter_node_gbps * 1e9,
-            host_link_bandwidth: self.host_link_gbps * 1e9,
-            hbm_bandwidth: self.hbm_gbps * 1e9,
-            cpu_adam_rate: self.cpu_adam_gparams * 1e9,
-            nvme_bandwidth: self.nvme_gbps * 1e9,
-            tie_tolerance: self.tie_tolerance,
-        }
-    }
 }
 
 /// The `recommend` JSON document.
@@ -219,7 +165,7 @@ fn run_inner(args: &RecommendArgs) -> Result<(String, Outcome), Failure> {
         global_batch: args.global_batch,
         precision: Precision::from(args.precision),
         margins: args.margins.margins(),
-        cost: args.cost.cost_model(),
+        cost: args.cost.cost_model(args.tie_tolerance),
     };
     let (recommendation, candidates) = match recommend(&request) {
         Ok(recommendation) => {
