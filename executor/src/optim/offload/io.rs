@@ -51,7 +51,7 @@ pub enum ParamsOut<'a> {
 
 impl ParamsOut<'_> {
     /// Elements, or `None` when there is no copy.
-    pub fn len(&self) -> Option<usize> {
+    pub fn elements(&self) -> Option<usize> {
         match self {
             ParamsOut::None => None,
             ParamsOut::Bf16(p) => Some(p.len()),

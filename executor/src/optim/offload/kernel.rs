@@ -232,10 +232,10 @@ impl OutSink for F16Out {
     }
 }
 
-/// Elements `from..len` one at a time (the scalar kernel, and the vector kernels' tails).
+/// Elements `span` one at a time (the scalar kernel, and the vector kernels' tails).
 ///
 /// # Safety
-/// Every pointer of `src`, `dst`, `g` and `o` is valid for `len` elements; `dst` equals `src`
+/// Every pointer of `src`, `dst`, `g` and `o` is valid for `span.end` elements; `dst` equals `src`
 /// or does not overlap it.
 #[inline(always)]
 pub(crate) unsafe fn scalar_loop<G: GradSource, O: OutSink, const SMALL_WEIGHT: bool>(
@@ -243,13 +243,12 @@ pub(crate) unsafe fn scalar_loop<G: GradSource, O: OutSink, const SMALL_WEIGHT: 
     dst: StatePtrs,
     g: G,
     o: O,
-    from: usize,
-    len: usize,
+    span: std::ops::Range<usize>,
     s: &StepScalars,
     factor: f32,
 ) {
-    for i in from..len {
-        // SAFETY: `i < len` (the caller's contract).
+    for i in span {
+        // SAFETY: `i` is within the pointers' elements (the caller's contract).
         unsafe {
             let (p, m, v) = element::<SMALL_WEIGHT>(
                 s,
@@ -356,5 +355,5 @@ unsafe fn scalar_kernel<G: GradSource, O: OutSink, const SMALL_WEIGHT: bool>(
     factor: f32,
 ) {
     // SAFETY: the caller's contract.
-    unsafe { scalar_loop::<G, O, SMALL_WEIGHT>(src, dst, g, o, 0, len, s, factor) }
+    unsafe { scalar_loop::<G, O, SMALL_WEIGHT>(src, dst, g, o, 0..len, s, factor) }
 }

@@ -275,7 +275,7 @@ pub(crate) unsafe fn avx2<G: Grad256, O: Out256, const SMALL_WEIGHT: bool>(
         i += 8;
     }
     // SAFETY: the caller's contract.
-    unsafe { scalar_loop::<G, O, SMALL_WEIGHT>(src, dst, g, o, i, len, s, factor) }
+    unsafe { scalar_loop::<G, O, SMALL_WEIGHT>(src, dst, g, o, i..len, s, factor) }
 }
 
 /// The AVX-512 loop, inlined into the two entry points below.
@@ -332,7 +332,7 @@ unsafe fn avx512_loop<G: Grad512, O: Out512, const SMALL_WEIGHT: bool>(
             o.v512(i, p);
             i += 16;
         }
-        scalar_loop::<G, O, SMALL_WEIGHT>(src, dst, g, o, i, len, s, factor);
+        scalar_loop::<G, O, SMALL_WEIGHT>(src, dst, g, o, i..len, s, factor);
     }
 }
 

@@ -131,7 +131,7 @@ pub(crate) fn check(
             grads: grads.len(),
         });
     }
-    if let Some(n) = out.len().filter(|&n| n != range.len()) {
+    if let Some(n) = out.elements().filter(|&n| n != range.len()) {
         return Err(OffloadError::ParamsOutLength {
             expected: range.len(),
             params_out: n,

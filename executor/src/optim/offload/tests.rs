@@ -504,7 +504,7 @@ fn commit_refuses_a_partly_stepped_round() {
     let pool = OffloadPool::new(1).expect("1 thread");
     let init = vec![1.0f32; 100];
     let mut spec = SpeculativeState::new(&pool, &init);
-    let g = vec![bf16::ONE; 100];
+    let g = [bf16::ONE; 100];
     let s = OffloadStep {
         step: 1,
         lr: 1e-3,
