@@ -17,6 +17,11 @@
 //!   [`SpeculativeState`] for the speculative mode's exact rollback.
 //! * Threads: [`OffloadPool`], sized to the cores given, each thread streaming one
 //!   contiguous part; NUMA-aware with several nodes (see [`pool`]).
+//! * Shape: the steps are methods of the pool, which carries the threads, their placement
+//!   and the kernel variant; [`AdamSlices`] holds the fp32 state and [`OffloadStep`] the step
+//!   number, learning rate and gradient factor (instead of one nine-argument function).
+//!   The caller computes the factor (`1 / combined_scale`: unscale times clip coefficient, as
+//!   DeepSpeed's `unscale_and_clip_grads` does) and skips overflowed steps itself.
 //!
 //! Files: `io` (gradient and output types), `isa` (variants, run-time choice), `kernel`
 //! (arithmetic, scalar variant, dispatch), `kernel_x86` (AVX2, AVX-512, AVX512-BF16), `numa`
