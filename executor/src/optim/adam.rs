@@ -152,21 +152,22 @@ impl AdamState {
     }
 }
 
-/// The per-step scalars, computed once in f64 and rounded to f32.
+/// The per-step scalars, computed once in f64 and rounded to f32 (shared with the offload step,
+/// `optim::offload`, whose kernels must do this file's arithmetic).
 #[derive(Debug, Clone, Copy)]
-struct StepScalars {
-    decay_factor: f32,
-    l2: f32,
-    m_weight: f32,
-    beta2: f32,
-    one_minus_beta2: f32,
-    neg_step_size: f32,
-    bias_correction2_sqrt: f32,
-    eps: f32,
+pub(crate) struct StepScalars {
+    pub(crate) decay_factor: f32,
+    pub(crate) l2: f32,
+    pub(crate) m_weight: f32,
+    pub(crate) beta2: f32,
+    pub(crate) one_minus_beta2: f32,
+    pub(crate) neg_step_size: f32,
+    pub(crate) bias_correction2_sqrt: f32,
+    pub(crate) eps: f32,
 }
 
 impl StepScalars {
-    fn new(config: &AdamConfig, step: u64, lr: f64) -> Self {
+    pub(crate) fn new(config: &AdamConfig, step: u64, lr: f64) -> Self {
         let k = step as f64;
         let (bc1, bc2) = match config.bias_correction {
             BiasCorrection::Enabled => (1.0 - config.beta1.powf(k), 1.0 - config.beta2.powf(k)),

@@ -3,9 +3,12 @@
 //! * [`adam`]: Adam / AdamW as DeepSpeed configures them (`adam_w_mode`, `bias_correction`),
 //!   in `torch.optim.AdamW`'s arithmetic order.
 //! * [`clip`]: global L2 gradient norm and `torch.nn.utils.clip_grad_norm_` scaling.
+//! * [`offload`]: ZeRO-Offload's host optimizer: the same Adam as one pass over fp32 state in
+//!   host memory, 16-bit gradients in and 16-bit parameters out, on a NUMA-aware pool.
 
 pub mod adam;
 pub mod clip;
+pub mod offload;
 
 pub use adam::{AdamConfig, AdamError, AdamState, BiasCorrection, WeightDecay, adam_step};
 pub use clip::{
