@@ -39,12 +39,12 @@ fn every_case_matches_megatron_within_one_in_a_million() {
             .expect("a Megatron-LM job");
         assert_eq!(
             inputs.padded_vocab_size,
-            case["padded_vocab_size"].as_u64().unwrap(),
+            case["padded_vocab_size"].as_u64().expect("fixture field"),
             "{name}"
         );
         assert_eq!(
             inputs.num_microbatches,
-            case["num_microbatches"].as_u64().unwrap(),
+            case["num_microbatches"].as_u64().expect("fixture field"),
             "{name}"
         );
         let ours = report(&inputs);
@@ -61,7 +61,7 @@ fn every_case_matches_megatron_within_one_in_a_million() {
                 "{name}: {field} {value} vs Megatron's {expected} ({error:e})"
             );
         }
-        assert_eq!(ours.printed, case["printed"].as_str().unwrap(), "{name}");
+        assert_eq!(ours.printed, case["printed"].as_str().expect("fixture field"), "{name}");
     }
     println!("{} cases, worst relative difference {worst:e}", cases.len());
 }
@@ -74,17 +74,17 @@ fn the_grid_covers_what_the_issue_asks() {
     let (mut interleaved, mut sp, mut no_sp, mut dist, mut no_dist, mut fewer) = (0, 0, 0, 0, 0, 0);
     let mut recompute = BTreeSet::new();
     for case in &cases {
-        let name = case["name"].as_str().unwrap();
+        let name = case["name"].as_str().expect("fixture field");
         let words: Vec<&str> = name.split_whitespace().collect();
         shapes.insert(words[0].to_owned());
         grid.insert((words[1].to_owned(), words[2].to_owned()));
-        let p: u64 = words[2][1..].parse().unwrap();
+        let p: u64 = words[2][1..].parse().expect("fixture field");
         interleaved += usize::from(name.contains(" vpp"));
         sp += usize::from(words.contains(&"sp"));
         no_sp += usize::from(!words.contains(&"sp"));
         dist += usize::from(words.contains(&"distopt"));
         no_dist += usize::from(!words.contains(&"distopt"));
-        fewer += usize::from(case["num_microbatches"].as_u64().unwrap() < p);
+        fewer += usize::from(case["num_microbatches"].as_u64().expect("fixture field") < p);
         recompute.insert(words[words.len() - 1].to_owned());
     }
     assert!(shapes.len() >= 10, "{shapes:?}");

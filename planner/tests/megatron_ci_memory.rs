@@ -28,28 +28,28 @@ fn the_measured_stage_is_within_five_percent_of_megatrons_ci() {
     assert_eq!(jobs.len(), 2);
     let mut failures = Vec::new();
     for job in jobs {
-        let name = job["name"].as_str().unwrap();
+        let name = job["name"].as_str().expect("fixture field");
         let parsed = megatron_args::parse(
-            job["megatron_args"].as_str().unwrap(),
-            job["world_size"].as_u64().unwrap(),
+            job["megatron_args"].as_str().expect("fixture field"),
+            job["world_size"].as_u64().expect("fixture field"),
         )
         .unwrap_or_else(|error| panic!("{name}: {error}"));
         assert!(parsed.warnings.is_empty(), "{name}: {:?}", parsed.warnings);
         let estimate = stages::estimate(&parsed.job, &Margins::default()).expect("estimate");
         // The last rank logs: the last pipeline stage.
         let stage = estimate.pipeline_stages.last().expect("a stage");
-        for measured in job["measured"].as_array().unwrap() {
-            let golden = measured["golden_values"].as_str().unwrap();
+        for measured in job["measured"].as_array().expect("fixture field") {
+            let golden = measured["golden_values"].as_str().expect("fixture field");
             for (what, ours, theirs) in [
                 (
                     "peak",
                     stage.peak_bytes,
-                    measured["peak_bytes"].as_u64().unwrap(),
+                    measured["peak_bytes"].as_u64().expect("fixture field"),
                 ),
                 (
                     "after step",
                     stage.after_step_bytes,
-                    measured["after_step_bytes"].as_u64().unwrap(),
+                    measured["after_step_bytes"].as_u64().expect("fixture field"),
                 ),
             ] {
                 let error = (ours as f64 - theirs as f64) / theirs as f64;

@@ -127,9 +127,10 @@ impl CalculatorInputs {
         };
         let optimizer = match job.training.runtime {
             Runtime::MegatronLm { optimizer } => optimizer,
-            Runtime::DeepSpeed { zero, .. } if zero == ZeroStage::Disabled => {
-                OptimizerSharding::Replicated
-            }
+            Runtime::DeepSpeed {
+                zero: ZeroStage::Disabled,
+                ..
+            } => OptimizerSharding::Replicated,
             Runtime::DeepSpeed { .. } => OptimizerSharding::Distributed,
         };
         let shape = &job.shape;

@@ -16,17 +16,18 @@
 pub mod activations;
 pub mod calculator;
 pub mod checks;
-// pub mod deepspeed_sections;
+pub mod deepspeed_sections;
 pub mod error;
+pub mod launch;
 pub mod layout;
 pub mod megatron_args;
 pub mod params;
 pub mod schedule;
-// pub mod search;
+pub mod search;
 pub mod shape;
 pub mod stages;
 pub mod states;
-// pub mod time;
+pub mod time;
 
 pub use error::{FlagNames, ParallelError, ParallelErrors};
 pub use layout::{
