@@ -61,7 +61,11 @@ fn every_case_matches_megatron_within_one_in_a_million() {
                 "{name}: {field} {value} vs Megatron's {expected} ({error:e})"
             );
         }
-        assert_eq!(ours.printed, case["printed"].as_str().expect("fixture field"), "{name}");
+        assert_eq!(
+            ours.printed,
+            case["printed"].as_str().expect("fixture field"),
+            "{name}"
+        );
     }
     println!("{} cases, worst relative difference {worst:e}", cases.len());
 }

@@ -49,7 +49,9 @@ fn the_measured_stage_is_within_five_percent_of_megatrons_ci() {
                 (
                     "after step",
                     stage.after_step_bytes,
-                    measured["after_step_bytes"].as_u64().expect("fixture field"),
+                    measured["after_step_bytes"]
+                        .as_u64()
+                        .expect("fixture field"),
                 ),
             ] {
                 let error = (ours as f64 - theirs as f64) / theirs as f64;

@@ -3,6 +3,7 @@
 
 mod estimate;
 mod launch;
+mod parallel;
 mod plan;
 mod recommend;
 mod report;

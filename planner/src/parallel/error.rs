@@ -36,6 +36,8 @@ impl fmt::Display for ParallelError {
     }
 }
 
+impl std::error::Error for ParallelError {}
+
 /// Several refusals at once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParallelErrors(pub Vec<ParallelError>);
