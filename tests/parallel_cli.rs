@@ -164,10 +164,7 @@ fn a_config_with_a_pipeline_is_estimated_per_stage() {
             .len(),
         4
     );
-    assert_eq!(
-        doc["parallel"]["training"]["runtime"]["zero"],
-        1
-    );
+    assert_eq!(doc["parallel"]["training"]["runtime"]["zero"], 1);
     // ZeRO-2 with a pipeline is what DeepSpeed's PipelineEngine refuses.
     std::fs::write(dir.path().join("z2.json"), r#"{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}, "pipeline": {"stages": 2}}"#).expect("write");
     let z2 = dir.path().join("z2.json");

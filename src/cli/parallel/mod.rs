@@ -112,6 +112,8 @@ pub fn load_model(reference: &str) -> Result<ModelSpec, Failure> {
 
 /// A config file, read and typed.
 pub struct ReadConfig {
+    /// The path, for messages.
+    pub display: String,
     /// The file's JSON.
     pub raw: serde_json::Value,
     /// Typed.
@@ -133,7 +135,11 @@ pub fn read_config(path: &Path) -> Result<ReadConfig, Failure> {
     let raw = file.value().clone();
     let config = config::from_value(&raw)
         .map_err(|error| (Outcome::InputRejected, format!("{display}: {error}")))?;
-    Ok(ReadConfig { raw, config })
+    Ok(ReadConfig {
+        display,
+        raw,
+        config,
+    })
 }
 
 /// Whether a read config, with the flags, asks for the 3D path.
@@ -291,7 +297,15 @@ pub fn build_job(inputs: &JobInputs<'_>) -> Result<JobSource, Failure> {
             inputs.precision,
         ),
     };
-    let job = job_from_config(&config_inputs).map_err(|errors| refused(&errors))?;
+    let job = job_from_config(&config_inputs).map_err(|mut errors| {
+        // A JSON pointer names a key of the config: say which file.
+        for error in &mut errors.0 {
+            if error.flag.starts_with('/') {
+                error.flag = format!("{} {}", read.display, error.flag);
+            }
+        }
+        refused(&errors)
+    })?;
     Ok(JobSource::Config {
         job,
         spec: Box::new(spec),
