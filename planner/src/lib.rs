@@ -13,6 +13,7 @@ pub mod estimate;
 pub mod json_pointer;
 pub mod memory;
 pub mod model;
+pub mod parallel;
 pub mod plan;
 pub mod recommend;
 pub mod resolve;

@@ -34,7 +34,7 @@ use std::path::PathBuf;
 /// Arguments of `dsplan estimate`.
 #[derive(Debug, Args)]
 #[command(
-    group(ArgGroup::new("model_source").required(true).args(["params", "model"])),
+    group(ArgGroup::new("model_source").required(true).args(["params", "model", "megatron_args"])),
     after_long_help = presets_help()
 )]
 pub struct EstimateArgs {
@@ -88,6 +88,10 @@ pub struct EstimateArgs {
 
     #[command(flatten, next_help_heading = "Cost model (with --step-time)")]
     cost: CostArgs,
+
+    /// Tensor, pipeline and sequence parallelism (the 3D estimate).
+    #[command(flatten)]
+    parallel: super::parallel::ParallelArgs,
 
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
@@ -298,7 +302,9 @@ pub fn run(args: EstimateArgs) -> Outcome {
             Outcome::Success
         }
         Err((outcome, message)) => {
-            eprintln!("error: {}", crate::render::escape_controls(&message));
+            if !message.is_empty() {
+                eprintln!("error: {}", crate::render::escape_controls(&message));
+            }
             outcome
         }
     }
@@ -316,6 +322,9 @@ fn estimate(args: &EstimateArgs) -> Result<String, Failure> {
         None => Topology::new(args.gpus_per_node.unwrap_or(1), args.nodes.unwrap_or(1)),
     }
     .map_err(usage)?;
+    if let Some(text) = parallel_estimate(args, hardware)? {
+        return Ok(text);
+    }
     let factor = BufferFactor::new(args.buffer_factor).map_err(usage)?;
     let spec = model_spec(args)?;
     let total = spec.total_params;
@@ -423,6 +432,42 @@ fn step_line(step: &PredictedStep) -> String {
         cost.hbm_bandwidth / 1e9,
         cost.cpu_adam_rate / 1e9,
     )
+}
+
+/// The 3D estimate, when asked for: `--megatron-args`, `--tp/--pp/--vpp/--sp`, or a config
+/// with a model-parallel degree above 1 (`None` otherwise: DeepSpeed's tables as before).
+fn parallel_estimate(args: &EstimateArgs, hardware: Topology) -> Result<Option<String>, Failure> {
+    use super::parallel::{self, JobInputs};
+    let flagged = args.parallel.megatron_args.is_some() || args.parallel.any_layout_flag();
+    let read = match &args.config {
+        Some(path) => match parallel::read_config(path) {
+            Ok(read) => Some(read),
+            Err(failure) if flagged => return Err(failure),
+            // Not usable: the DeepSpeed path reports it, as before.
+            Err(_) => return Ok(None),
+        },
+        None => None,
+    };
+    let wanted = flagged
+        || read
+            .as_ref()
+            .is_some_and(|read| parallel::config_wants_parallel(read, &args.parallel));
+    if !wanted {
+        return Ok(None);
+    }
+    let full = &args.full;
+    let source = parallel::build_job(&JobInputs {
+        args: &args.parallel,
+        world: hardware.total_gpus(),
+        config: read.as_ref(),
+        model: args.model.as_deref(),
+        seq_len: full.seq_len,
+        micro_batch: full.micro_batch,
+        checkpointing: full.activation_checkpointing,
+        precision: full.precision,
+        flash_attention: full.flash_attention,
+    })?;
+    parallel::estimate::run(&source, hardware, &full.margins.margins(), args.format).map(Some)
 }
 
 /// Reads `--config` and runs the full estimate.

@@ -44,11 +44,11 @@ const ROWS: usize = 12;
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     /// The DeepSpeed config (resolved: no "auto" left).
-    #[arg(value_name = "FILE")]
-    file: PathBuf,
+    #[arg(value_name = "FILE", required_unless_present = "megatron_args")]
+    file: Option<PathBuf>,
     /// A preset name or Hugging Face id, a config.json, or a directory with one.
-    #[arg(long, value_name = "M")]
-    model: String,
+    #[arg(long, value_name = "M", required_unless_present = "megatron_args")]
+    model: Option<String>,
     /// Data-parallel world size (ranks).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     world_size: u64,
@@ -82,6 +82,9 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     format: PlanFormat,
+    /// Tensor, pipeline and sequence parallelism: the 3D plan (grid, stages, timeline).
+    #[command(flatten)]
+    parallel: super::parallel::ParallelArgs,
 }
 
 /// `--format` of `dsplan plan`.
@@ -138,6 +141,46 @@ pub fn run(args: PlanArgs) -> Outcome {
     }
 }
 
+/// The 3D plan, when asked for: `--megatron-args`, `--tp/--pp/--vpp/--sp`, or a config with a
+/// model-parallel degree above 1 (`None` otherwise).
+fn parallel_plan(args: &PlanArgs) -> Result<Option<(String, Outcome)>, Failure> {
+    use super::parallel::{self, JobInputs};
+    let flagged = args.parallel.megatron_args.is_some() || args.parallel.any_layout_flag();
+    let read = match &args.file {
+        Some(path) => match parallel::read_config(path) {
+            Ok(read) => Some(read),
+            Err(failure) if flagged => return Err(failure),
+            Err(_) => return Ok(None),
+        },
+        None => None,
+    };
+    let wanted = flagged
+        || read
+            .as_ref()
+            .is_some_and(|read| parallel::config_wants_parallel(read, &args.parallel));
+    if !wanted {
+        return Ok(None);
+    }
+    if args.backend != BackendArg::DeepspeedGpu {
+        return Err((
+            Outcome::UsageError,
+            "dsplan's own executors run data parallelism only; a 3D plan uses --backend deepspeed-gpu".into(),
+        ));
+    }
+    let source = parallel::build_job(&JobInputs {
+        args: &args.parallel,
+        world: args.world_size,
+        config: read.as_ref(),
+        model: args.model.as_deref(),
+        seq_len: args.seq_len,
+        micro_batch: None,
+        checkpointing: args.activation_checkpointing,
+        precision: None,
+        flash_attention: args.flash_attention,
+    })?;
+    parallel::plan::run(&source, args.gpu_memory, args.format).map(Some)
+}
+
 fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
     let backend = PlanBackend::from(args.backend);
     if backend == PlanBackend::DsplanCpu && args.gpu_memory.is_some() {
@@ -146,9 +189,18 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
             "--gpu-memory applies to the deepspeed-gpu and dsplan-cuda backends; a dsplan-cpu plan holds everything in host memory".into(),
         ));
     }
-    let display = args.file.display().to_string();
-    let bytes = super::read_input(&args.file)
-        .map_err(|diagnostic| (Outcome::UsageError, diagnostic.message))?;
+    if let Some(planned) = parallel_plan(args)? {
+        return Ok(planned);
+    }
+    let (Some(path), Some(model_reference)) = (&args.file, &args.model) else {
+        return Err((
+            Outcome::UsageError,
+            "dsplan plan needs FILE and --model (or --megatron-args)".into(),
+        ));
+    };
+    let display = path.display().to_string();
+    let bytes =
+        super::read_input(path).map_err(|diagnostic| (Outcome::UsageError, diagnostic.message))?;
     let options = ValidateOptions {
         world_size: Some(args.world_size),
     };
@@ -171,7 +223,7 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
         ));
     }
     let config = config::from_value(file.value()).map_err(|e| (Outcome::InputRejected, e))?;
-    let spec = model::load(&args.model, LmHead::Include).map_err(|error| {
+    let spec = model::load(model_reference, LmHead::Include).map_err(|error| {
         let outcome = match error.kind() {
             ErrorKind::UsageOrIo => Outcome::UsageError,
             ErrorKind::Input => Outcome::InputRejected,

@@ -34,9 +34,16 @@ pub struct RecommendArgs {
     #[arg(long, value_enum, default_value = "include")]
     lm_head: LmHeadChoice,
 
-    /// GPUs per node.
-    #[arg(long, value_name = "G")]
-    gpus_per_node: u64,
+    /// GPUs per node (with --gpus: default 8).
+    #[arg(long, value_name = "G", required_unless_present = "gpus")]
+    gpus_per_node: Option<u64>,
+
+    /// GPUs in all: search 3D layouts (tensor, pipeline, virtual pipeline, Megatron or
+    /// Ulysses sequence parallelism, data parallelism with ZeRO 0-3, micro-batch, recompute)
+    /// instead of the ZeRO walk of one cluster shape, and print a ds_config.json plus
+    /// Megatron-DeepSpeed flags.
+    #[arg(long, value_name = "N", conflicts_with_all = ["nodes", "cpu_memory", "nvme_path"])]
+    gpus: Option<u64>,
 
     /// Number of nodes.
     #[arg(long, value_name = "K", default_value_t = 1)]
@@ -136,7 +143,9 @@ pub fn run(args: RecommendArgs) -> Outcome {
             outcome
         }
         Err((outcome, message)) => {
-            eprintln!("error: {message}");
+            if !message.is_empty() {
+                eprintln!("error: {message}");
+            }
             outcome
         }
     }
@@ -144,8 +153,33 @@ pub fn run(args: RecommendArgs) -> Outcome {
 
 fn run_inner(args: &RecommendArgs) -> Result<(String, Outcome), Failure> {
     let usage = |message: String| (Outcome::UsageError, message);
-    let hardware =
-        Topology::new(args.gpus_per_node, args.nodes).map_err(|e| usage(e.to_string()))?;
+    if let Some(gpus) = args.gpus {
+        let spec = model_spec(args)?;
+        return super::parallel::recommend::run(&super::parallel::recommend::RecommendInputs {
+            spec: &spec,
+            gpus,
+            gpus_per_node: args.gpus_per_node.unwrap_or(8),
+            gpu_memory: args.gpu_memory,
+            seq_len: args.seq_len,
+            global_batch: args.global_batch,
+            precision: Precision::from(args.precision),
+            attention: if args.flash_attention {
+                AttentionKernel::Flash
+            } else {
+                AttentionKernel::Eager
+            },
+            cost: args.cost.cost_model(args.tie_tolerance),
+            margins: args.margins.margins(),
+            output: args.output.as_deref(),
+            format: args.format,
+        });
+    }
+    let Some(gpus_per_node) = args.gpus_per_node else {
+        return Err(usage(
+            "give --gpus-per-node (or --gpus for a 3D search)".into(),
+        ));
+    };
+    let hardware = Topology::new(gpus_per_node, args.nodes).map_err(|e| usage(e.to_string()))?;
     let spec = model_spec(args)?;
     let request = Request {
         model: spec.clone(),

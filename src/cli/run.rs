@@ -257,6 +257,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
             )));
         }
     };
+    super::parallel::refuse_in_run(file.value()).map_err(Failure::input)?;
     check_outputs(args)?;
     if let Some(dir) = &args.save_checkpoint {
         check_checkpoint_dir(dir, args)?;
