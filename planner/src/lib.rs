@@ -5,7 +5,8 @@
 //! defaults and `"auto"` values, compiles the execution plan ([`plan`]), estimates memory
 //! ([`estimate`], reading the plan's buffers; the arithmetic both share is in [`memory`]) for a
 //! model ([`model`]), and holds the math the executor shares with it ([`schedule`]:
-//! learning-rate schedules and the loss-scale state machine).
+//! learning-rate schedules and the loss-scale state machine). Every file a user names is read
+//! through [`user_file`]: regular files only, bounded, never blocking.
 
 pub mod config;
 pub mod diagnostics;
@@ -18,6 +19,7 @@ pub mod recommend;
 pub mod resolve;
 pub mod schedule;
 pub mod source;
+pub mod user_file;
 pub mod validate;
 
 pub use diagnostics::{Code, Diagnostic, Severity};

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use clap::Args;
+use dsplan_planner::user_file::{self, FileKind};
 
 use super::Outcome;
 use hosts::{Host, parse_env_file, parse_hostfile, select};
@@ -184,10 +185,10 @@ fn preflight(args: &LaunchArgs) -> Result<Job, String> {
     let hostfile = args
         .hostfile
         .clone()
-        .or_else(|| Some(PathBuf::from(DEFAULT_HOSTFILE)).filter(|p| p.exists()));
+        .or_else(|| Some(PathBuf::from(DEFAULT_HOSTFILE)).filter(|p| user_file::exists(p)));
     let listed = match &hostfile {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            let text = user_file::read_text(path, FileKind::HostList)
                 .map_err(|e| format!("cannot read the hostfile {}: {e}", path.display()))?;
             let hosts = parse_hostfile(&text).map_err(|e| format!("{}: {e}", path.display()))?;
             if hosts.is_empty() {
@@ -278,8 +279,8 @@ fn deepspeed_env() -> Result<Vec<(String, String)>, String> {
         home.map(|h| h.join(".deepspeed_env")),
     ];
     for path in candidates.into_iter().flatten() {
-        if path.is_file() {
-            let text = std::fs::read_to_string(&path)
+        if user_file::exists(&path) {
+            let text = user_file::read_text(&path, FileKind::HostList)
                 .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             return parse_env_file(&text).map_err(|e| format!("{}: {e}", path.display()));
         }

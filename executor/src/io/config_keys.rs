@@ -10,7 +10,8 @@ use super::LoadError;
 
 /// The text of a `config.json` file.
 pub fn read_text(path: &Path) -> Result<String, LoadError> {
-    std::fs::read_to_string(path).map_err(|e| LoadError::Io {
+    dsplan_planner::user_file::read_text(path, dsplan_planner::user_file::FileKind::ModelConfig)
+        .map_err(|e| LoadError::Io {
         path: path.to_path_buf(),
         message: e.to_string(),
     })
