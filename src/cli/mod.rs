@@ -3,6 +3,7 @@
 
 mod estimate;
 mod launch;
+mod outputs;
 mod plan;
 mod recommend;
 mod report;

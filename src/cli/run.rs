@@ -41,6 +41,7 @@
 
 mod cuda;
 mod memory;
+mod outputs;
 mod progress;
 mod ranks;
 mod report;
@@ -52,7 +53,6 @@ use dsplan_executor::checkpoint::{CheckpointError, NonFinite, load_checkpoint_wi
 use dsplan_executor::cuda::Backend;
 use dsplan_executor::cuda::train::CudaTrainError;
 use dsplan_executor::data::{WindowOrder, check_data_file, resident_bytes};
-use dsplan_executor::io::OutputTarget;
 use dsplan_executor::io::llama_pretrained::{SavedTo, save_trained};
 use dsplan_executor::metrics::StepMetrics;
 use dsplan_executor::train::plan::architecture;
@@ -257,10 +257,6 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
             )));
         }
     };
-    check_outputs(args)?;
-    if let Some(dir) = &args.save_checkpoint {
-        check_checkpoint_dir(dir, args)?;
-    }
     let data_bytes = match &args.data {
         Some(path) => {
             let size = check_data_file(path).map_err(|e| Failure::usage(e.to_string()))?;
@@ -335,6 +331,11 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         });
 
     let num_params = model_shape.layout().num_params();
+    // Outputs against inputs and each other, then each output's place and room, and the
+    // checkpoint directory locked: all before step 0, before anything is written.
+    outputs::check_paths(args, &model_shape)?;
+    let sizes = outputs::Sizes::of(&model_shape, num_params as u64, settings.precision().model_dtype());
+    let prepared = outputs::prepare(args, sizes, ranks.reports())?;
     // The weights are made after the memory pre-flight: a model too large for the machine is
     // refused before they are allocated.
     let mut spec = TrainSpec {
@@ -488,12 +489,21 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
             .train(&spec, &plan, &checkpoints, &observer)
             .map_err(|e| train_failure(e, &display)),
     };
-    let metrics = progress.finish();
-    let report = result;
-    if let Some(metrics) = metrics {
-        metrics.commit()?;
+    // A failed run is reported as itself; a metrics file that failed too is added to it.
+    let committed = progress.finish().map(|m| m.commit()).transpose();
+    let report = match (result, committed) {
+        (Err(mut failure), Err(metrics)) => {
+            failure.message = format!("{}; also: {}", failure.message, metrics.message);
+            return Err(failure);
+        }
+        (Err(failure), Ok(_)) | (Ok(_), Err(failure)) => return Err(failure),
+        (Ok(report), Ok(_)) => report,
+    };
+    if let Some(dir) = args.save_checkpoint.as_ref().filter(|_| ranks.reports()) {
+        for note in prepared.finish(dir, &report.checkpoints) {
+            eprintln!("note: {note}");
+        }
     }
-    let report = report?;
     if !ranks.reports() {
         return Ok(());
     }
@@ -543,65 +553,6 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
             self::bytes(last.bytes),
             last.seconds
         );
-    }
-    Ok(())
-}
-
-/// Fails before training, not at the first save, when `--save-checkpoint DIR` cannot hold
-/// checkpoints: DIR is created if missing, and must be a writable directory; a fresh run (no
-/// `--resume`, no `--overwrite`) refuses a DIR that holds another run's checkpoints.
-fn check_checkpoint_dir(dir: &std::path::Path, args: &RunArgs) -> Result<(), Failure> {
-    let shown = dir.display();
-    if dir.exists() && !dir.is_dir() {
-        return Err(Failure::usage(format!(
-            "--save-checkpoint {shown}: not a directory; name a directory for the checkpoints"
-        )));
-    }
-    if args.resume.is_none() && !args.overwrite {
-        let existing = existing_checkpoints(dir);
-        if !existing.is_empty() {
-            return Err(Failure::usage(format!(
-                "--save-checkpoint {shown} already holds another run's checkpoints ({}); \
-                 pass --resume {shown} to continue that run, --overwrite to replace its tags, \
-                 or name another directory",
-                existing.join(", ")
-            )));
-        }
-    }
-    std::fs::create_dir_all(dir)
-        .and_then(|()| dsplan_executor::io::probe_writable(dir))
-        .map_err(|e| {
-            Failure::usage(format!(
-                "--save-checkpoint {shown}: cannot write there ({e}); name a writable directory"
-            ))
-        })
-}
-
-/// The checkpoint entries (`latest`, `global_step*` tags) in `dir`, sorted; empty when there
-/// are none or `dir` cannot be listed.
-fn existing_checkpoints(dir: &std::path::Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n == "latest" || n.starts_with("global_step"))
-        .collect();
-    names.sort();
-    names
-}
-
-/// Refuses, before training, an output path that must not be written (a directory, a block
-/// device, ...): see `dsplan_executor::io::output`.
-fn check_outputs(args: &RunArgs) -> Result<(), Failure> {
-    for (flag, path) in [
-        ("--metrics", &args.metrics),
-        ("--save-model", &args.save_model),
-    ] {
-        if let Some(path) = path {
-            OutputTarget::of(path)
-                .map_err(|e| Failure::usage(format!("{flag} {}: {e}", path.display())))?;
-        }
     }
     Ok(())
 }

@@ -89,6 +89,11 @@ impl ModelFlags {
 }
 
 impl TrainingArgsFlags {
+    /// The `--training-args` file, if given.
+    pub fn training_args_file(&self) -> Option<&std::path::Path> {
+        self.training_args.as_deref()
+    }
+
     /// The training arguments: the file's (if any) over transformers' defaults, the flags over
     /// both. `Err`: the file cannot be read or holds invalid values.
     pub fn training_args(&self) -> Result<TrainingArgs, String> {
