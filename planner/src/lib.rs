@@ -8,6 +8,7 @@
 //! learning-rate schedules and the loss-scale state machine). Every file a user names is read
 //! through [`user_file`]: regular files only, bounded, never blocking.
 
+pub mod capped;
 pub mod config;
 pub mod diagnostics;
 pub mod estimate;

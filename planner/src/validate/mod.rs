@@ -43,6 +43,7 @@ pub fn validate_source(
     found.extend(validate_document(file.value(), options));
     file.locate_all(&mut found);
     found.sort_by_key(|d| (d.line.unwrap_or(0), d.column.unwrap_or(0)));
+    crate::capped::cap_each_kind(&mut found);
     Ok((file, found))
 }
 
@@ -63,5 +64,6 @@ pub fn validate_document(document: &Value, options: ValidateOptions) -> Vec<Diag
     found.extend(rules::zero::check(view));
     found.extend(rules::optimizer::check(view));
     found.extend(rules::ranges::check(view));
+    crate::capped::cap_each_kind(&mut found);
     found
 }
