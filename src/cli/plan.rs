@@ -146,7 +146,8 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
             "--gpu-memory applies to the deepspeed-gpu and dsplan-cuda backends; a dsplan-cpu plan holds everything in host memory".into(),
         ));
     }
-    let display = args.file.display().to_string();
+    // Printed: the user's path, control characters escaped (`render::escape_controls`).
+    let display = crate::render::escape_controls(&args.file.display().to_string()).into_owned();
     let bytes = super::read_input(&args.file)
         .map_err(|diagnostic| (Outcome::UsageError, diagnostic.message))?;
     let options = ValidateOptions {

@@ -30,8 +30,15 @@
 //! (model, precision, data, sequence length) is refused with exit 1. Every file of a tag is
 //! checked against the tag's manifest (CRC-32) and its fields against what a save writes; a
 //! checkpoint holding NaN or infinite tensors is refused unless
-//! `--allow-non-finite-checkpoint`. A fresh run refuses a `--save-checkpoint` directory that
-//! holds another run's checkpoints unless `--overwrite` (or `--resume`) is given.
+//! `--allow-non-finite-checkpoint` (weights loaded with `--model` likewise, unless
+//! `--allow-non-finite-model`). A fresh run refuses a `--save-checkpoint` directory that
+//! holds another run's checkpoints unless `--overwrite` (or `--resume`) is given; one run at a
+//! time writes a checkpoint directory (its lock `DIR/.dsplan.lock` names the owner's pid and
+//! host).
+//!
+//! Before step 0 every output is set against every input and the others, and checked for
+//! room and a writable place (the `outputs` module): an output that would destroy an input, or a
+//! `--save-model` that could not be written after training, is refused first.
 //!
 //! Before anything is allocated (the model's weights included), the memory pre-flight
 //! ([`memory`]) sets the plan's peak per rank against the machine's available memory and
@@ -58,7 +65,7 @@ use dsplan_executor::metrics::StepMetrics;
 use dsplan_executor::train::plan::architecture;
 use dsplan_executor::train::settings::{AttentionKernel, override_nvme_path};
 use dsplan_executor::train::{
-    CheckpointOptions, DEFAULT_PRESET, DataChoice, ModelChoiceError, SavePolicy, TrainError,
+    CheckpointOptions, DEFAULT_PRESET, check_finite_weights, DataChoice, ModelChoiceError, SavePolicy, TrainError,
     TrainSettings, TrainSpec, choose_model, compile_cuda_plan, compile_plan, model_config,
     plan_training, resume_point, stored_shape,
 };
@@ -161,6 +168,10 @@ pub struct RunArgs {
     /// otherwise, as a run cannot continue from them).
     #[arg(long, requires = "resume")]
     allow_non_finite_checkpoint: bool,
+    /// Train from --model weights that hold NaN or infinite values (refused otherwise, as a
+    /// checkpoint's are).
+    #[arg(long, requires = "model")]
+    allow_non_finite_model: bool,
     #[command(flatten)]
     training: TrainingArgsFlags,
     /// Output format of the final summary.
@@ -246,7 +257,8 @@ pub fn run(args: RunArgs) -> Outcome {
 fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     let backend = cuda::choose(args.device)?;
     let world = ranks.world(args.world_size);
-    let display = args.config.display().to_string();
+    // Printed: the user's path, control characters escaped (`render::escape_controls`).
+    let display = crate::render::escape_controls(&args.config.display().to_string()).into_owned();
     let bytes = super::read_input(&args.config).map_err(|d| Failure::usage(d.message))?;
     let (file, parsed) = match SourceFile::parse(&display, &bytes) {
         Ok(parsed) => parsed,
@@ -295,7 +307,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     {
         eprintln!(
             "note: --nvme-path {} replaces the config's nvme_path",
-            path.display()
+            crate::render::escape_controls(&path.display().to_string())
         );
     }
     // The Trainer's gradient_checkpointing (the flag or --training-args) asks for the same
@@ -327,7 +339,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         .data
         .as_ref()
         .map_or("the bundled corpus (byte tokens)".to_string(), |p| {
-            p.display().to_string()
+            crate::render::escape_controls(&p.display().to_string()).into_owned()
         });
 
     let num_params = model_shape.layout().num_params();
@@ -398,6 +410,13 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
             "{model_name}: the model's shape changed while dsplan read it"
         )));
     }
+    if let Some(path) = args.model.as_deref().map(std::path::Path::new).filter(|p| p.is_dir())
+        && !args.allow_non_finite_model
+    {
+        check_finite_weights(path, &model.params).map_err(|e| {
+            Failure::input(format!("{e} (--allow-non-finite-model trains from them anyway)"))
+        })?;
+    }
     spec.initial_params = model.params;
     let load_started = std::time::Instant::now();
     let loaded = match &args.resume {
@@ -424,7 +443,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         );
         eprintln!(
             "model {} ({} parameters); data {data_name}; {} x {seq_len} tokens per rank and micro-step, {} micro-step(s), global batch {}; {steps} steps",
-            model.description,
+            crate::render::escape_controls(&model.description),
             thousands(num_params as u64),
             batch.micro_batch,
             batch.grad_accum,
@@ -432,7 +451,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         );
         eprintln!("{}", plan_line(&plan));
         for notice in &settings.notices {
-            eprintln!("note: {notice}");
+            eprintln!("note: {}", crate::render::escape_message(notice));
         }
     }
     let resume = match &loaded {
@@ -441,11 +460,11 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
                 resume_point(&spec, &plan, loaded).map_err(|e| train_failure(e, &display))?;
             if ranks.reports() {
                 for note in &point.notes {
-                    eprintln!("note: {note}");
+                    eprintln!("note: {}", crate::render::escape_message(note));
                 }
                 eprintln!(
                     "resuming from {} at step {} ({} applied, loss scale {}; read in {load_seconds:.2} s)",
-                    point.location.path().display(),
+                    crate::render::escape_controls(&point.location.path().display().to_string()),
                     point.global_step,
                     point.applied_steps,
                     point.scaler.scale()
@@ -535,11 +554,14 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     }
     match (&args.save_model, saved) {
         (Some(path), Some(SavedTo::File)) => {
-            eprintln!("saved the trained fp32 model to {}", path.display());
+            eprintln!(
+                "saved the trained fp32 model to {}",
+                crate::render::escape_controls(&path.display().to_string())
+            );
         }
         (Some(path), Some(SavedTo::Directory(files))) => eprintln!(
             "saved the trained model to {} (config.json, {})",
-            path.display(),
+            crate::render::escape_controls(&path.display().to_string()),
             files.join(", ")
         ),
         _ => {}
@@ -548,7 +570,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         eprintln!(
             "saved {} checkpoint(s) to {}; the last, {} ({}, {:.2} s), is `latest`",
             report.checkpoints.len(),
-            last.location.dir.display(),
+            crate::render::escape_controls(&last.location.dir.display().to_string()),
             last.location.tag,
             self::bytes(last.bytes),
             last.seconds

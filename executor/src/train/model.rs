@@ -110,6 +110,20 @@ pub fn choose_model(argument: Option<&str>, seed: u64) -> Result<ModelSource, Mo
     Ok(fresh(config, seed, shown))
 }
 
+/// `Err` naming `path` when the weights loaded from it hold NaN or infinite values (checked
+/// as a checkpoint's tensors are: a run cannot train from them).
+pub fn check_finite_weights(path: &Path, params: &[f32]) -> Result<(), LoadError> {
+    let Some(first) = params.iter().position(|v| !v.is_finite()) else {
+        return Ok(());
+    };
+    let count = params[first..].iter().filter(|v| !v.is_finite()).count();
+    Err(LoadError::NonFinite {
+        path: path.to_path_buf(),
+        first,
+        count,
+    })
+}
+
 /// The shape of the model `--model` names, without allocating its parameters (read before a
 /// run's memory is checked): a directory's or file's `config.json`, or a preset's shape.
 pub fn model_config(argument: Option<&str>) -> Result<ModelConfig, ModelChoiceError> {

@@ -59,6 +59,22 @@ pub fn validate_document(document: &Value, options: ValidateOptions) -> Vec<Diag
             .any(|r| r.code == Code::RemovedFeature && r.pointer == d.pointer)
     });
     found.extend(removed);
+    // A short-name stage-3 "auto" is DeepSpeed's default with a warning, as `resolve` says.
+    let aliased: Vec<Diagnostic> = crate::resolve::defaults::alias_autos(document)
+        .into_iter()
+        .map(|(_, warning)| warning)
+        .collect();
+    found.retain(|d| {
+        !(d.code == Code::AutoNotAllowed && aliased.iter().any(|w| w.pointer == d.pointer))
+    });
+    found.extend(aliased);
+    // A quoted number where the Trainer compares numbers: read as the number with a warning,
+    // as `resolve` and `run` read it.
+    let quoted = crate::resolve::normalise::quoted_numbers(document);
+    found.retain(|d| {
+        !(d.code == Code::WrongType && quoted.iter().any(|q| q.pointer == d.pointer))
+    });
+    found.extend(quoted);
     found.extend(batch::check(document, options.world_size));
     found.extend(rules::precision::check(view));
     found.extend(rules::zero::check(view));

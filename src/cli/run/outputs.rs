@@ -121,8 +121,9 @@ pub(super) fn prepare(args: &RunArgs, sizes: Sizes, writes: bool) -> Result<Prep
     if let Some(path) = &args.metrics {
         target_directory("--metrics", path)?;
     }
-    if let Some(path) = &args.save_model {
-        let dir = target_directory("--save-model", path)?;
+    if let Some(path) = &args.save_model
+        && let Some(dir) = target_directory("--save-model", path)?
+    {
         needed.push((dir, "--save-model", sizes.model));
     }
     let mut prepared = Prepared {
@@ -206,12 +207,13 @@ impl Prepared {
 }
 
 /// The directory an output file (or a model directory) goes into: it must exist and take new
-/// files, and the target itself must be a regular file, absent, or a stream to write through.
-fn target_directory(flag: &str, path: &Path) -> Result<PathBuf, Failure> {
+/// files, and the target itself must be a regular file, absent, or a stream to write through
+/// (`None`: a FIFO or character device, written through, which takes no room here).
+fn target_directory(flag: &str, path: &Path) -> Result<Option<PathBuf>, Failure> {
     let target =
         OutputTarget::of(path).map_err(|e| Failure::usage(format!("{flag} {}: {e}", shown(path))))?;
     if target.kind == OutputKind::WriteThrough {
-        return Ok(PathBuf::from("."));
+        return Ok(None);
     }
     let dir = match target.path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
@@ -233,7 +235,7 @@ fn target_directory(flag: &str, path: &Path) -> Result<PathBuf, Failure> {
             shown(&dir)
         ))
     })?;
-    Ok(dir)
+    Ok(Some(dir))
 }
 
 /// `--save-checkpoint DIR`: created if missing, a writable directory.
