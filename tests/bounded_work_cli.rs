@@ -98,8 +98,10 @@ fn recommend_and_the_preflight_at_the_layer_limit_take_seconds_not_hours() {
         ],
         300,
     );
-    assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("zero_optimization") || stderr.contains("ZeRO"), "{stdout}");
+    // A verdict either way (at sequence length 1,024 the activations of 16,384 layers fit no
+    // 80 GiB GPU): every candidate is planned and reported.
+    assert!(matches!(code, 0 | 1), "{stderr}");
+    assert!(stdout.contains("ZeRO-3"), "{stdout}");
     eprintln!("recommend at 16,384 layers: {seconds:.2} s");
     // The largest world size and layer count a run takes: refused by the pre-flight.
     let config = config_path("zero3_bf16.json");
@@ -150,6 +152,7 @@ fn force_never_runs_a_plan_larger_than_the_machine() {
 #[test]
 fn a_tie_tolerance_is_a_fraction() {
     for bad in ["1e308", "2", "-0.1", "NaN"] {
+        let flag = format!("--tie-tolerance={bad}");
         let (code, _, stderr, _) = timed(
             &[
                 "recommend",
@@ -163,8 +166,7 @@ fn a_tie_tolerance_is_a_fraction() {
                 "1024",
                 "--global-batch",
                 "64",
-                "--tie-tolerance",
-                bad,
+                &flag,
             ],
             120,
         );

@@ -4,7 +4,8 @@
 //! (`--metrics CKPT/latest`), or that is another output (`--metrics m --save-model m`), is
 //! refused naming both flags.
 //!
-//! Paths are compared as the file system sees them: symlinks and `..` resolved (a path that
+//! A FIFO or character device as an output is written through, never replaced, and is left
+//! out of the comparison. Paths are compared as the file system sees them: symlinks and `..` resolved (a path that
 //! does not exist yet through its nearest existing ancestor), and existing files by device and
 //! inode, so a hard link or a bind of the same file is the same file.
 
@@ -35,6 +36,9 @@ struct Named {
     identity: Option<(u64, u64)>,
     shape: Shape,
     direction: Direction,
+    /// A FIFO or character device (`/dev/null`): written through, never replaced, so two
+    /// outputs may share it and nothing there is destroyed.
+    stream: bool,
 }
 
 /// A pair the command allows although the paths meet (`--resume CKPT --save-checkpoint CKPT`
@@ -79,6 +83,7 @@ impl Paths {
             identity: identity(path),
             shape,
             direction,
+            stream: is_stream(path),
         });
         self
     }
@@ -87,7 +92,7 @@ impl Paths {
     /// what to do; `Ok` when every output stands apart.
     pub fn check(&self) -> Result<(), String> {
         for (i, output) in self.named.iter().enumerate() {
-            if output.direction != Direction::Output {
+            if output.direction != Direction::Output || output.stream {
                 continue;
             }
             for (j, other) in self.named.iter().enumerate() {
@@ -164,6 +169,21 @@ fn noun(shape: Shape) -> &'static str {
 
 fn same(a: &Named, b: &Named) -> bool {
     a.resolved == b.resolved || (a.identity.is_some() && a.identity == b.identity)
+}
+
+/// Whether `path` names a FIFO or a character device (through symlinks).
+#[cfg(unix)]
+fn is_stream(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| {
+        let kind = m.file_type();
+        kind.is_fifo() || kind.is_char_device()
+    })
+}
+
+#[cfg(not(unix))]
+fn is_stream(_: &Path) -> bool {
+    false
 }
 
 /// Device and inode of what `path` names, when it exists.
