@@ -145,7 +145,10 @@ fn force_never_runs_a_plan_larger_than_the_machine() {
     );
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("--force cannot run it"), "{stderr}");
-    assert!(stderr.contains("MemTotal plus SwapTotal") || stderr.contains("cgroup"), "{stderr}");
+    assert!(
+        stderr.contains("MemTotal plus SwapTotal") || stderr.contains("cgroup"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("step="), "{stderr}");
 }
 
@@ -185,7 +188,14 @@ fn weights_given_with_model_are_checked_for_nan() {
     let config = config_path("zero0_fp32.json");
     let (code, _, stderr, _) = timed(
         &[
-            "run", &config, "--steps", "1", "--seq-len", "16", "--save-model", text(&weights),
+            "run",
+            &config,
+            "--steps",
+            "1",
+            "--seq-len",
+            "16",
+            "--save-model",
+            text(&weights),
         ],
         120,
     );
@@ -202,7 +212,16 @@ fn weights_given_with_model_are_checked_for_nan() {
     )
     .expect("config");
     let (code, _, stderr, _) = timed(
-        &["run", &config, "--steps", "1", "--seq-len", "16", "--model", text(&model)],
+        &[
+            "run",
+            &config,
+            "--steps",
+            "1",
+            "--seq-len",
+            "16",
+            "--model",
+            text(&model),
+        ],
         120,
     );
     assert_eq!(code, 1, "{stderr}");
@@ -233,7 +252,10 @@ fn validate_and_resolve_agree_on_short_name_autos_and_hysteresis_0_is_flagged() 
             "{key}: {stderr}"
         );
     }
-    assert!(stderr.contains("warning[out-of-range]: `fp16.hysteresis` is 0"), "{stderr}");
+    assert!(
+        stderr.contains("warning[out-of-range]: `fp16.hysteresis` is 0"),
+        "{stderr}"
+    );
     let (code, _, stderr, _) = timed(&["resolve", text(&path), "--world-size", "1"], 120);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("warning[unresolvable-auto]"), "{stderr}");

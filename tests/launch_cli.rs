@@ -115,7 +115,10 @@ fn a_terminated_launch_takes_its_mpirun_with_it() {
         {
             break pid;
         }
-        assert!(begun.elapsed() < Duration::from_secs(20), "mpirun never started");
+        assert!(
+            begun.elapsed() < Duration::from_secs(20),
+            "mpirun never started"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(alive(mpirun));

@@ -36,8 +36,11 @@ fn a_config_a_data_file_and_a_latest_survive_being_named_as_outputs() {
     std::fs::copy(config_path("zero0_fp32.json"), &config).expect("copied");
     let config_bytes = std::fs::read(&config).expect("read");
     let data = dir.path().join("d.txt");
-    std::fs::write(&data, "the data to train on, which must not be emptied. ".repeat(40))
-        .expect("data");
+    std::fs::write(
+        &data,
+        "the data to train on, which must not be emptied. ".repeat(40),
+    )
+    .expect("data");
     let data_bytes = std::fs::read(&data).expect("read");
     let link = dir.path().join("link.json");
     std::os::unix::fs::symlink(&config, &link).expect("symlink");
@@ -50,16 +53,26 @@ fn a_config_a_data_file_and_a_latest_survive_being_named_as_outputs() {
         (vec!["--save-model", c], "as the config"),
         (vec!["--metrics", text(&link)], "as the config"),
         (vec!["--save-model", text(&dotted)], "as the config"),
-        (vec!["--data", text(&data), "--metrics", text(&data)], "as --data"),
+        (
+            vec!["--data", text(&data), "--metrics", text(&data)],
+            "as --data",
+        ),
     ];
     let ckpt = dir.path().join("ckpt");
-    let (code, stderr) = run(&[&["run", c][..], &TINY, &["--save-checkpoint", text(&ckpt)]].concat());
+    let (code, stderr) =
+        run(&[&["run", c][..], &TINY, &["--save-checkpoint", text(&ckpt)]].concat());
     assert_eq!(code, 0, "{stderr}");
     let latest = ckpt.join("latest");
     let latest_bytes = std::fs::read(&latest).expect("latest");
     let ck = text(&ckpt);
     cases.push((
-        vec!["--save-checkpoint", ck, "--overwrite", "--metrics", text(&latest)],
+        vec![
+            "--save-checkpoint",
+            ck,
+            "--overwrite",
+            "--metrics",
+            text(&latest),
+        ],
         "lies inside --save-checkpoint",
     ));
     cases.push((
@@ -76,13 +89,17 @@ fn a_config_a_data_file_and_a_latest_survive_being_named_as_outputs() {
             .rev()
             .nth(1)
             .expect("an output flag before its path");
-        assert!(stderr.contains(&format!("error: {first} ")), "{extra:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("error: {first} ")),
+            "{extra:?}: {stderr}"
+        );
         assert_eq!(std::fs::read(&config).expect("config"), config_bytes);
         assert_eq!(std::fs::read(&data).expect("data"), data_bytes);
         assert_eq!(std::fs::read(&latest).expect("latest"), latest_bytes);
     }
     // And the checkpoint still resumes.
-    let (code, stderr) = run(&[&["run", c, "--seq-len", "16", "--steps", "3", "--resume", ck][..]].concat());
+    let (code, stderr) =
+        run(&[&["run", c, "--seq-len", "16", "--steps", "3", "--resume", ck][..]].concat());
     assert_eq!(code, 0, "{stderr}");
 }
 
@@ -104,8 +121,16 @@ fn two_runs_on_one_checkpoint_directory_one_writes_the_other_is_refused_naming_i
     let ck = text(&ckpt);
     let lock = ckpt.join(".dsplan.lock");
     let long = [
-        "run", &config, "--seq-len", "16", "--steps", "1000000", "--save-checkpoint", ck,
-        "--checkpoint-every", "1",
+        "run",
+        &config,
+        "--seq-len",
+        "16",
+        "--steps",
+        "1000000",
+        "--save-checkpoint",
+        ck,
+        "--checkpoint-every",
+        "1",
     ];
     let mut first = spawn(&long);
     let started = Instant::now();
@@ -116,14 +141,26 @@ fn two_runs_on_one_checkpoint_directory_one_writes_the_other_is_refused_naming_i
     let owner = format!("pid {}", first.id());
     for extra in [&[][..], &["--overwrite"][..]] {
         let args = [
-            &["run", config.as_str(), "--seq-len", "16", "--steps", "2", "--save-checkpoint", ck][..],
+            &[
+                "run",
+                config.as_str(),
+                "--seq-len",
+                "16",
+                "--steps",
+                "2",
+                "--save-checkpoint",
+                ck,
+            ][..],
             extra,
         ]
         .concat();
         let (code, stderr) = run(&args);
         assert_eq!(code, 2, "{extra:?}: {stderr}");
         assert!(stderr.contains(&owner), "{extra:?}: {stderr}");
-        assert!(stderr.contains("one run writes a checkpoint directory at a time"), "{stderr}");
+        assert!(
+            stderr.contains("one run writes a checkpoint directory at a time"),
+            "{stderr}"
+        );
     }
     assert!(
         std::fs::read_to_string(&lock)
@@ -135,10 +172,21 @@ fn two_runs_on_one_checkpoint_directory_one_writes_the_other_is_refused_naming_i
     let _ = first.wait();
     assert!(lock.exists());
     let (code, stderr) = run(&[
-        "run", &config, "--seq-len", "16", "--steps", "2", "--save-checkpoint", ck, "--overwrite",
+        "run",
+        &config,
+        "--seq-len",
+        "16",
+        "--steps",
+        "2",
+        "--save-checkpoint",
+        ck,
+        "--overwrite",
     ]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains(&format!("took over the lock of {owner}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("took over the lock of {owner}")),
+        "{stderr}"
+    );
     assert!(!lock.exists(), "released at exit");
     // The killed run's later tags are gone: `latest` is the newest tag; its earlier ones are
     // named as remaining.
@@ -153,7 +201,10 @@ fn two_runs_on_one_checkpoint_directory_one_writes_the_other_is_refused_naming_i
     assert!(steps.contains(&2), "{steps:?}");
     assert!(steps.iter().all(|&s| s <= 2), "{steps:?}: {stderr}");
     if steps.contains(&1) {
-        assert!(stderr.contains("still holds the other run's tag(s) global_step1"), "{stderr}");
+        assert!(
+            stderr.contains("still holds the other run's tag(s) global_step1"),
+            "{stderr}"
+        );
     }
 }
 
@@ -171,14 +222,24 @@ fn a_save_model_place_that_cannot_be_written_is_refused_before_step_0() {
         let started = Instant::now();
         // A million steps: a run that trained first would run into the timeout.
         let (code, stderr) = run(&[
-            "run", &config, "--seq-len", "16", "--steps", "1000000", "--save-model", target,
+            "run",
+            &config,
+            "--seq-len",
+            "16",
+            "--steps",
+            "1000000",
+            "--save-model",
+            target,
         ]);
         let took = started.elapsed();
         assert_eq!(code, 2, "{target}: {stderr}");
         assert!(stderr.contains(says), "{target}: {stderr}");
         assert!(stderr.contains("--save-model"), "{stderr}");
         assert!(!stderr.contains("step="), "no step ran: {stderr}");
-        eprintln!("--save-model {target}: refused in {:.3} s", took.as_secs_f64());
+        eprintln!(
+            "--save-model {target}: refused in {:.3} s",
+            took.as_secs_f64()
+        );
     }
 }
 
@@ -206,5 +267,8 @@ fn a_latest_that_is_a_symlink_is_replaced_and_its_target_untouched() {
     assert_eq!(std::fs::read(&precious).expect("read"), b"not a tag");
     let latest = ckpt.join("latest");
     assert!(std::fs::symlink_metadata(&latest).expect("meta").is_file());
-    assert_eq!(std::fs::read_to_string(&latest).expect("read"), "global_step2");
+    assert_eq!(
+        std::fs::read_to_string(&latest).expect("read"),
+        "global_step2"
+    );
 }

@@ -95,7 +95,14 @@ fn cases(dir: &Path) -> Option<Vec<Case>> {
         },
         Case {
             what: "--training-args (resolve)",
-            args: owned(&["resolve", &config, "--world-size", "1", "--training-args", &fifo(2)]),
+            args: owned(&[
+                "resolve",
+                &config,
+                "--world-size",
+                "1",
+                "--training-args",
+                &fifo(2),
+            ]),
             says: "it is a FIFO (named pipe)".to_string(),
         },
         Case {
@@ -155,7 +162,11 @@ fn a_fifo_in_every_reader_is_refused_at_once_by_what_it_is() {
             output.status
         );
         assert!(stderr.contains(&case.says), "{}: {stderr}", case.what);
-        assert!(!stderr.contains("does not exist"), "{}: {stderr}", case.what);
+        assert!(
+            !stderr.contains("does not exist"),
+            "{}: {stderr}",
+            case.what
+        );
         if took > slowest.0 {
             slowest = (took, case.what);
         }

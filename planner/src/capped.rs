@@ -119,7 +119,9 @@ mod tests {
         let summary = &found[PER_KIND];
         assert_eq!(summary.code, Code::DuplicateKey);
         assert!(
-            summary.message.starts_with("and 950 more duplicate-key error(s)"),
+            summary
+                .message
+                .starts_with("and 950 more duplicate-key error(s)"),
             "{}",
             summary.message
         );

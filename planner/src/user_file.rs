@@ -182,7 +182,9 @@ pub fn read_text(path: &Path, kind: FileKind) -> std::io::Result<String> {
 pub fn read_bounded(reader: impl Read, expected: u64, kind: FileKind) -> std::io::Result<Vec<u8>> {
     let limit = kind.limit();
     let mut bytes = Vec::with_capacity(expected.min(limit).min(64 * MIB) as usize);
-    reader.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    reader
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {
         return Err(too_large(None, kind));
     }
@@ -275,7 +277,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("latest");
         let file = File::create(&path).expect("create");
-        file.set_len(FileKind::LatestTag.limit() + 1).expect("sparse");
+        file.set_len(FileKind::LatestTag.limit() + 1)
+            .expect("sparse");
         let error = read(&path, FileKind::LatestTag).expect_err("too large");
         assert_eq!(error.kind(), ErrorKind::FileTooLarge);
         assert!(error.to_string().contains("at most 4 KiB"), "{error}");
@@ -287,7 +290,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let error = read(dir.path(), FileKind::ModelConfig).expect_err("a directory");
         assert_eq!(error.kind(), ErrorKind::InvalidInput);
-        assert!(error.to_string().starts_with("it is a directory"), "{error}");
+        assert!(
+            error.to_string().starts_with("it is a directory"),
+            "{error}"
+        );
     }
 
     #[cfg(target_os = "linux")]

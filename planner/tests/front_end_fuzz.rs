@@ -136,7 +136,9 @@ fn check(name: &str, bytes: &[u8]) {
             // Each kind is capped (dsplan_planner::capped): at most PER_KIND and one summary.
             let mut kinds = std::collections::HashMap::new();
             for diagnostic in &found {
-                *kinds.entry((diagnostic.code, diagnostic.severity)).or_insert(0usize) += 1;
+                *kinds
+                    .entry((diagnostic.code, diagnostic.severity))
+                    .or_insert(0usize) += 1;
             }
             for (kind, count) in kinds {
                 assert!(

@@ -318,9 +318,10 @@ fn other_five_megabyte_shapes_parse_in_linear_time() {
     let cap = dsplan_planner::capped::PER_KIND;
     assert_eq!(diagnostics.len(), cap + 1);
     assert!(
-        diagnostics[cap]
-            .message
-            .starts_with(&format!("and {} more duplicate-key error(s)", FIVE_MB / 9 - cap)),
+        diagnostics[cap].message.starts_with(&format!(
+            "and {} more duplicate-key error(s)",
+            FIVE_MB / 9 - cap
+        )),
         "{}",
         diagnostics[cap].message
     );

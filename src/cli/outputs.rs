@@ -299,8 +299,11 @@ mod tests {
         assert!(error.contains("lies inside --save-checkpoint"), "{error}");
         let mut p = Paths::default();
         let out = dir.path().join("out");
-        p.output("--metrics", &out, Shape::File)
-            .output("--save-model", &dir.path().join("./out"), Shape::File);
+        p.output("--metrics", &out, Shape::File).output(
+            "--save-model",
+            &dir.path().join("./out"),
+            Shape::File,
+        );
         let error = p.check().expect_err("one file twice");
         assert!(error.contains("which this run writes"), "{error}");
     }

@@ -65,9 +65,9 @@ use dsplan_executor::metrics::StepMetrics;
 use dsplan_executor::train::plan::architecture;
 use dsplan_executor::train::settings::{AttentionKernel, override_nvme_path};
 use dsplan_executor::train::{
-    CheckpointOptions, DEFAULT_PRESET, check_finite_weights, DataChoice, ModelChoiceError, SavePolicy, TrainError,
-    TrainSettings, TrainSpec, choose_model, compile_cuda_plan, compile_plan, model_config,
-    plan_training, resume_point, stored_shape,
+    CheckpointOptions, DEFAULT_PRESET, DataChoice, ModelChoiceError, SavePolicy, TrainError,
+    TrainSettings, TrainSpec, check_finite_weights, choose_model, compile_cuda_plan, compile_plan,
+    model_config, plan_training, resume_point, stored_shape,
 };
 use dsplan_executor::zero::{Dtype, MixedPrecision, ZeroError};
 use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
@@ -346,7 +346,11 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     // Outputs against inputs and each other, then each output's place and room, and the
     // checkpoint directory locked: all before step 0, before anything is written.
     outputs::check_paths(args, &model_shape)?;
-    let sizes = outputs::Sizes::of(&model_shape, num_params as u64, settings.precision().model_dtype());
+    let sizes = outputs::Sizes::of(
+        &model_shape,
+        num_params as u64,
+        settings.precision().model_dtype(),
+    );
     let prepared = outputs::prepare(args, sizes, ranks.reports())?;
     // The weights are made after the memory pre-flight: a model too large for the machine is
     // refused before they are allocated.
@@ -410,11 +414,17 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
             "{model_name}: the model's shape changed while dsplan read it"
         )));
     }
-    if let Some(path) = args.model.as_deref().map(std::path::Path::new).filter(|p| p.is_dir())
+    if let Some(path) = args
+        .model
+        .as_deref()
+        .map(std::path::Path::new)
+        .filter(|p| p.is_dir())
         && !args.allow_non_finite_model
     {
         check_finite_weights(path, &model.params).map_err(|e| {
-            Failure::input(format!("{e} (--allow-non-finite-model trains from them anyway)"))
+            Failure::input(format!(
+                "{e} (--allow-non-finite-model trains from them anyway)"
+            ))
         })?;
     }
     spec.initial_params = model.params;

@@ -91,9 +91,11 @@ impl CheckpointLocation {
         }
         let latest = path.join(LATEST);
         if user_file::exists(&latest) {
-            let text = user_file::read_text(&latest, FileKind::LatestTag).map_err(|e| CheckpointError::Io {
-                path: latest.clone(),
-                message: e.to_string(),
+            let text = user_file::read_text(&latest, FileKind::LatestTag).map_err(|e| {
+                CheckpointError::Io {
+                    path: latest.clone(),
+                    message: e.to_string(),
+                }
             })?;
             let tag = text.trim();
             if tag.is_empty() || tag.contains(['/', '\\']) || tag.starts_with('.') {

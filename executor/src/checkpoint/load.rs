@@ -137,8 +137,8 @@ pub fn read_engine_state(path: &Path) -> Result<EngineState, CheckpointError> {
             what: "engine_state.json",
         });
     }
-    let bytes =
-        user_file::read(path, FileKind::CheckpointJson).map_err(|e| CheckpointError::io(path, &e))?;
+    let bytes = user_file::read(path, FileKind::CheckpointJson)
+        .map_err(|e| CheckpointError::io(path, &e))?;
     engine_state_from_bytes(path, &bytes)
 }
 

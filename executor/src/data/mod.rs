@@ -124,10 +124,12 @@ pub fn check_data_file(path: &Path) -> Result<u64, DataError> {
 /// The bytes of the data file `path`, after [`check_data_file`].
 pub fn read_data_file(path: &Path) -> Result<Vec<u8>, DataError> {
     check_data_file(path)?;
-    dsplan_planner::user_file::read(path, dsplan_planner::user_file::FileKind::Data).map_err(|error| DataError::Io {
-        path: path.display().to_string(),
-        message: error.to_string(),
-    })
+    dsplan_planner::user_file::read(path, dsplan_planner::user_file::FileKind::Data).map_err(
+        |error| DataError::Io {
+            path: path.display().to_string(),
+            message: error.to_string(),
+        },
+    )
 }
 
 /// Bytes the data file of `size` bytes in the format of `path` occupies in memory at its peak

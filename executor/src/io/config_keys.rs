@@ -12,9 +12,9 @@ use super::LoadError;
 pub fn read_text(path: &Path) -> Result<String, LoadError> {
     dsplan_planner::user_file::read_text(path, dsplan_planner::user_file::FileKind::ModelConfig)
         .map_err(|e| LoadError::Io {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
 }
 
 /// The top-level object of a `config.json`.

@@ -73,7 +73,8 @@ pub fn read_weights(
     let mut stored_head: Option<Vec<f32>> = None;
     for file in &files {
         let path = dir.join(file);
-        let bytes = user_file::read(&path, FileKind::Safetensors).map_err(|e| io_error(&path, e))?;
+        let bytes =
+            user_file::read(&path, FileKind::Safetensors).map_err(|e| io_error(&path, e))?;
         let st = SafeTensors::deserialize(&bytes)
             .map_err(|e| LoadError::Safetensors(format!("{}: {e}", path.display())))?;
         for (name, view) in st.iter() {

@@ -185,7 +185,10 @@ fn replace_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let result = (|| {
         // `create_new`: a symlink or anything else at the temporary name is never followed.
         let _ = std::fs::remove_file(&temp);
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&temp)?;
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         std::fs::rename(&temp, path)

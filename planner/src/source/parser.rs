@@ -1,7 +1,6 @@
 //! The recursive-descent reader: builds the `serde_json::Value` and the span tree side by
 //! side, one pass, nesting checked before every descent.
 
-use crate::capped::{Tally, and_more};
 use super::cursor::Cursor;
 use super::decode::ByteOrderMark;
 use super::error::{ParseError, describe_found, token_at, word_at};
@@ -11,6 +10,7 @@ use super::spans::{Children, SpanNode};
 use super::strictness::{Leniency, NonStrictTally};
 use super::string::parse_string;
 use super::{Located, Span};
+use crate::capped::{Tally, and_more};
 use crate::diagnostics::{Code, Diagnostic, Severity};
 use crate::json_pointer;
 use serde_json::{Map, Value};

@@ -71,9 +71,7 @@ pub fn validate_document(document: &Value, options: ValidateOptions) -> Vec<Diag
     // A quoted number where the Trainer compares numbers: read as the number with a warning,
     // as `resolve` and `run` read it.
     let quoted = crate::resolve::normalise::quoted_numbers(document);
-    found.retain(|d| {
-        !(d.code == Code::WrongType && quoted.iter().any(|q| q.pointer == d.pointer))
-    });
+    found.retain(|d| !(d.code == Code::WrongType && quoted.iter().any(|q| q.pointer == d.pointer)));
     found.extend(quoted);
     found.extend(batch::check(document, options.world_size));
     found.extend(rules::precision::check(view));

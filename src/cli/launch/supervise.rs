@@ -175,6 +175,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(!alive(leader), "the leader outlived the group's SIGKILL");
-        assert!(!alive(grandchild), "the grandchild outlived the group's SIGKILL");
+        assert!(
+            !alive(grandchild),
+            "the grandchild outlived the group's SIGKILL"
+        );
     }
 }

@@ -15,8 +15,8 @@
 
 use std::path::{Path, PathBuf};
 
-use dsplan_executor::checkpoint::{DirLock, LockError};
 use dsplan_executor::checkpoint::SavedCheckpoint;
+use dsplan_executor::checkpoint::{DirLock, LockError};
 use dsplan_executor::io::{OutputKind, OutputTarget, available_bytes, probe_writable};
 use dsplan_executor::model::ModelConfig;
 use dsplan_executor::zero::Dtype;
@@ -167,7 +167,10 @@ impl Prepared {
     /// that remain. Returns the notes to print.
     pub fn finish(&self, dir: &Path, saved: &[SavedCheckpoint]) -> Vec<String> {
         let ours: Vec<&str> = saved.iter().map(|c| c.location.tag.as_str()).collect();
-        let Some(last) = saved.iter().filter_map(|c| parse_tag_step(&c.location.tag)).max()
+        let Some(last) = saved
+            .iter()
+            .filter_map(|c| parse_tag_step(&c.location.tag))
+            .max()
         else {
             return Vec::new();
         };
@@ -178,12 +181,10 @@ impl Prepared {
                 continue;
             }
             match parse_tag_step(tag) {
-                Some(step) if step > last => {
-                    match std::fs::remove_dir_all(dir.join(tag)) {
-                        Ok(()) => removed.push(tag.clone()),
-                        Err(_) => kept.push(tag.clone()),
-                    }
-                }
+                Some(step) if step > last => match std::fs::remove_dir_all(dir.join(tag)) {
+                    Ok(()) => removed.push(tag.clone()),
+                    Err(_) => kept.push(tag.clone()),
+                },
                 _ => kept.push(tag.clone()),
             }
         }
@@ -210,8 +211,8 @@ impl Prepared {
 /// files, and the target itself must be a regular file, absent, or a stream to write through
 /// (`None`: a FIFO or character device, written through, which takes no room here).
 fn target_directory(flag: &str, path: &Path) -> Result<Option<PathBuf>, Failure> {
-    let target =
-        OutputTarget::of(path).map_err(|e| Failure::usage(format!("{flag} {}: {e}", shown(path))))?;
+    let target = OutputTarget::of(path)
+        .map_err(|e| Failure::usage(format!("{flag} {}: {e}", shown(path))))?;
     if target.kind == OutputKind::WriteThrough {
         return Ok(None);
     }
