@@ -272,3 +272,38 @@ fn a_latest_that_is_a_symlink_is_replaced_and_its_target_untouched() {
         "global_step2"
     );
 }
+
+#[test]
+fn recommend_output_never_overwrites_the_model_it_reads() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = dir.path().join("config.json");
+    let text_of_model = r#"{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024,
+        "n_embd": 768, "n_layer": 12, "n_head": 12}"#;
+    std::fs::write(&model, text_of_model).expect("model");
+    for output in [model.clone(), dir.path().join("./config.json")] {
+        let (code, stderr) = run(&[
+            "recommend",
+            "--model",
+            text(&model),
+            "--gpus-per-node",
+            "8",
+            "--gpu-memory",
+            "80GiB",
+            "--seq-len",
+            "1024",
+            "--global-batch",
+            "64",
+            "--output",
+            text(&output),
+        ]);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(
+            stderr.contains("--output") && stderr.contains("--model"),
+            "{stderr}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&model).expect("model"),
+            text_of_model
+        );
+    }
+}
