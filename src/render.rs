@@ -198,6 +198,18 @@ pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// `message` with every control character but a newline escaped ([`escape_controls`]): for a
+/// whole message printed at a sink (`error: ...`), which may hold paths, names and file contents
+/// from the user. The one escaping rule of everything dsplan prints; escaping twice changes
+/// nothing.
+pub fn escape_message(message: &str) -> String {
+    message
+        .split('\n')
+        .map(|line| escape_controls(line).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Characters of a message, help, path or pointer printed; the rest is cut (marked with `…`),
 /// so a key of a million characters quoted in a message does not flood the terminal.
 const MAX_TEXT: usize = 1000;

@@ -9,7 +9,8 @@ use assert_cmd::Command;
 
 fn cases(dir: &tempfile::TempDir) -> Vec<PathBuf> {
     let mut duplicates = String::from("{");
-    for _ in 0..2000 {
+    // Issue 33: enough duplicates that an uncapped report runs to megabytes.
+    for _ in 0..50_000 {
         duplicates.push_str("\"gradient_clipping\": 1.0, ");
     }
     duplicates.push('}');
@@ -27,6 +28,10 @@ fn cases(dir: &tempfile::TempDir) -> Vec<PathBuf> {
         ("auto.json", br#"{"train_batch_size": "auto", "fp16": {"enabled": "auto", "loss_scale": 4, "hysteresis": 1}}"#.to_vec()),
         ("cut.json", br#"{"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr""#.to_vec()),
         ("closed.json", br#"{"train_batch_size": 8, "autotuning": {"enabeld": true, "model_info": {"num_layer": 2}}, "timers": {"throughputs": {}}, "checkpoint": {"writer": {"decouple": true}}, "optimizer": {"type": "AdamW", "param": {"lr": 1}}, "scheduler": {"type": "OneCycle", "params": {"cycle_min_mom": 1.5, "decay_lr_rate": -1, "cycle_min_lr": -1}}, "pipeline": {"pipe_partitoned": true, "chunks": 4}, "expert_parallel": {"autoep_sise": 2}, "aio": {"block_size": 0, "queue_depth": 0, "intra_op_parallelism": 0}}"#.to_vec()),
+        // Issue 33: the short-name stage-3 autos and fp16 hysteresis 0.
+        ("issue33.json", br#"{"train_batch_size": 8, "fp16": {"enabled": true, "hysteresis": 0}, "zero_optimization": {"stage": 3, "prefetch_bucket_size": "auto", "param_persistence_threshold": "auto"}}"#.to_vec()),
+        // Issue 33: a path with terminal escapes.
+        ("\u{1b}]0;pwned\u{7}\u{1b}[2J.json", br#"{"train_batch_size": 8}"#.to_vec()),
         ("nested.json", br#"{"train_batch_size": 8, "zero_optimization": {"stage": 3, "sub_group_size": 0, "offload_optimizer": {"device": "cpu", "buffer_count": -1}}}"#.to_vec()),
     ];
     let mut paths: Vec<PathBuf> = texts
@@ -78,6 +83,12 @@ fn every_sample_exits_0_1_or_2_and_prints_no_control_character() {
             assert!(
                 !stderr.chars().any(|c| c.is_control() && c != '\n'),
                 "{args:?}: {stderr:?}"
+            );
+            // Every diagnostic kind is capped: a page of output, whatever the input.
+            assert!(
+                output.stdout.len() + output.stderr.len() < 2_000_000,
+                "{args:?}: {} bytes",
+                output.stdout.len() + output.stderr.len()
             );
             runs += 1;
         }

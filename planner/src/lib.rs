@@ -5,8 +5,10 @@
 //! defaults and `"auto"` values, compiles the execution plan ([`plan`]), estimates memory
 //! ([`estimate`], reading the plan's buffers; the arithmetic both share is in [`memory`]) for a
 //! model ([`model`]), and holds the math the executor shares with it ([`schedule`]:
-//! learning-rate schedules and the loss-scale state machine).
+//! learning-rate schedules and the loss-scale state machine). Every file a user names is read
+//! through [`user_file`]: regular files only, bounded, never blocking.
 
+pub mod capped;
 pub mod config;
 pub mod diagnostics;
 pub mod estimate;
@@ -19,6 +21,7 @@ pub mod recommend;
 pub mod resolve;
 pub mod schedule;
 pub mod source;
+pub mod user_file;
 pub mod validate;
 
 pub use diagnostics::{Code, Diagnostic, Severity};

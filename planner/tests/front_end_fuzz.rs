@@ -63,6 +63,10 @@ const FRAGMENTS: &[&[u8]] = &[
     b"\"expert_parallel\": {\"autoep_sise\": 2, \"expert_w3\": null},",
     b"\"aio\": {\"block_size\": 0, \"queue_depth\": 0, \"intra_op_parallelism\": 0},",
     b"\"zero_optimization\": {\"stage\": 3, \"sub_group_size\": 0, \"max_live_parameters\": 0, \"offload_param\": {\"device\": \"nvme\", \"buffer_count\": 0}},",
+    // Issue 33: hysteresis 0, short-name stage-3 autos, a quoted number.
+    b"\"fp16\": {\"enabled\": true, \"hysteresis\": 0},",
+    b"\"zero_optimization\": {\"stage\": 3, \"param_persistence_threshold\": \"auto\"},",
+    b"\"train_batch_size\": \"4\",",
 ];
 
 fn mutate(rng: &mut Rng, original: &[u8]) -> Vec<u8> {
@@ -106,6 +110,14 @@ fn shapes() -> Vec<Vec<u8>> {
         Vec::new(),
         // Every closed section with a typo and every range entry broken, in one file.
         format!("{{{} \"train_batch_size\": 8}}", FRAGMENTS[15..].iter().map(|f| String::from_utf8_lossy(f)).collect::<String>()).into_bytes(),
+        // Issue 33: 200,000 duplicate keys, and 100,000 mistyped items of one list: each kind
+        // of diagnostic is capped.
+        format!("{{{}\"a\": 1}}", "\"a\": 1,".repeat(200_000)).into_bytes(),
+        format!(
+            "{{\"optimizer\": {{\"type\": \"Adam\", \"params\": {{\"betas\": [{}\"x\"]}}}}}}",
+            "\"x\",".repeat(100_000)
+        )
+        .into_bytes(),
         // A refused value three levels down.
         b"{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"buffer_count\": -1}}}".to_vec(),
     ]
@@ -121,6 +133,19 @@ fn check(name: &str, bytes: &[u8]) {
         },
     ) {
         Ok((file, found)) => {
+            // Each kind is capped (dsplan_planner::capped): at most PER_KIND and one summary.
+            let mut kinds = std::collections::HashMap::new();
+            for diagnostic in &found {
+                *kinds
+                    .entry((diagnostic.code, diagnostic.severity))
+                    .or_insert(0usize) += 1;
+            }
+            for (kind, count) in kinds {
+                assert!(
+                    count <= dsplan_planner::capped::PER_KIND + 1,
+                    "{name}: {count} diagnostics of {kind:?}"
+                );
+            }
             for diagnostic in &found {
                 assert!(
                     diagnostic.line.is_some(),

@@ -477,7 +477,7 @@ fn full_estimate(
     spec: &ModelSpec,
     hardware: Topology,
 ) -> Result<FullEstimate, Failure> {
-    let display = path.display().to_string();
+    let display = crate::render::escape_controls(&path.display().to_string()).into_owned();
     let bytes = super::read_input(path).map_err(|diagnostic| usage(diagnostic.message))?;
     let (file, _) = SourceFile::parse(&display, &bytes).map_err(|fatal| {
         let first = fatal

@@ -18,6 +18,7 @@
 
 mod hosts;
 mod relay;
+mod supervise;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, ToSocketAddrs};
@@ -25,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use clap::Args;
+use dsplan_planner::user_file::{self, FileKind};
 
 use super::Outcome;
 use hosts::{Host, parse_env_file, parse_hostfile, select};
@@ -81,7 +83,8 @@ pub fn run(args: LaunchArgs) -> Outcome {
     match launch(&args) {
         Ok(outcome) => outcome,
         Err(message) => {
-            eprintln!("error: {message}");
+            // Host names, paths and file contents are the user's: printed escaped.
+            eprintln!("error: {}", crate::render::escape_controls(&message));
             Outcome::UsageError
         }
     }
@@ -114,7 +117,7 @@ fn launch(args: &LaunchArgs) -> Result<Outcome, String> {
         .collect();
     eprintln!(
         "dsplan launch: {world} rank(s) on {} (through mpirun)",
-        placement.join(", ")
+        crate::render::escape_controls(&placement.join(", "))
     );
     let mut command = Command::new(&job.mpirun[0]);
     command
@@ -133,17 +136,34 @@ fn launch(args: &LaunchArgs) -> Result<Outcome, String> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = command
-        .spawn()
+    // In a process group of its own, ended with `launch` (see `supervise`).
+    let mut job_process = supervise::Supervised::spawn(&mut command)
         .map_err(|e| format!("cannot start {}: {e}", job.mpirun[0]))?;
-    let stdout = child.stdout.take().map(|s| relay(s, Stream::Out));
-    let stderr = child.stderr.take().map(|s| relay(s, Stream::Err));
-    let status = child
+    let stdout = job_process
+        .child()
+        .stdout
+        .take()
+        .map(|s| relay(s, Stream::Out));
+    let stderr = job_process
+        .child()
+        .stderr
+        .take()
+        .map(|s| relay(s, Stream::Err));
+    let ended = job_process
         .wait()
         .map_err(|e| format!("waiting for mpirun: {e}"))?;
     for relay in [stdout, stderr].into_iter().flatten() {
         let _ = relay.join();
     }
+    let status = match ended {
+        supervise::Ended::Exited(status) => status,
+        supervise::Ended::Stopped => {
+            eprintln!(
+                "dsplan launch: stopped by a signal; mpirun and every rank it started were ended"
+            );
+            return Ok(Outcome::InputRejected);
+        }
+    };
     Ok(match status.code() {
         Some(0) => Outcome::Success,
         Some(2) => Outcome::UsageError,
@@ -184,10 +204,10 @@ fn preflight(args: &LaunchArgs) -> Result<Job, String> {
     let hostfile = args
         .hostfile
         .clone()
-        .or_else(|| Some(PathBuf::from(DEFAULT_HOSTFILE)).filter(|p| p.exists()));
+        .or_else(|| Some(PathBuf::from(DEFAULT_HOSTFILE)).filter(|p| user_file::exists(p)));
     let listed = match &hostfile {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            let text = user_file::read_text(path, FileKind::HostList)
                 .map_err(|e| format!("cannot read the hostfile {}: {e}", path.display()))?;
             let hosts = parse_hostfile(&text).map_err(|e| format!("{}: {e}", path.display()))?;
             if hosts.is_empty() {
@@ -198,10 +218,9 @@ fn preflight(args: &LaunchArgs) -> Result<Job, String> {
         None if args.include.is_some() || args.exclude.is_some() => {
             return Err("--include/--exclude need a --hostfile that lists the hosts".into());
         }
-        None => vec![(
-            "localhost".to_string(),
-            args.num_gpus.map_or(1, |n| n as usize),
-        )],
+        // This machine's slots are its cores, as a GPU node's are its GPUs; more ranks than
+        // that need a hostfile that says so (`localhost slots=N`).
+        None => vec![("localhost".to_string(), local_slots())],
     };
     let hosts = select(
         &listed,
@@ -212,8 +231,22 @@ fn preflight(args: &LaunchArgs) -> Result<Job, String> {
     )
     .map_err(|e| match &hostfile {
         Some(path) => format!("{}: {e}", path.display()),
-        None => e.to_string(),
+        None => format!(
+            "{e} (without a hostfile this machine has one slot per core; a hostfile line \
+             `localhost slots=N` gives it more)"
+        ),
     })?;
+    // Without a hostfile and --num_gpus, one rank.
+    let hosts = match (&hostfile, args.num_gpus) {
+        (None, None) => hosts
+            .into_iter()
+            .map(|mut h| {
+                h.slots.truncate(1);
+                h
+            })
+            .collect(),
+        _ => hosts,
+    };
     for host in &hosts {
         (host.name.as_str(), args.master_port)
             .to_socket_addrs()
@@ -259,6 +292,11 @@ fn preflight(args: &LaunchArgs) -> Result<Job, String> {
     })
 }
 
+/// The slots of this machine when no hostfile lists it: one per core.
+fn local_slots() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 /// Whether `host` names this machine (its addresses are loopback or bindable here).
 fn is_this_machine(host: &str) -> Result<bool, String> {
     let addrs: Vec<_> = (host, 0)
@@ -278,8 +316,8 @@ fn deepspeed_env() -> Result<Vec<(String, String)>, String> {
         home.map(|h| h.join(".deepspeed_env")),
     ];
     for path in candidates.into_iter().flatten() {
-        if path.is_file() {
-            let text = std::fs::read_to_string(&path)
+        if user_file::exists(&path) {
+            let text = user_file::read_text(&path, FileKind::HostList)
                 .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             return parse_env_file(&text).map_err(|e| format!("{}: {e}", path.display()));
         }

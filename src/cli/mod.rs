@@ -4,6 +4,7 @@
 mod cost_args;
 mod estimate;
 mod launch;
+mod outputs;
 mod parallel;
 mod plan;
 mod recommend;

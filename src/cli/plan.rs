@@ -198,7 +198,8 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
             "dsplan plan needs FILE and --model (or --megatron-args)".into(),
         ));
     };
-    let display = path.display().to_string();
+    // Printed: the user's path, control characters escaped (`render::escape_controls`).
+    let display = crate::render::escape_controls(&path.display().to_string()).into_owned();
     let bytes =
         super::read_input(path).map_err(|diagnostic| (Outcome::UsageError, diagnostic.message))?;
     let options = ValidateOptions {

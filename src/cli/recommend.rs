@@ -153,6 +153,26 @@ pub fn run(args: RecommendArgs) -> Outcome {
 
 fn run_inner(args: &RecommendArgs) -> Result<(String, Outcome), Failure> {
     let usage = |message: String| (Outcome::UsageError, message);
+    // `--output` must not be the model it reads (or lie inside its directory), checked before
+    // the model is read.
+    if let Some(output) = &args.output {
+        use super::outputs::{Paths, Shape};
+        let mut paths = Paths::default();
+        let model = std::path::Path::new(&args.model);
+        if dsplan_planner::user_file::exists(model) {
+            let shape = if model.is_dir() {
+                Shape::Directory
+            } else {
+                Shape::File
+            };
+            paths.input("--model", model, shape);
+        }
+        if let Some(nvme) = &args.nvme_path {
+            paths.input("--nvme-path", std::path::Path::new(nvme), Shape::Directory);
+        }
+        paths.output("--output", output, Shape::File);
+        paths.check().map_err(usage)?;
+    }
     if let Some(gpus) = args.gpus {
         let spec = model_spec(args)?;
         return super::parallel::recommend::run(&super::parallel::recommend::RecommendInputs {

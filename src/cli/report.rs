@@ -147,7 +147,8 @@ fn cannot_check(error: &DeviceError) -> String {
 
 /// A saved check: the `check` object of `report --format json`, or the object itself.
 fn read_check(path: &std::path::Path) -> Result<CheckReport, String> {
-    let text = std::fs::read_to_string(path)
+    use dsplan_planner::user_file::{FileKind, read_text};
+    let text = read_text(path, FileKind::SavedReport)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let value: Value =
         serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;

@@ -41,7 +41,8 @@ pub struct ResolveArgs {
 
 /// Run `dsplan resolve`.
 pub fn run(args: ResolveArgs) -> Outcome {
-    let display = args.file.display().to_string();
+    // Printed: the user's path, control characters escaped (`render::escape_controls`).
+    let display = crate::render::escape_controls(&args.file.display().to_string()).into_owned();
     let bytes = match super::read_input(&args.file) {
         Ok(bytes) => bytes,
         Err(diagnostic) => {
@@ -51,7 +52,7 @@ pub fn run(args: ResolveArgs) -> Outcome {
     let env = match environment(Some(args.world_size), &args.training, Some(&args.model)) {
         Ok(env) => env,
         Err(message) => {
-            eprintln!("error: {message}");
+            eprintln!("error: {}", render::escape_message(&message));
             return Outcome::UsageError;
         }
     };

@@ -30,8 +30,15 @@
 //! (model, precision, data, sequence length) is refused with exit 1. Every file of a tag is
 //! checked against the tag's manifest (CRC-32) and its fields against what a save writes; a
 //! checkpoint holding NaN or infinite tensors is refused unless
-//! `--allow-non-finite-checkpoint`. A fresh run refuses a `--save-checkpoint` directory that
-//! holds another run's checkpoints unless `--overwrite` (or `--resume`) is given.
+//! `--allow-non-finite-checkpoint` (weights loaded with `--model` likewise, unless
+//! `--allow-non-finite-model`). A fresh run refuses a `--save-checkpoint` directory that
+//! holds another run's checkpoints unless `--overwrite` (or `--resume`) is given; one run at a
+//! time writes a checkpoint directory (its lock `DIR/.dsplan.lock` names the owner's pid and
+//! host).
+//!
+//! Before step 0 every output is set against every input and the others, and checked for
+//! room and a writable place (the `outputs` module): an output that would destroy an input, or a
+//! `--save-model` that could not be written after training, is refused first.
 //!
 //! Before anything is allocated (the model's weights included), the memory pre-flight
 //! ([`memory`]) sets the plan's peak per rank against the machine's available memory and
@@ -41,6 +48,7 @@
 
 mod cuda;
 mod memory;
+mod outputs;
 mod progress;
 mod ranks;
 mod report;
@@ -52,15 +60,14 @@ use dsplan_executor::checkpoint::{CheckpointError, NonFinite, load_checkpoint_wi
 use dsplan_executor::cuda::Backend;
 use dsplan_executor::cuda::train::CudaTrainError;
 use dsplan_executor::data::{WindowOrder, check_data_file, resident_bytes};
-use dsplan_executor::io::OutputTarget;
 use dsplan_executor::io::llama_pretrained::{SavedTo, save_trained};
 use dsplan_executor::metrics::StepMetrics;
 use dsplan_executor::train::plan::architecture;
 use dsplan_executor::train::settings::{AttentionKernel, override_nvme_path};
 use dsplan_executor::train::{
     CheckpointOptions, DEFAULT_PRESET, DataChoice, ModelChoiceError, SavePolicy, TrainError,
-    TrainSettings, TrainSpec, choose_model, compile_cuda_plan, compile_plan, model_config,
-    plan_training, resume_point, stored_shape,
+    TrainSettings, TrainSpec, check_finite_weights, choose_model, compile_cuda_plan, compile_plan,
+    model_config, plan_training, resume_point, stored_shape,
 };
 use dsplan_executor::zero::{Dtype, MixedPrecision, ZeroError};
 use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
@@ -161,6 +168,10 @@ pub struct RunArgs {
     /// otherwise, as a run cannot continue from them).
     #[arg(long, requires = "resume")]
     allow_non_finite_checkpoint: bool,
+    /// Train from --model weights that hold NaN or infinite values (refused otherwise, as a
+    /// checkpoint's are).
+    #[arg(long, requires = "model")]
+    allow_non_finite_model: bool,
     #[command(flatten)]
     training: TrainingArgsFlags,
     /// Output format of the final summary.
@@ -246,7 +257,8 @@ pub fn run(args: RunArgs) -> Outcome {
 fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     let backend = cuda::choose(args.device)?;
     let world = ranks.world(args.world_size);
-    let display = args.config.display().to_string();
+    // Printed: the user's path, control characters escaped (`render::escape_controls`).
+    let display = crate::render::escape_controls(&args.config.display().to_string()).into_owned();
     let bytes = super::read_input(&args.config).map_err(|d| Failure::usage(d.message))?;
     let (file, parsed) = match SourceFile::parse(&display, &bytes) {
         Ok(parsed) => parsed,
@@ -258,10 +270,6 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         }
     };
     super::parallel::refuse_in_run(file.value()).map_err(Failure::input)?;
-    check_outputs(args)?;
-    if let Some(dir) = &args.save_checkpoint {
-        check_checkpoint_dir(dir, args)?;
-    }
     let data_bytes = match &args.data {
         Some(path) => {
             let size = check_data_file(path).map_err(|e| Failure::usage(e.to_string()))?;
@@ -300,7 +308,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     {
         eprintln!(
             "note: --nvme-path {} replaces the config's nvme_path",
-            path.display()
+            crate::render::escape_controls(&path.display().to_string())
         );
     }
     // The Trainer's gradient_checkpointing (the flag or --training-args) asks for the same
@@ -332,10 +340,19 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         .data
         .as_ref()
         .map_or("the bundled corpus (byte tokens)".to_string(), |p| {
-            p.display().to_string()
+            crate::render::escape_controls(&p.display().to_string()).into_owned()
         });
 
     let num_params = model_shape.layout().num_params();
+    // Outputs against inputs and each other, then each output's place and room, and the
+    // checkpoint directory locked: all before step 0, before anything is written.
+    outputs::check_paths(args, &model_shape)?;
+    let sizes = outputs::Sizes::of(
+        &model_shape,
+        num_params as u64,
+        settings.precision().model_dtype(),
+    );
+    let prepared = outputs::prepare(args, sizes, ranks.reports())?;
     // The weights are made after the memory pre-flight: a model too large for the machine is
     // refused before they are allocated.
     let mut spec = TrainSpec {
@@ -398,6 +415,19 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
             "{model_name}: the model's shape changed while dsplan read it"
         )));
     }
+    if let Some(path) = args
+        .model
+        .as_deref()
+        .map(std::path::Path::new)
+        .filter(|p| p.is_dir())
+        && !args.allow_non_finite_model
+    {
+        check_finite_weights(path, &model.params).map_err(|e| {
+            Failure::input(format!(
+                "{e} (--allow-non-finite-model trains from them anyway)"
+            ))
+        })?;
+    }
     spec.initial_params = model.params;
     let load_started = std::time::Instant::now();
     let loaded = match &args.resume {
@@ -424,7 +454,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         );
         eprintln!(
             "model {} ({} parameters); data {data_name}; {} x {seq_len} tokens per rank and micro-step, {} micro-step(s), global batch {}; {steps} steps",
-            model.description,
+            crate::render::escape_controls(&model.description),
             thousands(num_params as u64),
             batch.micro_batch,
             batch.grad_accum,
@@ -432,7 +462,7 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         );
         eprintln!("{}", plan_line(&plan));
         for notice in &settings.notices {
-            eprintln!("note: {notice}");
+            eprintln!("note: {}", crate::render::escape_message(notice));
         }
     }
     let resume = match &loaded {
@@ -441,11 +471,11 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
                 resume_point(&spec, &plan, loaded).map_err(|e| train_failure(e, &display))?;
             if ranks.reports() {
                 for note in &point.notes {
-                    eprintln!("note: {note}");
+                    eprintln!("note: {}", crate::render::escape_message(note));
                 }
                 eprintln!(
                     "resuming from {} at step {} ({} applied, loss scale {}; read in {load_seconds:.2} s)",
-                    point.location.path().display(),
+                    crate::render::escape_controls(&point.location.path().display().to_string()),
                     point.global_step,
                     point.applied_steps,
                     point.scaler.scale()
@@ -489,12 +519,21 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
             .train(&spec, &plan, &checkpoints, &observer)
             .map_err(|e| train_failure(e, &display)),
     };
-    let metrics = progress.finish();
-    let report = result;
-    if let Some(metrics) = metrics {
-        metrics.commit()?;
+    // A failed run is reported as itself; a metrics file that failed too is added to it.
+    let committed = progress.finish().map(|m| m.commit()).transpose();
+    let report = match (result, committed) {
+        (Err(mut failure), Err(metrics)) => {
+            failure.message = format!("{}; also: {}", failure.message, metrics.message);
+            return Err(failure);
+        }
+        (Err(failure), Ok(_)) | (Ok(_), Err(failure)) => return Err(failure),
+        (Ok(report), Ok(_)) => report,
+    };
+    if let Some(dir) = args.save_checkpoint.as_ref().filter(|_| ranks.reports()) {
+        for note in prepared.finish(dir, &report.checkpoints) {
+            eprintln!("note: {note}");
+        }
     }
-    let report = report?;
     if !ranks.reports() {
         return Ok(());
     }
@@ -526,11 +565,14 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     }
     match (&args.save_model, saved) {
         (Some(path), Some(SavedTo::File)) => {
-            eprintln!("saved the trained fp32 model to {}", path.display());
+            eprintln!(
+                "saved the trained fp32 model to {}",
+                crate::render::escape_controls(&path.display().to_string())
+            );
         }
         (Some(path), Some(SavedTo::Directory(files))) => eprintln!(
             "saved the trained model to {} (config.json, {})",
-            path.display(),
+            crate::render::escape_controls(&path.display().to_string()),
             files.join(", ")
         ),
         _ => {}
@@ -539,70 +581,11 @@ fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
         eprintln!(
             "saved {} checkpoint(s) to {}; the last, {} ({}, {:.2} s), is `latest`",
             report.checkpoints.len(),
-            last.location.dir.display(),
+            crate::render::escape_controls(&last.location.dir.display().to_string()),
             last.location.tag,
             self::bytes(last.bytes),
             last.seconds
         );
-    }
-    Ok(())
-}
-
-/// Fails before training, not at the first save, when `--save-checkpoint DIR` cannot hold
-/// checkpoints: DIR is created if missing, and must be a writable directory; a fresh run (no
-/// `--resume`, no `--overwrite`) refuses a DIR that holds another run's checkpoints.
-fn check_checkpoint_dir(dir: &std::path::Path, args: &RunArgs) -> Result<(), Failure> {
-    let shown = dir.display();
-    if dir.exists() && !dir.is_dir() {
-        return Err(Failure::usage(format!(
-            "--save-checkpoint {shown}: not a directory; name a directory for the checkpoints"
-        )));
-    }
-    if args.resume.is_none() && !args.overwrite {
-        let existing = existing_checkpoints(dir);
-        if !existing.is_empty() {
-            return Err(Failure::usage(format!(
-                "--save-checkpoint {shown} already holds another run's checkpoints ({}); \
-                 pass --resume {shown} to continue that run, --overwrite to replace its tags, \
-                 or name another directory",
-                existing.join(", ")
-            )));
-        }
-    }
-    std::fs::create_dir_all(dir)
-        .and_then(|()| dsplan_executor::io::probe_writable(dir))
-        .map_err(|e| {
-            Failure::usage(format!(
-                "--save-checkpoint {shown}: cannot write there ({e}); name a writable directory"
-            ))
-        })
-}
-
-/// The checkpoint entries (`latest`, `global_step*` tags) in `dir`, sorted; empty when there
-/// are none or `dir` cannot be listed.
-fn existing_checkpoints(dir: &std::path::Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n == "latest" || n.starts_with("global_step"))
-        .collect();
-    names.sort();
-    names
-}
-
-/// Refuses, before training, an output path that must not be written (a directory, a block
-/// device, ...): see `dsplan_executor::io::output`.
-fn check_outputs(args: &RunArgs) -> Result<(), Failure> {
-    for (flag, path) in [
-        ("--metrics", &args.metrics),
-        ("--save-model", &args.save_model),
-    ] {
-        if let Some(path) = path {
-            OutputTarget::of(path)
-                .map_err(|e| Failure::usage(format!("{flag} {}: {e}", path.display())))?;
-        }
     }
     Ok(())
 }

@@ -59,7 +59,8 @@ pub struct ScheduleArgs {
 
 /// Run `dsplan schedule`.
 pub fn run(args: ScheduleArgs) -> Outcome {
-    let display = args.file.display().to_string();
+    // Printed: the user's path, control characters escaped (`render::escape_controls`).
+    let display = crate::render::escape_controls(&args.file.display().to_string()).into_owned();
     let bytes = match super::read_input(&args.file) {
         Ok(bytes) => bytes,
         Err(diagnostic) => {

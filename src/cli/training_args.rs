@@ -2,6 +2,7 @@
 //! the Trainer's `"auto"` rules read (named after `TrainingArguments`), and the model whose
 //! hidden size sizes the ZeRO buckets.
 
+use dsplan_planner::user_file::{FileKind, read_text};
 use std::path::PathBuf;
 
 use clap::Args;
@@ -88,6 +89,11 @@ impl ModelFlags {
 }
 
 impl TrainingArgsFlags {
+    /// The `--training-args` file, if given.
+    pub fn training_args_file(&self) -> Option<&std::path::Path> {
+        self.training_args.as_deref()
+    }
+
     /// The training arguments: the file's (if any) over transformers' defaults, the flags over
     /// both. `Err`: the file cannot be read or holds invalid values.
     pub fn training_args(&self) -> Result<TrainingArgs, String> {
@@ -95,8 +101,8 @@ impl TrainingArgsFlags {
             None => TrainingArgs::default(),
             Some(path) => {
                 let shown = path.display();
-                let text = std::fs::read_to_string(path)
-                    .map_err(|error| format!("cannot read {shown}: {error}"))?;
+                let text = read_text(path, FileKind::TrainingArgs)
+                    .map_err(|error| format!("--training-args {shown}: {error}"))?;
                 let value = serde_json::from_str(&text)
                     .map_err(|error| format!("{shown} is not JSON: {error}"))?;
                 TrainingArgs::from_json(&value)

@@ -11,6 +11,7 @@
 //! A tag directory is written as `DIR/.global_step{N}.partial-{pid}` and renamed into place
 //! when complete; `latest` is replaced atomically after that.
 
+use dsplan_planner::user_file::{self, FileKind};
 use std::path::{Path, PathBuf};
 
 use super::CheckpointError;
@@ -89,10 +90,12 @@ impl CheckpointLocation {
             });
         }
         let latest = path.join(LATEST);
-        if latest.is_file() {
-            let text = std::fs::read_to_string(&latest).map_err(|e| CheckpointError::Io {
-                path: latest.clone(),
-                message: e.to_string(),
+        if user_file::exists(&latest) {
+            let text = user_file::read_text(&latest, FileKind::LatestTag).map_err(|e| {
+                CheckpointError::Io {
+                    path: latest.clone(),
+                    message: e.to_string(),
+                }
             })?;
             let tag = text.trim();
             if tag.is_empty() || tag.contains(['/', '\\']) || tag.starts_with('.') {

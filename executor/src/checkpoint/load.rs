@@ -5,6 +5,7 @@
 //! tag's, every field against the values a save writes ([`super::checks`]) and every tensor
 //! for non-finite values; every problem is an error naming the file and the field.
 
+use dsplan_planner::user_file::{self, FileKind};
 use std::path::Path;
 
 use super::checks::{NonFinite, check_engine_state, check_finite};
@@ -130,13 +131,14 @@ pub fn load_checkpoint_with(
 /// Reads and checks `engine_state.json` (without the manifest: to look at a tag, not to resume
 /// from it).
 pub fn read_engine_state(path: &Path) -> Result<EngineState, CheckpointError> {
-    if !path.is_file() {
+    if !user_file::exists(path) {
         return Err(CheckpointError::Missing {
             path: path.to_path_buf(),
             what: "engine_state.json",
         });
     }
-    let bytes = std::fs::read(path).map_err(|e| CheckpointError::io(path, &e))?;
+    let bytes = user_file::read(path, FileKind::CheckpointJson)
+        .map_err(|e| CheckpointError::io(path, &e))?;
     engine_state_from_bytes(path, &bytes)
 }
 

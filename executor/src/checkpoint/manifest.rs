@@ -8,6 +8,7 @@
 //! every burst error up to 32 bits, which is what disks and careless copies do; it is not a
 //! defence against someone forging a checkpoint.
 
+use dsplan_planner::user_file::{self, FileKind};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -80,14 +81,15 @@ impl Manifest {
     /// Reads `tag_dir/manifest.json` and checks it names the tag `tag`.
     pub fn read(tag_dir: &Path, tag: &str) -> Result<Self, CheckpointError> {
         let path = tag_dir.join(MANIFEST);
-        if !path.is_file() {
+        if !user_file::exists(&path) {
             return Err(CheckpointError::Missing {
                 path,
                 what: "manifest.json (every checkpoint this dsplan writes has one; the tag is \
                        incomplete or was written by an older dsplan)",
             });
         }
-        let bytes = std::fs::read(&path).map_err(|e| CheckpointError::io(&path, &e))?;
+        let bytes = user_file::read(&path, FileKind::CheckpointJson)
+            .map_err(|e| CheckpointError::io(&path, &e))?;
         let manifest: Manifest = serde_json::from_slice(&bytes)
             .map_err(|e| CheckpointError::corrupt(&path, "(document)", e.to_string()))?;
         if manifest.format != FORMAT {
@@ -145,13 +147,14 @@ impl Manifest {
                 format!("the file is not listed in {MANIFEST}; it does not belong to this tag"),
             ));
         };
-        if !path.is_file() {
+        if !user_file::exists(&path) {
             return Err(CheckpointError::Missing {
                 path,
                 what: "checkpoint file listed in manifest.json",
             });
         }
-        let bytes = std::fs::read(&path).map_err(|e| CheckpointError::io(&path, &e))?;
+        let bytes = user_file::read(&path, FileKind::CheckpointTensors)
+            .map_err(|e| CheckpointError::io(&path, &e))?;
         let found = file_digest(&bytes);
         if bytes.len() as u64 != saved.bytes || found != saved.crc32 {
             return Err(CheckpointError::corrupt(

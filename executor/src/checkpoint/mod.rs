@@ -8,7 +8,9 @@
 //!   `zero_pp_rank_{R}_mp_rank_00_optim_states`), in our own format: safetensors for tensors
 //!   ([`tensors`](self)), JSON for the run state ([`EngineState`]), no pickles;
 //! * [`save`](save_checkpoint): a staging directory renamed into place, then `latest`
-//!   replaced atomically: a crash at any point leaves the previous checkpoint usable;
+//!   replaced atomically by a rename (a `latest` that is a symlink is replaced, never written
+//!   through): a crash at any point leaves the previous checkpoint usable;
+//! * [`DirLock`]: one writer per checkpoint directory, its pid and host in `DIR/.dsplan.lock`;
 //! * every tag carries a [`Manifest`] (each file's CRC-32, the step), verified as the files
 //!   are read back; every file records its step; [`load_checkpoint`] reads and checks one
 //!   (range checks on every field, non-finite tensors refused unless [`NonFinite::Allow`]); [`prepare_resume`] checks it against the run
@@ -24,6 +26,7 @@ mod consolidate;
 mod error;
 pub mod layout;
 mod load;
+mod lock;
 mod manifest;
 mod reshard;
 mod resume;
@@ -38,6 +41,7 @@ pub use consolidate::consolidate;
 pub use error::CheckpointError;
 pub use layout::CheckpointLocation;
 pub use load::{LoadedCheckpoint, load_checkpoint, load_checkpoint_with, read_engine_state};
+pub use lock::{DirLock, LOCK_FILE, LockError, Owner, host_name};
 pub use manifest::{FileDigest, MANIFEST, Manifest, file_digest};
 pub use reshard::{SavedLayout, SavedTensor};
 pub use resume::{ResumePoint, prepare_resume};

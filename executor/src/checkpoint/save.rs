@@ -6,7 +6,8 @@
 //!    parameter shard) into it, as DeepSpeed's ranks write their own files;
 //! 3. [`finish_save`]: the model states and `engine_state.json` are written, every file is
 //!    synced, the staging directory is renamed to `DIR/{tag}` and `latest` is replaced
-//!    atomically ([`crate::io::write_output`]).
+//!    atomically by a rename ([`crate::io::replace_entry`]: a symlink there is replaced, its
+//!    target never written).
 //!
 //! Until the rename nothing a reader looks at has changed; between the rename and `latest`, the
 //! new tag is complete but `latest` still names the previous one. [`SaveFault`] stops a save
@@ -74,7 +75,13 @@ pub fn begin_save(dir: &Path, tag: &str) -> Result<PathBuf, CheckpointError> {
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<u64, CheckpointError> {
     use std::io::Write;
-    let mut file = std::fs::File::create(path).map_err(|e| CheckpointError::io(path, &e))?;
+    // A fresh file in the fresh staging directory: never opened through something already
+    // there (a symlink planted in between is an error, not followed).
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| CheckpointError::io(path, &e))?;
     file.write_all(bytes)
         .and_then(|()| file.sync_all())
         .map_err(|e| CheckpointError::io(path, &e))?;
@@ -205,7 +212,7 @@ pub fn finish_save(
     sync_dir(dir);
     fault.check(SaveFault::BeforeLatest, "before `latest` was replaced")?;
     let latest = dir.join(LATEST);
-    crate::io::write_output(&latest, state.tag.as_bytes())
+    crate::io::replace_entry(&latest, state.tag.as_bytes())
         .map_err(|e| CheckpointError::io(&latest, &e))?;
     Ok(bytes)
 }

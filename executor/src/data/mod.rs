@@ -111,8 +111,11 @@ pub fn check_data_file(path: &Path) -> Result<u64, DataError> {
     if !meta.is_file() {
         return Err(DataError::Io {
             path: origin,
-            message: "not a regular file (a FIFO, a device or a directory cannot be trained                       on: its reads block or never end); name a data file"
-                .to_string(),
+            message: format!(
+                "it is {}, not a regular file (a FIFO, a device or a directory cannot be \
+                 trained on: its reads block or never end); name a data file",
+                dsplan_planner::user_file::describe(&meta.file_type())
+            ),
         });
     }
     Ok(meta.len())
@@ -121,10 +124,12 @@ pub fn check_data_file(path: &Path) -> Result<u64, DataError> {
 /// The bytes of the data file `path`, after [`check_data_file`].
 pub fn read_data_file(path: &Path) -> Result<Vec<u8>, DataError> {
     check_data_file(path)?;
-    std::fs::read(path).map_err(|error| DataError::Io {
-        path: path.display().to_string(),
-        message: error.to_string(),
-    })
+    dsplan_planner::user_file::read(path, dsplan_planner::user_file::FileKind::Data).map_err(
+        |error| DataError::Io {
+            path: path.display().to_string(),
+            message: error.to_string(),
+        },
+    )
 }
 
 /// Bytes the data file of `size` bytes in the format of `path` occupies in memory at its peak

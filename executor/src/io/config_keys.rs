@@ -10,10 +10,11 @@ use super::LoadError;
 
 /// The text of a `config.json` file.
 pub fn read_text(path: &Path) -> Result<String, LoadError> {
-    std::fs::read_to_string(path).map_err(|e| LoadError::Io {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
+    dsplan_planner::user_file::read_text(path, dsplan_planner::user_file::FileKind::ModelConfig)
+        .map_err(|e| LoadError::Io {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
 }
 
 /// The top-level object of a `config.json`.

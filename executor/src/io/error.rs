@@ -59,6 +59,15 @@ pub enum LoadError {
         /// Hugging Face name.
         name: String,
     },
+    /// The weights hold NaN or infinite values, which no run can train from.
+    NonFinite {
+        /// The model directory.
+        path: PathBuf,
+        /// The first such value's position in the flat parameters.
+        first: usize,
+        /// How many there are.
+        count: usize,
+    },
     /// `lm_head.weight` is stored and differs from `transformer.wte.weight`; only tied heads
     /// are implemented.
     UntiedLmHead,
@@ -91,6 +100,13 @@ impl fmt::Display for LoadError {
                 write!(f, "tensor `{name}` is not a parameter of a GPT-2")
             }
             LoadError::DuplicateTensor { name } => write!(f, "tensor `{name}` is stored twice"),
+            LoadError::NonFinite { path, first, count } => write!(
+                f,
+                "{}: the weights hold {count} NaN or infinite value(s) (the first at flat \
+                 position {first}); a run cannot train from them: restore the weights from a \
+                 good copy",
+                path.display()
+            ),
             LoadError::UntiedLmHead => write!(
                 f,
                 "`lm_head.weight` differs from `transformer.wte.weight`; only tied embeddings are supported"

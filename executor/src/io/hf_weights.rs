@@ -7,6 +7,7 @@
 //! model only when it equals the embedding. Writing stores every parameter under its name in
 //! the run's dtype, the tied `lm_head` omitted, metadata `{"format": "pt"}`.
 
+use dsplan_planner::user_file::{self, FileKind};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
@@ -40,8 +41,9 @@ pub fn read_weights(
     tied: Option<TiedHead>,
 ) -> Result<Vec<f32>, LoadError> {
     let index_path = dir.join(INDEX_FILE);
-    let files: Vec<String> = if index_path.is_file() {
-        let text = std::fs::read_to_string(&index_path).map_err(|e| io_error(&index_path, e))?;
+    let files: Vec<String> = if user_file::exists(&index_path) {
+        let text = user_file::read_text(&index_path, FileKind::WeightIndex)
+            .map_err(|e| io_error(&index_path, e))?;
         let value: Value = serde_json::from_str(&text)
             .map_err(|e| LoadError::Json(format!("{}: {e}", index_path.display())))?;
         let Some(map) = value.get("weight_map").and_then(Value::as_object) else {
@@ -71,7 +73,8 @@ pub fn read_weights(
     let mut stored_head: Option<Vec<f32>> = None;
     for file in &files {
         let path = dir.join(file);
-        let bytes = std::fs::read(&path).map_err(|e| io_error(&path, e))?;
+        let bytes =
+            user_file::read(&path, FileKind::Safetensors).map_err(|e| io_error(&path, e))?;
         let st = SafeTensors::deserialize(&bytes)
             .map_err(|e| LoadError::Safetensors(format!("{}: {e}", path.display())))?;
         for (name, view) in st.iter() {

@@ -23,6 +23,6 @@ mod process;
 pub mod safetensors;
 
 pub use error::LoadError;
-pub use output::{OutputKind, OutputTarget, open_stream, write_output};
-pub use probe::probe_writable;
+pub use output::{OutputKind, OutputTarget, open_stream, replace_entry, write_output};
+pub use probe::{available_bytes, probe_writable};
 pub use process::process_alive;

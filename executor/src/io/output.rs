@@ -143,6 +143,14 @@ pub fn write_output(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     }
 }
 
+/// Replaces the directory entry `path` by a regular file holding `bytes`, through a temporary
+/// file and a rename, whatever `path` is now (a regular file, a symlink, a FIFO): for files a
+/// program owns, such as a checkpoint's `latest`. Nothing `path` points to is ever opened, so a
+/// symlink's target is left untouched; a directory there is an error.
+pub fn replace_entry(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace_atomically(path, bytes)
+}
+
 /// Opens `path` for writing a stream of lines as [`OutputTarget::of`] decides: a regular file
 /// (or nothing) is created or truncated and written in place, so that what was written before
 /// a crash stays; a FIFO or character device is opened for writing.
@@ -175,7 +183,12 @@ fn replace_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     sweep_stale_temps(&dir, &prefix, suffix);
     let temp = dir.join(format!("{prefix}{}{suffix}", std::process::id()));
     let result = (|| {
-        let mut file = File::create(&temp)?;
+        // `create_new`: a symlink or anything else at the temporary name is never followed.
+        let _ = std::fs::remove_file(&temp);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         std::fs::rename(&temp, path)
@@ -246,6 +259,20 @@ mod tests {
                 .is_symlink()
         );
         assert_eq!(std::fs::read(&file).expect("read"), b"new");
+    }
+
+    #[test]
+    fn replacing_an_entry_replaces_a_symlink_and_leaves_its_target_alone() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let target = dir.path().join("precious.json");
+        std::fs::write(&target, b"precious").expect("write");
+        let latest = dir.path().join("latest");
+        std::os::unix::fs::symlink(&target, &latest).expect("symlink");
+        replace_entry(&latest, b"global_step2").expect("replaced");
+        assert_eq!(std::fs::read(&target).expect("read"), b"precious");
+        let meta = std::fs::symlink_metadata(&latest).expect("meta");
+        assert!(meta.file_type().is_file());
+        assert_eq!(std::fs::read(&latest).expect("read"), b"global_step2");
     }
 
     #[test]

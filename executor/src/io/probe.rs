@@ -1,5 +1,6 @@
 //! [`probe_writable`]: whether this process can create entries in a directory, asked before a
-//! run depends on it (NVMe swap files, checkpoints) rather than discovered at the first write.
+//! run depends on it (NVMe swap files, checkpoints) rather than discovered at the first write;
+//! [`available_bytes`]: how much it can still write there.
 
 use std::path::Path;
 
@@ -13,6 +14,21 @@ pub fn probe_writable(dir: &Path) -> std::io::Result<()> {
     });
     let _ = std::fs::remove_dir(&probe);
     made
+}
+
+/// Bytes an unprivileged process can still write on the file system holding `dir` (`None`
+/// when the system does not say).
+pub fn available_bytes(dir: &Path) -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let stat = rustix::fs::statvfs(dir).ok()?;
+        Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        None
+    }
 }
 
 #[cfg(test)]
@@ -30,5 +46,7 @@ mod tests {
                 .is_none()
         );
         assert!(probe_writable(&dir.path().join("absent")).is_err());
+        assert!(available_bytes(dir.path()).is_some_and(|b| b > 0));
+        assert!(available_bytes(&dir.path().join("absent")).is_none());
     }
 }

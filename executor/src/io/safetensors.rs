@@ -107,7 +107,8 @@ pub fn params_to_safetensors(params: &[f32], layout: &ParamLayout) -> Result<Vec
 
 /// Reads a safetensors file into a parameter buffer for `layout`.
 pub fn load_params(path: &Path, layout: &ParamLayout) -> Result<Vec<f32>, LoadError> {
-    let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
+    use dsplan_planner::user_file::{FileKind, read};
+    let bytes = read(path, FileKind::Safetensors).map_err(|e| io_error(path, e))?;
     params_from_safetensors(&bytes, layout)
 }
 

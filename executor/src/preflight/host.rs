@@ -1,4 +1,4 @@
-//! The host memory a run may use: the smallest of `MemAvailable` in `/proc/meminfo` and what
+//! The host memory a run may use (and, [`host_ceiling`], the most it could ever get): the smallest of `MemAvailable` in `/proc/meminfo` and what
 //! the process's memory cgroups leave (v2: `memory.max` less `memory.current`, every level up
 //! to the root; v1: `memory.limit_in_bytes` less `memory.usage_in_bytes`). Parsing is split from
 //! reading, so the arithmetic is tested on fixed text.
@@ -34,6 +34,52 @@ pub fn host_available() -> Option<MemoryFigure> {
         }
     }
     best
+}
+
+/// The most host memory this process could ever have: `MemTotal` plus `SwapTotal` (and the
+/// cgroups' `memory.max`, when lower). A plan beyond it cannot run even with `--force`: its
+/// allocations would fail (and abort the process).
+pub fn host_ceiling() -> Option<MemoryFigure> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let mut best = MemoryFigure {
+        bytes: meminfo_field(&meminfo, "MemTotal:")?
+            .saturating_add(meminfo_field(&meminfo, "SwapTotal:").unwrap_or(0)),
+        source: "MemTotal plus SwapTotal in /proc/meminfo".to_string(),
+    };
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    for (dir, version) in cgroup_dirs(&cgroups, Path::new("/sys/fs/cgroup")) {
+        let limit = match version {
+            CgroupVersion::V2 => "memory.max",
+            CgroupVersion::V1 => "memory.limit_in_bytes",
+        };
+        let Some(bytes) = std::fs::read_to_string(dir.join(limit))
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if bytes < best.bytes {
+            best = MemoryFigure {
+                bytes,
+                source: format!("the cgroup's {limit} in {}", dir.display()),
+            };
+        }
+    }
+    Some(best)
+}
+
+/// A `/proc/meminfo` field (`MemTotal:`), in bytes.
+pub fn meminfo_field(meminfo: &str, field: &str) -> Option<u64> {
+    meminfo.lines().find_map(|line| {
+        let rest = line.strip_prefix(field)?;
+        let mut words = rest.split_whitespace();
+        let value: u64 = words.next()?.parse().ok()?;
+        match words.next() {
+            Some("kB") => value.checked_mul(1024),
+            None => Some(value),
+            Some(_) => None,
+        }
+    })
 }
 
 /// `MemAvailable` of `/proc/meminfo`'s text, in bytes.

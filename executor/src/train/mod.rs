@@ -38,7 +38,9 @@ pub(crate) use checkpoints::{RankFailure, RankReaction, every_rank};
 pub use control::StepControl;
 pub use divergence::{Diverged, check_loss};
 pub use error::TrainError;
-pub use model::{DEFAULT_PRESET, ModelChoiceError, ModelSource, choose_model, model_config};
+pub use model::{
+    DEFAULT_PRESET, ModelChoiceError, ModelSource, check_finite_weights, choose_model, model_config,
+};
 pub use plan::{compile_cuda_plan, compile_plan, plan_training};
 pub(crate) use prepare::check_model;
 pub(crate) use rank::gather_everyone;

@@ -9,6 +9,8 @@ use std::path::Path;
 use dsplan_planner::model::architecture::{Architecture, Bias, Embeddings, Family};
 use dsplan_planner::model::presets;
 
+use dsplan_planner::user_file::{FileKind, read_text};
+
 use crate::io::LoadError;
 use crate::io::hf_config::read_gpt2_config;
 use crate::io::llama_config::read_llama_config;
@@ -100,12 +102,26 @@ pub fn choose_model(argument: Option<&str>, seed: u64) -> Result<ModelSource, Mo
         });
     }
     let config = model_config(argument)?;
-    let shown = if path.is_file() {
+    let shown = if dsplan_planner::user_file::exists(path) {
         path.display().to_string()
     } else {
         name.to_owned()
     };
     Ok(fresh(config, seed, shown))
+}
+
+/// `Err` naming `path` when the weights loaded from it hold NaN or infinite values (checked
+/// as a checkpoint's tensors are: a run cannot train from them).
+pub fn check_finite_weights(path: &Path, params: &[f32]) -> Result<(), LoadError> {
+    let Some(first) = params.iter().position(|v| !v.is_finite()) else {
+        return Ok(());
+    };
+    let count = params[first..].iter().filter(|v| !v.is_finite()).count();
+    Err(LoadError::NonFinite {
+        path: path.to_path_buf(),
+        first,
+        count,
+    })
 }
 
 /// The shape of the model `--model` names, without allocating its parameters (read before a
@@ -115,7 +131,7 @@ pub fn model_config(argument: Option<&str>) -> Result<ModelConfig, ModelChoiceEr
     let path = Path::new(name);
     let config_file = if path.is_dir() {
         Some(path.join("config.json"))
-    } else if path.is_file() {
+    } else if dsplan_planner::user_file::exists(path) {
         Some(path.to_path_buf())
     } else {
         None
@@ -141,7 +157,7 @@ pub fn model_config(argument: Option<&str>) -> Result<ModelConfig, ModelChoiceEr
 
 /// Whether the `config.json` at `path` describes a GPT-2 (`model_type` `"gpt2"` or absent).
 fn is_gpt2(path: &Path) -> Result<bool, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| LoadError::Io {
+    let text = read_text(path, FileKind::ModelConfig).map_err(|e| LoadError::Io {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;

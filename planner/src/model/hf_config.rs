@@ -17,10 +17,12 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] =
 
 /// Reads and parses a `config.json`.
 pub fn read(path: &Path) -> Result<(Architecture, Vec<Note>), ModelError> {
-    let text = std::fs::read_to_string(path).map_err(|error| ModelError::Unreadable {
-        path: path.to_owned(),
-        reason: error.to_string(),
-    })?;
+    let text = crate::user_file::read_text(path, crate::user_file::FileKind::ModelConfig).map_err(
+        |error| ModelError::Unreadable {
+            path: path.to_owned(),
+            reason: error.to_string(),
+        },
+    )?;
     parse(&text, path)
 }
 

@@ -198,7 +198,7 @@ fn config_beside(
     notes: &mut Vec<Note>,
 ) -> Option<Architecture> {
     let path = dir.join("config.json");
-    if !path.is_file() {
+    if !crate::user_file::exists(&path) {
         return None;
     }
     let parsed = hf_config::read(&path)
@@ -231,7 +231,7 @@ pub fn load(reference: &str, lm_head: LmHead) -> Result<ModelSpec, ModelError> {
         let config = path.join("config.json");
         return if has_weights {
             from_safetensors(path, lm_head)
-        } else if config.is_file() {
+        } else if crate::user_file::exists(&config) {
             from_config_file(&config, lm_head)
         } else {
             Err(ModelError::NothingToRead {
@@ -239,7 +239,9 @@ pub fn load(reference: &str, lm_head: LmHead) -> Result<ModelSpec, ModelError> {
             })
         };
     }
-    if path.is_file() {
+    // Anything there but a directory is read as a file: a FIFO or a device is then refused by
+    // what it is, not taken for a preset name.
+    if crate::user_file::exists(path) {
         return if path
             .extension()
             .is_some_and(|extension| extension == "safetensors")

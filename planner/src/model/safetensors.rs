@@ -7,9 +7,9 @@
 
 use super::error::ModelError;
 use super::tensors::TensorEntry;
+use crate::user_file::{self, FileKind};
 use serde_json::Value;
 use std::collections::HashSet;
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -32,11 +32,13 @@ pub struct Checkpoint {
 /// `model.safetensors`, else every `*.safetensors` file (sorted). Empty when there are none.
 pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     let index = dir.join(INDEX_FILE);
-    if index.is_file() {
+    // `exists`, not `is_file`: a FIFO or a directory named like the file is refused by what
+    // it is when it is read, not skipped as if it were missing.
+    if user_file::exists(&index) {
         return index_files(&index, dir);
     }
     let single = dir.join("model.safetensors");
-    if single.is_file() {
+    if user_file::exists(&single) {
         return Ok(vec![single]);
     }
     let entries = std::fs::read_dir(dir).map_err(|error| ModelError::Unreadable {
@@ -64,9 +66,11 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
 
 /// The distinct files named in an index's `weight_map`, sorted.
 fn index_files(index: &Path, dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
-    let text = std::fs::read_to_string(index).map_err(|error| ModelError::Unreadable {
-        path: index.to_owned(),
-        reason: error.to_string(),
+    let text = user_file::read_text(index, FileKind::WeightIndex).map_err(|error| {
+        ModelError::Unreadable {
+            path: index.to_owned(),
+            reason: error.to_string(),
+        }
     })?;
     let value: Value = serde_json::from_str(&text).map_err(|error| ModelError::NotJson {
         path: index.to_owned(),
@@ -123,8 +127,8 @@ pub fn read_header(path: &Path) -> Result<Vec<TensorEntry>, ModelError> {
         path: path.to_owned(),
         reason,
     };
-    let mut file = File::open(path).map_err(unreadable)?;
-    let file_len = file.metadata().map_err(unreadable)?.len();
+    let opened = user_file::open(path, FileKind::Safetensors).map_err(unreadable)?;
+    let (mut file, file_len) = (opened.file, opened.len);
     let mut length_bytes = [0u8; 8];
     file.read_exact(&mut length_bytes).map_err(|_| {
         bad(format!(

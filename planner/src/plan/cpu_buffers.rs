@@ -140,6 +140,12 @@ pub fn cpu_buffers(inputs: &CpuBufferInputs<'_>) -> Vec<Buffer> {
     let stage = inputs.run.engine_stage;
     let sixteen_bit = s.dtypes.params != Dtype::Fp32;
     let units = cpu_units(inputs.model);
+    let mut persistent = vec![false; inputs.model.tensors.len()];
+    for t in persistent_tensors(inputs) {
+        if let Some(slot) = persistent.get_mut(t) {
+            *slot = true;
+        }
+    }
     pass_buffers(
         &PassInputs {
             model: inputs.model,
@@ -152,6 +158,7 @@ pub fn cpu_buffers(inputs: &CpuBufferInputs<'_>) -> Vec<Buffer> {
             stage3: stage == ZeroStage::Weights,
             stages_fetches: stage == ZeroStage::Weights && sixteen_bit,
             nvme_resident: inputs.nvme_resident,
+            persistent: &persistent,
         },
         &mut list,
     );
@@ -177,11 +184,7 @@ fn has_master(inputs: &CpuBufferInputs<'_>) -> bool {
 
 /// Elements of tensor `t`'s stage 3 slice.
 fn slice(layout: &Layout, t: usize) -> u64 {
-    layout
-        .entries
-        .iter()
-        .find(|e| e.tensor == t)
-        .map_or(0, |e| e.partition_numel)
+    layout.entry_of(t).map_or(0, |e| e.partition_numel)
 }
 
 /// The persistent tensors (model indices).

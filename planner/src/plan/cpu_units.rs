@@ -44,7 +44,7 @@ use super::shards::Shards;
 use super::ticks::Ticks;
 
 /// Which of the CPU model's units.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CpuUnitRole {
     /// Token and position embeddings (and the tied head).
     Embedding,
@@ -84,22 +84,20 @@ pub fn cpu_units(model: &ModelGraph) -> Vec<CpuUnit> {
         .collect();
     let mut units: Vec<CpuUnit> = Vec::new();
     let mut unit_of_tensor: Vec<Option<usize>> = vec![None; model.tensors.len()];
-    let index_of = |role: CpuUnitRole, units: &mut Vec<CpuUnit>| {
-        units
-            .iter()
-            .position(|u| u.role == role)
-            .unwrap_or_else(|| {
-                units.push(CpuUnit {
-                    role,
-                    tensors: Vec::new(),
-                    fetch_units: Vec::new(),
-                    numel: 0,
-                });
-                units.len() - 1
-            })
-    };
+    // Each role's unit, found in constant time (a search per fetch unit was quadratic in the
+    // layer count).
+    let mut index_of_role: std::collections::HashMap<CpuUnitRole, usize> =
+        std::collections::HashMap::new();
     for (f, unit) in model.units.iter().enumerate() {
-        let own = index_of(roles[f], &mut units);
+        let own = *index_of_role.entry(roles[f]).or_insert_with(|| {
+            units.push(CpuUnit {
+                role: roles[f],
+                tensors: Vec::new(),
+                fetch_units: Vec::new(),
+                numel: 0,
+            });
+            units.len() - 1
+        });
         for &t in &unit.tensors {
             if t < unit_of_tensor.len() && unit_of_tensor[t].is_none() {
                 unit_of_tensor[t] = Some(own);
@@ -141,6 +139,8 @@ pub struct PassInputs<'a> {
     /// Per model tensor: whether its stage 3 slice lives on NVMe (a unit with such a slice is
     /// gathered through staging whatever the dtype: the slice is read into it first).
     pub nvme_resident: &'a [bool],
+    /// Per model tensor: whether it is persistent (stage 3), looked up once per tensor.
+    pub persistent: &'a [bool],
 }
 
 /// The tick range of a pass over fetch units `fetch` (ascending), as `(first, last)`.
@@ -161,29 +161,13 @@ impl PassInputs<'_> {
 
     /// Elements of the unit's fetch staging: its largest gathered slice.
     fn staging_numel(&self, unit: &CpuUnit) -> u64 {
-        let persistent: Vec<usize> = self
-            .shards
-            .persistent
-            .as_ref()
-            .map(|p| {
-                p.entries
-                    .iter()
-                    .filter_map(|&e| self.layout.entries.get(e).map(|e| e.tensor))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let slice = |t: usize| {
-            self.layout
-                .entries
-                .iter()
-                .find(|e| e.tensor == t)
-                .map_or(0, |e| e.partition_numel)
-        };
+        let slice = |t: usize| self.layout.entry_of(t).map_or(0, |e| e.partition_numel);
+        let persistent = |t: usize| self.persistent.get(t).copied().unwrap_or(false);
         let gathered: Vec<usize> = unit
             .fetch_units
             .iter()
             .flat_map(|&f| self.model.units[f].tensors.iter().copied())
-            .filter(|t| unit.tensors.contains(t) && !persistent.contains(t))
+            .filter(|&t| unit.tensors.contains(&t) && !persistent(t))
             .collect();
         let swapped = self.stage3
             && gathered

@@ -149,9 +149,13 @@ impl Layout {
         self.partition_numel * self.dtype.bytes()
     }
 
-    /// The entry of model tensor `tensor`.
+    /// The entry of model tensor `tensor`: at its own index when the buffer is in model order
+    /// (constant time: callers ask for every tensor), else found by a search.
     pub fn entry_of(&self, tensor: usize) -> Option<&LayoutEntry> {
-        self.entries.iter().find(|e| e.tensor == tensor)
+        self.entries
+            .get(tensor)
+            .filter(|e| e.tensor == tensor)
+            .or_else(|| self.entries.iter().find(|e| e.tensor == tensor))
     }
 }
 

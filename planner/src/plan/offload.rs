@@ -79,8 +79,14 @@ pub fn nvme_resident(
     let mut resident = vec![false; tensors];
     if let OffloadTarget::Nvme { max_in_cpu, .. } = settings.offload_param {
         let mut in_cpu = 0u64;
+        let mut is_persistent = vec![false; layout.entries.len()];
+        for &index in persistent {
+            if let Some(slot) = is_persistent.get_mut(index) {
+                *slot = true;
+            }
+        }
         for (index, entry) in layout.entries.iter().enumerate() {
-            if persistent.contains(&index) {
+            if is_persistent[index] {
                 continue;
             }
             if in_cpu + entry.partition_numel <= max_in_cpu {

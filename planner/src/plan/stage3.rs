@@ -129,6 +129,7 @@ pub fn schedule(
     let queue: Vec<(usize, usize)> = (0..steps)
         .flat_map(|s| model.units[unit_of(s)].tensors.iter().map(move |&t| (t, s)))
         .collect();
+    let reuse = ReuseIndex::new(model, &numel);
     let mut replay = Replay {
         gathered: is_persistent.clone(),
         gathered_since: vec![0; tensor_count],
@@ -156,7 +157,7 @@ pub fn schedule(
         peak = peak.max(replay.live);
         let live_numel = replay.live;
         let (released, kept) =
-            replay.release(model, tensors, &is_persistent, settings, &numel, step);
+            replay.release(&reuse, tensors, &is_persistent, settings, &numel, step);
         records.push(ScheduleStep {
             step,
             unit,
@@ -188,6 +189,43 @@ pub fn schedule(
         peak_live_numel: peak,
         intervals: replay.intervals,
         arena: None,
+    }
+}
+
+/// Where along the trace each tensor is used, and how many elements the trace has traversed
+/// before each step: whether a tensor is used again within the reuse distance is then a binary
+/// search, not a walk down the trace (which made a schedule quadratic in the layer count).
+struct ReuseIndex {
+    /// Per tensor, the trace steps whose unit holds it, ascending.
+    uses: Vec<Vec<usize>>,
+    /// `before[k]`: the elements of the tensors of trace steps `0..k` (each listing counted).
+    before: Vec<u64>,
+}
+
+impl ReuseIndex {
+    fn new(model: &ModelGraph, numel: &[u64]) -> Self {
+        let units = model.units.len();
+        let mut uses = vec![Vec::new(); numel.len()];
+        let mut before = Vec::with_capacity(2 * units + 1);
+        let mut total = 0u64;
+        for step in 0..2 * units {
+            before.push(total);
+            for &t in &model.units[trace_step(units, step).0].tensors {
+                uses[t].push(step);
+                total = total.saturating_add(numel[t]);
+            }
+        }
+        before.push(total);
+        Self { uses, before }
+    }
+
+    /// Whether tensor `t`, used at `step`, is used again by a later step that the coordinator
+    /// reaches before `max_distance` elements of the trace after `step` have gone by.
+    fn used_again_within(&self, t: usize, step: usize, max_distance: u64) -> bool {
+        let uses = &self.uses[t];
+        let next = uses.partition_point(|&u| u <= step);
+        uses.get(next)
+            .is_some_and(|&u| self.before[u] - self.before[step + 1] < max_distance)
     }
 }
 
@@ -257,51 +295,38 @@ impl Replay {
             }
             self.next += 1;
             self.most_recent[t] = self.most_recent[t].max(s as i64);
-            if !self.gathered[t] && !batch.contains(&t) {
+            // Gathered as it joins the batch (a search of the batch was quadratic in its
+            // length); an NVMe-resident tensor never joins, so the check above is unchanged.
+            if !self.gathered[t] {
+                self.gather(t, numel[t], step);
                 batch.push(t);
                 prefetching += i128::from(numel[t]);
             }
         }
-        for &t in &batch {
-            self.gather(t, numel[t], step);
-        }
         batch
     }
 
+    /// The step's non-persistent tensors split into those released and those kept: kept when
+    /// the prefetcher claimed them for a later use, or when the trace uses them again before
+    /// `max_reuse_distance` elements of it have gone by ([`ReuseIndex`]).
     fn release(
         &mut self,
-        model: &ModelGraph,
+        reuse: &ReuseIndex,
         tensors: &[usize],
         is_persistent: &[bool],
         settings: &Stage3Settings,
         numel: &[u64],
         step: usize,
     ) -> (Vec<usize>, Vec<usize>) {
-        let units = model.units.len();
         let next_step = step as i64 + 1;
-        let mut candidates: Vec<usize> = tensors
+        let (mut kept, mut candidates): (Vec<usize>, Vec<usize>) = tensors
             .iter()
             .copied()
             .filter(|&t| !is_persistent[t])
-            .collect();
-        let mut kept: Vec<usize> = candidates
-            .iter()
-            .copied()
-            .filter(|&t| self.most_recent[t] > next_step)
-            .collect();
-        candidates.retain(|t| !kept.contains(t));
-        let mut traversed = 0u64;
-        for later in step + 1..2 * units {
-            if traversed >= settings.max_reuse_distance || candidates.is_empty() {
-                break;
-            }
-            for &t in &model.units[trace_step(units, later).0].tensors {
-                if let Some(at) = candidates.iter().position(|&c| c == t) {
-                    kept.push(candidates.swap_remove(at));
-                }
-                traversed += numel[t];
-            }
-        }
+            .partition(|&t| {
+                self.most_recent[t] > next_step
+                    || reuse.used_again_within(t, step, settings.max_reuse_distance)
+            });
         candidates.sort_unstable();
         kept.sort_unstable();
         let mut released = Vec::new();

@@ -94,12 +94,12 @@ impl std::fmt::Display for BadConstant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "the cost-model constant `{}` must be a positive number{}, not {}",
+            "the cost-model constant `{}` must be {}, not {}",
             self.name,
-            if self.name == "compute_efficiency" {
-                " at most 1"
-            } else {
-                ""
+            match self.name {
+                "compute_efficiency" => "a positive number at most 1",
+                "tie_tolerance" => "a fraction from 0 to 1 (0.05: 5 %)",
+                _ => "a positive number",
             },
             self.value
         )
@@ -128,7 +128,8 @@ impl CostModel {
                 return Err(BadConstant { name, value });
             }
         }
-        if !(self.tie_tolerance.is_finite() && self.tie_tolerance >= 0.0) {
+        // A tie wider than 100 % makes every candidate tie (and 1e308 printed as `inf %`).
+        if !(self.tie_tolerance.is_finite() && (0.0..=1.0).contains(&self.tie_tolerance)) {
             return Err(BadConstant {
                 name: "tie_tolerance",
                 value: self.tie_tolerance,

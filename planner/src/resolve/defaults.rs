@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::provenance::Provenance;
 use crate::config::primitives::AutoOr;
-use crate::config::registry::{ALIASES, AUTO_KEYS};
+use crate::config::registry::{ALIASES, AUTO_KEYS, KeyAlias};
 use crate::config::{DsConfig, ZeroConfig, ZeroStage};
 use crate::diagnostics::{Code, Diagnostic};
 use crate::json_pointer;
@@ -52,37 +52,12 @@ pub(crate) fn drop_alias_autos(
     document: &mut Value,
 ) -> (Vec<(String, Provenance)>, Vec<Diagnostic>) {
     let (mut dropped, mut warnings) = (Vec::new(), Vec::new());
-    let defaults = serde_json::to_value(ZeroConfig::default()).unwrap_or(Value::Null);
-    for alias in ALIASES {
+    for (alias, warning) in alias_autos(document) {
         let canonical = format!("{}/{}", alias.parent, alias.canonical);
-        if !AUTO_KEYS.contains(&canonical.as_str()) {
-            continue;
+        if let Some(Value::Object(section)) = document.pointer_mut(alias.parent) {
+            section.remove(alias.alias);
         }
-        let Some(Value::Object(section)) = document.pointer_mut(alias.parent) else {
-            continue;
-        };
-        if section.get(alias.alias).and_then(Value::as_str) != Some("auto") {
-            continue;
-        }
-        section.remove(alias.alias);
-        let default = defaults
-            .get(alias.canonical)
-            .map_or_else(|| "its default".to_string(), Value::to_string);
-        let pointer = json_pointer::child(alias.parent, alias.alias);
-        warnings.push(
-            Diagnostic::warning(
-                Code::UnresolvableAuto,
-                &pointer,
-                format!(
-                    "`{}` is \"auto\", which the Hugging Face Trainer fills only under the name `{}`: it stays \"auto\", and DeepSpeed then uses its default, {default}",
-                    alias.alias, alias.canonical
-                ),
-            )
-            .with_help(format!(
-                "write `\"{}\": \"auto\"` for the Trainer's value, or a number",
-                alias.canonical
-            )),
-        );
+        warnings.push(warning);
         dropped.push((
             canonical,
             Provenance::DeepSpeedDefault {
@@ -94,6 +69,44 @@ pub(crate) fn drop_alias_autos(
         ));
     }
     (dropped, warnings)
+}
+
+/// The `"auto"`s under a short name of a key the Trainer fills only under its long name
+/// (`prefetch_bucket_size` for `stage3_prefetch_bucket_size`), each with its warning: DeepSpeed
+/// drops the `"auto"` and uses its default. `validate` gives the same verdict as `resolve`.
+pub(crate) fn alias_autos(document: &Value) -> Vec<(&'static KeyAlias, Diagnostic)> {
+    let defaults = serde_json::to_value(ZeroConfig::default()).unwrap_or(Value::Null);
+    let mut found = Vec::new();
+    for alias in ALIASES {
+        let canonical = format!("{}/{}", alias.parent, alias.canonical);
+        if !AUTO_KEYS.contains(&canonical.as_str()) {
+            continue;
+        }
+        let Some(Value::Object(section)) = document.pointer(alias.parent) else {
+            continue;
+        };
+        if section.get(alias.alias).and_then(Value::as_str) != Some("auto") {
+            continue;
+        }
+        let default = defaults
+            .get(alias.canonical)
+            .map_or_else(|| "its default".to_string(), Value::to_string);
+        let pointer = json_pointer::child(alias.parent, alias.alias);
+        let warning = Diagnostic::warning(
+            Code::UnresolvableAuto,
+            &pointer,
+            format!(
+                "`{}` is \"auto\", which the Hugging Face Trainer fills only under the name `{}`: it stays \"auto\", and DeepSpeed then uses its default, {default}",
+                alias.alias, alias.canonical
+            ),
+        )
+        .with_help(format!(
+            "write `\"{}\": \"auto\"` for the Trainer's value, or a number",
+            alias.canonical
+        ));
+        found.push((alias, warning));
+    }
+    found
 }
 
 /// `overlap_comm`: absent means true exactly at stage 3.

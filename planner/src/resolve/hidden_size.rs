@@ -114,7 +114,8 @@ pub fn from_model(reference: &str) -> Result<HiddenSizeLookup, String> {
     let path = Path::new(reference);
     let config_path = if path.is_dir() {
         path.join("config.json")
-    } else if path.is_file() {
+    } else if crate::user_file::exists(path) {
+        // A FIFO or a device named as the model is refused by what it is when it is read.
         if path.extension().is_some_and(|e| e == "safetensors") {
             path.parent().unwrap_or(Path::new(".")).join("config.json")
         } else {
@@ -130,7 +131,7 @@ pub fn from_model(reference: &str) -> Result<HiddenSizeLookup, String> {
         }));
     };
     let shown = config_path.display().to_string();
-    let text = std::fs::read_to_string(&config_path).map_err(|error| {
+    let text = crate::user_file::read_text(&config_path, crate::user_file::FileKind::ModelConfig).map_err(|error| {
         format!("cannot read {shown} (transformers reads the hidden size from the model's config.json): {error}")
     })?;
     let config: Value =

@@ -38,26 +38,49 @@ pub fn numeric_strings(document: &mut Value) -> Vec<Diagnostic> {
     found
 }
 
+/// The warnings [`numeric_strings`] gives, without changing the document: `validate` gives
+/// the same verdict on a quoted number as `resolve` and `run`.
+pub fn quoted_numbers(document: &Value) -> Vec<Diagnostic> {
+    let mut found = Vec::new();
+    for pointer in AUTO_KEYS.iter().filter(|p| !BOOLEAN_KEYS.contains(p)) {
+        match document.pointer(pointer) {
+            Some(Value::Array(items)) => {
+                for (at, item) in items.iter().enumerate() {
+                    if let Some((_, warning)) = quoted(item, &json_pointer::index(pointer, at)) {
+                        found.push(warning);
+                    }
+                }
+            }
+            Some(value) => found.extend(quoted(value, pointer).map(|(_, warning)| warning)),
+            None => {}
+        }
+    }
+    found
+}
+
 fn normalise(value: &mut Value, pointer: &str, found: &mut Vec<Diagnostic>) {
+    if let Some((number, warning)) = quoted(value, pointer) {
+        found.push(warning);
+        *value = number;
+    }
+}
+
+/// The number a quoted number spells, and the warning that says so.
+fn quoted(value: &Value, pointer: &str) -> Option<(Value, Diagnostic)> {
     let Value::String(text) = value else {
-        return;
+        return None;
     };
-    let Ok(number) = serde_json::from_str::<Number>(text.trim()) else {
-        return;
-    };
-    let number = Value::Number(number);
+    let number = Value::Number(serde_json::from_str::<Number>(text.trim()).ok()?);
     let key = pointer.trim_start_matches('/').replace('/', ".");
-    found.push(
-        Diagnostic::warning(
+    let warning = Diagnostic::warning(
             Code::NormalisedString,
             pointer,
             format!("`{key}` is the string \"{text}\"; dsplan reads it as the number {number}"),
         )
         .with_help(format!(
             "write {number} without quotes: the Hugging Face Trainer compares the string with its own number and reports `ds {key}={number} vs hf ...={number}`, and DeepSpeed's arithmetic fails on a string"
-        )),
-    );
-    *value = number;
+        ));
+    Some((number, warning))
 }
 
 #[cfg(test)]

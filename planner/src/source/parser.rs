@@ -10,7 +10,8 @@ use super::spans::{Children, SpanNode};
 use super::strictness::{Leniency, NonStrictTally};
 use super::string::parse_string;
 use super::{Located, Span};
-use crate::diagnostics::{Code, Diagnostic};
+use crate::capped::{Tally, and_more};
+use crate::diagnostics::{Code, Diagnostic, Severity};
 use crate::json_pointer;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -75,15 +76,22 @@ pub(crate) fn parse_document(
         lines,
         path: Vec::new(),
         duplicates: Vec::new(),
+        tally: Tally::default(),
     };
     let (value, spans) = parser
         .parse_root()
         .map_err(|error| error.within(|| parser.pointer()))?;
+    let mut duplicates = parser.duplicates;
+    let omitted = parser.tally.omitted(Code::DuplicateKey, Severity::Error);
+    if let Some(last) = duplicates.last().filter(|_| omitted > 0) {
+        let summary = and_more(last, omitted);
+        duplicates.push(summary);
+    }
     Ok(Parsed {
         value,
         spans,
         non_strict: parser.cursor.non_strict,
-        duplicates: parser.duplicates,
+        duplicates,
     })
 }
 
@@ -95,6 +103,8 @@ struct Parser<'t> {
     /// error can name its pointer.
     path: Vec<PathStep>,
     duplicates: Vec<Diagnostic>,
+    /// Duplicates past the cap are only counted ([`crate::capped`]).
+    tally: Tally,
 }
 
 impl Parser<'_> {
@@ -213,8 +223,10 @@ impl Parser<'_> {
                 let first = *first_of_repeated
                     .entry(key.clone())
                     .or_insert(previous_start);
-                let duplicate = self.duplicate_key(&key, key_start, first);
-                self.duplicates.push(duplicate);
+                if self.tally.admit(Code::DuplicateKey, Severity::Error) {
+                    let duplicate = self.duplicate_key(&key, key_start, first);
+                    self.duplicates.push(duplicate);
+                }
             }
             map.insert(key.clone(), value);
             members.insert(key.clone(), node);

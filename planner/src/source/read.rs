@@ -37,11 +37,14 @@ pub fn read_config(path: &Path) -> Result<Vec<u8>, Diagnostic> {
     if metadata.len() > MAX_CONFIG_BYTES {
         return Err(too_large(&shown.to_string(), Some(metadata.len())));
     }
-    let file = std::fs::File::open(path).map_err(|error| {
-        unreadable(format!("cannot read {shown}: {error}"))
-            .with_help("check the path and the file's permissions")
-    })?;
-    read_bounded(file, &shown.to_string())
+    // Opened without blocking and looked at again through the handle: a path swapped for a
+    // FIFO after the look above cannot stall the read.
+    let opened = crate::user_file::open(path, crate::user_file::FileKind::DeepSpeedConfig)
+        .map_err(|error| {
+            unreadable(format!("cannot read {shown}: {error}"))
+                .with_help("check the path and the file's permissions")
+        })?;
+    read_bounded(opened.file, &shown.to_string())
 }
 
 /// Whether `path` names standard input.

@@ -43,6 +43,7 @@ pub fn validate_source(
     found.extend(validate_document(file.value(), options));
     file.locate_all(&mut found);
     found.sort_by_key(|d| (d.line.unwrap_or(0), d.column.unwrap_or(0)));
+    crate::capped::cap_each_kind(&mut found);
     Ok((file, found))
 }
 
@@ -58,10 +59,25 @@ pub fn validate_document(document: &Value, options: ValidateOptions) -> Vec<Diag
             .any(|r| r.code == Code::RemovedFeature && r.pointer == d.pointer)
     });
     found.extend(removed);
+    // A short-name stage-3 "auto" is DeepSpeed's default with a warning, as `resolve` says.
+    let aliased: Vec<Diagnostic> = crate::resolve::defaults::alias_autos(document)
+        .into_iter()
+        .map(|(_, warning)| warning)
+        .collect();
+    found.retain(|d| {
+        !(d.code == Code::AutoNotAllowed && aliased.iter().any(|w| w.pointer == d.pointer))
+    });
+    found.extend(aliased);
+    // A quoted number where the Trainer compares numbers: read as the number with a warning,
+    // as `resolve` and `run` read it.
+    let quoted = crate::resolve::normalise::quoted_numbers(document);
+    found.retain(|d| !(d.code == Code::WrongType && quoted.iter().any(|q| q.pointer == d.pointer)));
+    found.extend(quoted);
     found.extend(batch::check(document, options.world_size));
     found.extend(rules::precision::check(view));
     found.extend(rules::zero::check(view));
     found.extend(rules::optimizer::check(view));
     found.extend(rules::ranges::check(view));
+    crate::capped::cap_each_kind(&mut found);
     found
 }

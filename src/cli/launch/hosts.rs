@@ -1,6 +1,7 @@
 //! The DeepSpeed launcher's resource syntax: a hostfile of `host slots=N` lines (`#` starts a
 //! comment), narrowed by `--include`/`--exclude` filters such as `node1:0,1@node2` (every slot
-//! of `node2`, slots 0 and 1 of `node1`), then by `--num_nodes`/`--num_gpus`.
+//! of `node2`, slots 0 and 1 of `node1`), then by `--num_nodes`/`--num_gpus`, which may not
+//! ask for more hosts or slots than there are.
 
 use std::fmt;
 
@@ -55,6 +56,22 @@ pub enum HostsError {
         /// Its value.
         value: String,
     },
+    /// `--num_gpus` asks for more ranks than a host has slots.
+    TooManyRanks {
+        /// The host.
+        host: String,
+        /// Ranks asked for.
+        asked: usize,
+        /// Its slots.
+        slots: usize,
+    },
+    /// `--num_nodes` asks for more hosts than are listed.
+    TooManyNodes {
+        /// Hosts asked for.
+        asked: usize,
+        /// Hosts there are.
+        hosts: usize,
+    },
     /// Nothing is left to run on.
     Empty,
 }
@@ -87,6 +104,15 @@ impl fmt::Display for HostsError {
             HostsError::BadFilter { flag, value } => write!(
                 f,
                 "{flag} {value:?} is not HOST[:SLOT,SLOT...] joined by @ (e.g. node1:0,1@node2)"
+            ),
+            HostsError::TooManyRanks { host, asked, slots } => write!(
+                f,
+                "--num_gpus {asked} asks for more ranks than host {host} has slots ({slots}); \
+                 ask for at most {slots}"
+            ),
+            HostsError::TooManyNodes { asked, hosts } => write!(
+                f,
+                "--num_nodes {asked} asks for more hosts than the {hosts} there are"
             ),
             HostsError::Empty => write!(f, "no host and slot is left to run on"),
         }
@@ -225,10 +251,23 @@ pub fn select(
         hosts.retain(|h| !h.slots.is_empty());
     }
     if let Some(n) = num_nodes {
+        if n > hosts.len() {
+            return Err(HostsError::TooManyNodes {
+                asked: n,
+                hosts: hosts.len(),
+            });
+        }
         hosts.truncate(n);
     }
     if let Some(n) = num_gpus {
         for host in &mut hosts {
+            if n > host.slots.len() {
+                return Err(HostsError::TooManyRanks {
+                    host: host.name.clone(),
+                    asked: n,
+                    slots: host.slots.len(),
+                });
+            }
             host.slots.truncate(n);
         }
     }
@@ -264,6 +303,25 @@ mod tests {
 
     fn hosts() -> Vec<(String, usize)> {
         parse_hostfile(HOSTFILE).expect("valid")
+    }
+
+    #[test]
+    fn more_ranks_or_hosts_than_there_are_is_refused() {
+        let error = select(&hosts(), None, None, None, Some(100_000)).expect_err("too many");
+        assert_eq!(
+            error,
+            HostsError::TooManyRanks {
+                host: "node1".into(),
+                asked: 100_000,
+                slots: 4
+            }
+        );
+        assert!(error.to_string().contains("ask for at most 4"), "{error}");
+        assert!(matches!(
+            select(&hosts(), None, None, Some(3), None),
+            Err(HostsError::TooManyNodes { asked: 3, hosts: 2 })
+        ));
+        assert!(select(&hosts(), Some("node1"), None, None, Some(4)).is_ok());
     }
 
     #[test]

@@ -1,14 +1,17 @@
 //! The memory pre-flight of `dsplan run`: after the plan is compiled and before the first
 //! allocation (the model's weights included), the plan's peak per rank is set against what
 //! the machine has (`dsplan_executor::preflight`). A run that cannot fit is refused (exit 1)
-//! with both figures and what to change; `--force` runs it anyway after a warning. A run that
+//! with both figures and what to change; `--force` runs it anyway after a warning, unless it
+//! needs more than the machine has at all (memory and swap, or the GPU's total memory), where
+//! its allocations would fail. A run that
 //! fits prints one line with the figures and the time the check took.
 
 use std::time::Instant;
 
 use dsplan_executor::cuda::Backend;
 use dsplan_executor::preflight::{
-    self, Available, DeviceNeed, MemoryFigure, MemoryNeed, Shortfall, host::host_available,
+    self, Available, DeviceNeed, MemoryFigure, MemoryNeed, Shortfall,
+    host::{host_available, host_ceiling},
 };
 use dsplan_planner::plan::{Device, Plan};
 
@@ -92,6 +95,21 @@ pub(super) fn enforce(check: Preflight, force: bool) -> Result<(), Failure> {
             "memory pre-flight: {shortfall} ({took})"
         ))),
         Err(shortfall) => {
+            // `--force` runs past what is available now, never past what the machine has at
+            // all: those allocations would fail and abort the process.
+            let ceiling = Available {
+                host: host_ceiling(),
+                device: check.available.device.clone(),
+            };
+            if let Err(beyond) = preflight::check(&check.need, &ceiling) {
+                return Err(Failure::input(format!(
+                    "memory pre-flight: the plan needs {} but this machine has {} in all ({}): \
+                     its allocations would fail, so --force cannot run it; {shortfall} ({took})",
+                    super::bytes(beyond.needed),
+                    super::bytes(beyond.available),
+                    beyond.source,
+                )));
+            }
             eprintln!("warning: memory pre-flight: {shortfall}; running anyway (--force)");
             Ok(())
         }

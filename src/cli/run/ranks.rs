@@ -175,16 +175,24 @@ impl Ranks {
         match self {
             Ranks::Threads => {
                 if !failure.message.is_empty() {
-                    eprintln!("error: {}", failure.message);
+                    eprintln!("error: {}", crate::render::escape_message(&failure.message));
                 }
                 failure.outcome
             }
             Ranks::Process(p) => {
-                eprintln!("error: rank {}: {}", p.env.rank, failure.message);
+                eprintln!(
+                    "error: rank {}: {}",
+                    p.env.rank,
+                    crate::render::escape_message(&failure.message)
+                );
                 p.abort(failure.outcome)
             }
             Ranks::Gpu(g) => {
-                eprintln!("error: rank {}: {}", g.env.rank, failure.message);
+                eprintln!(
+                    "error: rank {}: {}",
+                    g.env.rank,
+                    crate::render::escape_message(&failure.message)
+                );
                 g.abort(failure.outcome)
             }
         }

@@ -126,6 +126,22 @@ const fn always(
 
 /// Every knob checked here.
 pub const RANGES: &[Range] = &[
+    // The fp16 dynamic loss scaler: DeepSpeed accepts any hysteresis, but below 1 an overflow
+    // only counts it down (0, -1, ...) and never reaches the branch that lowers the scale.
+    always(
+        "/fp16/hysteresis",
+        Broken::Zero,
+        Severity::Warning,
+        "after an overflow the scaler lowers the scale only when its hysteresis counter is 1; from 0 it counts down forever, so the scale is never lowered and every step overflows",
+        "deepspeed/runtime/fp16/loss_scaler.py: DynamicLossScaler.update_scale (the scale drops only when delayed_shift or cur_hysteresis is 1)",
+    ),
+    always(
+        "/fp16/hysteresis",
+        Broken::Negative,
+        Severity::Warning,
+        "after an overflow the scaler lowers the scale only when its hysteresis counter is 1; below 0 it counts down forever, so the scale is never lowered and every step overflows",
+        "deepspeed/runtime/fp16/loss_scaler.py: DynamicLossScaler.update_scale (the scale drops only when delayed_shift or cur_hysteresis is 1)",
+    ),
     // The optimizer.
     always(
         "/optimizer/params/lr",
