@@ -553,7 +553,7 @@ fn llama_world_cases() -> Vec<(String, TrainSpec)> {
             format!("{which:?} W = 4 stage 2"),
             llama_world_spec(which, 2, 4, json!({})),
         ));
-        for stage in [1u8, 2] {
+        for stage in [1u8, 2, 3] {
             cases.push((
                 format!("{which:?} W = 2 stage {stage} small buckets (packed)"),
                 llama_world_spec(
@@ -651,9 +651,136 @@ fn every_llama_world_program_orders_its_cross_stream_accesses() {
 
 /// The Llama tests' gradient bucket: the whole small model in one (a bucket cut inside a
 /// decoder layer holds tensors that are not back to back in the flat buffer, since the
-/// layer's norms follow its projections but are reduced between them: stages 1-2 pack it
-/// through the bucket staging, which the `PACKED_BUCKET` cases run; stage 3 refuses it).
+/// layer's norms follow its projections but are reduced between them: every stage packs it
+/// through the bucket staging, which the `PACKED_BUCKET` cases run).
 const LLAMA_BUCKET: u64 = 1_000_000;
 
 /// A bucket small enough to be cut inside the small Llama's decoder layers.
 const PACKED_BUCKET: u64 = 20_000;
+
+/// Test 10: at stages 2 and 3 (`W > 1`) a rank keeps the plan's gradient arena (the gradients
+/// in flight) and its gradient partition, not the whole model's gradients: the gradient
+/// region is smaller than the model, its partition is the rank's share, and the allocation is
+/// the plan's to the byte; stage 1 keeps whole gradients, as DeepSpeed does.
+#[test]
+fn stages_2_and_3_keep_only_their_gradient_partition_and_the_buckets_in_flight() {
+    use dsplan_executor::cuda::train::Region;
+    use dsplan_executor::metrics::{Category, PlanMemory};
+    let mut specs: Vec<(String, TrainSpec)> = Vec::new();
+    for world in [2, 4] {
+        for stage in 1..=3u8 {
+            specs.push((
+                format!("GPT-2 W = {world} stage {stage}"),
+                world_spec(stage, world, json!({})),
+            ));
+            specs.push((
+                format!("Llama W = {world} stage {stage} small buckets"),
+                llama_world_spec(
+                    SmallLlama::Llama,
+                    stage,
+                    world,
+                    json!({"reduce_bucket_size": PACKED_BUCKET}),
+                ),
+            ));
+        }
+    }
+    for (what, spec) in &specs {
+        let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+            .expect("the CUDA plan");
+        let psi = spec.model.layout().num_params();
+        let predicted = PlanMemory::of(&plan);
+        for model in rank_models(spec, &plan).expect("every rank's program") {
+            let layout = &model.layout;
+            let shares = layout.shares;
+            let grads = layout.len(Region::Grads);
+            let ours = layout.bytes_by_category();
+            for category in Category::ALL {
+                assert_eq!(
+                    ours.get(category),
+                    predicted.peak.get(category),
+                    "{what}: {category:?}"
+                );
+            }
+            eprintln!(
+                "{what} rank {}: gradients {grads} elements (arena {}, partition {}) of a model of {psi}",
+                shares.rank, shares.grads, shares.grad_partition
+            );
+            if spec.settings.stage == dsplan_planner::config::ZeroStage::OptimizerStates {
+                assert!(grads >= psi, "{what}: stage 1 keeps whole gradients");
+                continue;
+            }
+            let arena = plan
+                .buckets
+                .gradient_arena
+                .as_ref()
+                .expect("a gradient arena");
+            assert_eq!(shares.grads, arena.numel, "{what}");
+            assert!(
+                (shares.grads as usize) < psi,
+                "{what}: an arena of {} is not below the model's {psi}",
+                shares.grads
+            );
+            assert_eq!(
+                shares.grad_partition, shares.optimizer,
+                "{what}: the gradient partition is the rank's optimizer partition"
+            );
+            assert!(
+                grads < psi,
+                "{what}: {grads} gradient elements for a model of {psi}"
+            );
+        }
+    }
+}
+
+/// Test 11: without the accumulation of each reduced bucket into the rank's gradient
+/// partition (a bucket's reduction skipped), stages 2 and 3 leave the CPU's parameters by far
+/// more than the tolerance: the comparison sees the partitions.
+#[test]
+fn a_partitioned_program_without_its_accumulations_does_not_match() {
+    for stage in [2u8, 3] {
+        let spec = world_spec(stage, 2, json!({}));
+        let plan = compile_cuda_plan(&spec.settings, &spec.model, spec.seq_len, spec.world)
+            .expect("the CUDA plan");
+        let cpu = train(&spec, &|_| {}).expect("the CPU run");
+        let mut models = rank_models(&spec, &plan).expect("every rank's program");
+        let mut removed = 0;
+        for model in &mut models {
+            for phase in [
+                &mut model.program.micro_step,
+                &mut model.program.boundary_micro_step,
+            ] {
+                let before = phase.len();
+                phase.retain(|op| {
+                    !matches!(
+                        op,
+                        Op::Collective(CommOp {
+                            action: CommAction::Accumulate { .. },
+                            ..
+                        })
+                    )
+                });
+                removed += before - phase.len();
+            }
+        }
+        assert!(removed > 0, "stage {stage}: the programs accumulate");
+        let host = train_rank_models_on_host(
+            &spec,
+            &plan,
+            &models,
+            &CheckpointOptions::default(),
+            &|_| {},
+        )
+        .expect("the host run");
+        let (worst, _, _) = param_errors(
+            &spec.initial_params,
+            &host.final_params,
+            &cpu.final_params,
+            REL,
+        );
+        eprintln!("stage {stage} without {removed} accumulations: {worst:.3e} beyond");
+        assert!(
+            worst > 1e-4,
+            "stage {stage}: {worst} is within reach of the tolerance"
+        );
+    }
+}

@@ -457,7 +457,8 @@ impl<'a> Walk<'a> {
             let in_arena = tensor.region == Region::Params && tensor.span.offset < self.arena_len;
             let original = theirs.as_ref().map(|t| t[i].0);
             if !in_arena {
-                if original.is_some_and(|o| o != tensor) {
+                // Gradients move to their places in the gradient arena (its own test).
+                if original.is_some_and(|o| o != tensor && o.region != Region::Grads) {
                     return Err(format!(
                         "op {}: {tensor:?} moved from {original:?}",
                         self.position
@@ -538,7 +539,10 @@ fn dataflow(
         let mut flat = one_gpu.boundary_micro_step.iter();
         for op in &program.boundary_micro_step {
             let twin = match op {
+                // Communication, and the zero of a gradient place before its first write: the
+                // rank's own ops.
                 Op::Collective(_) => None,
+                Op::Zero { tensor } if tensor.region == Region::Grads => None,
                 _ => Some(
                     flat.next()
                         .ok_or("more compute ops than the one-GPU step")?,

@@ -103,7 +103,10 @@ fn value(rank: usize, i: usize) -> f32 {
 fn two_thread_ranks_share_one_gpu_through_the_staged_collectives() {
     require_gpu();
     let model = small_head_64();
-    for stage in 1..=3u8 {
+    // Stage 1's collectives stand alone here (whole gradients, the flat partition's
+    // all-gather); stages 2-3 reduce out of the gradient arena into the partition, which the
+    // host interpreter's tests and the W = 2 training tests of `cuda_train.rs` check.
+    for stage in [1u8] {
         let config = json!({
             "train_micro_batch_size_per_gpu": 2,
             "gradient_accumulation_steps": 1,
@@ -156,6 +159,10 @@ fn two_thread_ranks_share_one_gpu_through_the_staged_collectives() {
                 .memcpy_htod(&params, &mut bufs.params)
                 .expect("parameters");
             let mut runner = CommRunner::new(compute.clone());
+            let modules =
+                dsplan_executor::cuda::modules::KernelModules::new(compute.context().clone(), None)
+                    .expect("kernel modules");
+            let launcher = dsplan_executor::cuda::launch::Launcher::new(&modules, compute.clone());
             let communication = program
                 .boundary_micro_step
                 .iter()
@@ -165,7 +172,9 @@ fn two_thread_ranks_share_one_gpu_through_the_staged_collectives() {
                     _ => None,
                 });
             for op in communication {
-                runner.run(op, &mut bufs, &mut comm).expect("collective");
+                runner
+                    .run(op, &mut bufs, &mut comm, &launcher)
+                    .expect("collective");
             }
             compute.synchronize().expect("sync");
             comm.stream().synchronize().expect("sync");
@@ -208,7 +217,12 @@ fn two_thread_ranks_share_one_gpu_through_the_staged_collectives() {
                         }
                     }
                 }
-                CudaScheme::Replicated => panic!("W = 2 is not replicated at stage {stage}"),
+                CudaScheme::Replicated | CudaScheme::PartitionedGradients => {
+                    panic!(
+                        "stage {stage} at W = 2 is not {:?} here",
+                        layout.shares.scheme
+                    )
+                }
             }
         }
     }

@@ -260,6 +260,17 @@ pub const KERNELS: &[KernelSpec] = &[
                   second step)",
     },
     KernelSpec {
+        name: "accumulate",
+        source: &REDUCE,
+        entry_points: &["accumulate_f32", "accumulate_bf16", "accumulate_f16"],
+        launch: LaunchRule::PerElement { threads: 256 },
+        source_constants: &[("REDUCE_THREADS", 256)],
+        cpu_reference: &["executor::model::residual::accumulate"],
+        dtypes: STORAGE,
+        summary: "dst += src element-wise (a reduced gradient bucket added into a rank's \
+                  gradient partition)",
+    },
+    KernelSpec {
         name: "gelu_forward",
         source: &GELU,
         entry_points: &["gelu_forward_f32", "gelu_forward_bf16", "gelu_forward_f16"],

@@ -281,6 +281,14 @@ impl<'m> Launcher<'m> {
         Self { modules, stream }
     }
 
+    /// A launcher of the same kernels on `stream` (the communication stream's accumulations).
+    pub fn on(&self, stream: Arc<CudaStream>) -> Self {
+        Self {
+            modules: self.modules,
+            stream,
+        }
+    }
+
     /// The stream.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
@@ -578,6 +586,23 @@ impl<'m> Launcher<'m> {
         let rows = table::rows_of("pre", pre.len(), bias.len())?;
         let call = table::bias_gelu_forward(T::DTYPE, rows, bias.len())?;
         self.run(&call, T::DTYPE, &mut [write(pre), write(out), read(bias)])
+    }
+
+    /// `accumulate`: `dst += src` (equal lengths).
+    pub fn accumulate<T: Storage>(
+        &self,
+        dst: &mut CudaViewMut<'_, T>,
+        src: &CudaView<'_, T>,
+    ) -> Result<(), CudaError> {
+        if dst.len() != src.len() {
+            return Err(CudaError::Shape(format!(
+                "accumulate: {} elements into {}",
+                src.len(),
+                dst.len()
+            )));
+        }
+        let call = table::accumulate(T::DTYPE, src.len())?;
+        self.run(&call, T::DTYPE, &mut [write(dst), read(src)])
     }
 
     /// `gelu_forward`: `out = gelu(inp)`.

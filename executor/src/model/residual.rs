@@ -20,6 +20,14 @@ pub fn residual_forward(out: &mut [f32], a: &[f32], b: &[f32]) {
         });
 }
 
+/// `dst += src`, element-wise (a reduced gradient bucket added into a rank's gradient
+/// partition); both `(N)`.
+pub fn accumulate(dst: &mut [f32], src: &[f32]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d += s;
+    }
+}
+
 /// `da += dout`, `db += dout`; all `(N)`.
 pub fn residual_backward(da: &mut [f32], db: &mut [f32], dout: &[f32]) {
     for ((x, y), &d) in da.iter_mut().zip(db.iter_mut()).zip(dout) {

@@ -28,6 +28,7 @@ use super::run_policy::{EngineFamily, RunPolicy};
 use super::settings::{Overlap, ParamGatherMode, ReduceTiming, Settings};
 use super::shards::ElementRange;
 use super::stage3::{Pass, trace_step};
+use super::stage3_arena::Stage3Arena;
 use crate::config::ZeroStage;
 
 /// A collective operation.
@@ -140,6 +141,11 @@ pub struct Buckets {
     /// The parameter all-gather after the step of a flat-partition engine (stages 1/2, bf16
     /// without ZeRO); `None` for one rank and the other engines.
     pub param_gather: Option<ParamAllGather>,
+    /// dsplan's CUDA step at stages 2-3 (`W > 1`): where backward writes each gradient until
+    /// its bucket is packed ([`super::grad_arena`]); `None` otherwise (every gradient has its
+    /// place in a whole-model buffer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gradient_arena: Option<Stage3Arena>,
 }
 
 /// The buckets of one step of an engine that runs as `run` says: the parameter all-gather is
@@ -166,6 +172,7 @@ pub fn buckets(
         dtype: settings.dtypes.communication,
         reduce,
         param_gather,
+        gradient_arena: None,
     }
 }
 

@@ -146,17 +146,18 @@ fn model_state_buffers(list: &mut BufferList, model_dtype: Dtype, shares: &CudaS
             "stage-3 gathered-parameter arena",
             BufferKind::GatheredParameters,
         ),
-        CudaScheme::Replicated | CudaScheme::FlatPartition => {
+        CudaScheme::Replicated | CudaScheme::FlatPartition | CudaScheme::PartitionedGradients => {
             ("parameters", BufferKind::Parameters)
         }
     };
     gpu(params_name, params_kind, model_dtype, shares.params);
-    gpu(
-        "gradients",
-        BufferKind::Gradients,
-        model_dtype,
-        shares.grads,
-    );
+    let grads_name = match shares.scheme {
+        CudaScheme::PartitionedGradients | CudaScheme::Sharded if shares.grad_partition > 0 => {
+            "gradient arena (gradients in flight)"
+        }
+        _ => "gradients",
+    };
+    gpu(grads_name, BufferKind::Gradients, model_dtype, shares.grads);
     gpu(
         "fp32 master weights",
         BufferKind::MasterWeights,

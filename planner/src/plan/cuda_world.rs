@@ -4,29 +4,31 @@
 //! executor's `DeviceLayout` both read this one description, so the plan and the allocation
 //! agree by construction.
 //!
-//! The device's compute kernels read the parameters and accumulate the gradients in one flat
-//! buffer each, at the model's tensor offsets. A rank therefore keeps, by scheme
+//! The device's compute kernels read the parameters in one buffer, at the model's tensor
+//! offsets (the flat buffer, or stage 3's arena), and accumulate the gradients in one buffer
+//! (the flat gradients, or stages 2-3's gradient arena). A rank therefore keeps, by scheme
 //! (`Ψ` the model's elements, `Ψ'` the flat buffer padded to `2W`, `P = Ψ'/W` a flat
-//! partition, `H = Σ⌈numel/W⌉` a stage-3 shard):
+//! partition, `H = Σ⌈numel/W⌉` a stage-3 shard, `G` the gradient arena, `B` the largest bucket):
 //!
-//! | buffer | one GPU, stage 0 | stages 1, 2 (flat partition) | stage 3 (sharded) |
-//! |---|---|---|---|
-//! | parameters (the buffer the kernels read) | `Ψ` | `Ψ'` | the arena `A`, gathered into on the plan's schedule |
-//! | parameter shard | - | - | `H` |
-//! | gradients (the buffer backward accumulates into) | `Ψ` | `Ψ'` | `Ψ` |
-//! | gradient partition | - | - | `H` (reduce-scatter output) |
-//! | fp32 master, AdamW moments | `Ψ` | `P` | `H` |
-//! | reduce-scatter staging | - | - | the largest bucket on the wire (`Σ W·⌈numel/W⌉`) |
-//! | gather staging (input, output) | - | sharded all-gather: the largest piece, `W ×` it | the largest fetch, prefetch or persistent re-gather (`Σ⌈numel/W⌉`), `W ×` it |
+//! | buffer | one GPU, stage 0 | stage 1 (flat partition) | stage 2 (partitioned gradients) | stage 3 (sharded) |
+//! |---|---|---|---|---|
+//! | parameters (the buffer the kernels read) | `Ψ` | `Ψ'` | `Ψ'` | the arena `A`, gathered into on the plan's schedule |
+//! | parameter shard | - | - | - | `H` |
+//! | gradients (the buffer backward accumulates into) | `Ψ` | `Ψ'` | the arena `G` | the arena `G` |
+//! | gradient partition (accumulated over micro-steps) | - | - | `P` | `H` |
+//! | fp32 master, AdamW moments | `Ψ` | `P` | `P` | `H` |
+//! | bucket staging | a bucket not back to back in the flat gradients | as stage 0 | `B` (every bucket is packed, all-reduced there) | the largest bucket on the wire (`Σ W·⌈numel/W⌉`, reduce-scattered in place) |
+//! | gather staging (input, output) | - | sharded all-gather: the largest piece, `W ×` it | as stage 1 | the largest fetch, prefetch or persistent re-gather (`Σ⌈numel/W⌉`), `W ×` it |
 //!
-//! Stages 0-2 reduce each bucket in place in the flat gradients (a bucket's tensors are
-//! contiguous there: [`check_cuda_world`] refuses a plan where they are not), with an average,
-//! so stage 2 keeps its reduced gradients in the same flat buffer: its gradient memory is stage
-//! 1's (a backward that writes into buckets is not built). Stage 3 keeps its gathered
-//! parameters in one arena of `A` elements where the plan places every gathered tensor of
-//! every trace step ([`super::stage3_arena`]): a released tensor's place is reused by a later
-//! gather, so `A` is at least the schedule's live peak and at most `Ψ`, and its parameter
-//! memory is `A + H`.
+//! Stages 0-1 reduce each bucket in place in the flat gradients (packed into the staging when
+//! its tensors are not back to back there), with an average. Stages 2-3 pack each bucket's
+//! gradients out of the gradient arena ([`super::grad_arena`]: a place is free again once its
+//! bucket is packed, so `G` holds the gradients in flight, as DeepSpeed's IPG bucket and
+//! un-hooked `param.grad`s), reduce it, and add the rank's part into its gradient partition.
+//! Stage 3 keeps its gathered parameters in one arena of `A` elements where the plan places
+//! every gathered tensor of every trace step ([`super::stage3_arena`]): a released tensor's
+//! place is reused by a later gather, so `A` is at least the schedule's live peak and at most
+//! `Ψ`, and its parameter memory is `A + H`.
 
 use serde::Serialize;
 
@@ -48,8 +50,11 @@ use crate::diagnostics::{Code, Diagnostic};
 pub enum CudaScheme {
     /// Every rank holds everything (one GPU, or stage 0).
     Replicated,
-    /// One flat buffer cut into `W` equal partitions: master and moments (stages 1, 2).
+    /// One flat buffer cut into `W` equal partitions: master and moments (stage 1).
     FlatPartition,
+    /// Stage 2: the flat partitions of stage 1, and the gradients too: backward writes into
+    /// the gradient arena, and each bucket is reduced into the rank's gradient partition.
+    PartitionedGradients,
     /// Every tensor cut into `W` slices: parameters, gradients, master and moments (stage 3).
     Sharded,
 }
@@ -64,7 +69,8 @@ pub struct CudaShares {
     /// The parameter buffer the kernels read (model dtype): the flat parameters, or at
     /// stage 3 the gathered-parameter arena.
     pub params: u64,
-    /// The flat gradient buffer backward accumulates into (model dtype).
+    /// The gradient buffer backward accumulates into (model dtype): the flat gradients, or at
+    /// stages 2-3 the gradient arena ([`super::grad_arena`]).
     pub grads: u64,
     /// fp32 master weights (0 when the parameters are the master).
     pub master: u64,
@@ -76,11 +82,12 @@ pub struct CudaShares {
     pub partition: u64,
     /// Stage 3: this rank's parameter slices (model dtype).
     pub param_shard: u64,
-    /// Stage 3: this rank's reduced gradient slices (model dtype).
+    /// Stages 2-3: this rank's reduced gradients (model dtype), accumulated over micro-steps:
+    /// its flat partition, or its stage-3 slices.
     pub grad_partition: u64,
-    /// The gradient buckets' staging (model dtype): stage 3's reduce-scatter input; at stages
-    /// 0-2 the largest bucket whose tensors are not back to back in the flat gradients (0 when
-    /// there is none: the others are all-reduced in place).
+    /// The gradient buckets' staging (model dtype): stage 3's reduce-scatter input, stage 2's
+    /// packed bucket; at stages 0-1 the largest bucket whose tensors are not back to back in the
+    /// flat gradients (0 when there is none: the others are all-reduced in place).
     pub bucket: u64,
     /// The all-gather staging's input (model dtype); its output is `world ×` it.
     pub gather: u64,
@@ -137,6 +144,7 @@ impl CudaShares {
             },
             ZeroStage::OptimizerStates | ZeroStage::Gradients => {
                 let partition = layout.partition_numel;
+                let arena = buckets.gradient_arena.as_ref();
                 let pieces = buckets.param_gather.as_ref().map_or(0, |g| {
                     if g.shards.len() > 1 {
                         g.shards.iter().map(|s| s.len()).max().unwrap_or(0)
@@ -144,7 +152,7 @@ impl CudaShares {
                         0
                     }
                 });
-                Self {
+                let flat = Self {
                     world,
                     scheme: CudaScheme::FlatPartition,
                     params: layout.padded_numel,
@@ -157,6 +165,16 @@ impl CudaShares {
                     grad_partition: 0,
                     bucket: packed,
                     gather: pieces,
+                };
+                match arena {
+                    Some(arena) => Self {
+                        scheme: CudaScheme::PartitionedGradients,
+                        grads: arena.numel,
+                        grad_partition: partition,
+                        bucket: buckets.reduce.iter().map(|b| b.numel).max().unwrap_or(0),
+                        ..flat
+                    },
+                    None => flat,
                 }
             }
             ZeroStage::Weights => {
@@ -177,21 +195,28 @@ impl CudaShares {
                         .map(|e| e.partition_numel)
                         .sum()
                 });
-                let dtype_bytes = settings.dtypes.communication.bytes().max(1);
-                let bucket = buckets
+                // Each bucket's slices, `W` ranks' worth packed; with a gradient arena the
+                // reduce-scatter writes the reduced chunk after them.
+                let chunk = buckets
                     .reduce
                     .iter()
-                    .map(|b| b.bytes / dtype_bytes)
+                    .map(|b| batch(&b.tensors))
                     .max()
                     .unwrap_or(0);
+                let chunks = match buckets.gradient_arena {
+                    Some(_) => world + 1,
+                    None => world,
+                };
+                let bucket = chunks * chunk;
                 let arena = stage3
                     .and_then(|s| s.arena.as_ref())
                     .map_or(psi, |a| a.numel);
+                let grads = buckets.gradient_arena.as_ref().map_or(psi, |a| a.numel);
                 Self {
                     world,
                     scheme: CudaScheme::Sharded,
                     params: arena,
-                    grads: psi,
+                    grads,
                     master: if has_master { shard } else { 0 },
                     optimizer: shard,
                     rank: 0,
@@ -219,7 +244,7 @@ impl CudaShares {
     /// The same shares for `rank` (its partition's first element).
     pub fn for_rank(self, rank: u64) -> Self {
         let partition = match self.scheme {
-            CudaScheme::FlatPartition => rank * self.optimizer,
+            CudaScheme::FlatPartition | CudaScheme::PartitionedGradients => rank * self.optimizer,
             CudaScheme::Replicated | CudaScheme::Sharded => 0,
         };
         Self {
@@ -235,16 +260,26 @@ impl CudaShares {
     }
 }
 
+/// Whether dsplan's CUDA step keeps only its gradient partition and the gradients in flight
+/// (a gradient arena, [`super::grad_arena`]): stages 2 and 3 at `W > 1`, reducing every
+/// micro-step, without offload (the CUDA step runs none).
+pub fn partitions_gradients(settings: &Settings) -> bool {
+    settings.backend == super::PlanBackend::DsplanCuda
+        && settings.world_size > 1
+        && matches!(settings.stage, ZeroStage::Gradients | ZeroStage::Weights)
+        && settings.reduce_timing == super::settings::ReduceTiming::EveryMicroStep
+        && settings.offload_optimizer == OffloadTarget::None
+        && settings.offload_param == OffloadTarget::None
+}
+
 /// What the CUDA executor does not run at world sizes above 1, each an error naming it: bf16
 /// without ZeRO (DeepSpeed's `BF16_Optimizer`, a flat partition under stage 0, which the device
 /// step does not lay out; stage 1 is the same memory and math), a communication dtype other than the model's, the
-/// round-robin flat order, and stage-3 buckets whose tensors are not back to back in the shard
-/// (stages 0-2 pack such a bucket into a staging buffer).
+/// round-robin flat order. Buckets whose tensors are not back to back in the flat buffer or
+/// the shard are packed into the bucket staging.
 ///
-/// Gradient accumulation at stage 3 needs no device accumulate: backward accumulates every
-/// micro-step into the flat gradients, which no collective overwrites at stage 3, so each
-/// micro-step's reduce-scatter of them into the rank's partition holds the average of every
-/// micro-step so far (the last one's is the step's).
+/// Gradient accumulation at stages 2-3: each micro-step's reduced buckets are added into the
+/// rank's gradient partition, which the step zeroes first (DeepSpeed's order).
 pub fn check_cuda_world(
     model: &ModelGraph,
     settings: &Settings,
@@ -319,21 +354,6 @@ pub fn check_cuda_world(
             "/zero_optimization/stage3_use_all_reduce_for_fetch_params",
             "stage 3 fetches by all-reduce".into(),
             "remove stage3_use_all_reduce_for_fetch_params",
-        );
-    }
-    if settings.stage == ZeroStage::Weights
-        && let Some(bucket) = buckets
-            .reduce
-            .iter()
-            .find(|b| !contiguous(&layout, &b.tensors))
-    {
-        refuse(
-            "/zero_optimization/reduce_bucket_size",
-            format!(
-                "stage 3 with gradient bucket {} (its tensors are not back to back in the rank's shard: this model's backward order is not the reverse of its parameter order; stages 0-2 pack such a bucket)",
-                bucket.index
-            ),
-            "use stage 2, or a reduce_bucket_size above the model's parameter count (one bucket), or the CPU backend",
         );
     }
 }

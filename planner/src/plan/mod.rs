@@ -40,6 +40,7 @@ pub mod cuda_buffers;
 pub mod cuda_world;
 pub mod decide;
 pub mod dtype;
+pub mod grad_arena;
 pub mod graph;
 pub mod layout;
 pub mod model_graph;
@@ -267,7 +268,10 @@ fn compile_parts(
     if diagnostics.iter().any(Diagnostic::is_error) {
         return Err(diagnostics);
     }
-    let buckets = buckets::buckets(model, &layout, &settings, &run);
+    let mut buckets = buckets::buckets(model, &layout, &settings, &run);
+    if cuda_world::partitions_gradients(&settings) {
+        buckets.gradient_arena = Some(grad_arena::place_gradients(model, &buckets.reduce));
+    }
     let stage3 = match (&settings.stage3, &shards.persistent) {
         (Some(s3), Some(persistent)) => {
             let mut schedule = stage3::schedule(model, &layout, persistent, s3, &nvme);

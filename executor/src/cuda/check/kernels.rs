@@ -31,7 +31,7 @@ use crate::model::encoder::{encoder_backward, encoder_forward};
 use crate::model::gelu::{gelu_backward_inplace, gelu_forward};
 use crate::model::layernorm::{layernorm_backward, layernorm_forward};
 use crate::model::matmul::add_column_sums;
-use crate::model::residual::residual_forward;
+use crate::model::residual::{accumulate, residual_forward};
 use crate::optim::{AdamConfig, adam_step, sum_of_squares};
 use crate::train::AttentionKernel;
 
@@ -43,6 +43,7 @@ pub const CASES: &[(&str, Case)] = &[
     ("encoder", |gpu| all_dtypes(gpu, encoder_case)),
     ("layernorm", |gpu| all_dtypes(gpu, layernorm_case)),
     ("gelu and bias", |gpu| all_dtypes(gpu, gelu_and_bias_case)),
+    ("accumulate", |gpu| all_dtypes(gpu, accumulate_case)),
     ("attention", |gpu| attention(gpu, Heads::Shared)),
     ("classifier", |gpu| all_dtypes(gpu, classifier_case)),
     ("rmsnorm", |gpu| all_dtypes(gpu, llama::rmsnorm_case)),
@@ -408,6 +409,32 @@ fn layernorm_typed<T: Storage>(
         &to_f32(&gpu.down(&d_out)?),
         &out,
         tol,
+    ));
+    Ok(())
+}
+
+fn accumulate_case(gpu: &Gpu, out: &mut Vec<CheckRow>, p: Precision) -> Result<(), CudaError> {
+    typed!(p, accumulate_typed, gpu, out)
+}
+
+/// A reduced bucket added into a gradient partition, 16-bit stores rounded as the kernel's.
+fn accumulate_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+    let n = 1000;
+    let mut rng = Random(11);
+    let (dst_t, dst) = stored::<T>(&rng.vec(n, 2.0));
+    let (src_t, src) = stored::<T>(&rng.vec(n, 2.0));
+    let mut sum = dst;
+    accumulate(&mut sum, &src);
+    let mut d_dst = gpu.up(&dst_t)?;
+    let d_src = gpu.up(&src_t)?;
+    gpu.launcher()
+        .accumulate(&mut d_dst.as_view_mut(), &d_src.as_view())?;
+    rows.push(CheckRow::relative(
+        "accumulate",
+        dtype::<T>(),
+        &to_f32(&gpu.down(&d_dst)?),
+        &sum,
+        tolerance::<T>(),
     ));
     Ok(())
 }

@@ -534,6 +534,11 @@ fn unary(
     )
 }
 
+/// `accumulate`: `dst += src` over `n` elements.
+pub fn accumulate(dtype: Dtype, n: usize) -> Result<KernelCall, CudaError> {
+    unary("accumulate", dtype, ["dst", "src"], n)
+}
+
 /// `gelu_forward`: `out = gelu(inp)` over `n` elements.
 pub fn gelu_forward(dtype: Dtype, n: usize) -> Result<KernelCall, CudaError> {
     unary("gelu_forward", dtype, ["out", "inp"], n)

@@ -17,7 +17,7 @@ use super::program::{CommAction, CommOp, CommStream, EventId, Op};
 use super::region::{Region, TensorRef};
 use crate::cuda::device_comm::{DeviceComm, Wire};
 use crate::cuda::error::CudaError;
-use crate::cuda::launch::Storage;
+use crate::cuda::launch::{Launcher, Storage};
 
 fn range(t: &TensorRef) -> std::ops::Range<usize> {
     t.span.offset..t.span.end()
@@ -44,12 +44,14 @@ impl CommRunner {
         }
     }
 
-    /// Runs `op` on `bufs` through `comm`.
+    /// Runs `op` on `bufs` through `comm` (accumulations with `launcher`'s kernels, on the
+    /// op's stream).
     pub fn run<T: Storage + Wire, D: DeviceComm>(
         &mut self,
         op: &CommOp,
         bufs: &mut DeviceBuffers<T>,
         comm: &mut D,
+        launcher: &Launcher<'_>,
     ) -> Result<(), CudaError> {
         let stream = match op.stream {
             CommStream::Compute => self.compute.clone(),
@@ -73,6 +75,20 @@ impl CommRunner {
                     stream.memcpy_dtod(
                         &src.slice(range(&piece.src)),
                         &mut dst.slice_mut(range(&piece.dst)),
+                    )?;
+                }
+            }
+            CommAction::Accumulate { pieces } => {
+                let on_stream = launcher.on(stream.clone());
+                for piece in pieces {
+                    if (piece.dst.region, piece.src.region)
+                        != (Region::Grads, Region::ReduceStaging)
+                    {
+                        return Err(unexpected("accumulate", op));
+                    }
+                    on_stream.accumulate(
+                        &mut bufs.grads.slice_mut(range(&piece.dst)),
+                        &bufs.reduce_staging.slice(range(&piece.src)),
                     )?;
                 }
             }
@@ -165,6 +181,17 @@ fn collective<T: Storage + Wire, D: DeviceComm>(
                 &mut bufs.grads.slice_mut(range(output)),
                 reduce()?,
             ),
+            // Into the staging's own last chunk, after the input (disjoint views of one
+            // allocation).
+            (Region::ReduceStaging, Region::ReduceStaging)
+                if input.span.end() <= output.span.offset =>
+            {
+                let mut whole = bufs.reduce_staging.as_view_mut();
+                let (sent, mut rest) = whole.split_at_mut(output.span.offset);
+                let sent = sent.as_view();
+                let mut received = rest.slice_mut(0..output.len());
+                comm.reduce_scatter(&sent.slice(range(input)), &mut received, reduce()?)
+            }
             _ => Err(unexpected("reduce-scatter", op)),
         },
         Collective::AllGather => match (input.region, output.region) {
@@ -193,7 +220,7 @@ pub fn run_phase<T: GemmElement + Wire, D: DeviceComm>(
 ) -> Result<(), CudaError> {
     for op in ops {
         match op {
-            Op::Collective(comm_op) => runner.run(comm_op, bufs, comm)?,
+            Op::Collective(comm_op) => runner.run(comm_op, bufs, comm, &executor.launcher)?,
             compute => executor.run(compute, bufs, scalars)?,
         }
     }

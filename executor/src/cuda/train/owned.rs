@@ -69,7 +69,7 @@ impl DeviceOwned {
         let at = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
         match shares.scheme {
             CudaScheme::Replicated => Self::whole(num_params),
-            CudaScheme::FlatPartition => {
+            CudaScheme::FlatPartition | CudaScheme::PartitionedGradients => {
                 let (start, len) = (at(shares.partition), at(shares.optimizer));
                 let real = num_params.saturating_sub(start).min(len);
                 Self {

@@ -47,6 +47,10 @@ impl RankShares<'_> {
         let (start, len) = match self.shares.scheme {
             CudaScheme::Replicated => (0, self.table.total_len() as u64),
             CudaScheme::FlatPartition => (self.shares.partition, self.shares.optimizer),
+            CudaScheme::PartitionedGradients => match region {
+                Region::Grads => (self.shares.grads, self.shares.grad_partition),
+                _ => (self.shares.partition, self.shares.optimizer),
+            },
             CudaScheme::Sharded => match region {
                 Region::Grads => (self.shares.grads, self.shares.grad_partition),
                 _ => (self.shares.params, self.shares.param_shard),
@@ -67,7 +71,7 @@ impl RankShares<'_> {
                 .iter()
                 .map(|e| (e.span.offset, e.span.len))
                 .collect(),
-            CudaScheme::FlatPartition => {
+            CudaScheme::FlatPartition | CudaScheme::PartitionedGradients => {
                 let start = to_usize(self.shares.partition);
                 let end = start + to_usize(self.shares.optimizer);
                 entries
@@ -105,7 +109,9 @@ impl RankShares<'_> {
                 }
                 arena
             }
-            CudaScheme::Replicated | CudaScheme::FlatPartition => {
+            CudaScheme::Replicated
+            | CudaScheme::FlatPartition
+            | CudaScheme::PartitionedGradients => {
                 let mut flat = whole.to_vec();
                 flat.resize(to_usize(self.shares.params), 0.0);
                 flat
@@ -194,7 +200,9 @@ pub(crate) fn shard_spans(shares: &CudaShares, table: &TensorTable) -> Vec<Span>
                 })
                 .collect()
         }
-        CudaScheme::Replicated | CudaScheme::FlatPartition => Vec::new(),
+        CudaScheme::Replicated | CudaScheme::FlatPartition | CudaScheme::PartitionedGradients => {
+            Vec::new()
+        }
     }
 }
 

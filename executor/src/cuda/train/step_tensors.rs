@@ -20,7 +20,8 @@ pub enum Products {
     /// As one product over the fused weight (the flat parameters hold them side by side).
     Fused,
     /// Tensor by tensor: at ZeRO stage 3 (`W > 1`) each parameter is gathered into its own
-    /// place of the plan's arena, not next to the others.
+    /// place of the plan's arena, and at stages 2-3 each gradient has its own place in the
+    /// gradient arena, not next to the others.
     PerTensor,
 }
 
@@ -28,7 +29,9 @@ impl Products {
     /// The products a rank under `scheme` can run.
     pub fn of(scheme: CudaScheme) -> Self {
         match scheme {
-            CudaScheme::Sharded => Products::PerTensor,
+            // Each gradient has its own place in the gradient arena, and each gathered
+            // parameter its own in the parameter arena.
+            CudaScheme::PartitionedGradients | CudaScheme::Sharded => Products::PerTensor,
             CudaScheme::Replicated | CudaScheme::FlatPartition => Products::Fused,
         }
     }

@@ -22,6 +22,7 @@ use crate::comm::Comm;
 use crate::cuda::device_comm::{staged_all_gather, staged_all_reduce, staged_reduce_scatter};
 use crate::cuda::train::program::{CommAction, CommOp};
 use crate::cuda::train::region::Region;
+use crate::model::residual::accumulate;
 
 fn refused(what: &str, op: &CommOp) -> HostError {
     HostError(format!("{what}: {op:?}"))
@@ -53,6 +54,18 @@ pub fn run_comm(op: &CommOp, bufs: &mut HostBuffers, comm: &mut dyn Comm) -> Res
                 }
                 let values = bufs.read(&piece.src)?;
                 bufs.write(&piece.dst, &values)?;
+            }
+            Ok(())
+        }
+        CommAction::Accumulate { pieces } => {
+            for piece in pieces {
+                if (piece.dst.region, piece.src.region) != (Region::Grads, Region::ReduceStaging) {
+                    return Err(refused("an accumulation the device does not make", op));
+                }
+                let add = bufs.read(&piece.src)?;
+                let mut sum = bufs.read(&piece.dst)?;
+                accumulate(&mut sum, &add);
+                bufs.write(&piece.dst, &sum)?;
             }
             Ok(())
         }
@@ -92,7 +105,7 @@ pub fn run_comm(op: &CommOp, bufs: &mut HostBuffers, comm: &mut dyn Comm) -> Res
                     _ => Err(refused("all-reduce", op)),
                 },
                 Collective::ReduceScatter => match (input.region, output.region) {
-                    (Region::ReduceStaging, Region::Grads) => {
+                    (Region::ReduceStaging, Region::Grads | Region::ReduceStaging) => {
                         let sent = bufs.read(input)?;
                         staged_reduce_scatter(comm, &sent, bufs.f32s_mut(output)?, reduce()?)
                             .map_err(comm_error)

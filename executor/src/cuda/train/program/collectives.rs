@@ -103,6 +103,11 @@ pub enum CommAction {
         /// The pieces.
         pieces: Vec<CopyPiece>,
     },
+    /// `dst += src` per piece (a reduced bucket added into the rank's gradient partition).
+    Accumulate {
+        /// The pieces (`dst` written, `src` read, same lengths).
+        pieces: Vec<CopyPiece>,
+    },
     /// Zeroes a staging span (a reduce-scatter's padding).
     Zero {
         /// The span.
@@ -162,7 +167,7 @@ impl CommOp {
                     vec![(input, Access::Read), (output, Access::Write)]
                 }
             }
-            CommAction::Copy { pieces } => pieces
+            CommAction::Copy { pieces } | CommAction::Accumulate { pieces } => pieces
                 .iter_mut()
                 .flat_map(|p| [(&mut p.dst, Access::Write), (&mut p.src, Access::Read)])
                 .collect(),
@@ -238,7 +243,7 @@ impl CommOp {
                 }
                 Ok(())
             }
-            CommAction::Copy { pieces } => {
+            CommAction::Copy { pieces } | CommAction::Accumulate { pieces } => {
                 for piece in pieces {
                     if piece.dst.len() != piece.src.len() {
                         return Err(ShapeError(format!(

@@ -232,6 +232,14 @@ impl Op {
             Op::Collective(comm) => Ok(match &comm.action {
                 CommAction::Collective { .. } => vec![library("nccl")],
                 CommAction::Copy { pieces } => pieces.iter().map(|_| library("memcpy")).collect(),
+                CommAction::Accumulate { pieces } => {
+                    return described(
+                        pieces
+                            .iter()
+                            .map(|p| table::accumulate(dtype, p.src.len()))
+                            .collect(),
+                    );
+                }
                 CommAction::Zero { .. } => vec![library("memset")],
                 CommAction::Sync | CommAction::Release { .. } | CommAction::Mark(_) => Vec::new(),
             }),

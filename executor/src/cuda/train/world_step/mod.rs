@@ -55,6 +55,8 @@ use super::shares::RankShares;
 use super::step::StepProgram;
 use crate::tensor::Span;
 
+mod gradients;
+
 /// The pass of a compute op.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pass {
@@ -67,8 +69,13 @@ enum Pass {
 pub fn world_program(layout: &DeviceLayout, plan: &Plan) -> Result<StepProgram, ShapeError> {
     let mut builder = Builder::new(layout, plan)?;
     let params_ready = builder.event();
+    // With a gradient arena, each place is zeroed before its first write of a micro-step;
+    // the partition the buckets accumulate into is zeroed here.
     let mut start = vec![Op::Zero {
-        tensor: layout.whole_region(Region::Grads),
+        tensor: match builder.grad_arena {
+            Some(_) => builder.rank.owned(Region::Grads),
+            None => layout.whole_region(Region::Grads),
+        },
     }];
     if layout.rank_shares().shares.world > 1 {
         start.push(sync(CommStream::Compute, vec![params_ready], None));
@@ -121,6 +128,15 @@ struct Builder<'a> {
     names: Vec<String>,
     /// Stage 3: the plan's parameter arena.
     arena: Option<&'a Stage3Arena>,
+    /// Stages 2-3: the plan's gradient arena (backward writes each gradient at its place).
+    grad_arena: Option<&'a Stage3Arena>,
+    /// Model tensor → the index of its gradient bucket.
+    bucket_of: Vec<Option<usize>>,
+    /// Stages 2-3: the tensors whose gradient place this micro-step has zeroed.
+    zeroed: Vec<bool>,
+    /// Stages 2-3: bucket → the event recorded once its gradients are packed out of the
+    /// arena (this micro-step).
+    packed: BTreeMap<usize, EventId>,
     /// Elements of the flat parameters the compute ops are built over.
     flat_len: usize,
     /// Stage 3: trace step → the event recorded on the compute stream after its releases.
@@ -167,7 +183,10 @@ impl<'a> Builder<'a> {
                     .unwrap_or(Span::new(0, 0)),
             );
         }
-        if rank.shares.scheme == CudaScheme::FlatPartition {
+        if matches!(
+            rank.shares.scheme,
+            CudaScheme::FlatPartition | CudaScheme::PartitionedGradients
+        ) {
             for entry in &plan.layout.entries {
                 let ours = spans.get(entry.tensor).map(|s| s.offset as u64);
                 if ours != Some(entry.offset) {
@@ -180,8 +199,19 @@ impl<'a> Builder<'a> {
         }
         let arena = match rank.shares.scheme {
             CudaScheme::Sharded => Some(stage3_arena(&rank, plan, &spans)?),
-            CudaScheme::Replicated | CudaScheme::FlatPartition => None,
+            CudaScheme::Replicated
+            | CudaScheme::FlatPartition
+            | CudaScheme::PartitionedGradients => None,
         };
+        let grad_arena = gradients::arena(&rank, plan)?;
+        let mut bucket_of = vec![None; graph.tensors.len()];
+        for bucket in &plan.buckets.reduce {
+            for &t in &bucket.tensors {
+                if let Some(slot) = bucket_of.get_mut(t) {
+                    *slot = Some(bucket.index);
+                }
+            }
+        }
         let flat_len = spans.iter().map(|s| s.end()).max().unwrap_or(0);
         let mut by_offset: Vec<(usize, usize, usize)> = spans
             .iter()
@@ -206,6 +236,10 @@ impl<'a> Builder<'a> {
             shard,
             names: graph.tensors.iter().map(|t| t.name.clone()).collect(),
             arena,
+            grad_arena,
+            bucket_of,
+            zeroed: vec![false; graph.tensors.len()],
+            packed: BTreeMap::new(),
             flat_len,
             released: BTreeMap::new(),
             entered: None,
@@ -234,19 +268,16 @@ impl<'a> Builder<'a> {
     /// Model tensors a compute op (as built, over the flat parameters) reads (parameters)
     /// or writes (gradients) in the flat buffers.
     fn touched(&self, op: &Op) -> Vec<usize> {
-        let grads = self.rank.shares.grads as usize;
         self.tensors_of(op, |region, access| match (region, access) {
-            (Region::Params, _) => Some(self.flat_len),
-            (Region::Grads, Access::Write) => Some(grads),
+            (Region::Params, _) | (Region::Grads, Access::Write) => Some(self.flat_len),
             _ => None,
         })
     }
 
     /// Model tensors whose gradients a compute op writes.
     fn written(&self, op: &Op) -> Vec<usize> {
-        let grads = self.rank.shares.grads as usize;
         self.tensors_of(op, |region, access| {
-            (region == Region::Grads && access == Access::Write).then_some(grads)
+            (region == Region::Grads && access == Access::Write).then_some(self.flat_len)
         })
     }
 
@@ -581,6 +612,9 @@ impl<'a> Builder<'a> {
 
     /// One of the plan's gradient buckets.
     fn reduce(&mut self, bucket: &ReduceBucket) -> Result<(), ShapeError> {
+        if self.grad_arena.is_some() {
+            return self.reduce_into_partition(bucket);
+        }
         let stream = match self.plan.settings.overlap {
             Overlap::Overlapped => CommStream::Comm,
             Overlap::Serialized => CommStream::Compute,
@@ -703,6 +737,8 @@ impl<'a> Builder<'a> {
         self.reduces = reduces;
         self.started = None;
         self.released.clear();
+        self.zeroed.fill(false);
+        self.packed.clear();
         self.entered = None;
         if self.arena.is_some() {
             let entered = self.event();
@@ -724,7 +760,9 @@ impl<'a> Builder<'a> {
                     self.advance(target)?;
                 }
                 self.wait_for_gathers(&op);
-                let op = self.in_arena(op, self.started.unwrap_or(0))?;
+                let step = self.started.unwrap_or(0);
+                let op = self.in_arena(op, step)?;
+                let op = self.in_grad_arena(op, step)?;
                 self.ops.push(op);
             }
         }
@@ -832,7 +870,7 @@ impl<'a> Builder<'a> {
             CudaScheme::Replicated => {
                 ops.push(sync(CommStream::Comm, Vec::new(), Some(params_ready)));
             }
-            CudaScheme::FlatPartition => {
+            CudaScheme::FlatPartition | CudaScheme::PartitionedGradients => {
                 let Some(gather) = self.plan.buckets.param_gather.as_ref() else {
                     return Err(ShapeError(
                         "the plan partitions the optimizer but gathers no parameters after its step"
