@@ -78,6 +78,12 @@ fn gelu_and_bias_match_cpu() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
+fn accumulate_adds_a_bucket_part_into_the_partition() {
+    case("accumulate");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
 fn attention_matches_cpu_without_a_score_matrix() {
     case("attention");
 }
@@ -152,6 +158,7 @@ fn every_case_has_a_test() {
             "encoder",
             "layernorm",
             "gelu and bias",
+            "accumulate",
             "attention",
             "classifier",
             "rmsnorm",

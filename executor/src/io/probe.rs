@@ -4,9 +4,31 @@
 
 use std::path::Path;
 
-/// Creates and removes an empty directory `.dsplan-probe-<pid>` in `dir`; the error of the
-/// creation if it fails (a probe left by an earlier run of the same pid counts as written).
+/// Whether this process can create entries in `dir`, found by trying. On Linux the probe is an
+/// unnamed file (`O_TMPFILE`) that vanishes when closed, so a run killed mid-probe leaves
+/// nothing behind; where the file system has no unnamed files (and elsewhere), an empty
+/// directory `.dsplan-probe-<pid>` is made and removed (one left by an earlier run of the same
+/// pid counts as written).
 pub fn probe_writable(dir: &Path) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::fs::{Mode, OFlags, open};
+        use rustix::io::Errno;
+        match open(
+            dir,
+            OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
+            Mode::RUSR,
+        ) {
+            Ok(_unnamed) => return Ok(()),
+            // No unnamed files on this file system: the named probe below decides.
+            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    named_probe(dir)
+}
+
+fn named_probe(dir: &Path) -> std::io::Result<()> {
     let probe = dir.join(format!(".dsplan-probe-{}", std::process::id()));
     let made = std::fs::create_dir(&probe).or_else(|e| match e.kind() {
         std::io::ErrorKind::AlreadyExists => Ok(()),
@@ -46,6 +68,8 @@ mod tests {
                 .is_none()
         );
         assert!(probe_writable(&dir.path().join("absent")).is_err());
+        named_probe(dir.path()).expect("writable by the named probe too");
+        assert!(named_probe(&dir.path().join("absent")).is_err());
         assert!(available_bytes(dir.path()).is_some_and(|b| b > 0));
         assert!(available_bytes(&dir.path().join("absent")).is_none());
     }
