@@ -61,8 +61,9 @@ fn human_summary_shows_each_part() {
     }
 }
 
-/// The engine the executor runs is the plan's: bf16 without ZeRO runs stage 1's flat
-/// partition as `BF16_Optimizer`, with its parameter all-gather planned; shown in both forms.
+/// The engine the executor runs is the plan's: bf16 at stage 1 accumulating in fp32 runs stage
+/// 1's flat partition as `BF16_Optimizer`, with its parameter all-gather planned; bf16 without
+/// ZeRO is `FP16_Optimizer` with the states on every rank; shown in both forms.
 #[test]
 fn the_run_policy_is_shown_in_both_forms() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -71,6 +72,8 @@ fn the_run_policy_is_shown_in_both_forms() {
         "gradient_accumulation_steps": 1,
         "bf16": {"enabled": true},
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+        "zero_optimization": {"stage": 1},
+        "data_types": {"grad_accum_dtype": "fp32"},
     });
     let file = config_file(&dir, "bf16.json", &config);
     let path = file.to_str().expect("utf-8");
@@ -105,6 +108,23 @@ fn the_run_policy_is_shown_in_both_forms() {
             .map(Vec::len),
         Some(1)
     );
+    let mut zero0 = config.clone();
+    zero0["zero_optimization"]["stage"] = json!(0);
+    zero0
+        .as_object_mut()
+        .expect("an object")
+        .remove("data_types");
+    let file0 = config_file(&dir, "bf16_zero0.json", &zero0);
+    let mut args0 = json_args.clone();
+    args0[0] = file0.to_str().expect("utf-8");
+    let value0: Value =
+        serde_json::from_slice(&plan(&args0).success().get_output().stdout).expect("json");
+    assert_eq!(
+        value0["run"],
+        json!({"optimizer": "fp16-optimizer", "engine": "replicated", "engine_stage": 0,
+            "clip": "fp16-optimizer", "averaging": {"rule": "post-multiply", "predivide_factor": 1.0}})
+    );
+    assert!(value0["buckets"]["param_gather"].is_null(), "{value0}");
     // The run's loop: the optimizer as the executor builds it, the loss scaling, clipping
     // and schedule, in both forms.
     assert!(
@@ -595,7 +615,8 @@ fn the_cuda_backend_lists_the_device_steps_buffers_on_one_and_two_gpus() {
     );
 
     // Two GPUs: one rank's buffers, the master and moments its half of the padded flat
-    // buffer; bf16 without ZeRO (which DeepSpeed partitions) is refused with the fix.
+    // buffer; bf16 without ZeRO (DeepSpeed's `FP16_Optimizer` over bf16) plans the master whole
+    // on every rank.
     let mut two = json_args.clone();
     two[4] = "2";
     let out = plan(&two).success().get_output().stdout.clone();
@@ -611,15 +632,19 @@ fn the_cuda_backend_lists_the_device_steps_buffers_on_one_and_two_gpus() {
     let mut zero0 = config.clone();
     zero0["zero_optimization"]["stage"] = json!(0);
     let file0 = config_file(&dir, "z0.json", &zero0);
-    let mut refused = args.to_vec();
-    refused[0] = file0.to_str().expect("utf-8");
-    refused[4] = "2";
-    let assert = plan(&refused).code(1);
-    let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
-    assert!(
-        stderr.contains("bf16 without ZeRO") && stderr.contains("stage to 1"),
-        "{stderr}"
-    );
+    let mut replicated = json_args.clone();
+    replicated[0] = file0.to_str().expect("utf-8");
+    replicated[4] = "2";
+    let out = plan(&replicated).success().get_output().stdout.clone();
+    let plan_json: Value = serde_json::from_slice(&out).expect("json");
+    let master = plan_json["buffers"]
+        .as_array()
+        .expect("buffers")
+        .iter()
+        .find(|b| b["name"] == "fp32 master weights")
+        .and_then(|b| b["numel"].as_u64())
+        .expect("master");
+    assert_eq!(master, psi, "the whole master on each of the two ranks");
 }
 
 /// At stage 3 on several GPUs the `dsplan-cuda` plan shows the gathered-parameter arena it

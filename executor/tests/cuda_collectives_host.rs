@@ -59,8 +59,7 @@ fn rank_layout(
 }
 
 /// Every rank's device buffers, per category and in total, equal the plan's to the byte:
-/// gpt2 124M in bf16 and the head-size-64 model in bf16 and fp32, W = 2, 4, 8, stages 0-3
-/// (bf16 without ZeRO is refused at W > 1: stage 0 runs in fp32).
+/// gpt2 124M in bf16 and the head-size-64 model in bf16 and fp32, W = 2, 4, 8, stages 0-3.
 #[test]
 fn every_ranks_buffers_equal_the_plan_to_the_byte() {
     let cases = [
@@ -71,7 +70,6 @@ fn every_ranks_buffers_equal_the_plan_to_the_byte() {
     for (model, seq_len, dtype) in cases {
         for world in WORLDS {
             for stage in 0..=3u8 {
-                let dtype = if stage == 0 { Dtype::F32 } else { dtype };
                 let plan = plan_for(&config(stage, dtype, 1), model, seq_len, world);
                 let predicted = PlanMemory::of(&plan);
                 for rank in [0, world - 1] {
@@ -102,18 +100,25 @@ fn every_ranks_buffers_equal_the_plan_to_the_byte() {
     }
 }
 
-/// bf16 without ZeRO partitions the optimizer (DeepSpeed's BF16_Optimizer) and the plan gathers
-/// no parameters after its step: refused at W > 1 with the fix named.
+/// bf16 without ZeRO is DeepSpeed's `FP16_Optimizer` over bf16: every rank holds the whole
+/// fp32 master and both Adam states, as under fp16, and no parameter gather follows the step.
 #[test]
-fn bf16_without_zero_on_several_gpus_is_refused_with_the_fix() {
-    let settings = TrainSettings::from_config(&config(0, Dtype::Bf16, 1), 2).expect("settings");
-    let errors = compile_cuda_plan(&settings, &small_head_64().into(), 64, 2).expect_err("refused");
-    assert!(
-        errors.iter().any(|d| d.is_error()
-            && d.message.contains("bf16 without ZeRO")
-            && d.help.as_deref().is_some_and(|h| h.contains("stage to 1"))),
-        "{errors:?}"
-    );
+fn bf16_without_zero_on_several_gpus_keeps_the_states_whole() {
+    let model = small_head_64();
+    let whole = |dtype| {
+        let settings = TrainSettings::from_config(&config(0, dtype, 1), 2).expect("settings");
+        let plan = compile_cuda_plan(&settings, &model.into(), 64, 2).expect("planned");
+        assert!(
+            plan.buckets.param_gather.is_none(),
+            "no gather after the step"
+        );
+        PlanMemory::of(&plan).peak
+    };
+    let (bf16, fp16) = (whole(Dtype::Bf16), whole(Dtype::F16));
+    for category in [Category::Master, Category::Optimizer] {
+        assert_eq!(bf16.get(category), fp16.get(category), "{category:?}");
+        assert!(bf16.get(category) > 0, "{category:?}");
+    }
 }
 
 /// The plan's collectives in issue order: kind, bytes, stream (the plan's gradient-reduce and

@@ -64,6 +64,17 @@ enum Precision {
 
 /// [`world_spec`] in `precision`.
 fn spec_in(stage: u8, world: usize, zero: Value, precision: Precision) -> TrainSpec {
+    spec_accumulating(stage, world, zero, precision, 2)
+}
+
+/// [`spec_in`] with `accumulation` micro-steps a step.
+fn spec_accumulating(
+    stage: u8,
+    world: usize,
+    zero: Value,
+    precision: Precision,
+    accumulation: u64,
+) -> TrainSpec {
     let model = small_model().expect("the small model");
     let params = dsplan_executor::model::init_params(
         &model,
@@ -76,7 +87,7 @@ fn spec_in(stage: u8, world: usize, zero: Value, precision: Precision) -> TrainS
     }
     let mut config = json!({
         "train_micro_batch_size_per_gpu": 4,
-        "gradient_accumulation_steps": 2,
+        "gradient_accumulation_steps": accumulation,
         "gradient_clipping": 1.0,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "eps": 1e-6, "weight_decay": 0.01}},
         "zero_optimization": zero_optimization,
@@ -268,16 +279,48 @@ fn other_world_sizes_and_stage_3_settings_match_the_cpu() {
         plan.buckets.reduce.len()
     );
     assert!(plan.buckets.reduce.len() > 4);
+    // Stage 1 with one micro-step a step and overlap_comm keeps only its gradient partition
+    // and the gradients in flight, as stage 2 does.
+    let one_micro_step = spec_accumulating(
+        1,
+        2,
+        json!({"reduce_bucket_size": 20_000, "overlap_comm": true}),
+        Precision::F32,
+        1,
+    );
+    let plan = compile_cuda_plan(
+        &one_micro_step.settings,
+        &one_micro_step.model,
+        one_micro_step.seq_len,
+        one_micro_step.world,
+    )
+    .expect("the CUDA plan");
+    assert!(
+        plan.buckets.gradient_arena.is_some(),
+        "stage 1, one micro-step: a gradient arena"
+    );
+    cases.push((
+        "W = 2 stage 1 one micro-step, gradient partition".to_string(),
+        one_micro_step,
+    ));
     assert_every_case_within(&cases);
 }
 
 /// Test 4: no two accesses of a buffer on different streams go unordered in any rank's
-/// program of test 2's specs, in f32 and bf16, and of test 3's stage-3 and small-bucket
+/// program of test 2's specs, in f32 and bf16 (with bf16 stage 0, `FP16_Optimizer`'s
+/// replicated states), and of test 3's stage-3 and small-bucket
 /// settings (two applied steps, as the loop runs them).
 #[test]
 fn every_world_program_orders_its_cross_stream_accesses() {
     let mut specs: Vec<TrainSpec> = (1..=3u8).map(|s| world_spec(s, 2, json!({}))).collect();
-    specs.extend((1..=3u8).map(|s| spec_in(s, 2, json!({}), Precision::Bf16)));
+    specs.extend((0..=3u8).map(|s| spec_in(s, 2, json!({}), Precision::Bf16)));
+    specs.push(spec_accumulating(
+        1,
+        2,
+        json!({"reduce_bucket_size": 20_000, "overlap_comm": true}),
+        Precision::Bf16,
+        1,
+    ));
     specs.push(world_spec(
         3,
         2,

@@ -228,7 +228,7 @@ fn gathers(report: &TrainReport) -> (u64, u64) {
     (gathered.calls, gathered.bytes_sent)
 }
 
-/// Stage 1 (and bf16 without ZeRO, which runs stage 1's engine): the parameter all-gather after
+/// Stage 1 (and `BF16_Optimizer`, bf16 at stage 1 accumulating in fp32): the parameter all-gather after
 /// the step is the plan's `buckets.param_gather`, one collective per planned piece. Cutting
 /// the planned gather into four pieces makes four collectives per step moving the same bytes,
 /// with the same parameters at the end; a plan without the gather is refused rather than
@@ -237,7 +237,11 @@ fn gathers(report: &TrainReport) -> (u64, u64) {
 fn the_plans_parameter_all_gather_sets_the_gathers() {
     for (extra, label) in [
         (json!({"zero_optimization": {"stage": 1}}), "fp32 stage 1"),
-        (json!({"bf16": {"enabled": true}}), "bf16 without ZeRO"),
+        (
+            json!({"zero_optimization": {"stage": 1}, "bf16": {"enabled": true},
+                "data_types": {"grad_accum_dtype": "fp32"}}),
+            "BF16_Optimizer",
+        ),
     ] {
         let (plan, report) = run_edited(extra.clone(), |_| {});
         let report = report.expect("training runs");

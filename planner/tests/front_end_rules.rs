@@ -122,6 +122,32 @@ fn dynamic_knobs_next_to_a_static_scale_are_ignored() {
 }
 
 #[test]
+fn without_zero_the_gradients_accumulate_in_the_model_dtype_or_deepspeed_raises() {
+    let found = diagnose(
+        r#"{"train_batch_size": 8, "bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp32"}}"#,
+    );
+    let mix = only_at(
+        &found,
+        "/data_types/grad_accum_dtype",
+        Code::IncompatibleSettings,
+        Severity::Error,
+    );
+    assert!(mix.message.contains("unsupported mix"), "{}", mix.message);
+    for fine in [
+        r#"{"train_batch_size": 8, "bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "bfloat16"}}"#,
+        r#"{"train_batch_size": 8, "bf16": {"enabled": true}, "zero_optimization": {"stage": 1}, "data_types": {"grad_accum_dtype": "fp32"}}"#,
+        r#"{"train_batch_size": 8, "data_types": {"grad_accum_dtype": "float"}}"#,
+    ] {
+        assert!(
+            diagnose(fine)
+                .iter()
+                .all(|d| d.pointer != "/data_types/grad_accum_dtype"),
+            "{fine}"
+        );
+    }
+}
+
+#[test]
 fn an_alias_and_its_canonical_name_with_different_values_conflict() {
     let found = diagnose(
         r#"{"train_batch_size": 8, "zero_optimization": {"stage": 3,

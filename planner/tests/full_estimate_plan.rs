@@ -3,7 +3,7 @@
 //! buffer and activation rows of each phase are, byte for byte, the plan's buffers live at the
 //! tick where that phase peaks (host rows: per rank times the ranks of a node), and its rows
 //! hold what DeepSpeed allocates (flat buffer padded to 2N, IPG buckets doubled by
-//! `overlap_comm` in stages 1-2, BF16_Optimizer's partitioned master).
+//! `overlap_comm` in stages 1-2, bf16 without ZeRO's whole master on every rank).
 
 use dsplan_planner::estimate::Topology;
 use dsplan_planner::estimate::full::plan_rows::phase_ticks;
@@ -286,12 +286,12 @@ fn the_rows_hold_what_deepspeed_allocates() {
             );
         }
         if case.name == "stage 0 bf16" {
-            // fp32 master partitioned; no persistent fp32 gradients (DeepSpeed 0.19.8
-            // accumulates in bf16 without ZeRO): fp32 gradients of the whole model for the
-            // step only.
+            // `FP16_Optimizer` over bf16 (DeepSpeed 0.19.8's `DDP_BFLOAT16`): the fp32 master
+            // whole on every rank; no persistent fp32 gradients (it accumulates in bf16): fp32
+            // gradients of the whole model for the step only.
             assert_eq!(
                 term_bytes(estimate, Term::MasterParameters, Phase::Init),
-                4 * padded / RANKS
+                4 * params
             );
             assert_eq!(term_bytes(estimate, Term::Fp32Gradients, Phase::Init), 0);
             assert_eq!(

@@ -18,7 +18,7 @@ use crate::zero::EnginePlan;
 /// A plan's layout of the flat parameters over the ranks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SavedLayout {
-    /// The stage the engines ran (bf16 without ZeRO runs stage 1's), 0-3.
+    /// The stage the engines ran, 0-3.
     pub engine_stage: u8,
     /// Ranks.
     pub world: usize,

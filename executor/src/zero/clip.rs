@@ -9,7 +9,7 @@
 //! | rule | DeepSpeed | norm | factor applied to the gradients |
 //! |---|---|---|---|
 //! | [`ClipRule::DataParallel`] | fp32 without ZeRO | per-tensor norms in f32, `sqrt(Σ n_t²)` in f32, then `/W` and summed over ranks | `clip/(N + 1e-6)` (f64, applied in f32) when below 1 |
-//! | [`ClipRule::Bf16Optimizer`] | bf16 without ZeRO | as above | `clip/(N + 1e-6)` when below 1 |
+//! | [`ClipRule::Bf16Optimizer`] | bf16 at stage 1 accumulating in fp32 | as above | `clip/(N + 1e-6)` when below 1 |
 //! | [`ClipRule::Fp16Optimizer`] | fp16 without ZeRO | per-tensor: `Σ (‖t‖₂ in f64)²`, cast to f32, `sqrt` in f32, this rank's (averaged) gradient only | `1/c`, `c = max(1, (N/S + 1e-6)/clip)·S` in f32 |
 //! | [`ClipRule::ZeroF32`] | stages 1/2 | per-tensor slices as above, summed over ranks in f32 | as above |
 //! | [`ClipRule::ZeroF64`] | stage 3 | the same sums in f64, summed over ranks in f64, `sqrt` in f64 | `1/c` as above, in f64 |

@@ -12,7 +12,7 @@
 //! | `Shards::owned_ranges` with `shards.parameters` / `optimizer_states` | what each rank owns: its stage 1/2 partition, its stage 3 slice of every tensor |
 //! | `shards.persistent` | the stage 3 tensors every rank keeps whole |
 //! | `buckets.reduce` (`tensors`, their order, `collective`) | which gradients are reduced together, when each bucket is complete, and how it is reduced |
-//! | `run` (`engine_stage`, `engine`, `clip`, `averaging`) | which stage's engine runs (bf16 without ZeRO: stage 1's), the gradient norm and clip rule, where the average divides by the world size |
+//! | `run` (`engine_stage`, `engine`, `clip`, `averaging`) | which stage's engine runs, the gradient norm and clip rule, where the average divides by the world size |
 //! | `buckets.param_gather.shards` | the pieces of the flat-partition parameter all-gather after the step (a plan without them for a flat partition over several ranks is a [`PlanMismatch`]) |
 //! | the model graph's fetch units, `stage3.collective` | which tensors one fetch of a model unit gathers, and with which collective |
 //! | `settings.dtypes` | parameter, accumulation and communication dtypes |
@@ -272,7 +272,7 @@ impl EnginePlan {
         layout: &(impl ParamTable + ?Sized),
     ) -> Result<Self, PlanMismatch> {
         let world = to_usize(plan.settings.world_size).max(1);
-        // The plan's engine (bf16 without ZeRO runs stage 1's, `BF16_Optimizer`).
+        // The plan's engine.
         let stage = plan.run.engine_stage;
         let tensors = check_tensors(plan, layout)?;
         let flat = FlatPartition {
@@ -335,8 +335,7 @@ impl EnginePlan {
         &self.nvme
     }
 
-    /// The ZeRO stage whose engine runs (the plan's `run.engine_stage`: the config's stage,
-    /// but stage 1 for bf16 without ZeRO).
+    /// The ZeRO stage whose engine runs (the plan's `run.engine_stage`, the config's).
     pub fn stage(&self) -> ZeroStage {
         self.stage
     }

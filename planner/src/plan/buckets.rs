@@ -1,6 +1,6 @@
 //! [`Buckets`]: gradients grouped for reduction in the order backward produces them, each
 //! bucket with its collective, and the flat-partition parameter all-gather after the step
-//! (stages 1/2, and bf16 without ZeRO: see [`super::run_policy`]).
+//! (stages 1/2: see [`super::run_policy`]).
 //!
 //! - **Stage 0** (`buffered_allreduce_fallback`): after backward, in `named_parameters()`
 //!   order; a tensor joins the bucket, and the bucket is all-reduced once it holds more than
@@ -115,8 +115,7 @@ pub struct ReduceBucket {
     pub overlap: Overlap,
 }
 
-/// The parameter all-gather after the optimizer step of a flat-partition engine (stages 1/2,
-/// and bf16 without ZeRO).
+/// The parameter all-gather after the optimizer step of a flat-partition engine (stages 1/2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ParamAllGather {
     /// One collective, or shards.
@@ -150,8 +149,7 @@ pub struct Buckets {
 
 /// The buckets of one step of an engine that runs as `run` says: the parameter all-gather is
 /// planned whenever the engine keeps flat partitions and there is more than one rank (stages
-/// 1/2, and bf16 without ZeRO, whose `BF16_Optimizer` all-gathers its bf16 partitions after
-/// the step, deepspeed-facts §5.4).
+/// 1/2, `BF16_Optimizer` included, which all-gathers its bf16 partitions after the step).
 pub fn buckets(
     model: &ModelGraph,
     layout: &Layout,

@@ -8,9 +8,9 @@
 //!
 //! | stage | allocation | size | lifetime |
 //! |---|---|---|---|
-//! | 0 | parameters, optimizer states | `P` (bf16: states `p`, BF16_Optimizer) | run |
+//! | 0 | parameters, optimizer states | `P` | run |
 //! | 0 | gradients | whole, per module | its backward → step |
-//! | 0 | fp32 master, fp32 gradients | fp16: `P`, gradients at the step; bf16: master `p`, fp32 accumulation buffer `P` for the run | |
+//! | 0 | fp32 master, fp32 gradients | fp16 and bf16 (`FP16_Optimizer`): `P`, the gradients at the step | |
 //! | 0 | flattened all-reduce bucket | the largest 5e8-element bucket formed | epilogue |
 //! | 1-2 | flat parameters | `P` padded to `2N` | run |
 //! | 1-2 | IPG bucket(s) | `reduce_bucket_size`, two with `overlap_comm` (contiguous gradients) | backward |
@@ -55,7 +55,7 @@ pub enum BufferKind {
     /// Gradients kept to the optimizer step (whole tensors, or this rank's partition).
     Gradients,
     /// The gradients the optimizer reads (fp32, or the master dtype): built at the step, or
-    /// kept on the host under offload, or BF16_Optimizer's accumulation buffer.
+    /// or kept on the host under offload.
     Fp32Gradients,
     /// The master weights the optimizer updates.
     MasterWeights,
@@ -429,10 +429,9 @@ fn stage0(inputs: &BufferInputs<'_>, list: &mut BufferList) {
         );
         // No persistent fp32 gradient buffer in bf16 either: without ZeRO, DeepSpeed 0.19.8
         // accumulates in the model dtype unless `data_types.grad_accum_dtype` says otherwise
-        // (`get_data_types`), and bf16 with bf16 accumulation takes its fp16 optimizer
-        // wrapper (`DDP_BFLOAT16`), whose fp32 gradients are flattened for the step only;
-        // `BF16_Optimizer` is for pipeline parallelism (`_do_optimizer_sanity_check`). The
-        // H100's and H200's stage-0 bf16 runs (2026-11-27) held exactly stage 1's memory.
+        // (`get_data_types`; another dtype raises), and bf16 with bf16 accumulation takes its
+        // fp16 optimizer wrapper (`DDP_BFLOAT16`): the master and states whole on every rank,
+        // the fp32 gradients flattened for the step only (`_do_optimizer_sanity_check`).
         list.add(
             "fp32 gradients for the step",
             BufferKind::Fp32Gradients,

@@ -12,9 +12,7 @@
 //! `H` a rank's stage 3 shard (`Σ⌈numel/W⌉`), `O` what the rank's optimizer owns (the layout's
 //! partition: `Ψ`, `P`, `P`, `H` by stage), `W` the ranks.
 //!
-//! The stage below is the plan's engine stage ([`super::run_policy`]): bf16 without ZeRO runs
-//! stage 1's engine (DeepSpeed's `BF16_Optimizer` partitions master and states ZeRO-1 style),
-//! so "stage 1" includes it.
+//! The stage below is the plan's engine stage ([`super::run_policy`]), the config's.
 //!
 //! | buffer | size | lifetime |
 //! |---|---|---|
@@ -74,8 +72,7 @@ pub struct CpuBufferInputs<'a> {
     /// Per model tensor: whether its stage 3 slice lives on NVMe
     /// ([`super::offload::Offload::nvme_resident`]).
     pub nvme_resident: &'a [bool],
-    /// The engine the executor runs ([`RunPolicy::engine_stage`]: bf16 without ZeRO runs
-    /// stage 1's).
+    /// The engine the executor runs ([`RunPolicy::engine_stage`]).
     pub run: &'a RunPolicy,
 }
 

@@ -262,20 +262,31 @@ impl CudaShares {
 
 /// Whether dsplan's CUDA step keeps only its gradient partition and the gradients in flight
 /// (a gradient arena, [`super::grad_arena`]): stages 2 and 3 at `W > 1`, reducing every
-/// micro-step, without offload (the CUDA step runs none).
+/// micro-step, without offload (the CUDA step runs none). Stage 1 too when a step is one
+/// micro-step and `overlap_comm` reduces each bucket during backward: its one reduction per
+/// step is then stage 2's, so the gradients outside the partition (which DeepSpeed's ZeRO-1
+/// keeps to the step) have no later reader.
 pub fn partitions_gradients(settings: &Settings) -> bool {
+    let reduces_every_micro_step = match settings.stage {
+        ZeroStage::Gradients | ZeroStage::Weights => {
+            settings.reduce_timing == super::settings::ReduceTiming::EveryMicroStep
+        }
+        ZeroStage::OptimizerStates => {
+            settings.batch.gradient_accumulation_steps == 1
+                && settings.overlap == super::settings::Overlap::Overlapped
+        }
+        ZeroStage::Disabled => false,
+    };
     settings.backend == super::PlanBackend::DsplanCuda
         && settings.world_size > 1
-        && matches!(settings.stage, ZeroStage::Gradients | ZeroStage::Weights)
-        && settings.reduce_timing == super::settings::ReduceTiming::EveryMicroStep
+        && reduces_every_micro_step
         && settings.offload_optimizer == OffloadTarget::None
         && settings.offload_param == OffloadTarget::None
 }
 
-/// What the CUDA executor does not run at world sizes above 1, each an error naming it: bf16
-/// without ZeRO (DeepSpeed's `BF16_Optimizer`, a flat partition under stage 0, which the device
-/// step does not lay out; stage 1 is the same memory and math), a communication dtype other than the model's, the
-/// round-robin flat order. Buckets whose tensors are not back to back in the flat buffer or
+/// What the CUDA executor does not run at world sizes above 1, each an error naming it:
+/// `BF16_Optimizer` (bf16 at stage 1 accumulating in fp32), a communication dtype other than
+/// the model's, the round-robin flat order. Buckets whose tensors are not back to back in the flat buffer or
 /// the shard are packed into the bucket staging.
 ///
 /// Gradient accumulation at stages 2-3: each micro-step's reduced buckets are added into the
@@ -302,11 +313,11 @@ pub fn check_cuda_world(
             .with_help(help.to_string()),
         );
     };
-    if settings.stage == ZeroStage::Disabled && settings.partitions_optimizer() {
+    if run.optimizer == super::run_policy::DeepSpeedOptimizer::Bf16Optimizer {
         refuse(
-            "/zero_optimization/stage",
-            "bf16 without ZeRO (DeepSpeed's BF16_Optimizer, a flat partition under stage 0, which the device step does not lay out)".into(),
-            "set zero_optimization.stage to 1: the same memory and the same math",
+            "/data_types/grad_accum_dtype",
+            "BF16_Optimizer (bf16 at stage 1 accumulating in fp32)".into(),
+            "remove data_types.grad_accum_dtype: stage 1 then accumulates in bf16",
         );
     }
     if settings.dtypes.communication != settings.dtypes.params {

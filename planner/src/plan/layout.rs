@@ -2,9 +2,8 @@
 //! in the fp32 master buffer, with DeepSpeed's padding for partitioning.
 //!
 //! - **Stage 0** ([`LayoutScheme::Flat`], alignment 1): tensors back to back in
-//!   `model.parameters()` order; every rank holds all of it. In bf16 (DeepSpeed's
-//!   `BF16_Optimizer`) the buffer is padded and partitioned as in stage 1: every rank holds all
-//!   parameters, and only its partition of the fp32 master and optimizer states.
+//!   `model.parameters()` order; every rank holds all of it, the fp32 master and optimizer
+//!   states included (fp16 and bf16 both run `FP16_Optimizer`).
 //! - **Stages 1 and 2** ([`LayoutScheme::Flat`]): the same, in `round_robin_gradients` order if
 //!   set, then zeros appended until the length is a multiple of 2·N (`nccl_start_alignment_factor`
 //!   = 2 elements, times the world size), so it splits into N equal partitions of P elements.
@@ -125,7 +124,6 @@ impl Layout {
                 partition_numel: offset,
             };
         }
-        // Stage 0 in bf16 is DeepSpeed's BF16_Optimizer, which pads and partitions like ZeRO-1.
         let (alignment, partitions) = if settings.partitions_optimizer() {
             (NCCL_START_ALIGNMENT * world, world)
         } else {

@@ -32,8 +32,8 @@ pub fn precision(config: &DsConfig) -> Result<Precision, BothEnabled> {
 }
 
 /// The element types of a run in `precision` at `stage` (deepspeed-facts §4.3, §5.4, §5.5):
-/// gradients accumulate in `data_types.grad_accum_dtype`, else the model dtype (fp32 for bf16
-/// without ZeRO, whose `BF16_Optimizer` accumulates in fp32); `*_master_weights_and_grads`
+/// gradients accumulate in `data_types.grad_accum_dtype`, else the model dtype (DeepSpeed
+/// 0.19.8's `get_data_types`, at every stage); `*_master_weights_and_grads`
 /// keep a 16-bit master under ZeRO; 16-bit optimizer states need a 16-bit master and
 /// `bf16_optimizer_states` (bf16) or `fp32_optimizer_states: false` (fp16).
 pub fn dtypes(config: &DsConfig, precision: Precision, stage: ZeroStage) -> Dtypes {
@@ -43,16 +43,11 @@ pub fn dtypes(config: &DsConfig, precision: Precision, stage: ZeroStage) -> Dtyp
         Precision::Bf16 => Dtype::Bf16,
     };
     let zero = stage != ZeroStage::Disabled;
-    let default_accum = if precision == Precision::Bf16 && !zero {
-        Dtype::Fp32
-    } else {
-        model
-    };
     let grad_accum = config
         .data_types
         .grad_accum_dtype
         .and_then(Dtype::from_name)
-        .unwrap_or(default_accum);
+        .unwrap_or(model);
     let communication = config
         .communication_data_type
         .map(Dtype::from_comm)
@@ -112,7 +107,7 @@ mod tests {
     }
 
     #[test]
-    fn bf16_without_zero_accumulates_in_fp32_and_master_flags_need_zero() {
+    fn bf16_accumulates_in_bf16_at_every_stage_and_master_flags_need_zero() {
         let bf16 = config(
             json!({"bf16": {"enabled": true, "bf16_master_weights_and_grads": true,
             "bf16_optimizer_states": true}}),
@@ -120,7 +115,7 @@ mod tests {
         let stage0 = dtypes(&bf16, Precision::Bf16, ZeroStage::Disabled);
         assert_eq!(
             (stage0.grad_accum, stage0.master, stage0.optimizer_states),
-            (Dtype::Fp32, Dtype::Fp32, Dtype::Fp32)
+            (Dtype::Bf16, Dtype::Fp32, Dtype::Fp32)
         );
         let stage2 = dtypes(&bf16, Precision::Bf16, ZeroStage::Gradients);
         assert_eq!(

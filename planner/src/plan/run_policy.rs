@@ -9,8 +9,9 @@
 //! |---|---|---|---|---|
 //! | stage 0, fp32 | `Unwrapped` | replicated (0) | `DataParallel` | the plain optimizer; the parameters are the master |
 //! | stage 0, fp16 | `Fp16Optimizer` | replicated (0) | `Fp16Optimizer` | fp32 master on every rank; ZeRO's norm formula over the whole (already averaged) gradient, no sum over ranks |
-//! | stage 0, bf16 | `Bf16Optimizer` | flat partition (1) | `Bf16Optimizer` | `BF16_Optimizer` shards the fp32 master and states ZeRO-1 style and all-gathers the bf16 partitions after the step (§5.4) |
-//! | stage 1 or 2 | `ZeroOptimizer` | flat partition (1 or 2) | `ZeroF32` | `DeepSpeedZeroOptimizer`: partition norms summed over ranks in f32 |
+//! | stage 0, bf16 | `Fp16Optimizer` | replicated (0) | `Fp16Optimizer` | DeepSpeed 0.19.8 accumulates in the model dtype (`get_data_types`), so bf16 with bf16 accumulation is `DDP_BFLOAT16`: `FP16_Optimizer` over bf16, loss scale 1, the fp32 master and states on every rank, a step skipped on a non-finite norm (`_do_optimizer_sanity_check`) |
+//! | stage 1, bf16, `data_types.grad_accum_dtype: fp32`, no offload | `Bf16Optimizer` | flat partition (1) | `Bf16Optimizer` | `BF16_Optimizer` shards the fp32 master and states ZeRO-1 style, accumulates in fp32 and all-gathers the bf16 partitions after the step (§5.4) |
+//! | stage 1 or 2 (otherwise) | `ZeroOptimizer` | flat partition (1 or 2) | `ZeroF32` | `DeepSpeedZeroOptimizer`: partition norms summed over ranks in f32 |
 //! | stage 3 | `ZeroStage3` | sharded (3) | `ZeroF64` | `DeepSpeedZeroOptimizer_Stage3`: the same sums in f64 |
 //!
 //! The gradient average ([`GradientAveraging`], deepspeed-facts §4.3): ZeRO's buckets divide by
@@ -30,9 +31,11 @@ use crate::config::{DsConfig, ZeroStage};
 pub enum DeepSpeedOptimizer {
     /// fp32 without ZeRO: the client optimizer as it is, with `clip_grad_norm_`.
     Unwrapped,
-    /// fp16 without ZeRO: `FP16_Optimizer` (`FP16_UnfusedOptimizer` for unfused optimizers).
+    /// fp16 or bf16 without ZeRO: `FP16_Optimizer` (`FP16_UnfusedOptimizer` for unfused
+    /// optimizers); over bf16 DeepSpeed names it `DDP_BFLOAT16`.
     Fp16Optimizer,
-    /// bf16 without ZeRO: `BF16_Optimizer`.
+    /// bf16 at stage 1 accumulating in fp32 (`data_types.grad_accum_dtype`), without offload:
+    /// `BF16_Optimizer`.
     Bf16Optimizer,
     /// Stages 1 and 2: `DeepSpeedZeroOptimizer`.
     ZeroOptimizer,
@@ -132,7 +135,7 @@ pub struct RunPolicy {
     pub optimizer: DeepSpeedOptimizer,
     /// What each rank holds.
     pub engine: EngineFamily,
-    /// The stage whose engine runs: the config's stage, but 1 for bf16 without ZeRO.
+    /// The stage whose engine runs (the config's).
     pub engine_stage: ZeroStage,
     /// The gradient norm and clip factor.
     pub clip: ClipRule,
@@ -145,8 +148,12 @@ impl RunPolicy {
     pub fn new(config: &DsConfig, settings: &Settings) -> RunPolicy {
         let optimizer = match (settings.stage, settings.precision) {
             (ZeroStage::Disabled, Precision::Fp32) => DeepSpeedOptimizer::Unwrapped,
-            (ZeroStage::Disabled, Precision::Fp16) => DeepSpeedOptimizer::Fp16Optimizer,
-            (ZeroStage::Disabled, Precision::Bf16) => DeepSpeedOptimizer::Bf16Optimizer,
+            (ZeroStage::Disabled, Precision::Fp16 | Precision::Bf16) => {
+                DeepSpeedOptimizer::Fp16Optimizer
+            }
+            (ZeroStage::OptimizerStates, Precision::Bf16) if settings.bf16_optimizer() => {
+                DeepSpeedOptimizer::Bf16Optimizer
+            }
             (ZeroStage::OptimizerStates | ZeroStage::Gradients, _) => {
                 DeepSpeedOptimizer::ZeroOptimizer
             }
@@ -185,6 +192,8 @@ impl RunPolicy {
             }
         };
         let averaging = match settings.stage {
+            // `BF16_Optimizer` has no `reduce_gradients`: the engine all-reduces for it.
+            _ if optimizer == DeepSpeedOptimizer::Bf16Optimizer => engine_all_reduce,
             ZeroStage::Disabled => engine_all_reduce,
             ZeroStage::OptimizerStates | ZeroStage::Gradients if !settings.reduce_scatter => {
                 engine_all_reduce
@@ -277,8 +286,26 @@ mod tests {
     }
 
     #[test]
-    fn bf16_without_zero_runs_stage_ones_flat_partition() {
+    fn bf16_without_zero_is_the_fp16_optimizer_replicated() {
         let p = at(0, "bf16");
+        assert_eq!(p.optimizer, DeepSpeedOptimizer::Fp16Optimizer);
+        assert_eq!(
+            (p.engine, p.engine_stage, p.clip),
+            (
+                EngineFamily::Replicated,
+                ZeroStage::Disabled,
+                ClipRule::Fp16Optimizer
+            )
+        );
+        assert!(!p.gathers_flat_partitions());
+    }
+
+    #[test]
+    fn bf16_at_stage_one_accumulating_in_fp32_is_bf16_optimizer() {
+        let p = policy(
+            json!({"zero_optimization": {"stage": 1}, "bf16": {"enabled": true},
+            "data_types": {"grad_accum_dtype": "fp32"}}),
+        );
         assert_eq!(p.optimizer, DeepSpeedOptimizer::Bf16Optimizer);
         assert_eq!(
             (p.engine, p.engine_stage, p.clip),
@@ -289,7 +316,7 @@ mod tests {
             )
         );
         assert!(p.gathers_flat_partitions());
-        // The average stays the engine's own all-reduce, as at stage 0.
+        // The average is the engine's own all-reduce (`buffered_allreduce_fallback`).
         assert_eq!(
             p.averaging,
             GradientAveraging::PostMultiply {

@@ -242,17 +242,20 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Whether optimizer states are partitioned: ZeRO 1-3, and bf16 without ZeRO, whose
-    /// `BF16_Optimizer` partitions the fp32 master and states ZeRO-1 style (deepspeed-facts
-    /// §5.4).
+    /// Whether optimizer states are partitioned: ZeRO 1-3.
     pub fn partitions_optimizer(&self) -> bool {
-        self.stage >= ZeroStage::OptimizerStates || self.bf16_optimizer()
+        self.stage >= ZeroStage::OptimizerStates
     }
 
-    /// Whether this is DeepSpeed's `BF16_Optimizer` (bf16 without ZeRO): full bf16 parameters,
-    /// a full fp32 gradient accumulation buffer, fp32 master and states partitioned.
+    /// Whether this is DeepSpeed's `BF16_Optimizer` (`_do_optimizer_sanity_check`): bf16 at
+    /// stage 1 with an explicit fp32 `data_types.grad_accum_dtype` and no optimizer offload:
+    /// full bf16 parameters, a full fp32 gradient accumulation buffer, the fp32 master and
+    /// states partitioned. (bf16 without ZeRO accumulates in bf16 and is `FP16_Optimizer`.)
     pub fn bf16_optimizer(&self) -> bool {
-        self.stage == ZeroStage::Disabled && self.precision == Precision::Bf16
+        self.stage == ZeroStage::OptimizerStates
+            && self.precision == Precision::Bf16
+            && self.dtypes.grad_accum == Dtype::Fp32
+            && self.offload_optimizer == OffloadTarget::None
     }
 
     /// Whether gradients are partitioned.

@@ -207,8 +207,12 @@ fn loss_scaling(sources: Sources<'_>) -> Result<LossScaling, Diagnostic> {
     })?;
     match chosen {
         Precision::Fp32 => Ok(LossScaling::Fp32),
+        // Without ZeRO, bf16 runs `FP16_Optimizer` (`DDP_BFLOAT16`), which skips a step with
+        // a non-finite gradient whatever `check_grad_overflow` says (only ZeRO reads it).
         Precision::Bf16 => Ok(LossScaling::Bf16 {
-            overflow: if config.bf16.check_grad_overflow {
+            overflow: if config.bf16.check_grad_overflow
+                || config.zero_optimization.stage == ZeroStage::Disabled
+            {
                 OverflowCheck::SkipStep
             } else {
                 OverflowCheck::Ignore
@@ -505,6 +509,28 @@ mod tests {
         };
         assert_eq!(args, ScalerArgs::Config);
         assert_eq!((scale.initial_scale_power, scale.hysteresis), (16, 2));
+    }
+
+    #[test]
+    fn bf16_without_zero_skips_a_non_finite_step_whatever_check_grad_overflow_says() {
+        let bf16 = |stage: u64| {
+            let document = json!({"bf16": {"enabled": true, "check_grad_overflow": false},
+                "zero_optimization": {"stage": stage}, "optimizer": {"type": "AdamW"}});
+            read_json(&document).expect("read").loss_scaling
+        };
+        // FP16_Optimizer checks every step; ZeRO reads the flag.
+        assert_eq!(
+            bf16(0),
+            LossScaling::Bf16 {
+                overflow: OverflowCheck::SkipStep
+            }
+        );
+        assert_eq!(
+            bf16(2),
+            LossScaling::Bf16 {
+                overflow: OverflowCheck::Ignore
+            }
+        );
     }
 
     #[test]

@@ -588,15 +588,15 @@ mod tests {
     }
 
     #[test]
-    fn bf16_without_zero_accumulates_gradients_in_fp32() {
+    fn bf16_without_zero_accumulates_gradients_in_bf16() {
         let reading = read(
             json!({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}}),
             Overrides::default(),
         )
         .expect("reads");
         assert_eq!(
-            reading.setup.grad_bytes, 4,
-            "BF16_Optimizer, deepspeed-facts §4.3"
+            reading.setup.grad_bytes, 2,
+            "DeepSpeed 0.19.8's get_data_types: the model dtype"
         );
     }
 

@@ -12,7 +12,6 @@ use crate::config::{OffloadDevice, ZeroStage};
 
 use super::context::Context;
 use super::rows::{Device, Phase, Row, Term, ceil_div};
-use super::setup::Precision;
 
 /// Optimizer-state elements of one rank, split by where they live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,11 +31,11 @@ impl OptimizerSplit {
     }
 }
 
-/// Elements one rank's optimizer updates: the partition, or all parameters at stage 0
-/// (except under bf16, whose BF16_Optimizer partitions master and states like ZeRO-1).
+/// Elements one rank's optimizer updates: the partition, or all parameters at stage 0 (fp16
+/// and bf16 both run `FP16_Optimizer` there, its master and states whole on every rank).
 pub fn optimizer_elements(ctx: &Context<'_>) -> u128 {
     let setup = ctx.setup;
-    if setup.zero.stage == ZeroStage::Disabled && setup.precision != Precision::Bf16 {
+    if setup.zero.stage == ZeroStage::Disabled {
         ctx.params()
     } else {
         ctx.partition()

@@ -4,8 +4,11 @@
 //! validator, `runtime/precision_config.py:182-197`: the same check `dsplan run` makes through
 //! [`crate::schedule::loss_scale`]), and dynamic-scaler knobs next to a static `loss_scale`,
 //! which nothing reads (`runtime/engine.py` `dynamic_loss_scale()` is `loss_scale == 0`; the
-//! knobs only build the dynamic scaler's arguments, `precision_config.py:202-209`).
+//! knobs only build the dynamic scaler's arguments, `precision_config.py:202-209`), and a
+//! gradient accumulation dtype other than the model's without ZeRO, which
+//! `_do_optimizer_sanity_check` refuses (`NotImplementedError: unsupported mix`).
 
+use crate::config::DtypeName;
 use crate::diagnostics::{Code, Diagnostic};
 use crate::validate::view::{Stage, View};
 
@@ -40,7 +43,46 @@ pub fn check(view: View<'_>) -> Vec<Diagnostic> {
         );
     }
     loss_scaler(view, &mut found);
+    accumulation_without_zero(view, &mut found);
     found
+}
+
+/// Without ZeRO DeepSpeed 0.19.8 takes the model dtype's optimizer wrapper only when the
+/// gradients accumulate in the model dtype; any other mix raises at `deepspeed.initialize`.
+fn accumulation_without_zero(view: View<'_>, found: &mut Vec<Diagnostic>) {
+    const POINTER: &str = "/data_types/grad_accum_dtype";
+    let Some(accum) = view.string(POINTER).and_then(|name| {
+        DtypeName::SPELLINGS
+            .iter()
+            .find(|(spelling, _)| *spelling == name)
+            .map(|(_, dtype)| *dtype)
+    }) else {
+        return;
+    };
+    if view.stage() != Some(Stage::Disabled) {
+        return;
+    }
+    let (model, model_name) = if view.enabled("fp16") {
+        (DtypeName::Fp16, "fp16")
+    } else if view.enabled("bf16") || view.enabled("bfloat16") {
+        (DtypeName::Bf16, "bf16")
+    } else {
+        (DtypeName::Fp32, "fp32")
+    };
+    if accum != model {
+        found.push(
+            Diagnostic::error(
+                Code::IncompatibleSettings,
+                POINTER,
+                format!(
+                    "without ZeRO the gradients must accumulate in the model's dtype ({model_name}); DeepSpeed raises \"NotImplementedError: unsupported mix of model_dtype and grad_accum_dtype\""
+                ),
+            )
+            .with_help(format!(
+                "remove data_types.grad_accum_dtype (it defaults to {model_name}), or set zero_optimization.stage to 1 or more"
+            )),
+        );
+    }
 }
 
 /// The dynamic loss scaler's knobs.
