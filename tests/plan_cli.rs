@@ -696,3 +696,114 @@ fn the_cuda_stage3_plan_shows_its_parameter_arena() {
         .expect("the arena's buffer");
     assert_eq!(gathered["numel"].as_u64(), Some(numel), "{gathered}");
 }
+
+/// The dsplan-cuda plan counts what the executor holds on the GPU beyond its buffers (the
+/// CUDA context, cuBLASLt's workspace, the kernel modules, and NCCL's buffers on several
+/// GPUs), and `--gpu-memory` holds that total, not the buffers alone, against the device.
+#[test]
+fn the_cuda_plan_counts_the_runtime_on_the_device() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = json!({
+        "train_micro_batch_size_per_gpu": 16,
+        "gradient_accumulation_steps": 1,
+        "bf16": {"enabled": true},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+        "zero_optimization": {"stage": 0}
+    });
+    let file = config_file(&dir, "gpt2.json", &config);
+    let path = file.to_str().expect("utf-8");
+    let args = [
+        path,
+        "--model",
+        "gpt2",
+        "--world-size",
+        "1",
+        "--seq-len",
+        "1024",
+        "--backend",
+        "dsplan-cuda",
+        "--format",
+        "json",
+    ];
+    let value: Value =
+        serde_json::from_slice(&plan(&args).success().get_output().stdout).expect("json");
+    let runtime = value["device_runtime"]["bytes"]
+        .as_u64()
+        .expect("a runtime");
+    // What an H200 and an H100 showed beyond the buffers for this job (2026-11-27).
+    assert_eq!(runtime, 9_918_283_776 - 9_296_739_824);
+    let peak = value["timeline"]["devices"][0]["peak"]["bytes"]
+        .as_u64()
+        .expect("a peak");
+    assert_eq!(peak, 9_296_739_824, "the buffers the H200 allocated");
+    // Fits in the buffers alone, not with the runtime.
+    let limit = format!("{}B", peak + runtime / 2);
+    let mut tight = args[..9].to_vec();
+    tight.extend(["--gpu-memory", &limit]);
+    let assert = plan(&tight).code(1);
+    let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
+    assert!(stderr.contains("with the CUDA runtime"), "{stderr}");
+    let human = plan(&args[..9]).success().get_output().stdout.clone();
+    let text = String::from_utf8(human).expect("utf-8");
+    assert!(
+        text.contains("on the device (nvidia-smi): 9.24 GiB"),
+        "{text}"
+    );
+}
+
+/// `--compare deepspeed-gpu` sets DeepSpeed's GPU peak beside dsplan's, kind by kind, each at
+/// its own peak: at ZeRO stage 2 on 8 GPUs dsplan's peak is below DeepSpeed's, and each side's
+/// rows add up to its peak.
+#[test]
+fn compare_sets_deepspeeds_peak_beside_dsplans_kind_by_kind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = json!({
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 1,
+        "bf16": {"enabled": true},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+        "zero_optimization": {"stage": 2, "overlap_comm": true}
+    });
+    let file = config_file(&dir, "z2.json", &config);
+    let path = file.to_str().expect("utf-8");
+    let args = [
+        path,
+        "--model",
+        "gpt2-medium",
+        "--world-size",
+        "8",
+        "--seq-len",
+        "1024",
+        "--backend",
+        "dsplan-cuda",
+        "--compare",
+        "deepspeed-gpu",
+    ];
+    let text = String::from_utf8(plan(&args).success().get_output().stdout.clone()).expect("utf-8");
+    assert!(text.contains("GPU peak against deepspeed-gpu"), "{text}");
+    let mut json_args = args.to_vec();
+    json_args.extend(["--format", "json"]);
+    let value: Value =
+        serde_json::from_slice(&plan(&json_args).success().get_output().stdout).expect("json");
+    let compare = &value["compare"];
+    assert_eq!(compare["backend"], "deepspeed-gpu");
+    let ours = compare["plan_gpu_peak_bytes"].as_u64().expect("ours");
+    let theirs = compare["gpu_peak_bytes"].as_u64().expect("theirs");
+    assert!(0 < ours && ours < theirs, "{ours} vs {theirs}");
+    let rows = compare["by_kind"].as_array().expect("rows");
+    let sum = |side: &str| -> u64 { rows.iter().map(|r| r[side].as_u64().unwrap_or(0)).sum() };
+    assert_eq!(sum("bytes"), ours, "dsplan's rows add up to its peak");
+    assert_eq!(
+        sum("compared_bytes"),
+        theirs,
+        "DeepSpeed's rows add up to its peak"
+    );
+    let parameters = rows
+        .iter()
+        .find(|r| r["kind"] == "parameters")
+        .expect("a parameters row");
+    assert_eq!(
+        parameters["bytes"], parameters["compared_bytes"],
+        "both hold the whole bf16 parameters at stage 2"
+    );
+}

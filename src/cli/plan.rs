@@ -33,6 +33,7 @@ use dsplan_planner::validate::{self, ValidateOptions};
 
 use super::Outcome;
 
+mod compare;
 mod training;
 use super::estimate::{CheckpointingArg, ZeroInitArg};
 use crate::{render, units};
@@ -79,6 +80,11 @@ pub struct PlanArgs {
     /// (what `dsplan run --device cpu|cuda` measures).
     #[arg(long, value_enum, default_value_t)]
     backend: BackendArg,
+    /// Another backend's plan of the same job beside this one: both GPU peaks, kind by kind
+    /// (`--backend dsplan-cuda --compare deepspeed-gpu`: where dsplan's executor saves memory
+    /// against DeepSpeed and where it does not).
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    compare: Option<BackendArg>,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     format: PlanFormat,
@@ -235,6 +241,90 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
         ModelGraph::from_spec(&spec).map_err(|e| (Outcome::InputRejected, e.to_string()))?;
     let per_node = args.gpus_per_node.unwrap_or(8);
     let cluster = Cluster::new(args.world_size, per_node).map_err(|e| (Outcome::UsageError, e))?;
+    let inputs = PlanInputs {
+        config: &config,
+        graph: &graph,
+        cluster: &cluster,
+        file: &file,
+        display: &display,
+    };
+    let plan = compile_for(args, backend, &inputs)?;
+    let compared = match args.compare {
+        Some(other) => {
+            let other = compile_for(args, PlanBackend::from(other), &inputs)
+                .map_err(|(outcome, message)| (outcome, format!("--compare: {message}")))?;
+            Some(compare::Compared::of(&other))
+        }
+        None => None,
+    };
+    // On dsplan's CUDA executor the device holds its runtime too (context, workspace, modules).
+    let needed = plan.device_total_bytes();
+    let fits = args.gpu_memory.is_none_or(|limit| needed <= limit);
+    let outcome = if fits {
+        Outcome::Success
+    } else {
+        Outcome::InputRejected
+    };
+    if !fits {
+        let what = if plan.device_runtime.is_some() {
+            "the planned GPU peak with the CUDA runtime"
+        } else {
+            "the planned GPU peak"
+        };
+        eprintln!(
+            "error: {what} ({}) exceeds --gpu-memory ({})",
+            gib(needed),
+            gib(args.gpu_memory.unwrap_or(0))
+        );
+    }
+    let text = match args.format {
+        PlanFormat::Json => {
+            let mut value = serde_json::to_value(&plan);
+            if let (Ok(serde_json::Value::Object(object)), Some(compared)) = (&mut value, &compared)
+            {
+                object.insert("compare".into(), compared.to_json(&plan));
+            }
+            json(&value)?
+        }
+        PlanFormat::Trace => json(&Ok(plan::trace::chrome_trace(&plan)))?,
+        PlanFormat::Human => {
+            if !plan.diagnostics.is_empty() {
+                eprint!("{}", render::human(&file, &plan.diagnostics));
+            }
+            let mut text = human(&plan);
+            if let Some(compared) = &compared {
+                let largest = plan.device_total_bytes().max(compared.device_total_bytes);
+                let unit = ByteUnit::for_peak(largest);
+                text.push_str(&compared.human(&plan, |bytes| unit.show(bytes)));
+            }
+            text
+        }
+    };
+    Ok((text, outcome))
+}
+
+/// What both backends' plans of one `dsplan plan` are compiled from.
+struct PlanInputs<'a> {
+    config: &'a config::DsConfig,
+    graph: &'a ModelGraph,
+    cluster: &'a Cluster,
+    file: &'a dsplan_planner::source::SourceFile,
+    display: &'a str,
+}
+
+/// The plan of `inputs` for `backend`, with the run's training sections attached.
+fn compile_for(
+    args: &PlanArgs,
+    backend: PlanBackend,
+    inputs: &PlanInputs<'_>,
+) -> Result<Plan, Failure> {
+    let PlanInputs {
+        config,
+        graph,
+        cluster,
+        file,
+        display,
+    } = *inputs;
     let workload = Workload {
         sequence_length: args.seq_len,
         // dsplan's own executor reads an activation_checkpointing section as recomputing every
@@ -254,45 +344,20 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
             AttentionKernel::Eager
         },
         zero_init: args.zero_init.map_or(ZeroInit::Enabled, ZeroInit::from),
-        ..Workload::for_backend(backend, &config)
+        ..Workload::for_backend(backend, config)
     };
-    let plan = plan::compile(&config, &graph, &cluster, &workload).map_err(|mut refused| {
+    let plan = plan::compile(config, graph, cluster, &workload).map_err(|mut refused| {
         file.locate_all(&mut refused);
-        eprint!("{}", render::human(&file, &refused));
+        eprint!("{}", render::human(file, &refused));
         (
             Outcome::InputRejected,
             format!("{display} cannot be planned"),
         )
     })?;
-    let (mut plan, refusals) = training::attach(plan, &config, file.value(), backend);
+    let (mut plan, refusals) = training::attach(plan, config, file.value(), backend);
     plan.diagnostics.extend(refusals);
     file.locate_all(&mut plan.diagnostics);
-    let fits = args
-        .gpu_memory
-        .is_none_or(|limit| plan.timeline.peak_bytes(Device::Gpu) <= limit);
-    let outcome = if fits {
-        Outcome::Success
-    } else {
-        Outcome::InputRejected
-    };
-    if !fits {
-        eprintln!(
-            "error: the planned GPU peak ({}) exceeds --gpu-memory ({})",
-            gib(plan.timeline.peak_bytes(Device::Gpu)),
-            gib(args.gpu_memory.unwrap_or(0))
-        );
-    }
-    let text = match args.format {
-        PlanFormat::Json => json(&serde_json::to_value(&plan))?,
-        PlanFormat::Trace => json(&Ok(plan::trace::chrome_trace(&plan)))?,
-        PlanFormat::Human => {
-            if !plan.diagnostics.is_empty() {
-                eprint!("{}", render::human(&file, &plan.diagnostics));
-            }
-            human(&plan)
-        }
-    };
-    Ok((text, outcome))
+    Ok(plan)
 }
 
 fn json(value: &Result<serde_json::Value, serde_json::Error>) -> Result<String, Failure> {
@@ -631,8 +696,32 @@ fn memory(plan: &Plan, out: &mut String) {
             .map(|p| format!("{} {}", p.phase.as_str(), in_unit(p.bytes)))
             .collect();
         out.push_str(&format!("    by phase: {}\n", phases.join(", ")));
+        if let (Device::Gpu, Some(runtime)) = (device.device, &plan.device_runtime) {
+            device_runtime(device.peak.bytes, runtime, out);
+        }
     }
     out.push('\n');
+}
+
+/// The device's total (what `nvidia-smi` shows): the peak and the executor's runtime.
+fn device_runtime(peak: u64, runtime: &plan::DeviceRuntime, out: &mut String) {
+    let parts: Vec<String> = runtime
+        .parts
+        .iter()
+        .map(|p| {
+            let basis = match p.basis {
+                plan::device_runtime::Basis::Measured => "",
+                plan::device_runtime::Basis::Estimated => ", estimated",
+            };
+            format!("{} {:.1} MiB{basis}", p.name, p.bytes as f64 / 1048576.0)
+        })
+        .collect();
+    out.push_str(&format!(
+        "  on the device (nvidia-smi): {} = the peak + the CUDA runtime {} ({})\n",
+        gib(peak + runtime.bytes),
+        gib(runtime.bytes),
+        parts.join(", ")
+    ));
 }
 
 fn step(plan: &Plan, out: &mut String) {

@@ -20,6 +20,7 @@
 //! | every allocation, and the memory timeline | [`buffers`], [`activations`] (sizes from [`crate::memory`]), [`timeline`] |
 //! | the same for dsplan's CPU executor ([`PlanBackend::DsplanCpu`]) | [`backend`], [`cpu_buffers`], [`cpu_units`] |
 //! | the same for dsplan's CUDA executor ([`PlanBackend::DsplanCuda`]) | [`cuda_buffers`], [`cuda_world`], [`stage3_arena`] |
+//! | what that executor holds on the GPU outside its buffers (context, workspace, modules, NCCL) | [`device_runtime`] |
 //! | op graph, cost model, critical path, step time | [`graph`], [`cost`], [`cluster`] |
 //! | Chrome trace of a step | [`trace`] |
 //!
@@ -39,6 +40,7 @@ pub mod cpu_units;
 pub mod cuda_buffers;
 pub mod cuda_world;
 pub mod decide;
+pub mod device_runtime;
 pub mod dtype;
 pub mod grad_arena;
 pub mod graph;
@@ -63,6 +65,7 @@ pub use buckets::{Buckets, Collective};
 pub use buffers::{Buffer, BufferClass, BufferKind, Lifetime};
 pub use cluster::{Cluster, Hardware};
 pub use decide::{AllGatherIntoTensor, Workload};
+pub use device_runtime::DeviceRuntime;
 pub use dtype::{Device, Dtype};
 pub use graph::{OpGraph, Stream};
 pub use layout::Layout;
@@ -122,6 +125,10 @@ pub struct Plan {
     pub buffers: Vec<Buffer>,
     /// Memory over the step.
     pub timeline: Timeline,
+    /// What the executor holds on each GPU outside [`Plan::buffers`] (dsplan's CUDA
+    /// executor only: DeepSpeed's margins are the full estimate's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_runtime: Option<DeviceRuntime>,
     /// Ops, critical path and step time (`None` when compiled for memory only,
     /// [`compile_memory`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -165,6 +172,12 @@ impl Plan {
             training: Some(training),
             ..self
         }
+    }
+
+    /// What one GPU holds at the peak: the plan's buffers and, for dsplan's CUDA executor,
+    /// its runtime (what `nvidia-smi` shows).
+    pub fn device_total_bytes(&self) -> u64 {
+        self.timeline.peak_bytes(Device::Gpu) + self.device_runtime.as_ref().map_or(0, |r| r.bytes)
     }
 
     /// The peak of each device split into model states, buffers and activations: the rows
@@ -330,6 +343,8 @@ fn compile_parts(
         ),
     };
     let timeline = Timeline::new(&buffers, &ticks);
+    let device_runtime = (settings.backend == PlanBackend::DsplanCuda)
+        .then(|| DeviceRuntime::of_rank(settings.world_size));
     let graph = (parts == Parts::All).then(|| {
         graph::op_graph(&graph::GraphInputs {
             model,
@@ -360,6 +375,7 @@ fn compile_parts(
         ticks,
         buffers,
         timeline,
+        device_runtime,
         graph,
         training: None,
         diagnostics,

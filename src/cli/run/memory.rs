@@ -1,6 +1,7 @@
 //! The memory pre-flight of `dsplan run`: after the plan is compiled and before the first
-//! allocation (the model's weights included), the plan's peak per rank is set against what
-//! the machine has (`dsplan_executor::preflight`). A run that cannot fit is refused (exit 1)
+//! allocation (the model's weights included), the plan's peak per rank (on a GPU with the
+//! CUDA runtime the plan counts) is set against what the machine has
+//! (`dsplan_executor::preflight`). A run that cannot fit is refused (exit 1)
 //! with both figures and what to change; `--force` runs it anyway after a warning, unless it
 //! needs more than the machine has at all (memory and swap, or the GPU's total memory), where
 //! its allocations would fail. A run that
@@ -13,7 +14,7 @@ use dsplan_executor::preflight::{
     self, Available, DeviceNeed, MemoryFigure, MemoryNeed, Shortfall,
     host::{host_available, host_ceiling},
 };
-use dsplan_planner::plan::{Device, Plan};
+use dsplan_planner::plan::{Device, DeviceRuntime, Plan};
 
 use super::Failure;
 
@@ -64,7 +65,7 @@ pub(super) fn preflight(
                 ranks: ranks as u64,
                 host_shared,
                 device: Some(DeviceNeed {
-                    per_rank: peak(Device::Gpu),
+                    per_rank: peak(Device::Gpu).saturating_add(runtime_bytes(plan, ranks_per_gpu)),
                     ranks_per_gpu: ranks_per_gpu as u64,
                 }),
             },
@@ -85,6 +86,19 @@ pub(super) fn preflight(
         verdict,
         seconds: started.elapsed().as_secs_f64(),
     }
+}
+
+/// What a rank holds on its GPU beyond the plan's buffers: the plan's CUDA runtime, without
+/// NCCL's buffers when ranks share a GPU (their collectives are staged through host memory).
+fn runtime_bytes(plan: &Plan, ranks_per_gpu: usize) -> u64 {
+    let world = if ranks_per_gpu > 1 {
+        1
+    } else {
+        plan.settings.world_size
+    };
+    plan.device_runtime
+        .as_ref()
+        .map_or(0, |_| DeviceRuntime::of_rank(world).bytes)
 }
 
 /// Refuses a run that does not fit (unless `force`), else prints the figures.
