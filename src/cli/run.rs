@@ -47,46 +47,27 @@
 //! being finite where nothing can recover it stops at that step with exit 1.
 
 mod cuda;
+mod job;
 mod memory;
 mod outputs;
 mod progress;
 mod ranks;
 mod report;
+mod session;
+mod setup;
 
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use dsplan_executor::checkpoint::{CheckpointError, NonFinite, load_checkpoint_with};
-use dsplan_executor::cuda::Backend;
-use dsplan_executor::cuda::train::CudaTrainError;
-use dsplan_executor::data::{WindowOrder, check_data_file, resident_bytes};
-use dsplan_executor::io::llama_pretrained::{SavedTo, save_trained};
-use dsplan_executor::metrics::StepMetrics;
-use dsplan_executor::train::plan::architecture;
-use dsplan_executor::train::settings::{AttentionKernel, override_nvme_path};
-use dsplan_executor::train::{
-    CheckpointOptions, DEFAULT_PRESET, DataChoice, ModelChoiceError, SavePolicy, TrainError,
-    TrainSettings, TrainSpec, check_finite_weights, choose_model, compile_cuda_plan, compile_plan,
-    model_config, plan_training, resume_point, stored_shape,
-};
-use dsplan_executor::zero::{Dtype, MixedPrecision, ZeroError};
-use dsplan_planner::diagnostics::{Code, Diagnostic, Severity};
-use dsplan_planner::plan::Plan;
-use dsplan_planner::resolve::{Arg, ArgOrigin, Resolved, hidden_size, resolve};
-use dsplan_planner::source::SourceFile;
-use serde_json::Value;
+use dsplan_executor::checkpoint::CheckpointError;
+use dsplan_executor::train::TrainError;
+use dsplan_executor::zero::ZeroError;
 
-use super::training_args::{TrainingArgsFlags, environment};
+use super::training_args::TrainingArgsFlags;
 use super::{Format, Outcome};
-use crate::render;
-use progress::{MetricsFile, Progress};
+use job::Job;
 use ranks::Ranks;
-use report::RunFacts;
-
-/// Steps when neither `--steps`, the scheduler's `total_num_steps` nor stored data say.
-const DEFAULT_STEPS: u64 = 200;
-/// Longest default sequence (the model's `n_positions` if shorter).
-const DEFAULT_SEQ_LEN: usize = 64;
+use setup::Setup;
 
 /// Arguments of `dsplan run`.
 #[derive(Debug, Args)]
@@ -201,25 +182,6 @@ enum AttentionChoice {
     TensorCore,
 }
 
-impl AttentionChoice {
-    /// The kernels a run on `backend` launches: an explicit choice as it is (checked by
-    /// [`cuda::check_attention_kernel`]); `auto` the tensor-core kernels wherever they run
-    /// (the CUDA backend, 16-bit training: 2.5x the scalar kernels' tokens/s on an H200,
-    /// 2026-11-27, every check passed), else the scalar ones.
-    fn kernel(self, backend: &Backend, settings: &TrainSettings) -> AttentionKernel {
-        match self {
-            AttentionChoice::Scalar => AttentionKernel::Scalar,
-            AttentionChoice::TensorCore => AttentionKernel::TensorCore,
-            AttentionChoice::Auto => match backend {
-                Backend::Cuda(_) if settings.precision().model_dtype() != Dtype::F32 => {
-                    AttentionKernel::TensorCore
-                }
-                _ => AttentionKernel::Scalar,
-            },
-        }
-    }
-}
-
 /// A failure with its exit code.
 pub(super) struct Failure {
     outcome: Outcome,
@@ -254,340 +216,35 @@ pub fn run(args: RunArgs) -> Outcome {
     }
 }
 
+/// The run: read the job, check its outputs, settle the backend and compile the plan (the
+/// memory pre-flight included), read the weights, find where the run starts, train through
+/// the one loop, and leave the model, the checkpoints and the summary.
 fn train_from_args(args: &RunArgs, ranks: &Ranks) -> Result<(), Failure> {
     let backend = cuda::choose(args.device)?;
     let world = ranks.world(args.world_size);
-    // Printed: the user's path, control characters escaped (`render::escape_controls`).
-    let display = crate::render::escape_controls(&args.config.display().to_string()).into_owned();
-    let bytes = super::read_input(&args.config).map_err(|d| Failure::usage(d.message))?;
-    let (file, parsed) = match SourceFile::parse(&display, &bytes) {
-        Ok(parsed) => parsed,
-        Err(fatal) => {
-            eprint!("{}", render::human_with_bytes(&display, &bytes, &fatal));
-            return Err(Failure::input(format!(
-                "{display} is not a readable config"
-            )));
-        }
-    };
-    super::parallel::refuse_in_run(file.value()).map_err(Failure::input)?;
-    let data_bytes = match &args.data {
-        Some(path) => {
-            let size = check_data_file(path).map_err(|e| Failure::usage(e.to_string()))?;
-            resident_bytes(path, size)
-        }
-        None => 0,
-    };
-    let model_name = args.model.as_deref().unwrap_or(DEFAULT_PRESET);
-    let model_shape = model_config(args.model.as_deref())
-        .map_err(|e: ModelChoiceError| Failure::usage(e.to_string()))?;
-    // Every dimension bounded (naming the one out of bounds) before anything is sized by it.
-    architecture(&model_shape)
-        .validate()
-        .map_err(|e| Failure::input(format!("{model_name}: {e}")))?;
-    let stored = match &args.data {
-        Some(path) => stored_shape(path).map_err(|e| Failure::usage(e.to_string()))?,
-        None => None,
-    };
-    let seq_len = match (stored, args.seq_len) {
-        (Some(shape), Some(asked)) if asked as usize != shape.seq_len => {
-            return Err(Failure::usage(format!(
-                "--seq-len {asked}, but the stored rows hold {} tokens (seq_len {})",
-                shape.seq_len + 1,
-                shape.seq_len
-            )));
-        }
-        (Some(shape), _) => shape.seq_len,
-        (None, Some(asked)) => asked as usize,
-        (None, None) => model_shape.max_positions().min(DEFAULT_SEQ_LEN),
-    };
-    let known_steps = args.steps.or(stored.map(|s| s.steps));
-
-    let mut resolved = resolve_config(args, world, &file, parsed, model_name, known_steps)?;
-    if let Some(path) = &args.nvme_path
-        && override_nvme_path(&mut resolved.typed, &path.to_string_lossy())
-    {
-        eprintln!(
-            "note: --nvme-path {} replaces the config's nvme_path",
-            crate::render::escape_controls(&path.display().to_string())
-        );
-    }
-    // The Trainer's gradient_checkpointing (the flag or --training-args) asks for the same
-    // recomputation as an activation_checkpointing section.
-    let gradient_checkpointing = args.training.training_args().map_err(Failure::usage)?;
-    let settings = TrainSettings::from_resolved(&resolved)
-        .map_err(|e| Failure::input(format!("{display}: {e}")))?
-        .with_gradient_checkpointing(gradient_checkpointing.gradient_checkpointing.value);
-    let settings = settings
-        .clone()
-        .with_attention_kernel(args.attention_kernel.kernel(&backend, &settings));
-    let steps = known_steps.unwrap_or_else(|| {
-        resolved
-            .config
-            .pointer("/scheduler/params/total_num_steps")
-            .and_then(Value::as_u64)
-            .filter(|&n| n > 0)
-            .unwrap_or(DEFAULT_STEPS)
-    });
-    let order = WindowOrder::Shuffled { seed: args.seed };
-    let data = match &args.data {
-        Some(path) => DataChoice::File {
-            path: path.clone(),
-            order,
-        },
-        None => DataChoice::Bundled { order },
-    };
-    let data_name = args
-        .data
-        .as_ref()
-        .map_or("the bundled corpus (byte tokens)".to_string(), |p| {
-            crate::render::escape_controls(&p.display().to_string()).into_owned()
-        });
-
-    let num_params = model_shape.layout().num_params();
+    let job = Job::read(args, world)?;
     // Outputs against inputs and each other, then each output's place and room, and the
     // checkpoint directory locked: all before step 0, before anything is written.
-    outputs::check_paths(args, &model_shape)?;
+    outputs::check_paths(args, &job.model)?;
     let sizes = outputs::Sizes::of(
-        &model_shape,
-        num_params as u64,
-        settings.precision().model_dtype(),
+        &job.model,
+        job.num_params as u64,
+        job.settings.precision().model_dtype(),
     );
     let prepared = outputs::prepare(args, sizes, ranks.reports())?;
-    // The weights are made after the memory pre-flight: a model too large for the machine is
-    // refused before they are allocated.
-    let mut spec = TrainSpec {
-        settings: settings.clone(),
-        model: model_shape,
-        initial_params: Vec::new(),
-        data,
-        seq_len,
-        steps,
-        world,
-    };
-    cuda::check_attention_kernel(&backend, &settings)?;
-    let backend = cuda::settle(backend, args.device, &spec)?;
-    // `auto` decides again once the backend is settled (a GPU run may fall back to the CPU).
-    let settings = settings
-        .clone()
-        .with_attention_kernel(args.attention_kernel.kernel(&backend, &settings));
-    spec.settings = settings.clone();
-    cuda::check_attention_kernel(&backend, &settings)?;
-    // The GPU run measures against the CUDA executor's buffers, the CPU run against its own.
-    let compile = match backend {
-        Backend::Cuda(_) => compile_cuda_plan,
-        Backend::Cpu => compile_plan,
-    };
-    let plan = match compile(&settings, &spec.model, seq_len, world) {
-        Ok(compiled) => compiled,
-        Err(mut found) => {
-            file.locate_all(&mut found);
-            eprint!("{}", render::human(&file, &found));
-            return Err(Failure::input(format!(
-                "{display}: the plan cannot be compiled; `dsplan plan` explains it"
-            )));
-        }
-    };
-    let mut plan_warnings: Vec<Diagnostic> = plan
-        .diagnostics
-        .iter()
-        .filter(|d| d.severity == Severity::Warning)
-        .cloned()
-        .collect();
-    file.locate_all(&mut plan_warnings);
-    // Rank 0 alone speaks for a job of processes.
+    let Setup {
+        backend,
+        mut spec,
+        plan,
+    } = setup::setup(args, &job, backend, world, ranks)?;
+    let (weights, model) = job.weights(args)?;
+    spec.initial_params = weights;
+    let checkpoints = session::checkpoints(args, &spec, &plan, &job, ranks)?;
     if ranks.reports() {
-        eprint!("{}", render::human(&file, &plan_warnings));
+        session::opening(&job, &spec, &plan, (&backend, ranks), &model);
     }
-    let ranks_per_gpu = cuda::ranks_per_gpu(&backend, ranks, world);
-    let preflight = memory::preflight(
-        &plan,
-        &backend,
-        world,
-        ranks_per_gpu,
-        num_params,
-        data_bytes,
-    );
-    memory::enforce(preflight, args.force)?;
-    let model = choose_model(args.model.as_deref(), args.seed)
-        .map_err(|e: ModelChoiceError| Failure::usage(e.to_string()))?;
-    if model.config != spec.model {
-        return Err(Failure::usage(format!(
-            "{model_name}: the model's shape changed while dsplan read it"
-        )));
-    }
-    if let Some(path) = args
-        .model
-        .as_deref()
-        .map(std::path::Path::new)
-        .filter(|p| p.is_dir())
-        && !args.allow_non_finite_model
-    {
-        check_finite_weights(path, &model.params).map_err(|e| {
-            Failure::input(format!(
-                "{e} (--allow-non-finite-model trains from them anyway)"
-            ))
-        })?;
-    }
-    spec.initial_params = model.params;
-    let load_started = std::time::Instant::now();
-    let loaded = match &args.resume {
-        Some(path) => {
-            let non_finite = if args.allow_non_finite_checkpoint {
-                NonFinite::Allow
-            } else {
-                NonFinite::Refuse
-            };
-            Some(load_checkpoint_with(path, non_finite).map_err(checkpoint_failure)?)
-        }
-        None => None,
-    };
-    let load_seconds = load_started.elapsed().as_secs_f64();
-
-    if ranks.reports() {
-        let batch = settings.batch;
-        eprintln!(
-            "dsplan run {display}: ZeRO stage {}, {}, {world} {} {}",
-            settings.stage as u8,
-            precision_name(&settings.precision()),
-            ranks.kind(),
-            cuda::place(&backend, ranks, world),
-        );
-        eprintln!(
-            "model {} ({} parameters); data {data_name}; {} x {seq_len} tokens per rank and micro-step, {} micro-step(s), global batch {}; {steps} steps",
-            crate::render::escape_controls(&model.description),
-            thousands(num_params as u64),
-            batch.micro_batch,
-            batch.grad_accum,
-            batch.train_batch,
-        );
-        eprintln!("{}", plan_line(&plan));
-        for notice in &settings.notices {
-            eprintln!("note: {}", crate::render::escape_message(notice));
-        }
-    }
-    let resume = match &loaded {
-        Some(loaded) => {
-            let point =
-                resume_point(&spec, &plan, loaded).map_err(|e| train_failure(e, &display))?;
-            if ranks.reports() {
-                for note in &point.notes {
-                    eprintln!("note: {}", crate::render::escape_message(note));
-                }
-                eprintln!(
-                    "resuming from {} at step {} ({} applied, loss scale {}; read in {load_seconds:.2} s)",
-                    crate::render::escape_controls(&point.location.path().display().to_string()),
-                    point.global_step,
-                    point.applied_steps,
-                    point.scaler.scale()
-                );
-            }
-            Some(point)
-        }
-        None => None,
-    };
-    let checkpoints = CheckpointOptions {
-        save: args
-            .save_checkpoint
-            .as_ref()
-            .map(|dir| SavePolicy::new(dir, args.checkpoint_every)),
-        resume,
-    };
-
-    ranks.check_backend(&backend)?;
-    let metrics = match args.metrics.as_ref().filter(|_| ranks.reports()) {
-        Some(path) => Some(MetricsFile::create(path)?),
-        None => None,
-    };
-    let mut progress = Progress::new(
-        steps,
-        plan_training(&plan).map_err(|e| train_failure(e, &display))?,
-        metrics,
-    );
-    if let Some(point) = &checkpoints.resume {
-        progress.resume_at(point.global_step, point.applied_steps);
-    }
-    let observer = |m: &StepMetrics| progress.observe(m);
-    let result = match &backend {
-        Backend::Cuda(device) => {
-            cuda::train(&spec, &plan, &checkpoints, (device, ranks), &observer).map_err(|e| match e
-            {
-                CudaTrainError::Run(e) => train_failure(e, &display),
-                other => Failure::input(format!("--device cuda: {other}")),
-            })
-        }
-        Backend::Cpu => ranks
-            .train(&spec, &plan, &checkpoints, &observer)
-            .map_err(|e| train_failure(e, &display)),
-    };
-    // A failed run is reported as itself; a metrics file that failed too is added to it.
-    let committed = progress.finish().map(|m| m.commit()).transpose();
-    let report = match (result, committed) {
-        (Err(mut failure), Err(metrics)) => {
-            failure.message = format!("{}; also: {}", failure.message, metrics.message);
-            return Err(failure);
-        }
-        (Err(failure), Ok(_)) | (Ok(_), Err(failure)) => return Err(failure),
-        (Ok(report), Ok(_)) => report,
-    };
-    if let Some(dir) = args.save_checkpoint.as_ref().filter(|_| ranks.reports()) {
-        for note in prepared.finish(dir, &report.checkpoints) {
-            eprintln!("note: {note}");
-        }
-    }
-    if !ranks.reports() {
-        return Ok(());
-    }
-
-    let saved = match &args.save_model {
-        Some(path) => Some(
-            save_trained(
-                path,
-                &spec.model,
-                &report.final_params,
-                settings.precision().model_dtype(),
-            )
-            .map_err(|e| Failure::usage(format!("cannot save the model: {e}")))?,
-        ),
-        None => None,
-    };
-    let facts = RunFacts {
-        config: &display,
-        model: &model.description,
-        num_params,
-    };
-    let summary = report::summary(&facts, &spec, &report);
-    match args.format {
-        Format::Human => eprint!("{}", report::human(&report, &summary)),
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&summary).unwrap_or_default()
-        ),
-    }
-    match (&args.save_model, saved) {
-        (Some(path), Some(SavedTo::File)) => {
-            eprintln!(
-                "saved the trained fp32 model to {}",
-                crate::render::escape_controls(&path.display().to_string())
-            );
-        }
-        (Some(path), Some(SavedTo::Directory(files))) => eprintln!(
-            "saved the trained model to {} (config.json, {})",
-            crate::render::escape_controls(&path.display().to_string()),
-            files.join(", ")
-        ),
-        _ => {}
-    }
-    if let Some(last) = report.checkpoints.last() {
-        eprintln!(
-            "saved {} checkpoint(s) to {}; the last, {} ({}, {:.2} s), is `latest`",
-            report.checkpoints.len(),
-            crate::render::escape_controls(&last.location.dir.display().to_string()),
-            last.location.tag,
-            self::bytes(last.bytes),
-            last.seconds
-        );
-    }
-    Ok(())
+    let report = session::train(args, &job, (&spec, &plan, &checkpoints), (&backend, ranks))?;
+    session::finish(args, &job, (&spec, &report), (prepared, ranks), &model)
 }
 
 /// The failure a training error is reported as (`display`: the config file's name).
@@ -609,130 +266,6 @@ fn checkpoint_failure(e: CheckpointError) -> Failure {
         Failure::usage(e.to_string())
     } else {
         Failure::input(e.to_string())
-    }
-}
-
-/// Resolves the config as the Hugging Face Trainer and DeepSpeed would for this run: its world
-/// size, the training-argument flags (`--steps` or the stored steps standing for
-/// `num_training_steps` when that is not given), and the hidden size of the model trained.
-/// Errors are rendered with the file's lines; so are warnings, except the mismatches against
-/// `TrainingArguments`' defaults, which matter only under the Trainer and are counted in one
-/// note.
-fn resolve_config(
-    args: &RunArgs,
-    world: usize,
-    file: &SourceFile,
-    mut diagnostics: Vec<Diagnostic>,
-    model_name: &str,
-    known_steps: Option<u64>,
-) -> Result<Resolved, Failure> {
-    let display = file.path().to_string();
-    let mut env = environment(Some(world as u64), &args.training, None).map_err(Failure::usage)?;
-    if env.training_args.num_training_steps.is_none()
-        && schedule_length_is_auto(file.value())
-        && let Some(steps) = known_steps
-    {
-        env.training_args.num_training_steps = Some(Arg::given(steps, ArgOrigin::Flag));
-    }
-    env.hidden_size = hidden_size::from_model(model_name).map_err(Failure::usage)?;
-    let outcome = resolve(file.value(), &env);
-    let resolved = match outcome {
-        Ok(resolved) => {
-            diagnostics.extend(resolved.diagnostics.iter().cloned());
-            Some(resolved)
-        }
-        Err(found) => {
-            diagnostics.extend(found);
-            None
-        }
-    };
-    file.locate_all(&mut diagnostics);
-    diagnostics.sort_by_key(|d| (d.line, d.column));
-    let against_defaults = diagnostics
-        .iter()
-        .filter(|d| d.code == Code::AutoMismatch && d.severity == Severity::Warning)
-        .count();
-    let shown: Vec<Diagnostic> = diagnostics
-        .iter()
-        .filter(|d| {
-            d.is_error() || (d.severity == Severity::Warning && d.code != Code::AutoMismatch)
-        })
-        .cloned()
-        .collect();
-    eprint!("{}", render::human(file, &shown));
-    let Some(resolved) = resolved else {
-        eprint!("{}", render::file_summary(&display, &shown));
-        return Err(Failure::input(format!(
-            "{display} cannot be resolved for this run; `dsplan resolve {display} --world-size {world}` explains it"
-        )));
-    };
-    if against_defaults > 0 {
-        eprintln!(
-            "note: {against_defaults} value(s) of {display} differ from Hugging Face TrainingArguments' defaults; that matters only when training with the Trainer (`dsplan resolve` lists them)"
-        );
-    }
-    Ok(resolved)
-}
-
-/// Whether the scheduler's length is left to the Trainer (`"auto"` total or warmup steps).
-/// Only then does the number of steps run stand for `num_training_steps`: a config that names
-/// its schedule's length keeps it, and `--steps` runs that many steps of it.
-fn schedule_length_is_auto(config: &Value) -> bool {
-    [
-        "/scheduler/params/total_num_steps",
-        "/scheduler/params/warmup_num_steps",
-    ]
-    .iter()
-    .any(|pointer| config.pointer(pointer).and_then(Value::as_str) == Some("auto"))
-}
-
-/// One line saying what the plan decided and the engines follow.
-fn plan_line(plan: &Plan) -> String {
-    let layout = &plan.layout;
-    let mut line = format!(
-        "plan: {} elements padded to {}, {} per rank; {} gradient bucket(s) ({})",
-        thousands(layout.numel),
-        thousands(layout.padded_numel),
-        thousands(layout.partition_numel),
-        plan.buckets.reduce.len(),
-        plan.buckets
-            .reduce
-            .first()
-            .map_or("none", |b| b.collective.as_str()),
-    );
-    if let Some(gather) = &plan.buckets.param_gather {
-        line.push_str(&format!(
-            "; parameter all-gather in {} piece(s)",
-            gather.shards.len()
-        ));
-    }
-    if let (Some(schedule), Some(persistent)) = (&plan.stage3, &plan.shards.persistent) {
-        line.push_str(&format!(
-            "; stage 3: {} fetch units, {} persistent tensor(s), gathered on demand",
-            schedule.unit_count(),
-            persistent.entries.len()
-        ));
-    }
-    line
-}
-
-fn precision_name(precision: &MixedPrecision) -> String {
-    match precision {
-        MixedPrecision::Fp32 => "fp32".to_string(),
-        MixedPrecision::Bf16 { .. } => "bf16 (fp32 master weights)".to_string(),
-        MixedPrecision::Fp16 { scale } => {
-            if scale.is_dynamic() {
-                format!(
-                    "fp16 (fp32 master weights, dynamic loss scale from 2^{})",
-                    scale.initial_scale_power
-                )
-            } else {
-                format!(
-                    "fp16 (fp32 master weights, static loss scale {})",
-                    scale.loss_scale
-                )
-            }
-        }
     }
 }
 
