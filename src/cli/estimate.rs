@@ -10,6 +10,7 @@
 //! the full estimate, or `null` without `--config`.
 
 use super::cost_args::CostArgs;
+use super::training_choices::{CheckpointingArg, PrecisionArg};
 use super::{Format, Outcome};
 use crate::units;
 use clap::{ArgGroup, Args, ValueEnum};
@@ -161,48 +162,6 @@ impl MarginArgs {
             fragmentation: self.fragmentation,
             host_process_bytes: self.host_overhead,
             load_bytes_per_param: self.model_load_bytes,
-        }
-    }
-}
-
-/// `--activation-checkpointing none|selective|full`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CheckpointingArg {
-    /// Store every activation.
-    None,
-    /// Recompute the attention scores only.
-    Selective,
-    /// Store layer inputs only; recompute each layer in backward.
-    Full,
-}
-
-impl From<CheckpointingArg> for Checkpointing {
-    fn from(arg: CheckpointingArg) -> Checkpointing {
-        match arg {
-            CheckpointingArg::None => Checkpointing::None,
-            CheckpointingArg::Selective => Checkpointing::Selective,
-            CheckpointingArg::Full => Checkpointing::Full,
-        }
-    }
-}
-
-/// `--precision fp16|bf16|fp32`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PrecisionArg {
-    /// fp16 mixed precision.
-    Fp16,
-    /// bf16 mixed precision.
-    Bf16,
-    /// Plain fp32.
-    Fp32,
-}
-
-impl From<PrecisionArg> for Precision {
-    fn from(arg: PrecisionArg) -> Precision {
-        match arg {
-            PrecisionArg::Fp16 => Precision::Fp16,
-            PrecisionArg::Bf16 => Precision::Bf16,
-            PrecisionArg::Fp32 => Precision::Fp32,
         }
     }
 }

@@ -14,6 +14,7 @@ mod run;
 mod schedule;
 mod schema;
 mod training_args;
+mod training_choices;
 mod validate;
 
 use clap::{Parser, Subcommand, ValueEnum};

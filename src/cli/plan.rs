@@ -35,7 +35,8 @@ use super::Outcome;
 
 mod compare;
 mod training;
-use super::estimate::{CheckpointingArg, ZeroInitArg};
+use super::estimate::ZeroInitArg;
+use super::training_choices::CheckpointingArg;
 use crate::{render, units};
 
 /// Rows of a table shown before "... N more".

@@ -7,7 +7,8 @@
 //! estimate. Exit 1 when nothing fits (the table says why each candidate failed).
 
 use super::cost_args::CostArgs;
-use super::estimate::{CheckpointingArg, MarginArgs, PrecisionArg, breakdown};
+use super::estimate::{MarginArgs, breakdown};
+use super::training_choices::{CheckpointingArg, PrecisionArg};
 use super::{Format, Outcome};
 use crate::units;
 use crate::units::gib_figure as gib;

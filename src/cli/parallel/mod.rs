@@ -27,7 +27,7 @@ use dsplan_planner::parallel::{ParallelErrors, Recompute, RecomputeMethod};
 use dsplan_planner::source::SourceFile;
 
 use super::Outcome;
-use super::estimate::{CheckpointingArg, PrecisionArg};
+use super::training_choices::{CheckpointingArg, PrecisionArg};
 
 /// Model-parallel flags shared by `estimate` and `plan`.
 #[derive(Debug, Args, Default)]

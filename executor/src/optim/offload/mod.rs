@@ -24,11 +24,12 @@
 //!   DeepSpeed's `unscale_and_clip_grads` does) and skips overflowed steps itself.
 //!
 //! Files: `io` (gradient and output types), `isa` (variants, run-time choice), `kernel`
-//! (arithmetic, scalar variant, dispatch), `kernel_x86` (AVX2, AVX-512, AVX512-BF16), `numa`
-//! (nodes and CPUs), `pool` (threads and placement), `step` (entry points), `speculative`
-//! (double-buffered state), `bytes` (bytes moved).
+//! (arithmetic, scalar variant), `dispatch` (the variant for an [`Isa`]), `kernel_x86`
+//! (AVX2, AVX-512, AVX512-BF16), `numa` (nodes and CPUs), `pool` (threads and placement),
+//! `step` (entry points), `speculative` (double-buffered state), `bytes` (bytes moved).
 
 pub mod bytes;
+mod dispatch;
 mod io;
 mod isa;
 mod kernel;

@@ -6,8 +6,9 @@
 use std::fmt;
 use std::ops::Range;
 
+use super::dispatch;
 use super::io::{GradsIn, ParamsOut};
-use super::kernel::{self, GradPtr, Lanes, OutPtr, StatePtrs};
+use super::kernel::{GradPtr, Lanes, OutPtr, StatePtrs};
 use super::pool::OffloadPool;
 use crate::optim::adam::{AdamConfig, StepScalars};
 
@@ -241,7 +242,7 @@ impl OffloadPool {
             // contract and `thread_ranges`'s).
             unsafe {
                 let sub = lanes.sub(part.start - start, part.len());
-                kernel::run(isa, &sub, &scalars, factor);
+                dispatch::run(isa, &sub, &scalars, factor);
             }
         });
     }
