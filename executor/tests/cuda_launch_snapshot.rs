@@ -5,16 +5,25 @@
 //! table-driven, so the refactor is checked rather than trusted: none of this code has run on
 //! a GPU, and a launch that changes its grid or argument order would go unnoticed until one.
 //! `DSPLAN_UPDATE_SNAPSHOTS=1 cargo test -p dsplan-executor --test cuda_launch_snapshot`
-//! rewrites it (only for an intended change of a launch).
+//! rewrites it (only for an intended change of a launch). The same launches are then bound
+//! as the device executor binds them, onto stand-ins of the step's allocations.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use dsplan_executor::cuda::train::StepProgram;
-use dsplan_executor::cuda::train::{DeviceLayout, Op};
+use cudarc::driver::LaunchArgs;
+use dsplan_executor::cuda::CudaError;
+use dsplan_executor::cuda::adamw::AdamScalars;
+use dsplan_executor::cuda::element::{Access, Element};
+use dsplan_executor::cuda::launch::bind::{Allocation, RunValues, View, WithViews, with_operands};
+use dsplan_executor::cuda::launch::{DeviceIn, DeviceOut, check_operands};
+use dsplan_executor::cuda::train::region::RegionSizes;
+use dsplan_executor::cuda::train::{DeviceLayout, Op, Region, StepProgram};
 use dsplan_executor::model::BatchShape;
 use dsplan_executor::model::llama::{AttentionBias, LlamaConfig, LlamaFamily};
 use dsplan_executor::model::rope::{Rope, RopeScaling};
+use dsplan_executor::optim::AdamConfig;
+use dsplan_executor::tensor::Span;
 use dsplan_executor::train::AttentionKernel;
 use dsplan_kernels::Dtype;
 use dsplan_planner::model::Embeddings;
@@ -70,8 +79,9 @@ fn describe<'a>(out: &mut String, name: &str, dtype: Dtype, ops: impl Iterator<I
     }
 }
 
-fn all_launches() -> String {
-    let mut out = String::new();
+/// Every program of the snapshot: its name, dtype and layout.
+fn all_programs() -> Vec<(&'static str, Dtype, DeviceLayout, StepProgram)> {
+    let mut all = Vec::new();
     let shape = BatchShape {
         batch: 2,
         seq_len: 32,
@@ -79,7 +89,7 @@ fn all_launches() -> String {
     for dtype in DTYPES {
         let layout = DeviceLayout::new(small_head_64(), shape, dtype);
         let program = StepProgram::new(&layout);
-        describe(&mut out, "gpt2", dtype, program.ops(1));
+        all.push(("gpt2", dtype, layout, program));
     }
     let llamas = [
         (
@@ -103,14 +113,14 @@ fn all_launches() -> String {
         for dtype in DTYPES {
             let layout = DeviceLayout::new(config, shape, dtype);
             let program = StepProgram::new(&layout);
-            describe(&mut out, name, dtype, program.ops(1));
+            all.push((name, dtype, layout, program));
         }
     }
     // GPT-2 and a Llama with `--attention-kernel tensor-core` (16-bit only).
     for dtype in [Dtype::Bf16, Dtype::F16] {
         let layout = DeviceLayout::new(small_head_64(), shape, dtype);
         let program = StepProgram::new(&layout).with_attention(AttentionKernel::TensorCore);
-        describe(&mut out, "gpt2-tc", dtype, program.ops(1));
+        all.push(("gpt2-tc", dtype, layout, program));
     }
     for dtype in [Dtype::Bf16, Dtype::F16] {
         let config = llama(
@@ -120,7 +130,15 @@ fn all_launches() -> String {
         );
         let layout = DeviceLayout::new(config, shape, dtype);
         let program = StepProgram::new(&layout).with_attention(AttentionKernel::TensorCore);
-        describe(&mut out, "llama-tc", dtype, program.ops(1));
+        all.push(("llama-tc", dtype, layout, program));
+    }
+    all
+}
+
+fn all_launches() -> String {
+    let mut out = String::new();
+    for (name, dtype, _, program) in all_programs() {
+        describe(&mut out, name, dtype, program.ops(1));
     }
     out
 }
@@ -147,4 +165,106 @@ fn every_launch_of_the_gpt2_and_llama_steps_equals_the_snapshot() {
     assert_eq!(now_lines.len(), pinned_lines.len(), "number of launches");
     // Every launching op of both families is in it, in every dtype.
     assert!(pinned_lines.len() > 500, "{} launches", pinned_lines.len());
+}
+
+/// A stand-in for one of the step's allocations (its length and element type) and its views.
+struct Fake {
+    len: usize,
+    element: Element,
+}
+
+impl Fake {
+    /// Whether a view of it binds `element` when the model is stored in `model`, as the
+    /// device's typed views answer (`Bindable::is`): the model-dtype and f32 allocations are
+    /// one type in f32 training.
+    fn holds(&self, element: Element, model: Dtype) -> bool {
+        let float = [Element::Model, Element::F32];
+        self.element == element
+            || (model == Dtype::F32 && float.contains(&self.element) && float.contains(&element))
+    }
+}
+
+impl DeviceIn for Fake {
+    fn elements(&self) -> usize {
+        self.len
+    }
+    fn is(&self, element: Element, model: Dtype) -> bool {
+        self.holds(element, model)
+    }
+    fn push<'a>(&'a self, _: &mut LaunchArgs<'a>) {}
+}
+
+impl DeviceOut for Fake {
+    fn elements(&self) -> usize {
+        self.len
+    }
+    fn is(&self, element: Element, model: Dtype) -> bool {
+        self.holds(element, model)
+    }
+    fn push<'a>(&'a mut self, _: &mut LaunchArgs<'a>) {}
+}
+
+impl Allocation for Fake {
+    fn views(
+        &mut self,
+        pieces: &[(usize, Span, Access)],
+        bound: Vec<(usize, View<'_>)>,
+        then: &mut WithViews<'_>,
+    ) -> Result<(), CudaError> {
+        let mut all = bound;
+        for &(i, span, access) in pieces {
+            assert!(span.end() <= self.len, "{span:?} past {}", self.len);
+            let view = Fake {
+                len: span.len,
+                element: self.element,
+            };
+            all.push((
+                i,
+                match access {
+                    Access::Read => View::Read(Box::new(view)),
+                    Access::Write => View::Write(Box::new(view)),
+                },
+            ));
+        }
+        then(all)
+    }
+}
+
+/// Every kernel launch of every snapshot program, bound as the device executor binds it
+/// (`Op::bindings` onto the step's allocations, then `with_operands`), passes the launcher's
+/// check of every operand: element type, length, read or written, null and run-time values
+/// where due. Only the views are fakes: this is the device's binding path without a GPU.
+#[test]
+fn every_launch_binds_its_operands_to_the_devices_allocations() {
+    let mut bound = 0;
+    for (name, dtype, layout, program) in all_programs() {
+        let mut allocations: Vec<Fake> = Region::ALL
+            .iter()
+            .map(|&region| Fake {
+                len: layout.region_len(region).max(1),
+                element: region.element(),
+            })
+            .collect();
+        let adam = AdamScalars::new(&AdamConfig::default(), 1, 1e-3, 1.0);
+        let run = RunValues {
+            eps: 1e-5,
+            dloss: 0.5,
+            inv_scale: 1.0,
+            adam: Some(adam),
+        };
+        for op in program.ops(1) {
+            for (call, slots) in op.bindings(dtype, op.largest_groups()).expect("bindings") {
+                let mut views: Vec<&mut dyn Allocation> = allocations
+                    .iter_mut()
+                    .map(|a| a as &mut dyn Allocation)
+                    .collect();
+                with_operands(&call, &slots, &mut views, &run, &mut |operands| {
+                    check_operands(&call, dtype, operands)
+                })
+                .unwrap_or_else(|e| panic!("{name} {dtype} {op:?}: {e}"));
+                bound += 1;
+            }
+        }
+    }
+    assert!(bound > 500, "{bound} launches bound");
 }

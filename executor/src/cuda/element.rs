@@ -1,7 +1,7 @@
 //! The ground floor of the CUDA backend's buffers: what a device buffer's elements are
-//! ([`Element`]) and how many elements a block of rows spans when its rows lie apart
-//! ([`strided_len`]). Every other module of `cuda/` may use these; they use nothing of it
-//! but the AdamW segment's size.
+//! ([`Element`]), whether a kernel or an op reads or writes one ([`Access`]), and how many
+//! elements a block of rows spans when its rows lie apart ([`strided_len`]). Every other
+//! module of `cuda/` may use these; they use nothing of it but the AdamW segment's size.
 
 use dsplan_kernels::Dtype;
 
@@ -32,6 +32,15 @@ impl Element {
             Element::AdamSegment => std::mem::size_of::<super::adamw::AdamSegment>(),
         }
     }
+}
+
+/// Whether a kernel argument (or an op's operand) is read or written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read only (`const` in the `.cu` signature).
+    Read,
+    /// Written (or accumulated into).
+    Write,
 }
 
 /// Elements a `(rows, cols)` block spans when its rows lie `stride` apart.

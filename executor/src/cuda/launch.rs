@@ -1,11 +1,11 @@
 //! Typed launches of the registered kernels. Each kernel shape is described once, as data, in
 //! [`table`] (entry point, grid and block from the registry's rule, the argument list under
-//! the `.cu` parameter names, the length each buffer must have); a wrapper here binds device
-//! views to that description and [`Launcher`]'s one launch path checks every view against it
-//! (element type and length: a kernel reading past a buffer is undefined behaviour, so a
-//! wrong shape is an error before the launch) and launches on the given stream. The
-//! semantics of each are those of the CPU function the registry names. The Llama family's
-//! launches (RMSNorm, RoPE, SwiGLU, grouped-query attention) are in [`llama`].
+//! the `.cu` parameter names, the length each buffer must have and the operand it binds);
+//! [`bind`] resolves those arguments against named operands and hands out views of the
+//! memory they live in, and [`Launcher`]'s one launch path checks every view against the
+//! description (element type and length: a kernel reading past a buffer is undefined
+//! behaviour, so a wrong shape is an error before the launch) and launches on the given
+//! stream. The semantics of each kernel are those of the CPU function the registry names.
 
 use std::sync::Arc;
 
@@ -18,13 +18,13 @@ use dsplan_kernels::{Dtype, KernelSpec, kernel};
 use super::adamw::{AdamScalars, AdamSegment};
 use super::error::CudaError;
 use super::modules::KernelModules;
-use crate::cuda::element::Element;
-use crate::train::AttentionKernel;
+use crate::cuda::element::{Access, Element};
 
-pub mod llama;
+pub mod bind;
 pub mod table;
 
-use table::{Fit, Value};
+use bind::{Allocation, Bound, RunValues};
+use table::{Fit, RunValue, Value};
 pub use table::{GroupedAttention, Heads, KernelCall, Rotation, attention_scale};
 
 /// An element type tensors are stored in on the GPU.
@@ -207,8 +207,9 @@ pub fn write<'b, E: Bindable>(view: &'b mut CudaViewMut<'_, E>) -> Operand<'b> {
 }
 
 /// Checks `operands` against `call`'s slots for a model stored in `model`: one operand per
-/// slot, each buffer of the slot's element type and length, a null only where the kernel
-/// skips the pointer, a run-time value where one is due.
+/// slot, each buffer of the slot's element type and length, read where the kernel reads it
+/// and written where it writes it, a null only where the kernel skips the pointer, a run-time
+/// value where one is due.
 pub fn check_operands(
     call: &KernelCall,
     model: Dtype,
@@ -218,17 +219,33 @@ pub fn check_operands(
     for param in &call.params {
         let operand = match param.value {
             Value::Int(_) | Value::Long(_) | Value::Float(_) => continue,
-            Value::Buffer { .. } | Value::RunFloat | Value::RunScalars => given.next(),
+            Value::Buffer { .. } | Value::Run(_) => given.next(),
         };
         let bad = |what: String| {
             CudaError::Shape(format!("{}: `{}` {what}", call.entry_point, param.name))
         };
         match (param.value, operand) {
             (_, None) => return Err(bad("is not bound".to_string())),
-            (Value::Buffer { element, fit }, Some(Operand::In(view))) => {
+            (
+                Value::Buffer {
+                    element,
+                    fit,
+                    access: Access::Read,
+                    ..
+                },
+                Some(Operand::In(view)),
+            ) => {
                 check_buffer(view.elements(), view.is(element, model), element, fit).map_err(bad)?
             }
-            (Value::Buffer { element, fit }, Some(Operand::Out(view))) => {
+            (
+                Value::Buffer {
+                    element,
+                    fit,
+                    access: Access::Write,
+                    ..
+                },
+                Some(Operand::Out(view)),
+            ) => {
                 check_buffer(view.elements(), view.is(element, model), element, fit).map_err(bad)?
             }
             (
@@ -238,8 +255,8 @@ pub fn check_operands(
                 },
                 Some(Operand::Null),
             )
-            | (Value::RunFloat, Some(Operand::Float(_)))
-            | (Value::RunScalars, Some(Operand::Scalars(_))) => {}
+            | (Value::Run(RunValue::AdamScalars), Some(Operand::Scalars(_))) => {}
+            (Value::Run(value), Some(Operand::Float(_))) if value != RunValue::AdamScalars => {}
             (value, Some(other)) => {
                 return Err(bad(format!("is {value:?}, bound to {other:?}")));
             }
@@ -297,12 +314,13 @@ impl<'m> Launcher<'m> {
     /// The one launch path: checks `operands` against `call` ([`check_operands`]), then
     /// launches `call`'s entry point with its grid, block and shared memory, pushing its
     /// arguments in order (shape values from the call, the rest from `operands`).
-    fn run(
+    pub fn launch(
         &self,
         call: &KernelCall,
         model: Dtype,
         operands: &mut [Operand<'_>],
     ) -> Result<(), CudaError> {
+        call.compiled()?;
         check_operands(call, model, operands)?;
         let f = self
             .modules
@@ -326,7 +344,7 @@ impl<'m> Launcher<'m> {
                 Value::Float(v) => {
                     b.arg(v);
                 }
-                Value::Buffer { .. } | Value::RunFloat | Value::RunScalars => match slots.next() {
+                Value::Buffer { .. } | Value::Run(_) => match slots.next() {
                     Some(Operand::In(view)) => view.push(&mut b),
                     Some(Operand::Out(view)) => view.push(&mut b),
                     Some(Operand::Null) => {
@@ -349,453 +367,27 @@ impl<'m> Launcher<'m> {
         }
         // SAFETY: every buffer is of the element type and length the kernel's indexing needs
         // for this shape (checked against the description above); the data-dependent indices
-        // (token ids, bucket rows, targets, Adam segments) are each wrapper's caller's check,
+        // (token ids, bucket rows, targets, Adam segments) are the binding caller's check,
         // noted there; the entry point takes exactly these arguments in this order (the
         // descriptions are held against the `.cu` signatures on the host).
         unsafe { b.launch(cfg) }?;
         Ok(())
     }
 
-    /// `encoder_forward`: `out (N, C) = wte[tokens] + wpe[t]`. Token ids must be < V (the
-    /// caller's check, as for the CPU encoder).
-    pub fn encoder_forward<T: Storage>(
+    /// Launches `call` with each buffer argument bound as `slots` says (one per buffer
+    /// argument, in order: a span of `allocations[at]`, or a null pointer), its run-time
+    /// values from `run` ([`bind::with_operands`]), checked and launched by [`Self::launch`].
+    pub fn launch_bound(
         &self,
-        out: &mut CudaViewMut<'_, T>,
-        tokens: &CudaView<'_, u32>,
-        wte: &CudaView<'_, T>,
-        wpe: &CudaView<'_, T>,
-        seq_len: usize,
-        channels: usize,
+        call: &KernelCall,
+        model: Dtype,
+        slots: &[Option<Bound>],
+        allocations: &mut [&mut dyn Allocation],
+        run: &RunValues,
     ) -> Result<(), CudaError> {
-        let call = table::encoder_forward(T::DTYPE, tokens.len(), seq_len, channels)?;
-        self.run(
-            &call,
-            T::DTYPE,
-            &mut [write(out), read(tokens), read(wte), read(wpe)],
-        )
-    }
-
-    /// `encoder_backward_wpe` then `encoder_backward_wte` (with host-built token buckets already
-    /// on the device): `dwpe[t] += ...`, `dwte[token] += ...`. The buckets come from
-    /// `TokenBuckets::new` over tokens < V (the caller's check), so every row index is < N and
-    /// every token row is inside dwte.
-    #[allow(clippy::too_many_arguments)]
-    pub fn encoder_backward<T: Storage>(
-        &self,
-        dwte: &mut CudaViewMut<'_, T>,
-        dwpe: &mut CudaViewMut<'_, T>,
-        dout: &CudaView<'_, T>,
-        bucket_tokens: &CudaView<'_, u32>,
-        bucket_starts: &CudaView<'_, i32>,
-        bucket_rows: &CudaView<'_, i32>,
-        seq_len: usize,
-        channels: usize,
-    ) -> Result<(), CudaError> {
-        let calls = table::encoder_backward(
-            T::DTYPE,
-            bucket_rows.len(),
-            bucket_tokens.len(),
-            seq_len,
-            channels,
-        )?;
-        let mut calls = calls.iter();
-        if let Some(wpe) = calls.next() {
-            self.run(wpe, T::DTYPE, &mut [write(dwpe), read(dout)])?;
-        }
-        if let Some(wte) = calls.next() {
-            self.run(
-                wte,
-                T::DTYPE,
-                &mut [
-                    write(dwte),
-                    read(dout),
-                    read(bucket_tokens),
-                    read(bucket_starts),
-                    read(bucket_rows),
-                ],
-            )?;
-        }
-        Ok(())
-    }
-
-    /// `layernorm_forward`: `out = LN(inp)`, saving mean and rstd (N).
-    #[allow(clippy::too_many_arguments)]
-    pub fn layernorm_forward<T: Storage>(
-        &self,
-        out: &mut CudaViewMut<'_, T>,
-        mean: &mut CudaViewMut<'_, f32>,
-        rstd: &mut CudaViewMut<'_, f32>,
-        inp: &CudaView<'_, T>,
-        weight: &CudaView<'_, T>,
-        bias: &CudaView<'_, T>,
-        eps: f32,
-    ) -> Result<(), CudaError> {
-        let call = table::layernorm_forward(T::DTYPE, mean.len(), weight.len())?;
-        self.run(
-            &call,
-            T::DTYPE,
-            &mut [
-                write(out),
-                write(mean),
-                write(rstd),
-                read(inp),
-                read(weight),
-                read(bias),
-                Operand::Float(eps),
-            ],
-        )
-    }
-
-    /// `residual_layernorm_forward`: `residual = a + b`, `out = LN(residual)`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn residual_layernorm_forward<T: Storage>(
-        &self,
-        residual: &mut CudaViewMut<'_, T>,
-        out: &mut CudaViewMut<'_, T>,
-        mean: &mut CudaViewMut<'_, f32>,
-        rstd: &mut CudaViewMut<'_, f32>,
-        a: &CudaView<'_, T>,
-        b_in: &CudaView<'_, T>,
-        weight: &CudaView<'_, T>,
-        bias: &CudaView<'_, T>,
-        eps: f32,
-    ) -> Result<(), CudaError> {
-        let call = table::residual_layernorm_forward(T::DTYPE, mean.len(), weight.len())?;
-        self.run(
-            &call,
-            T::DTYPE,
-            &mut [
-                write(residual),
-                write(out),
-                write(mean),
-                write(rstd),
-                read(a),
-                read(b_in),
-                read(weight),
-                read(bias),
-                Operand::Float(eps),
-            ],
-        )
-    }
-
-    /// `layernorm_backward` then `add_partials` twice: `dinp +=`, `dweight +=`, `dbias +=`.
-    /// `scratch` holds `ceil(N / 32) * 2 * C` f32.
-    #[allow(clippy::too_many_arguments)]
-    pub fn layernorm_backward<T: Storage>(
-        &self,
-        dinp: &mut CudaViewMut<'_, T>,
-        dweight: &mut CudaViewMut<'_, T>,
-        dbias: &mut CudaViewMut<'_, T>,
-        scratch: &mut CudaViewMut<'_, f32>,
-        dout: &CudaView<'_, T>,
-        inp: &CudaView<'_, T>,
-        weight: &CudaView<'_, T>,
-        mean: &CudaView<'_, f32>,
-        rstd: &CudaView<'_, f32>,
-    ) -> Result<(), CudaError> {
-        let channels = weight.len();
-        let calls = table::layernorm_backward(T::DTYPE, mean.len(), channels)?;
-        let [backward, sum_weight, sum_bias] = calls.as_slice() else {
-            return Err(CudaError::Shape(
-                "layernorm_backward is three launches".into(),
-            ));
-        };
-        self.run(
-            backward,
-            T::DTYPE,
-            &mut [
-                write(dinp),
-                write(scratch),
-                read(dout),
-                read(inp),
-                read(weight),
-                read(mean),
-                read(rstd),
-            ],
-        )?;
-        let scratch = scratch.as_view();
-        let (weight_sums, bias_sums) = (scratch.slice(..), scratch.slice(channels..));
-        self.run(
-            sum_weight,
-            T::DTYPE,
-            &mut [write(dweight), read(&weight_sums)],
-        )?;
-        self.run(sum_bias, T::DTYPE, &mut [write(dbias), read(&bias_sums)])
-    }
-
-    /// `add_partials`: `acc[c] += partials[k * stride + c]` for `k < chunks`.
-    pub fn add_partials<T: Storage>(
-        &self,
-        acc: &mut CudaViewMut<'_, T>,
-        partials: &CudaView<'_, f32>,
-        chunks: usize,
-        width: usize,
-        stride: i64,
-    ) -> Result<(), CudaError> {
-        let stride = usize::try_from(stride)
-            .map_err(|_| CudaError::Shape(format!("a negative stride {stride}")))?;
-        let call = table::add_partials(T::DTYPE, chunks, width, stride)?;
-        self.run(&call, T::DTYPE, &mut [write(acc), read(partials)])
-    }
-
-    /// Bias gradients from one `(N, W)` output gradient: `column_partials` over all `W`
-    /// columns, then each bias adds its columns (`dbiases[i]` the columns after
-    /// `dbiases[..i]`'s). `scratch` holds `ceil(N / 64) * W` f32.
-    pub fn split_bias_backward<T: Storage>(
-        &self,
-        dbiases: &mut [CudaViewMut<'_, T>],
-        scratch: &mut CudaViewMut<'_, f32>,
-        dout: &CudaView<'_, T>,
-    ) -> Result<(), CudaError> {
-        let widths: Vec<usize> = dbiases.iter().map(|b| b.len()).collect();
-        let width: usize = widths.iter().sum();
-        let rows = table::rows_of("dout", dout.len(), width)?;
-        let calls = table::bias_backward(T::DTYPE, rows, &widths)?;
-        let Some((partials, sums)) = calls.split_first() else {
-            return Err(CudaError::Shape("no column_partials launch".into()));
-        };
-        self.run(partials, T::DTYPE, &mut [write(scratch), read(dout)])?;
-        let mut column = 0;
-        for (dbias, sum) in dbiases.iter_mut().zip(sums) {
-            let cols = dbias.len();
-            let partials = scratch.slice(column..);
-            self.run(sum, T::DTYPE, &mut [write(dbias), read(&partials)])?;
-            column += cols;
-        }
-        Ok(())
-    }
-
-    /// The bias gradient: `dbias += column sums of dout (N, OC)`; `scratch` holds
-    /// `ceil(N / 64) * OC` f32.
-    pub fn bias_backward<T: Storage>(
-        &self,
-        dbias: &mut CudaViewMut<'_, T>,
-        scratch: &mut CudaViewMut<'_, f32>,
-        dout: &CudaView<'_, T>,
-    ) -> Result<(), CudaError> {
-        self.split_bias_backward(std::slice::from_mut(dbias), scratch, dout)
-    }
-
-    /// `bias_gelu_forward`: `pre += bias` (per column), `out = gelu(pre)`.
-    pub fn bias_gelu_forward<T: Storage>(
-        &self,
-        pre: &mut CudaViewMut<'_, T>,
-        out: &mut CudaViewMut<'_, T>,
-        bias: &CudaView<'_, T>,
-    ) -> Result<(), CudaError> {
-        let rows = table::rows_of("pre", pre.len(), bias.len())?;
-        let call = table::bias_gelu_forward(T::DTYPE, rows, bias.len())?;
-        self.run(&call, T::DTYPE, &mut [write(pre), write(out), read(bias)])
-    }
-
-    /// `accumulate`: `dst += src` (equal lengths).
-    pub fn accumulate<T: Storage>(
-        &self,
-        dst: &mut CudaViewMut<'_, T>,
-        src: &CudaView<'_, T>,
-    ) -> Result<(), CudaError> {
-        if dst.len() != src.len() {
-            return Err(CudaError::Shape(format!(
-                "accumulate: {} elements into {}",
-                src.len(),
-                dst.len()
-            )));
-        }
-        let call = table::accumulate(T::DTYPE, src.len())?;
-        self.run(&call, T::DTYPE, &mut [write(dst), read(src)])
-    }
-
-    /// `gelu_forward`: `out = gelu(inp)`.
-    pub fn gelu_forward<T: Storage>(
-        &self,
-        out: &mut CudaViewMut<'_, T>,
-        inp: &CudaView<'_, T>,
-    ) -> Result<(), CudaError> {
-        let call = table::gelu_forward(T::DTYPE, inp.len())?;
-        self.run(&call, T::DTYPE, &mut [write(out), read(inp)])
-    }
-
-    /// `gelu_backward_inplace`: `d *= gelu'(inp)`.
-    pub fn gelu_backward_inplace<T: Storage>(
-        &self,
-        d: &mut CudaViewMut<'_, T>,
-        inp: &CudaView<'_, T>,
-    ) -> Result<(), CudaError> {
-        let call = table::gelu_backward(T::DTYPE, inp.len())?;
-        self.run(&call, T::DTYPE, &mut [write(d), read(inp)])
-    }
-
-    /// `attention_forward` (or `attention_forward_gqa`; the `attention_tc_*` kernels for
-    /// [`AttentionKernel::TensorCore`], bf16/f16 only): `out (B, T, NH hs)` and
-    /// `lse (B, NH, T)` from `qkv (B, T, (NH + 2 KV) hs)`.
-    pub fn attention_forward<T: Storage>(
-        &self,
-        out: &mut CudaViewMut<'_, T>,
-        lse: &mut CudaViewMut<'_, f32>,
-        qkv: &CudaView<'_, T>,
-        dims: GroupedAttention,
-        (heads, kernel): (Heads, AttentionKernel),
-    ) -> Result<(), CudaError> {
-        let call = table::attention_forward(T::DTYPE, dims, heads, kernel)?;
-        self.run(&call, T::DTYPE, &mut [write(out), write(lse), read(qkv)])
-    }
-
-    /// Attention backward: `delta (B, NH, T)` scratch, then dk/dv (one block per key/value
-    /// head, a group's query heads summed in order) and dq into `dqkv (B, T, (NH + 2 KV) hs)`
-    /// (written, not accumulated; dk/dv and dq write disjoint columns), by `kernel`'s kernels.
-    #[allow(clippy::too_many_arguments)]
-    pub fn attention_backward<T: Storage>(
-        &self,
-        dqkv: &mut CudaViewMut<'_, T>,
-        delta: &mut CudaViewMut<'_, f32>,
-        dout: &CudaView<'_, T>,
-        out: &CudaView<'_, T>,
-        qkv: &CudaView<'_, T>,
-        lse: &CudaView<'_, f32>,
-        dims: GroupedAttention,
-        (heads, kernel): (Heads, AttentionKernel),
-    ) -> Result<(), CudaError> {
-        let calls = table::attention_backward(T::DTYPE, dims, heads, kernel)?;
-        let [preprocess, dkdv, dq] = calls.as_slice() else {
-            return Err(CudaError::Shape(
-                "attention backward is three launches".into(),
-            ));
-        };
-        self.run(
-            preprocess,
-            T::DTYPE,
-            &mut [write(delta), read(dout), read(out)],
-        )?;
-        let delta = delta.as_view();
-        for call in [dkdv, dq] {
-            self.run(
-                call,
-                T::DTYPE,
-                &mut [write(dqkv), read(dout), read(qkv), read(lse), read(&delta)],
-            )?;
-        }
-        Ok(())
-    }
-
-    /// `fused_classifier`: logits `(N, vocab)` with rows `stride` elements apart (the
-    /// device's padded rows, [`dsplan_planner::memory::cuda_layout::padded_vocab`]) ->
-    /// `dloss * (softmax - onehot)` in place, losses (N); `targets` holds -1 for rows without
-    /// a target, and the others must be < V (the caller's check). The padding is not touched.
-    pub fn fused_classifier<T: Storage>(
-        &self,
-        logits: &mut CudaViewMut<'_, T>,
-        losses: &mut CudaViewMut<'_, f32>,
-        targets: &CudaView<'_, i32>,
-        dloss: f32,
-        (vocab, stride): (usize, usize),
-    ) -> Result<(), CudaError> {
-        let rows = targets.len();
-        let call = table::fused_classifier(T::DTYPE, rows, vocab, stride)?;
-        self.run(
-            &call,
-            T::DTYPE,
-            &mut [
-                write(logits),
-                write(losses),
-                read(targets),
-                Operand::Float(dloss),
-            ],
-        )
-    }
-
-    /// `cast`: `out = inp` converted (f32 to and from bf16/f16).
-    pub fn cast<From: Storage, To: Storage>(
-        &self,
-        out: &mut CudaViewMut<'_, To>,
-        inp: &CudaView<'_, From>,
-    ) -> Result<(), CudaError> {
-        let call = table::cast(From::DTYPE, To::DTYPE, inp.len())?;
-        let model = if From::DTYPE == Dtype::F32 {
-            To::DTYPE
-        } else {
-            From::DTYPE
-        };
-        self.run(&call, model, &mut [write(out), read(inp)])
-    }
-
-    /// `unscale_norm_partials` then `sum_partials`: `grads *= inv_scale`, `total[0]` = sum of
-    /// squares (f64), `found_inf[0]` set to 1 on inf/NaN (the caller zeroes it first).
-    /// `partials` holds 1024 f64.
-    pub fn unscale_and_norm<T: Storage>(
-        &self,
-        grads: &mut CudaViewMut<'_, T>,
-        inv_scale: f32,
-        partials: &mut CudaViewMut<'_, f64>,
-        total: &mut CudaViewMut<'_, f64>,
-        found_inf: &mut CudaViewMut<'_, i32>,
-    ) -> Result<(), CudaError> {
-        let calls = table::unscale_and_norm(T::DTYPE, grads.len())?;
-        let [unscale, sum] = calls.as_slice() else {
-            return Err(CudaError::Shape("the norm is two launches".into()));
-        };
-        self.run(
-            unscale,
-            T::DTYPE,
-            &mut [
-                write(grads),
-                Operand::Float(inv_scale),
-                write(partials),
-                write(found_inf),
-            ],
-        )?;
-        let partials = partials.as_view();
-        self.run(sum, T::DTYPE, &mut [write(total), read(&partials)])
-    }
-
-    /// `adamw`: one step over `segments` (already on the device, `segment_count` of them);
-    /// `params_out` receives the 16-bit copy (`None` for f32 training).
-    #[allow(clippy::too_many_arguments)]
-    pub fn adamw<G: Storage>(
-        &self,
-        master: &mut CudaViewMut<'_, f32>,
-        params_out: Option<&mut CudaViewMut<'_, G>>,
-        grads: &CudaView<'_, G>,
-        exp_avg: &mut CudaViewMut<'_, f32>,
-        exp_avg_sq: &mut CudaViewMut<'_, f32>,
-        segments: &CudaView<'_, AdamSegment>,
-        host_segments: &[AdamSegment],
-        scalars: AdamScalars,
-    ) -> Result<(), CudaError> {
-        let n = master.len();
-        if segments.len() != host_segments.len() {
-            return Err(CudaError::Shape(format!(
-                "{} segments on the device, {} on the host",
-                segments.len(),
-                host_segments.len()
-            )));
-        }
-        // The kernel indexes by the segments: each must lie inside the buffers.
-        for segment in host_segments {
-            if segment.offset < 0 || segment.len < 0 || (segment.offset + segment.len) as usize > n
-            {
-                return Err(CudaError::Shape(format!(
-                    "segment {segment:?} outside {n} parameters"
-                )));
-            }
-        }
-        let call = table::adamw(G::DTYPE, n, host_segments.len())?;
-        let params_out = match params_out {
-            Some(view) => write(view),
-            None => Operand::Null,
-        };
-        self.run(
-            &call,
-            G::DTYPE,
-            &mut [
-                write(master),
-                params_out,
-                read(grads),
-                write(exp_avg),
-                write(exp_avg_sq),
-                read(segments),
-                Operand::Scalars(scalars),
-            ],
-        )
+        bind::with_operands(call, slots, allocations, run, &mut |operands| {
+            self.launch(call, model, operands)
+        })
     }
 }
 

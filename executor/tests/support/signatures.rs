@@ -1,6 +1,6 @@
 //! Kernel launches held against the `.cu` signatures: the argument types and names an op
-//! passes equal the parameter list its entry point declares. Shared by the device-step host
-//! tests.
+//! passes, and the buffers it says the kernel writes, equal the parameter list its entry
+//! point declares (its non-`const` pointers). Shared by the device-step host tests.
 
 use dsplan_executor::cuda::element::Element;
 use dsplan_executor::cuda::train::Op;
@@ -39,6 +39,16 @@ pub fn check_launch_signatures<'a>(ops: impl Iterator<Item = &'a Op>, dtype: Dty
             // The names too, so two arguments of one type cannot trade places unnoticed.
             let names: Vec<&str> = params.iter().map(|p| param_name(p)).collect();
             assert_eq!(names, launch.names, "{} ({op:?})", launch.entry_point);
+            // And which buffers it writes: every pointer the `.cu` does not declare `const`.
+            let written: Vec<&str> = params
+                .iter()
+                .filter(|p| {
+                    let pointer = matches!(arg_type(p, dtype), ArgType::Pointer(_));
+                    pointer && !p.split_whitespace().any(|w| w == "const")
+                })
+                .map(|p| param_name(p))
+                .collect();
+            assert_eq!(written, launch.written, "{} ({op:?})", launch.entry_point);
             checked += 1;
         }
     }

@@ -1,8 +1,10 @@
 //! Every registered kernel against the CPU function it must match, on random inputs, in f32,
 //! bf16 and f16, with per-precision tolerances; every cuBLASLt product against a row-major
-//! reference ([`products`]); and NCCL's world of one. Each comparison is a [`CheckRow`]. The
-//! Llama family's own kernels (RMSNorm, RoPE, SwiGLU) are in [`llama`]; attention is one case
-//! for both families (one key/value head per query head, and grouped).
+//! reference ([`products`]); and NCCL's world of one. Each comparison is a [`CheckRow`].
+//! [`CASES`] is the table: each case puts its inputs on a [`Bench`] under the names of the
+//! operands they stand for, launches the launch table's descriptions of its kernels (bound as
+//! the device step binds them), runs the CPU reference and lists the rows it compares.
+//! Attention is one case for every family (one key/value head per query head, and grouped).
 //!
 //! 16-bit cases feed the CPU reference the inputs rounded to the storage type, so the
 //! tolerance covers only the kernel's own rounding (outputs stored in 16 bits, f32 arithmetic
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 use dsplan_kernels::{Dtype, KERNELS, SOURCES};
 use dsplan_planner::memory::cuda_layout::padded_vocab;
 
+use super::bench::{Bench, NO_RUN};
 use super::compare::{CheckKind, CheckRow, Metric};
 use super::gpu::Gpu;
 use crate::comm::{Comm, ReduceOp};
@@ -20,7 +23,9 @@ use crate::cuda::adamw::{AdamScalars, AdamSegment, Decay};
 use crate::cuda::element::strided_len;
 use crate::cuda::encoder_buckets::TokenBuckets;
 use crate::cuda::error::CudaError;
-use crate::cuda::launch::{GroupedAttention, Heads, Storage};
+use crate::cuda::launch::bind::RunValues;
+use crate::cuda::launch::table::{self, RopeShape};
+use crate::cuda::launch::{GroupedAttention, Heads, Rotation, Storage};
 use crate::cuda::nccl::NcclComm;
 use crate::launch::LaunchEnv;
 use crate::model::attention::{
@@ -32,23 +37,45 @@ use crate::model::gelu::{gelu_backward_inplace, gelu_forward};
 use crate::model::layernorm::{layernorm_backward, layernorm_forward};
 use crate::model::matmul::add_column_sums;
 use crate::model::residual::{accumulate, residual_forward};
+use crate::model::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
+use crate::model::rope::{Rope, RopeScaling, rope_backward, rope_forward};
+use crate::model::swiglu::{swiglu_backward, swiglu_forward};
 use crate::optim::{AdamConfig, adam_step, sum_of_squares};
 use crate::train::AttentionKernel;
+
+mod products;
 
 /// A case: its rows, or why it could not run.
 pub type Case = fn(&Gpu) -> Result<Vec<CheckRow>, String>;
 
+/// A case body in one precision.
+type Body = fn(&Gpu, &mut Vec<CheckRow>, Precision) -> Result<(), CudaError>;
+
 /// Every case, in the order `dsplan report --check` runs them.
 pub const CASES: &[(&str, Case)] = &[
-    ("encoder", |gpu| all_dtypes(gpu, encoder_case)),
-    ("layernorm", |gpu| all_dtypes(gpu, layernorm_case)),
-    ("gelu and bias", |gpu| all_dtypes(gpu, gelu_and_bias_case)),
-    ("accumulate", |gpu| all_dtypes(gpu, accumulate_case)),
+    ("encoder", |gpu| {
+        all_dtypes(gpu, |g, r, p| typed!(p, encoder, g, r))
+    }),
+    ("layernorm", |gpu| all_dtypes(gpu, layernorm_widths)),
+    ("gelu and bias", |gpu| {
+        all_dtypes(gpu, |g, r, p| typed!(p, gelu_and_bias, g, r))
+    }),
+    ("accumulate", |gpu| {
+        all_dtypes(gpu, |g, r, p| typed!(p, accumulate_case, g, r))
+    }),
     ("attention", |gpu| attention(gpu, Heads::Shared)),
-    ("classifier", |gpu| all_dtypes(gpu, classifier_case)),
-    ("rmsnorm", |gpu| all_dtypes(gpu, llama::rmsnorm_case)),
-    ("rope", |gpu| all_dtypes(gpu, llama::rope_case)),
-    ("swiglu", |gpu| all_dtypes(gpu, llama::swiglu_case)),
+    ("classifier", |gpu| {
+        all_dtypes(gpu, |g, r, p| typed!(p, classifier, g, r))
+    }),
+    ("rmsnorm", |gpu| {
+        all_dtypes(gpu, |g, r, p| typed!(p, rmsnorm, g, r))
+    }),
+    ("rope", |gpu| {
+        all_dtypes(gpu, |g, r, p| typed!(p, rope, g, r))
+    }),
+    ("swiglu", |gpu| {
+        all_dtypes(gpu, |g, r, p| typed!(p, swiglu, g, r))
+    }),
     ("grouped-query attention", |gpu| {
         attention(gpu, Heads::Grouped)
     }),
@@ -70,10 +97,7 @@ fn rows(
 }
 
 /// A generic case in f32, bf16 and f16.
-fn all_dtypes(
-    gpu: &Gpu,
-    case: fn(&Gpu, &mut Vec<CheckRow>, Precision) -> Result<(), CudaError>,
-) -> Result<Vec<CheckRow>, String> {
+fn all_dtypes(gpu: &Gpu, case: Body) -> Result<Vec<CheckRow>, String> {
     let mut out = Vec::new();
     for precision in Precision::ALL {
         case(gpu, &mut out, precision).map_err(|e| format!("{}: {e}", precision.dtype()))?;
@@ -111,9 +135,7 @@ macro_rules! typed {
         }
     };
 }
-
-mod llama;
-mod products;
+use typed;
 
 /// Compiles every kernel file for the device (or reads it from the kernel cache) and looks up
 /// every entry point of every registered kernel: one row per file.
@@ -174,15 +196,20 @@ impl Random {
     }
 }
 
+fn to_f32<T: Storage>(v: &[T]) -> Vec<f32> {
+    v.iter().map(|&x| x.to_f32()).collect()
+}
+
 /// `host` rounded to `T`: what the GPU stores, and what the CPU reference is fed.
 fn stored<T: Storage>(host: &[f32]) -> (Vec<T>, Vec<f32>) {
     let typed: Vec<T> = host.iter().map(|&x| T::from_f32(x)).collect();
-    let back = typed.iter().map(|&x| x.to_f32()).collect();
+    let back = to_f32(&typed);
     (typed, back)
 }
 
-fn to_f32<T: Storage>(v: &[T]) -> Vec<f32> {
-    v.iter().map(|&x| x.to_f32()).collect()
+/// `host` rounded to `T`, read back as f32: what the GPU stores of it.
+fn rounded<T: Storage>(host: &[f32]) -> Vec<f32> {
+    stored::<T>(host).1
 }
 
 /// Relative tolerance of one stored value in `T` (a few units in the last place).
@@ -194,89 +221,58 @@ fn tolerance<T: Storage>() -> f64 {
     }
 }
 
-fn dtype<T: Storage>() -> &'static str {
-    T::DTYPE.suffix()
+/// The backward kernels' extra slack in f32 (their partial sums add in another order).
+fn backward_slack<T: Storage>() -> f64 {
+    if T::DTYPE == Dtype::F32 { 10.0 } else { 1.0 }
 }
 
-fn encoder_case(gpu: &Gpu, out: &mut Vec<CheckRow>, p: Precision) -> Result<(), CudaError> {
-    typed!(p, encoder_typed, gpu, out)
+/// The launch of one kernel shape, as the bench launches it.
+fn one(call: Result<table::KernelCall, CudaError>) -> Result<Vec<table::KernelCall>, CudaError> {
+    Ok(vec![call?])
 }
 
-fn encoder_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+fn encoder<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
     let (b, t, c, v) = (3, 17, 96, 50);
     let mut rng = Random(7);
     let tokens: Vec<u32> = (0..b * t)
         .map(|i| (i * 31 % 11 + i % 3) as u32 % v as u32)
         .collect();
-    let (wte_t, wte) = stored::<T>(&rng.vec(v * c, 1.0));
-    let (wpe_t, wpe) = stored::<T>(&rng.vec(t * c, 1.0));
+    let mut bench = Bench::<T>::new(gpu);
+    let wte = bench.model("wte", &rng.vec(v * c, 1.0))?;
+    let wpe = bench.model("wpe", &rng.vec(t * c, 1.0))?;
+    bench.u32s("tokens", &tokens)?;
+    bench.zeros("out", b * t * c)?;
     let mut out = vec![0.0; b * t * c];
     encoder_forward(&mut out, &tokens, &wte, &wpe, t);
-    let mut d_out = gpu.zeros::<T>(b * t * c)?;
-    let (d_tokens, d_wte, d_wpe) = (gpu.up(&tokens)?, gpu.up(&wte_t)?, gpu.up(&wpe_t)?);
-    gpu.launcher().encoder_forward(
-        &mut d_out.as_view_mut(),
-        &d_tokens.as_view(),
-        &d_wte.as_view(),
-        &d_wpe.as_view(),
-        t,
-        c,
-    )?;
+    bench.launch(&one(table::encoder_forward(T::DTYPE, b * t, t, c))?, NO_RUN)?;
     let tol = tolerance::<T>();
-    rows.push(CheckRow::relative(
-        "encoder_forward",
-        dtype::<T>(),
-        &to_f32(&gpu.down(&d_out)?),
-        &out,
-        tol,
-    ));
+    rows.push(bench.relative("encoder_forward", "out", &out, tol)?);
 
-    let (dout_t, dout) = stored::<T>(&rng.vec(b * t * c, 1.0));
+    let dout = bench.model("dout", &rng.vec(b * t * c, 1.0))?;
     let (mut dwte, mut dwpe) = (vec![0.0; v * c], vec![0.0; t * c]);
     encoder_backward(&mut dwte, &mut dwpe, &dout, &tokens, t);
     let buckets = TokenBuckets::new(&tokens)
         .ok_or_else(|| CudaError::Shape("token buckets: batch too large".to_string()))?;
-    let (mut d_dwte, mut d_dwpe) = (gpu.zeros::<T>(v * c)?, gpu.zeros::<T>(t * c)?);
-    let d_dout = gpu.up(&dout_t)?;
-    let (bt, bs, br) = (
-        gpu.up(&buckets.tokens)?,
-        gpu.up(&buckets.starts)?,
-        gpu.up(&buckets.rows)?,
-    );
-    gpu.launcher().encoder_backward(
-        &mut d_dwte.as_view_mut(),
-        &mut d_dwpe.as_view_mut(),
-        &d_dout.as_view(),
-        &bt.as_view(),
-        &bs.as_view(),
-        &br.as_view(),
-        t,
-        c,
-    )?;
-    rows.push(CheckRow::relative(
-        "encoder_backward dwte",
-        dtype::<T>(),
-        &to_f32(&gpu.down(&d_dwte)?),
-        &dwte,
-        tol,
-    ));
-    rows.push(CheckRow::relative(
-        "encoder_backward dwpe",
-        dtype::<T>(),
-        &to_f32(&gpu.down(&d_dwpe)?),
-        &dwpe,
-        tol,
-    ));
+    bench.zeros("dwte", v * c)?;
+    bench.zeros("dwpe", t * c)?;
+    bench.u32s("bucket_token", &buckets.tokens)?;
+    bench.i32s("bucket_start", &buckets.starts)?;
+    bench.i32s("bucket_rows", &buckets.rows)?;
+    let groups = buckets.tokens.len();
+    let calls = table::encoder_backward(T::DTYPE, buckets.rows.len(), groups, t, c)?;
+    bench.launch(&calls, NO_RUN)?;
+    rows.push(bench.relative("encoder_backward dwte", "dwte", &dwte, tol)?);
+    rows.push(bench.relative("encoder_backward dwpe", "dwpe", &dwpe, tol)?);
     Ok(())
 }
 
 /// LayerNorm at three widths: 200 channels; 776, whose 16-bit rows the backward kernel reads in
 /// 16-byte chunks, up to four a lane (one in the last slot); and 100, not a whole number of
 /// chunks, which keeps its 16-bit loads. The rows of the last two are named with their width.
-fn layernorm_case(gpu: &Gpu, out: &mut Vec<CheckRow>, p: Precision) -> Result<(), CudaError> {
+fn layernorm_widths(gpu: &Gpu, out: &mut Vec<CheckRow>, p: Precision) -> Result<(), CudaError> {
     for (c, label) in [(200, ""), (776, ", 776 channels"), (100, ", 100 channels")] {
         let mut rows = Vec::new();
-        typed!(p, layernorm_typed, gpu, &mut rows, c)?;
+        typed!(p, layernorm, gpu, &mut rows, c)?;
         out.extend(rows.into_iter().map(|mut row| {
             row.name.push_str(label);
             row
@@ -285,95 +281,52 @@ fn layernorm_case(gpu: &Gpu, out: &mut Vec<CheckRow>, p: Precision) -> Result<()
     Ok(())
 }
 
-fn layernorm_typed<T: Storage>(
-    gpu: &Gpu,
-    rows: &mut Vec<CheckRow>,
-    c: usize,
-) -> Result<(), CudaError> {
+fn layernorm<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>, c: usize) -> Result<(), CudaError> {
     let n = 70;
-    let dt = dtype::<T>();
     let tol = tolerance::<T>();
+    let eps = RunValues {
+        eps: 1e-5,
+        ..NO_RUN
+    };
     let mut rng = Random(11);
+    let mut bench = Bench::<T>::new(gpu);
     let shifted: Vec<f32> = rng.vec(n * c, 2.0).iter().map(|x| x + 0.5).collect();
-    let (inp_t, inp) = stored::<T>(&shifted);
-    let (w_t, w) = stored::<T>(&rng.vec(c, 1.0));
-    let (b_t, b) = stored::<T>(&rng.vec(c, 0.5));
+    let inp = bench.model("inp", &shifted)?;
+    let w = bench.model("weight", &rng.vec(c, 1.0))?;
+    let b = bench.model("bias", &rng.vec(c, 0.5))?;
     let (mut out, mut mean, mut rstd) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
     layernorm_forward(&mut out, &mut mean, &mut rstd, &inp, &w, &b, 1e-5);
-    let (d_inp, d_w, d_b) = (gpu.up(&inp_t)?, gpu.up(&w_t)?, gpu.up(&b_t)?);
-    let mut d_out = gpu.zeros::<T>(n * c)?;
-    let (mut d_mean, mut d_rstd) = (gpu.zeros::<f32>(n)?, gpu.zeros::<f32>(n)?);
-    let launcher = gpu.launcher();
-    launcher.layernorm_forward(
-        &mut d_out.as_view_mut(),
-        &mut d_mean.as_view_mut(),
-        &mut d_rstd.as_view_mut(),
-        &d_inp.as_view(),
-        &d_w.as_view(),
-        &d_b.as_view(),
-        1e-5,
-    )?;
-    rows.push(CheckRow::relative(
-        "layernorm_forward out",
-        dt,
-        &to_f32(&gpu.down(&d_out)?),
-        &out,
-        tol,
-    ));
-    rows.push(CheckRow::relative(
-        "layernorm_forward mean",
-        dt,
-        &gpu.down(&d_mean)?,
-        &mean,
-        1e-5,
-    ));
-    rows.push(CheckRow::relative(
-        "layernorm_forward rstd",
-        dt,
-        &gpu.down(&d_rstd)?,
-        &rstd,
-        1e-5,
-    ));
+    bench.zeros("out", n * c)?;
+    bench.f32_zeros("mean", n)?;
+    bench.f32_zeros("rstd", n)?;
+    bench.launch(&one(table::layernorm_forward(T::DTYPE, n, c))?, eps)?;
+    rows.push(bench.relative("layernorm_forward out", "out", &out, tol)?);
+    rows.push(bench.relative("layernorm_forward mean", "mean", &mean, 1e-5)?);
+    rows.push(bench.relative("layernorm_forward rstd", "rstd", &rstd, 1e-5)?);
 
-    let (dout_t, dout) = stored::<T>(&rng.vec(n * c, 1.0));
-    let (dinp0_t, dinp0) = stored::<T>(&rng.vec(n * c, 0.1));
-    let (mut dinp, mut dw, mut db) = (dinp0.clone(), vec![0.0; c], vec![0.0; c]);
+    let dout = bench.model("dout", &rng.vec(n * c, 1.0))?;
+    let mut dinp = bench.model("dinp", &rng.vec(n * c, 0.1))?;
+    let (mut dw, mut db) = (vec![0.0; c], vec![0.0; c]);
     layernorm_backward(&mut dinp, &mut dw, &mut db, &dout, &inp, &w, &mean, &rstd);
-    let mut d_dinp = gpu.up(&dinp0_t)?;
-    let (mut d_dw, mut d_db) = (gpu.zeros::<T>(c)?, gpu.zeros::<T>(c)?);
-    let mut scratch = gpu.zeros::<f32>(n.div_ceil(32) * 2 * c)?;
-    let d_dout = gpu.up(&dout_t)?;
-    launcher.layernorm_backward(
-        &mut d_dinp.as_view_mut(),
-        &mut d_dw.as_view_mut(),
-        &mut d_db.as_view_mut(),
-        &mut scratch.as_view_mut(),
-        &d_dout.as_view(),
-        &d_inp.as_view(),
-        &d_w.as_view(),
-        &d_mean.as_view(),
-        &d_rstd.as_view(),
-    )?;
-    let slack = if T::DTYPE == Dtype::F32 { 10.0 } else { 1.0 };
-    for (name, device, want) in [
-        ("layernorm_backward dinp", &d_dinp, &dinp),
-        ("layernorm_backward dweight", &d_dw, &dw),
-        ("layernorm_backward dbias", &d_db, &db),
+    bench.zeros("dweight", c)?;
+    bench.zeros("dbias", c)?;
+    bench.f32_zeros("partials", n.div_ceil(32) * 2 * c)?;
+    bench.launch(&table::layernorm_backward(T::DTYPE, n, c)?, NO_RUN)?;
+    let slack = backward_slack::<T>();
+    for (name, operand, want) in [
+        ("layernorm_backward dinp", "dinp", &dinp),
+        ("layernorm_backward dweight", "dweight", &dw),
+        ("layernorm_backward dbias", "dbias", &db),
     ] {
-        rows.push(CheckRow::relative(
-            name,
-            dt,
-            &to_f32(&gpu.down(device)?),
-            want,
-            tol * slack,
-        ));
+        rows.push(bench.relative(name, operand, want, tol * slack)?);
     }
 
-    // Residual add fused with the LayerNorm.
-    let (a_t, a) = stored::<T>(&rng.vec(n * c, 1.0));
+    // Residual add fused with the LayerNorm (`b`: the input above).
+    let a = bench.model("a", &rng.vec(n * c, 1.0))?;
+    bench.model("b", &shifted)?;
     let mut residual = vec![0.0; n * c];
     residual_forward(&mut residual, &a, &inp);
-    let (_, residual_stored) = stored::<T>(&residual);
+    let residual_stored = rounded::<T>(&residual);
     layernorm_forward(
         &mut out,
         &mut mean,
@@ -383,143 +336,77 @@ fn layernorm_typed<T: Storage>(
         &b,
         1e-5,
     );
-    let d_a = gpu.up(&a_t)?;
-    let mut d_residual = gpu.zeros::<T>(n * c)?;
-    launcher.residual_layernorm_forward(
-        &mut d_residual.as_view_mut(),
-        &mut d_out.as_view_mut(),
-        &mut d_mean.as_view_mut(),
-        &mut d_rstd.as_view_mut(),
-        &d_a.as_view(),
-        &d_inp.as_view(),
-        &d_w.as_view(),
-        &d_b.as_view(),
-        1e-5,
+    bench.zeros("residual", n * c)?;
+    bench.launch(
+        &one(table::residual_layernorm_forward(T::DTYPE, n, c))?,
+        eps,
     )?;
-    rows.push(CheckRow::relative(
+    rows.push(bench.relative(
         "residual_layernorm_forward residual",
-        dt,
-        &to_f32(&gpu.down(&d_residual)?),
+        "residual",
         &residual_stored,
         tol,
-    ));
-    rows.push(CheckRow::relative(
-        "residual_layernorm_forward out",
-        dt,
-        &to_f32(&gpu.down(&d_out)?),
-        &out,
-        tol,
-    ));
+    )?);
+    rows.push(bench.relative("residual_layernorm_forward out", "out", &out, tol)?);
     Ok(())
-}
-
-fn accumulate_case(gpu: &Gpu, out: &mut Vec<CheckRow>, p: Precision) -> Result<(), CudaError> {
-    typed!(p, accumulate_typed, gpu, out)
 }
 
 /// A reduced bucket added into a gradient partition, 16-bit stores rounded as the kernel's.
-fn accumulate_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+fn accumulate_case<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
     let n = 1000;
     let mut rng = Random(11);
-    let (dst_t, dst) = stored::<T>(&rng.vec(n, 2.0));
-    let (src_t, src) = stored::<T>(&rng.vec(n, 2.0));
-    let mut sum = dst;
+    let mut bench = Bench::<T>::new(gpu);
+    let mut sum = bench.model("dst", &rng.vec(n, 2.0))?;
+    let src = bench.model("src", &rng.vec(n, 2.0))?;
     accumulate(&mut sum, &src);
-    let mut d_dst = gpu.up(&dst_t)?;
-    let d_src = gpu.up(&src_t)?;
-    gpu.launcher()
-        .accumulate(&mut d_dst.as_view_mut(), &d_src.as_view())?;
-    rows.push(CheckRow::relative(
-        "accumulate",
-        dtype::<T>(),
-        &to_f32(&gpu.down(&d_dst)?),
-        &sum,
-        tolerance::<T>(),
-    ));
+    bench.launch(&one(table::accumulate(T::DTYPE, n))?, NO_RUN)?;
+    rows.push(bench.relative("accumulate", "dst", &sum, tolerance::<T>())?);
     Ok(())
 }
 
-fn gelu_and_bias_case(gpu: &Gpu, out: &mut Vec<CheckRow>, p: Precision) -> Result<(), CudaError> {
-    typed!(p, gelu_and_bias_typed, gpu, out)
-}
-
-fn gelu_and_bias_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+fn gelu_and_bias<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
     let (n, oc) = (130, 72);
-    let dt = dtype::<T>();
     let tol = tolerance::<T>();
     let mut rng = Random(5);
-    let (pre_t, pre) = stored::<T>(&rng.vec(n * oc, 4.0));
-    let (bias_t, bias) = stored::<T>(&rng.vec(oc, 1.0));
+    let mut bench = Bench::<T>::new(gpu);
+    let pre = bench.model("pre", &rng.vec(n * oc, 4.0))?;
+    let bias = bench.model("bias", &rng.vec(oc, 1.0))?;
     let with_bias: Vec<f32> = pre
         .iter()
         .enumerate()
         .map(|(i, x)| x + bias[i % oc])
         .collect();
-    let (_, with_bias_stored) = stored::<T>(&with_bias);
+    let with_bias_stored = rounded::<T>(&with_bias);
     let mut out = vec![0.0; n * oc];
     gelu_forward(&mut out, &with_bias_stored);
-    let mut d_pre = gpu.up(&pre_t)?;
-    let mut d_out = gpu.zeros::<T>(n * oc)?;
-    let d_bias = gpu.up(&bias_t)?;
-    let launcher = gpu.launcher();
-    launcher.bias_gelu_forward(
-        &mut d_pre.as_view_mut(),
-        &mut d_out.as_view_mut(),
-        &d_bias.as_view(),
-    )?;
-    rows.push(CheckRow::relative(
-        "bias_gelu_forward pre",
-        dt,
-        &to_f32(&gpu.down(&d_pre)?),
-        &with_bias_stored,
-        tol,
-    ));
-    rows.push(CheckRow::relative(
-        "bias_gelu_forward out",
-        dt,
-        &to_f32(&gpu.down(&d_out)?),
-        &out,
-        tol,
-    ));
-    launcher.gelu_forward(&mut d_out.as_view_mut(), &d_pre.as_view())?;
-    rows.push(CheckRow::relative(
-        "gelu_forward",
-        dt,
-        &to_f32(&gpu.down(&d_out)?),
-        &out,
-        tol,
-    ));
+    bench.zeros("out", n * oc)?;
+    bench.launch(&one(table::bias_gelu_forward(T::DTYPE, n, oc))?, NO_RUN)?;
+    rows.push(bench.relative("bias_gelu_forward pre", "pre", &with_bias_stored, tol)?);
+    rows.push(bench.relative("bias_gelu_forward out", "out", &out, tol)?);
+    // GELU alone, and its gradient, of the biased `pre` the kernel left.
+    bench.rename("pre", "inp")?;
+    bench.launch(&one(table::gelu_forward(T::DTYPE, n * oc))?, NO_RUN)?;
+    rows.push(bench.relative("gelu_forward", "out", &out, tol)?);
 
-    let (d_t, dout) = stored::<T>(&rng.vec(n * oc, 1.0));
+    let dout_host = rng.vec(n * oc, 1.0);
+    let dout = bench.model("d", &dout_host)?;
     let mut grad = dout.clone();
     gelu_backward_inplace(&mut grad, &with_bias_stored);
-    let mut d_grad = gpu.up(&d_t)?;
-    launcher.gelu_backward_inplace(&mut d_grad.as_view_mut(), &d_pre.as_view())?;
-    rows.push(CheckRow::relative(
-        "gelu_backward_inplace",
-        dt,
-        &to_f32(&gpu.down(&d_grad)?),
-        &grad,
-        tol,
-    ));
+    bench.launch(&one(table::gelu_backward(T::DTYPE, n * oc))?, NO_RUN)?;
+    rows.push(bench.relative("gelu_backward_inplace", "d", &grad, tol)?);
 
     let mut dbias = vec![0.0; oc];
     add_column_sums(&mut dbias, &dout);
-    let mut d_dbias = gpu.zeros::<T>(oc)?;
-    let mut scratch = gpu.zeros::<f32>(n.div_ceil(64) * oc)?;
-    let d_dout = gpu.up(&d_t)?;
-    launcher.bias_backward(
-        &mut d_dbias.as_view_mut(),
-        &mut scratch.as_view_mut(),
-        &d_dout.as_view(),
-    )?;
-    rows.push(CheckRow::relative(
+    bench.model("data", &dout_host)?;
+    bench.zeros("dbias", oc)?;
+    bench.f32_zeros("partials", n.div_ceil(64) * oc)?;
+    bench.launch(&table::bias_backward(T::DTYPE, n, &[oc])?, NO_RUN)?;
+    rows.push(bench.relative(
         "bias_backward (column_partials, add_partials)",
-        dt,
-        &to_f32(&gpu.down(&d_dbias)?),
+        "dbias",
         &dbias,
         tol * 2.0,
-    ));
+    )?);
     Ok(())
 }
 
@@ -581,7 +468,6 @@ fn attention_typed<T: Storage>(
     } = gqa;
     let a = nh * head_dim;
     let width = (nh + 2 * kv_heads) * head_dim;
-    let dt = dtype::<T>();
     let dims = AttentionDims {
         batch: b,
         seq_len: t,
@@ -601,21 +487,15 @@ fn attention_typed<T: Storage>(
         ),
     };
     let mut rng = Random(seed);
-    let (qkv_t, qkv) = stored::<T>(&rng.vec(b * t * width, 1.0));
+    let mut bench = Bench::<T>::new(gpu);
+    let qkv = bench.model("qkv", &rng.vec(b * t * width, 1.0))?;
     let mut out = vec![0.0; b * t * a];
     let mut att = vec![0.0; b * nh * t * t];
     grouped_attention_forward(&mut out, &mut att, &qkv, dims, kv_heads);
-    let d_qkv = gpu.up(&qkv_t)?;
-    let mut d_out = gpu.zeros::<T>(b * t * a)?;
-    let mut d_lse = gpu.zeros::<f32>(b * nh * t)?;
-    let launcher = gpu.launcher();
-    launcher.attention_forward(
-        &mut d_out.as_view_mut(),
-        &mut d_lse.as_view_mut(),
-        &d_qkv.as_view(),
-        gqa,
-        (heads, kernel),
-    )?;
+    bench.zeros("out", b * t * a)?;
+    bench.f32_zeros("lse", b * nh * t)?;
+    let forward = table::attention_forward(T::DTYPE, gqa, heads, kernel)?;
+    bench.launch(&[forward], NO_RUN)?;
     // The tensor-core kernels round P (forward, dk/dv) and dS (dk, dq) to the storage type
     // before their products, as FlashAttention does (f32 accumulation, like the scalar kernels).
     // Each output element then carries sum_i |p_i e_i x_i| / l, e_i <= u (unit roundoff: 2^-9
@@ -631,91 +511,65 @@ fn attention_typed<T: Storage>(
         (AttentionKernel::TensorCore, _) => 2f64.powi(-11) / 1e-2,
     };
     let rtol = tolerance::<T>() * if T::DTYPE == Dtype::F32 { 20.0 } else { 1.0 };
-    rows.push(CheckRow::relative(
+    rows.push(bench.relative(
         &format!("{prefix}_forward{suffix} {label}"),
-        dt,
-        &to_f32(&gpu.down(&d_out)?),
+        "out",
         &out,
         rtol + rounded_operand,
-    ));
+    )?);
 
-    let (dout_t, dout) = stored::<T>(&rng.vec(b * t * a, 1.0));
+    let dout = bench.model("dout", &rng.vec(b * t * a, 1.0))?;
     let mut dqkv = vec![0.0; qkv.len()];
     let mut datt = vec![0.0; att.len()];
     grouped_attention_backward(&mut dqkv, &mut datt, &dout, &qkv, &att, dims, kv_heads);
-    let d_dout = gpu.up(&dout_t)?;
-    let mut d_dqkv = gpu.zeros::<T>(qkv.len())?;
-    let mut d_delta = gpu.zeros::<f32>(b * nh * t)?;
-    launcher.attention_backward(
-        &mut d_dqkv.as_view_mut(),
-        &mut d_delta.as_view_mut(),
-        &d_dout.as_view(),
-        &d_out.as_view(),
-        &d_qkv.as_view(),
-        &d_lse.as_view(),
-        gqa,
-        (heads, kernel),
-    )?;
-    rows.push(CheckRow::relative(
+    bench.zeros("dqkv", qkv.len())?;
+    bench.f32_zeros("delta", b * nh * t)?;
+    let backward = table::attention_backward(T::DTYPE, gqa, heads, kernel)?;
+    bench.launch(&backward, NO_RUN)?;
+    rows.push(bench.relative(
         &format!("{prefix}_backward{suffix} {label} dqkv"),
-        dt,
-        &to_f32(&gpu.down(&d_dqkv)?),
+        "dqkv",
         &dqkv,
         rtol * 5.0 + rounded_operand,
-    ));
+    )?);
     Ok(())
-}
-
-fn classifier_case(gpu: &Gpu, out: &mut Vec<CheckRow>, p: Precision) -> Result<(), CudaError> {
-    typed!(p, classifier_typed, gpu, out)
 }
 
 /// The classifier on logits with padded rows, as the step lays them out (`V = 1000` in rows
 /// `Vp = 1024` apart, [`padded_vocab`]): the losses and the real columns' gradient against
 /// the CPU model's unpadded ones, and the padding, filled with NaN, left as it was (a kernel
 /// that read it would also turn the losses NaN).
-fn classifier_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+fn classifier<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
     let (n, v) = (9, 1000);
     let stride = padded_vocab(v as u64) as usize;
-    let dt = dtype::<T>();
     let mut rng = Random(13);
-    let (_, logits) = stored::<T>(&rng.vec(n * v, 6.0));
+    let logits = rounded::<T>(&rng.vec(n * v, 6.0));
     let mut padded = vec![f32::NAN; strided_len(n, v, stride)];
     for (row, real) in padded.chunks_mut(stride).zip(logits.chunks(v)) {
         row[..v].copy_from_slice(real);
     }
-    let (padded_t, _) = stored::<T>(&padded);
     let targets: Vec<Option<u32>> = (0..n)
         .map(|i| (i != 4).then_some((i * 97 % v) as u32))
         .collect();
     let (mut grad, mut losses) = (logits.clone(), vec![0.0; n]);
     let dloss = 1.0 / 8.0;
     crossentropy_forward_backward(&mut grad, &mut losses, &targets, dloss);
+    let mut bench = Bench::<T>::new(gpu);
+    bench.model("logits", &padded)?;
+    bench.f32_zeros("losses", n)?;
     let device_targets: Vec<i32> = targets.iter().map(|t| t.map_or(-1, |t| t as i32)).collect();
-    let mut d_logits = gpu.up(&padded_t)?;
-    let mut d_losses = gpu.zeros::<f32>(n)?;
-    let d_targets = gpu.up(&device_targets)?;
-    gpu.launcher().fused_classifier(
-        &mut d_logits.as_view_mut(),
-        &mut d_losses.as_view_mut(),
-        &d_targets.as_view(),
-        dloss,
-        (v, stride),
-    )?;
-    let back = to_f32(&gpu.down(&d_logits)?);
+    bench.i32s("targets", &device_targets)?;
+    let call = table::fused_classifier(T::DTYPE, n, v, stride)?;
+    bench.launch(&[call], RunValues { dloss, ..NO_RUN })?;
+    let back = bench.f32_out("logits")?;
     let (mut real, mut padding) = (Vec::new(), Vec::new());
     for row in back.chunks(stride) {
         let (r, p) = row.split_at(v.min(row.len()));
         real.extend_from_slice(r);
         padding.extend_from_slice(p);
     }
-    rows.push(CheckRow::relative(
-        "fused_classifier losses",
-        dt,
-        &gpu.down(&d_losses)?,
-        &losses,
-        1e-5,
-    ));
+    let dt = bench.dtype();
+    rows.push(bench.relative("fused_classifier losses", "losses", &losses, 1e-5)?);
     rows.push(CheckRow::relative(
         "fused_classifier dlogits",
         dt,
@@ -732,6 +586,110 @@ fn classifier_typed<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(
     Ok(())
 }
 
+fn rmsnorm<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+    let (n, c) = (70, 200);
+    let tol = tolerance::<T>();
+    let mut rng = Random(13);
+    let mut bench = Bench::<T>::new(gpu);
+    let inp = bench.model("inp", &rng.vec(n * c, 2.0))?;
+    let w = bench.model("weight", &rng.vec(c, 1.0))?;
+    let (mut out, mut rstd) = (vec![0.0; n * c], vec![0.0; n]);
+    rmsnorm_forward(&mut out, &mut rstd, &inp, &w, 1e-6);
+    bench.zeros("out", n * c)?;
+    bench.f32_zeros("rstd", n)?;
+    let forward = table::rmsnorm_forward(T::DTYPE, n, c)?;
+    bench.launch(
+        &[forward],
+        RunValues {
+            eps: 1e-6,
+            ..NO_RUN
+        },
+    )?;
+    // 16-bit storage rounds the normalised row before the weight multiplies (transformers'
+    // order): one more rounding than the f32 reference, inside the tolerance of one value.
+    rows.push(bench.relative("rmsnorm_forward out", "out", &out, 2.0 * tol)?);
+    rows.push(bench.relative("rmsnorm_forward rstd", "rstd", &rstd, 1e-5)?);
+
+    let dout = bench.model("dout", &rng.vec(n * c, 1.0))?;
+    let mut dinp = bench.model("dinp", &rng.vec(n * c, 0.1))?;
+    let mut dw = vec![0.0; c];
+    rmsnorm_backward(&mut dinp, &mut dw, &dout, &inp, &w, &rstd);
+    bench.zeros("dweight", c)?;
+    bench.f32_zeros("partials", n.div_ceil(32) * c)?;
+    bench.launch(&table::rmsnorm_backward(T::DTYPE, n, c)?, NO_RUN)?;
+    let slack = backward_slack::<T>();
+    for (name, operand, want) in [
+        ("rmsnorm_backward dinp", "dinp", &dinp),
+        ("rmsnorm_backward dweight", "dweight", &dw),
+    ] {
+        rows.push(bench.relative(name, operand, want, tol * slack)?);
+    }
+    Ok(())
+}
+
+fn rope<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+    // Two sequences of 37 rows of [q (4 heads) | k (2 heads) | v (2 heads)], hs 64, with
+    // Llama 3.1's scaled frequencies (the table carries rope_theta and the scaling).
+    let (b, t, hs, heads, kv) = (2, 37, 64, 4, 2);
+    let width = (heads + 2 * kv) * hs;
+    let rope = Rope {
+        theta: 500_000.0,
+        scaling: RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_positions: 16,
+        },
+    };
+    let table = rope.table(hs, t);
+    let mut rng = Random(17);
+    let x_host = rng.vec(b * t * width, 1.0);
+    let mut bench = Bench::<T>::new(gpu);
+    bench.f32s("cos_t", table.cos())?;
+    bench.f32s("sin_t", table.sin())?;
+    for (name, rotation) in [
+        ("rope_forward", Rotation::Forward),
+        ("rope_backward", Rotation::Backward),
+    ] {
+        let mut want = bench.model("rows", &x_host)?;
+        match rotation {
+            Rotation::Forward => rope_forward(&mut want, width, heads + kv, &table),
+            Rotation::Backward => rope_backward(&mut want, width, heads + kv, &table),
+        }
+        let shape = RopeShape {
+            len: x_host.len(),
+            table: table.cos().len(),
+            width,
+            heads: heads + kv,
+            seq_len: t,
+        };
+        bench.launch(&one(table::rope(T::DTYPE, shape, rotation))?, NO_RUN)?;
+        rows.push(bench.relative(name, "rows", &want, tolerance::<T>())?);
+    }
+    Ok(())
+}
+
+fn swiglu<T: Storage>(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
+    let (n, inner) = (130, 72);
+    let tol = tolerance::<T>();
+    let mut rng = Random(19);
+    let mut bench = Bench::<T>::new(gpu);
+    let gu = bench.model("gate_up", &rng.vec(n * 2 * inner, 4.0))?;
+    let mut h = vec![0.0; n * inner];
+    swiglu_forward(&mut h, &gu, inner);
+    bench.zeros("out", n * inner)?;
+    bench.launch(&one(table::swiglu_forward(T::DTYPE, n, inner))?, NO_RUN)?;
+    rows.push(bench.relative("swiglu_forward", "out", &h, tol)?);
+
+    let dh = bench.model("dout", &rng.vec(n * inner, 1.0))?;
+    let mut dgu = vec![0.0; gu.len()];
+    swiglu_backward(&mut dgu, &dh, &gu, inner);
+    bench.zeros("dgate_up", gu.len())?;
+    bench.launch(&one(table::swiglu_backward(T::DTYPE, n, inner))?, NO_RUN)?;
+    rows.push(bench.relative("swiglu_backward", "dgate_up", &dgu, tol)?);
+    Ok(())
+}
+
 /// f32 to bf16 and f16 and back, bit for bit against the `half` crate's rounding.
 fn casts(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
     let mut rng = Random(17);
@@ -745,42 +703,70 @@ fn casts(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
         f32::INFINITY,
         f32::NEG_INFINITY,
     ]);
-    let d_values = gpu.up(&values)?;
-    let mut d_bf16 = gpu.zeros::<half::bf16>(values.len())?;
-    let mut d_f16 = gpu.zeros::<half::f16>(values.len())?;
-    let launcher = gpu.launcher();
-    launcher.cast(&mut d_bf16.as_view_mut(), &d_values.as_view())?;
-    launcher.cast(&mut d_f16.as_view_mut(), &d_values.as_view())?;
+    let n = values.len();
+    let (mut to_bf16, mut to_f16) = (Bench::<half::bf16>::new(gpu), Bench::<half::f16>::new(gpu));
+    for (bench, to) in [
+        (&mut to_bf16 as &mut dyn CastBench, Dtype::Bf16),
+        (&mut to_f16, Dtype::F16),
+    ] {
+        bench.cast(&values, table::cast(Dtype::F32, to, n)?)?;
+    }
     let bf16: Vec<half::bf16> = values.iter().map(|&x| half::bf16::from_f32(x)).collect();
     let f16: Vec<half::f16> = values.iter().map(|&x| half::f16::from_f32(x)).collect();
     rows.push(CheckRow::exact(
         "cast f32 -> bf16",
         "bf16",
-        &gpu.down(&d_bf16)?,
+        &to_bf16.model_out("out")?,
         &bf16,
     ));
     rows.push(CheckRow::exact(
         "cast f32 -> f16",
         "f16",
-        &gpu.down(&d_f16)?,
+        &to_f16.model_out("out")?,
         &f16,
     ));
-    let mut back = gpu.zeros::<f32>(values.len())?;
-    launcher.cast(&mut back.as_view_mut(), &d_bf16.as_view())?;
+    for (bench, from) in [
+        (&mut to_bf16 as &mut dyn CastBench, Dtype::Bf16),
+        (&mut to_f16, Dtype::F16),
+    ] {
+        bench.cast_back(table::cast(from, Dtype::F32, n)?)?;
+    }
     rows.push(CheckRow::exact(
         "cast bf16 -> f32",
         "bf16",
-        &gpu.down(&back)?,
+        &to_bf16.f32_out("out")?,
         &to_f32(&bf16),
     ));
-    launcher.cast(&mut back.as_view_mut(), &d_f16.as_view())?;
     rows.push(CheckRow::exact(
         "cast f16 -> f32",
         "f16",
-        &gpu.down(&back)?,
+        &to_f16.f32_out("out")?,
         &to_f32(&f16),
     ));
     Ok(())
+}
+
+/// The two halves of a cast round trip on a bench of the 16-bit type.
+trait CastBench {
+    /// `out = inp` from f32 `values`.
+    fn cast(&mut self, values: &[f32], call: table::KernelCall) -> Result<(), CudaError>;
+    /// The 16-bit `out` cast back into a new f32 `out`.
+    fn cast_back(&mut self, call: table::KernelCall) -> Result<(), CudaError>;
+}
+
+impl<T: Storage> CastBench for Bench<'_, T> {
+    fn cast(&mut self, values: &[f32], call: table::KernelCall) -> Result<(), CudaError> {
+        self.f32s("inp", values)?;
+        self.zeros("out", values.len())?;
+        self.launch(&[call], NO_RUN)
+    }
+
+    fn cast_back(&mut self, call: table::KernelCall) -> Result<(), CudaError> {
+        let n = self.model_out("out")?.len();
+        self.rename("out", "inp")?;
+        self.f32_zeros("out", n)?;
+        self.launch(&[call], NO_RUN)
+    }
 }
 
 /// The unscale-and-norm kernels: the unscaled gradients exactly, their sum of squares in f64,
@@ -791,19 +777,20 @@ fn unscale_norm(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
     let inv_scale = 1.0 / 1024.0f32;
     let unscaled: Vec<f32> = grads.iter().map(|g| g * inv_scale).collect();
     let want = sum_of_squares(&unscaled);
-    let mut d_grads = gpu.up(&grads)?;
-    let mut partials = gpu.zeros::<f64>(1024)?;
-    let mut total = gpu.zeros::<f64>(1)?;
-    let mut found_inf = gpu.zeros::<i32>(1)?;
-    let launcher = gpu.launcher();
-    launcher.unscale_and_norm(
-        &mut d_grads.as_view_mut(),
-        inv_scale,
-        &mut partials.as_view_mut(),
-        &mut total.as_view_mut(),
-        &mut found_inf.as_view_mut(),
+    let mut bench = Bench::<f32>::new(gpu);
+    bench.model("grads", &grads)?;
+    bench.f64_zeros("partials", 1024)?;
+    bench.f64_zeros("total", 1)?;
+    bench.i32s("found_inf", &[0])?;
+    let calls = table::unscale_and_norm(Dtype::F32, grads.len())?;
+    bench.launch(
+        &calls,
+        RunValues {
+            inv_scale,
+            ..NO_RUN
+        },
     )?;
-    let got = gpu.down(&total)?[0];
+    let got = bench.f64_out("total")?[0];
     rows.push(CheckRow::measured(
         CheckKind::Kernel,
         "unscale_norm sum of squares",
@@ -815,29 +802,23 @@ fn unscale_norm(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
     rows.push(CheckRow::exact(
         "unscale_norm found_inf (finite input)",
         "i32",
-        &gpu.down(&found_inf)?,
+        &bench.i32_out("found_inf")?,
         &[0],
     ));
     rows.push(CheckRow::exact(
         "unscale_norm unscaled gradients",
         "f32",
-        &gpu.down(&d_grads)?,
+        &bench.f32_out("grads")?,
         &unscaled,
     ));
     let mut with_nan = grads.clone();
     with_nan[123_456] = f32::NAN;
-    let mut d_nan = gpu.up(&with_nan)?;
-    launcher.unscale_and_norm(
-        &mut d_nan.as_view_mut(),
-        1.0,
-        &mut partials.as_view_mut(),
-        &mut total.as_view_mut(),
-        &mut found_inf.as_view_mut(),
-    )?;
+    bench.model("grads", &with_nan)?;
+    bench.launch(&calls, NO_RUN)?;
     rows.push(CheckRow::exact(
         "unscale_norm found_inf (a NaN)",
         "i32",
-        &gpu.down(&found_inf)?,
+        &bench.i32_out("found_inf")?,
         &[1],
     ));
     Ok(())
@@ -853,7 +834,8 @@ fn adamw(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
         ..AdamConfig::default()
     };
     let params = rng.vec(n, 1.0);
-    let (grads_t, grads) = stored::<half::bf16>(&rng.vec(n, 0.01));
+    let mut bench = Bench::<half::bf16>::new(gpu);
+    let grads = bench.model("grads", &rng.vec(n, 0.01))?;
     let split = 60_000;
     let (mut cpu_p, mut m, mut v) = (params.clone(), vec![0.0; n], vec![0.0; n]);
     let lr = 6e-4;
@@ -862,46 +844,31 @@ fn adamw(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
         ..config
     };
     let cpu = |e| CudaError::Shape(format!("CPU adam_step: {e:?}"));
-    adam_step(
-        &mut cpu_p[..split],
-        &grads[..split],
-        &mut m[..split],
-        &mut v[..split],
-        1,
-        lr,
-        &config,
-    )
-    .map_err(cpu)?;
-    adam_step(
-        &mut cpu_p[split..],
-        &grads[split..],
-        &mut m[split..],
-        &mut v[split..],
-        1,
-        lr,
-        &no_decay,
-    )
-    .map_err(cpu)?;
+    for (range, config) in [(0..split, &config), (split..n, &no_decay)] {
+        adam_step(
+            &mut cpu_p[range.clone()],
+            &grads[range.clone()],
+            &mut m[range.clone()],
+            &mut v[range],
+            1,
+            lr,
+            config,
+        )
+        .map_err(cpu)?;
+    }
     let segments = [
         AdamSegment::new(0, split, Decay::Apply),
         AdamSegment::new(split, n - split, Decay::Exempt),
     ];
-    let mut d_master = gpu.up(&params)?;
-    let mut d_copy = gpu.zeros::<half::bf16>(n)?;
-    let d_grads = gpu.up(&grads_t)?;
-    let (mut d_m, mut d_v) = (gpu.zeros::<f32>(n)?, gpu.zeros::<f32>(n)?);
-    let d_segments = gpu.up(&segments)?;
-    gpu.launcher().adamw(
-        &mut d_master.as_view_mut(),
-        Some(&mut d_copy.as_view_mut()),
-        &d_grads.as_view(),
-        &mut d_m.as_view_mut(),
-        &mut d_v.as_view_mut(),
-        &d_segments.as_view(),
-        &segments,
-        AdamScalars::new(&config, 1, lr, 1.0),
-    )?;
-    let master = gpu.down(&d_master)?;
+    bench.f32s("master", &params)?;
+    bench.zeros("params_out", n)?;
+    bench.f32_zeros("exp_avg", n)?;
+    bench.f32_zeros("exp_avg_sq", n)?;
+    bench.segments("segments", &segments)?;
+    let adam = Some(AdamScalars::new(&config, 1, lr, 1.0));
+    let call = table::adamw(Dtype::Bf16, n, segments.len())?;
+    bench.launch(&[call], RunValues { adam, ..NO_RUN })?;
+    let master = bench.f32_out("master")?;
     rows.push(CheckRow::relative(
         "adamw master",
         "f32",
@@ -909,25 +876,23 @@ fn adamw(gpu: &Gpu, rows: &mut Vec<CheckRow>) -> Result<(), CudaError> {
         &cpu_p,
         1e-6,
     ));
-    rows.push(CheckRow::relative(
-        "adamw exp_avg",
-        "f32",
-        &gpu.down(&d_m)?,
-        &m,
-        1e-6,
-    ));
-    rows.push(CheckRow::relative(
-        "adamw exp_avg_sq",
-        "f32",
-        &gpu.down(&d_v)?,
-        &v,
-        1e-6,
-    ));
+    for (name, operand, want) in [
+        ("adamw exp_avg", "exp_avg", &m),
+        ("adamw exp_avg_sq", "exp_avg_sq", &v),
+    ] {
+        rows.push(CheckRow::relative(
+            name,
+            "f32",
+            &bench.f32_out(operand)?,
+            want,
+            1e-6,
+        ));
+    }
     let copy: Vec<half::bf16> = master.iter().map(|&p| half::bf16::from_f32(p)).collect();
     rows.push(CheckRow::exact(
         "adamw bf16 copy",
         "bf16",
-        &gpu.down(&d_copy)?,
+        &bench.model_out("params_out")?,
         &copy,
     ));
     Ok(())

@@ -10,10 +10,12 @@
 //! | module | job |
 //! |---|---|
 //! | [`compare`] | rows: the error measures, tolerances and verdicts |
+//! | [`bench`] | a kernel check's device buffers by operand name, launched through the launch table's bindings |
 //! | [`gpu`] | a context, its kernels and stream, and typed copies to and from the device |
 //! | [`kernels`] | every kernel (and cuBLASLt product) against its CPU reference, f32, bf16, f16 |
 //! | [`step`] | one optimizer step on the GPU against the CPU backend, fp32 and bf16 |
 
+pub mod bench;
 pub mod compare;
 pub mod gpu;
 pub mod kernels;

@@ -1,18 +1,21 @@
 //! Every kernel launch described as data, one function per kernel shape: the registry name and
 //! entry point, grid and block from the registry's rule, and the argument list in the `.cu`
 //! signature's order, each argument under its `.cu` parameter name. A buffer argument carries
-//! its element type and the length the shape needs; a shape-derived scalar carries its value;
-//! a run-time value (LayerNorm's epsilon, the loss scale, Adam's scalars) is a slot the caller
-//! fills.
+//! its element type, whether the kernel writes it, the length the shape needs and which of the
+//! op's operands it binds ([`Source`]: by name, at an offset); a shape-derived scalar carries
+//! its value; a run-time value (the normalisation epsilon, the loss scale, Adam's scalars) is a
+//! slot the caller fills.
 //!
-//! Both sides read these descriptions: [`super::Launcher`] binds device views to them and
-//! launches, and the device step's [`crate::cuda::train::Op::launches`] lists them on the host,
-//! where they are checked against the `.cu` signatures (types and names) and pinned by a
-//! snapshot. An op that launches several kernels (a norm's backward and its partial sums) is
-//! one function returning them in order.
+//! Every user reads these descriptions: [`super::Launcher::launch_bound`] binds device views
+//! to them and launches (the device step's ops and the kernel checks alike), and the device
+//! step's [`crate::cuda::train::Op`] checks its operands' shapes against them and lists them on
+//! the host, where they are checked against the `.cu` signatures (types, names, `const`) and
+//! pinned by a snapshot. An op that launches several kernels (a norm's backward and its partial
+//! sums) is one function returning them in order, each argument naming the operand it binds.
 
 use dsplan_kernels::{Dtype, LaunchDims, Work, kernel};
 
+pub use crate::cuda::element::Access;
 use crate::cuda::element::{Element, strided_len};
 use crate::cuda::error::CudaError;
 use crate::train::AttentionKernel;
@@ -26,6 +29,8 @@ pub enum Fit {
     AtLeast(usize),
     /// Exactly this many, or a null pointer (the kernel skips it).
     ExactOrNull(usize),
+    /// A whole number of rows of this many elements, at least one (a table indexed by data).
+    Rows(usize),
 }
 
 impl Fit {
@@ -34,8 +39,58 @@ impl Fit {
         match self {
             Fit::Exact(n) | Fit::ExactOrNull(n) => len == n,
             Fit::AtLeast(n) => len >= n,
+            Fit::Rows(n) => n > 0 && len >= n && len.is_multiple_of(n),
         }
     }
+
+    /// The elements the shape needs at the least.
+    pub fn len(self) -> usize {
+        match self {
+            Fit::Exact(n) | Fit::ExactOrNull(n) | Fit::AtLeast(n) | Fit::Rows(n) => n,
+        }
+    }
+
+    /// Whether the shape needs no element.
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Which elements of its operand a buffer argument binds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extent {
+    /// From the offset to the operand's end.
+    Rest,
+    /// Exactly the fit's length from the offset (the live part of a buffer sized for the
+    /// largest batch: the token buckets).
+    Fit,
+}
+
+/// The operand a buffer argument binds: the `item`-th of the op's operands named `operand`
+/// (a list operand, the biases of one gradient, repeats its name), from element `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    /// The operand's name (the argument's own `.cu` name unless it says otherwise).
+    pub operand: &'static str,
+    /// Which of the operands of that name.
+    pub item: usize,
+    /// Its first element bound.
+    pub offset: usize,
+    /// How far the binding reaches.
+    pub extent: Extent,
+}
+
+/// A value only the run knows, bound at launch time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunValue {
+    /// The normalisation epsilon (`float eps`).
+    Eps,
+    /// The classifier's loss multiplier (`float dloss`).
+    Dloss,
+    /// The norm pass's `1 / loss scale` (`float inv_scale`).
+    InvScale,
+    /// Adam's scalars of the step (`AdamScalars s`).
+    AdamScalars,
 }
 
 /// One argument's value.
@@ -45,8 +100,12 @@ pub enum Value {
     Buffer {
         /// Its element type.
         element: Element,
+        /// Whether the kernel writes it.
+        access: Access,
         /// Its length.
         fit: Fit,
+        /// The operand it binds.
+        source: Source,
     },
     /// `int`, from the shape.
     Int(i32),
@@ -54,10 +113,8 @@ pub enum Value {
     Long(i64),
     /// `float`, from the shape.
     Float(f32),
-    /// `float`, bound at run time.
-    RunFloat,
-    /// `AdamScalars`, bound at run time.
-    RunScalars,
+    /// `float` or `AdamScalars`, bound at run time.
+    Run(RunValue),
 }
 
 /// One argument: its `.cu` parameter name and value.
@@ -67,6 +124,38 @@ pub struct Param {
     pub name: &'static str,
     /// Its value or slot.
     pub value: Value,
+}
+
+impl Param {
+    /// The buffer argument's fields changed by `change` (nothing for a scalar).
+    fn buffer(mut self, change: impl FnOnce(&mut Access, &mut Source)) -> Self {
+        if let Value::Buffer { access, source, .. } = &mut self.value {
+            change(access, source);
+        }
+        self
+    }
+
+    /// Written by the kernel.
+    fn written(self) -> Self {
+        self.buffer(|access, _| *access = Access::Write)
+    }
+
+    /// Bound to the `item`-th operand named `operand` from element `offset` on.
+    fn bound(self, operand: &'static str, item: usize, offset: usize) -> Self {
+        self.buffer(|_, source| {
+            *source = Source {
+                operand,
+                item,
+                offset,
+                ..*source
+            }
+        })
+    }
+
+    /// Bound to exactly the fit's length of its operand.
+    fn live_prefix(self) -> Self {
+        self.buffer(|_, source| source.extent = Extent::Fit)
+    }
 }
 
 /// One kernel launch.
@@ -105,24 +194,18 @@ fn dims_of(name: &'static str, work: Work) -> Result<LaunchDims, CudaError> {
 }
 
 impl KernelCall {
-    /// `name`'s launch at `entry_point` over `work`; the entry point must be compiled.
+    /// `name`'s launch at `entry_point` over `work` (the shape alone: whether the entry point
+    /// is compiled is [`Self::compiled`]'s question).
     pub fn new(
         name: &'static str,
         entry_point: String,
         work: Work,
         params: Vec<Param>,
     ) -> Result<Self, CudaError> {
-        let spec = kernel(name).ok_or_else(|| shape_error(format!("no kernel `{name}`")))?;
-        if !spec.entry_points.contains(&entry_point.as_str()) {
-            return Err(shape_error(format!(
-                "{name}: no entry point `{entry_point}` is compiled"
-            )));
-        }
-        let dims = dims_of(name, work)?;
         Ok(Self {
             kernel: name,
             entry_point,
-            dims,
+            dims: dims_of(name, work)?,
             shared_mem_bytes: 0,
             params,
         })
@@ -138,25 +221,68 @@ impl KernelCall {
         Self::new(name, entry(name, dtype), work, params)
     }
 
+    /// Whether the registry compiles its entry point (a head size or dtype a kernel is not
+    /// built for is refused here, naming what it is built for).
+    pub fn compiled(&self) -> Result<(), CudaError> {
+        let name = self.kernel;
+        let spec = kernel(name).ok_or_else(|| shape_error(format!("no kernel `{name}`")))?;
+        if spec.entry_points.contains(&self.entry_point.as_str()) {
+            return Ok(());
+        }
+        let built: Vec<&str> = spec.dtypes.iter().map(|d| d.suffix()).collect();
+        let built = match built.split_last() {
+            Some((last, [])) => last.to_string(),
+            Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+            None => "no dtype".to_string(),
+        };
+        Err(shape_error(format!(
+            "{name}: no entry point `{}` is compiled (it is built for {built})",
+            self.entry_point
+        )))
+    }
+
+    /// `self` with its `acc` bound to the `item`-th operand `acc` and its `partials` read from
+    /// element `offset` (an `add_partials` of a group).
+    fn bind(mut self, acc: &'static str, item: usize, offset: usize) -> Self {
+        for param in &mut self.params {
+            *param = match param.name {
+                "acc" => param.bound(acc, item, 0),
+                "partials" => param.bound("partials", 0, offset),
+                _ => *param,
+            };
+        }
+        self
+    }
+
     /// The buffer slots in order, with their names.
     pub fn buffers(&self) -> impl Iterator<Item = (&'static str, Element, Fit)> + '_ {
         self.params.iter().filter_map(|p| match p.value {
-            Value::Buffer { element, fit } => Some((p.name, element, fit)),
+            Value::Buffer { element, fit, .. } => Some((p.name, element, fit)),
             _ => None,
         })
     }
 }
 
-/// A buffer of `n` elements of `element`.
+/// A buffer of `n` elements of `element`, read.
 fn buf(name: &'static str, element: Element, n: usize) -> Param {
     at(name, element, Fit::Exact(n))
 }
 
-/// A buffer of `element` fitting `fit`.
+/// A buffer of `element` fitting `fit`, read, bound to the operand of its own name.
 fn at(name: &'static str, element: Element, fit: Fit) -> Param {
     Param {
         name,
-        value: Value::Buffer { element, fit },
+        value: Value::Buffer {
+            element,
+            access: Access::Read,
+            fit,
+            source: Source {
+                operand: name,
+                item: 0,
+                offset: 0,
+                extent: Extent::Rest,
+            },
+        },
     }
 }
 
@@ -188,11 +314,11 @@ fn long(name: &'static str, value: usize) -> Param {
     }
 }
 
-/// A `float` bound at run time.
-fn run_float(name: &'static str) -> Param {
+/// A value bound at run time.
+fn run(name: &'static str, value: RunValue) -> Param {
     Param {
         name,
-        value: Value::RunFloat,
+        value: Value::Run(value),
     }
 }
 
@@ -235,9 +361,9 @@ pub fn encoder_forward(
         dtype,
         elements(rows * channels),
         vec![
-            model("out", rows * channels),
+            model("out", rows * channels).written(),
             buf("tokens", Element::U32, rows),
-            at("wte", Element::Model, Fit::AtLeast(channels)),
+            at("wte", Element::Model, Fit::Rows(channels)),
             at("wpe", Element::Model, Fit::AtLeast(seq_len * channels)),
             int("rows", rows)?,
             int("seq_len", seq_len)?,
@@ -265,10 +391,10 @@ fn embedding_backward_call(
             cols: channels as u64,
         },
         vec![
-            at("dwte", Element::Model, Fit::AtLeast(channels)),
+            at("dwte", Element::Model, Fit::Rows(channels)).written(),
             model("dout", rows * channels),
-            buf("bucket_token", Element::U32, groups),
-            buf("bucket_start", Element::I32, groups + 1),
+            buf("bucket_token", Element::U32, groups).live_prefix(),
+            buf("bucket_start", Element::I32, groups + 1).live_prefix(),
             buf("bucket_rows", Element::I32, rows),
             int("channels", channels)?,
         ],
@@ -308,7 +434,7 @@ pub fn encoder_backward(
         dtype,
         elements(seq_len * channels),
         vec![
-            at("dwpe", Element::Model, Fit::AtLeast(seq_len * channels)),
+            at("dwpe", Element::Model, Fit::AtLeast(seq_len * channels)).written(),
             model("dout", rows * channels),
             int("batch", rows / seq_len)?,
             int("seq_len", seq_len)?,
@@ -331,15 +457,15 @@ pub fn layernorm_forward(
         dtype,
         self::rows(rows, channels),
         vec![
-            model("out", n),
-            f32s("mean", rows),
-            f32s("rstd", rows),
+            model("out", n).written(),
+            f32s("mean", rows).written(),
+            f32s("rstd", rows).written(),
             model("inp", n),
             model("weight", channels),
             model("bias", channels),
             int("rows", rows)?,
             int("channels", channels)?,
-            run_float("eps"),
+            run("eps", RunValue::Eps),
         ],
     )
 }
@@ -356,17 +482,17 @@ pub fn residual_layernorm_forward(
         dtype,
         self::rows(rows, channels),
         vec![
-            model("residual", n),
-            model("out", n),
-            f32s("mean", rows),
-            f32s("rstd", rows),
+            model("residual", n).written(),
+            model("out", n).written(),
+            f32s("mean", rows).written(),
+            f32s("rstd", rows).written(),
             model("a", n),
             model("b", n),
             model("weight", channels),
             model("bias", channels),
             int("rows", rows)?,
             int("channels", channels)?,
-            run_float("eps"),
+            run("eps", RunValue::Eps),
         ],
     )
 }
@@ -388,7 +514,7 @@ pub fn add_partials(
         dtype,
         rows(chunks, width),
         vec![
-            model("acc", width),
+            model("acc", width).written(),
             at("partials", Element::F32, Fit::AtLeast(needed)),
             int("chunks", chunks)?,
             int("width", width)?,
@@ -398,8 +524,9 @@ pub fn add_partials(
 }
 
 /// A norm's backward kernel `name` over `(rows, channels)` whose partial sums hold `sums`
-/// rows of `channels` per chunk, then one `add_partials` per sum: LayerNorm's two (weight
-/// and bias; it reads the saved mean), RMSNorm's one (weight).
+/// rows of `channels` per chunk, then one `add_partials` per sum into the operand it names
+/// (`dweight`, and `dbias` from the partials' second row): LayerNorm's two (weight and bias;
+/// it reads the saved mean), RMSNorm's one (weight).
 fn norm_backward(
     name: &'static str,
     dtype: Dtype,
@@ -411,8 +538,8 @@ fn norm_backward(
     let work = self::rows(rows, channels);
     let chunks = dims_of(name, work)?.grid.0 as usize;
     let mut params = vec![
-        model("dinp", n),
-        f32s("partials", chunks * sums * channels),
+        model("dinp", n).written(),
+        f32s("partials", chunks * sums * channels).written(),
         model("dout", n),
         model("inp", n),
         model("weight", channels),
@@ -426,8 +553,9 @@ fn norm_backward(
         int("channels", channels)?,
     ]);
     let mut calls = vec![KernelCall::typed(name, dtype, work, params)?];
-    for _ in 0..sums {
-        calls.push(add_partials(dtype, chunks, channels, sums * channels)?);
+    for (k, sum) in ["dweight", "dbias"].into_iter().take(sums).enumerate() {
+        let call = add_partials(dtype, chunks, channels, sums * channels)?;
+        calls.push(call.bind(sum, 0, k * channels));
     }
     Ok(calls)
 }
@@ -453,13 +581,13 @@ pub fn rmsnorm_forward(
         dtype,
         self::rows(rows, channels),
         vec![
-            model("out", n),
-            f32s("rstd", rows),
+            model("out", n).written(),
+            f32s("rstd", rows).written(),
             model("inp", n),
             model("weight", channels),
             int("rows", rows)?,
             int("channels", channels)?,
-            run_float("eps"),
+            run("eps", RunValue::Eps),
         ],
     )
 }
@@ -474,8 +602,8 @@ pub fn rmsnorm_backward(
 }
 
 /// Bias gradients from one `(rows, W)` output gradient: `column_partials` over all `W`
-/// columns, then one `add_partials` per bias of `widths` (the columns after the earlier
-/// biases'; their sum is `W`).
+/// columns, then one `add_partials` per bias of `widths` into the `i`-th operand `dbias`
+/// (the columns after the earlier biases'; their sum is `W`).
 pub fn bias_backward(
     dtype: Dtype,
     rows: usize,
@@ -489,14 +617,16 @@ pub fn bias_backward(
         dtype,
         work,
         vec![
-            f32s("partials", chunks * width),
+            f32s("partials", chunks * width).written(),
             model("data", rows * width),
             int("rows", rows)?,
             int("width", width)?,
         ],
     )?];
-    for &w in widths {
-        calls.push(add_partials(dtype, chunks, w, width)?);
+    let mut column = 0;
+    for (i, &w) in widths.iter().enumerate() {
+        calls.push(add_partials(dtype, chunks, w, width)?.bind("dbias", i, column));
+        column += w;
     }
     Ok(calls)
 }
@@ -509,8 +639,8 @@ pub fn bias_gelu_forward(dtype: Dtype, rows: usize, width: usize) -> Result<Kern
         dtype,
         elements(n),
         vec![
-            model("pre", n),
-            model("out", n),
+            model("pre", n).written(),
+            model("out", n).written(),
             model("bias", width),
             int("rows", rows)?,
             int("width", width)?,
@@ -530,7 +660,11 @@ fn unary(
         name,
         dtype,
         elements(n),
-        vec![model(names[0], n), model(names[1], n), long("n", n)],
+        vec![
+            model(names[0], n).written(),
+            model(names[1], n),
+            long("n", n),
+        ],
     )
 }
 
@@ -563,7 +697,7 @@ pub fn cast(from: Dtype, to: Dtype, n: usize) -> Result<KernelCall, CudaError> {
         format!("cast_{}_to_{}", from.suffix(), to.suffix()),
         elements(n),
         vec![
-            buf("out", side(to), n),
+            buf("out", side(to), n).written(),
             buf("inp", side(from), n),
             long("n", n),
         ],
@@ -577,7 +711,7 @@ pub fn swiglu_forward(dtype: Dtype, rows: usize, inner: usize) -> Result<KernelC
         dtype,
         elements(rows * inner),
         vec![
-            model("out", rows * inner),
+            model("out", rows * inner).written(),
             model("gate_up", rows * 2 * inner),
             int("rows", rows)?,
             int("inner", inner)?,
@@ -592,7 +726,7 @@ pub fn swiglu_backward(dtype: Dtype, rows: usize, inner: usize) -> Result<Kernel
         dtype,
         elements(rows * inner),
         vec![
-            model("dgate_up", rows * 2 * inner),
+            model("dgate_up", rows * 2 * inner).written(),
             model("dout", rows * inner),
             model("gate_up", rows * 2 * inner),
             int("rows", rows)?,
@@ -652,9 +786,9 @@ pub fn rope(dtype: Dtype, shape: RopeShape, rotation: Rotation) -> Result<Kernel
     }
     let half = table / seq_len;
     let n_rows = len / width;
-    if heads * 2 * half > width {
+    if heads * 2 * half > width || !n_rows.is_multiple_of(seq_len) {
         return Err(shape_error(format!(
-            "{heads} heads of {} do not fit rows of {width}",
+            "{heads} heads of {} in rows of {width}, {n_rows} rows of T = {seq_len}",
             2 * half
         )));
     }
@@ -667,7 +801,7 @@ pub fn rope(dtype: Dtype, shape: RopeShape, rotation: Rotation) -> Result<Kernel
         dtype,
         elements(n_rows * heads * half),
         vec![
-            model("rows", len),
+            model("rows", len).written(),
             f32s("cos_t", table),
             f32s("sin_t", table),
             int("n_rows", n_rows)?,
@@ -782,16 +916,6 @@ fn attention_name(names: [&'static str; 4], heads: Heads, kernel: AttentionKerne
     }
 }
 
-/// The tensor-core kernels exist for bf16 and f16 only (f32 keeps the scalar kernels).
-fn check_kernel(kernel: AttentionKernel, dtype: Dtype) -> Result<(), CudaError> {
-    if kernel == AttentionKernel::TensorCore && dtype == Dtype::F32 {
-        return Err(shape_error(format!(
-            "the {kernel} attention kernels are built for bf16 and f16; f32 runs the scalar ones"
-        )));
-    }
-    Ok(())
-}
-
 const FORWARD_NAMES: [&str; 4] = [
     "attention_forward",
     "attention_forward_gqa",
@@ -820,11 +944,10 @@ pub fn attention_forward(
     kernel: AttentionKernel,
 ) -> Result<KernelCall, CudaError> {
     dims.check(heads)?;
-    check_kernel(kernel, dtype)?;
     let name = attention_name(FORWARD_NAMES, heads, kernel);
     let mut params = vec![
-        model("out", dims.out_len()),
-        f32s("lse", dims.stats_len()),
+        model("out", dims.out_len()).written(),
+        f32s("lse", dims.stats_len()).written(),
         model("qkv", dims.qkv_len()),
     ];
     params.extend(dims.head_params(heads)?);
@@ -838,7 +961,7 @@ pub fn attention_forward(
 
 /// Attention backward: `attention_backward_preprocess` (`delta`), then dk/dv (one block per
 /// key/value head) and dq into `dqkv` (written, not accumulated), by `kernel`'s kernels (the
-/// preprocess is shared).
+/// preprocess is shared; the tensor-core kernels are built for bf16 and f16 only).
 pub fn attention_backward(
     dtype: Dtype,
     dims: GroupedAttention,
@@ -846,13 +969,12 @@ pub fn attention_backward(
     kernel: AttentionKernel,
 ) -> Result<Vec<KernelCall>, CudaError> {
     dims.check(heads)?;
-    check_kernel(kernel, dtype)?;
     let mut calls = vec![KernelCall::typed(
         "attention_backward_preprocess",
         dtype,
         rows(dims.stats_len(), dims.head_dim),
         vec![
-            f32s("delta", dims.stats_len()),
+            f32s("delta", dims.stats_len()).written(),
             model("dout", dims.out_len()),
             model("out", dims.out_len()),
             int("batch", dims.batch)?,
@@ -866,7 +988,7 @@ pub fn attention_backward(
         (attention_name(DQ_NAMES, heads, kernel), dims.n_head),
     ] {
         let mut params = vec![
-            model("dqkv", dims.qkv_len()),
+            model("dqkv", dims.qkv_len()).written(),
             model("dout", dims.out_len()),
             model("qkv", dims.qkv_len()),
             f32s("lse", dims.stats_len()),
@@ -902,10 +1024,10 @@ pub fn fused_classifier(
         dtype,
         self::rows(rows, vocab),
         vec![
-            model("logits", strided_len(rows, vocab, stride)),
-            f32s("losses", rows),
+            model("logits", strided_len(rows, vocab, stride)).written(),
+            f32s("losses", rows).written(),
             buf("targets", Element::I32, rows),
-            run_float("dloss"),
+            run("dloss", RunValue::Dloss),
             int("rows", rows)?,
             int("vocab", vocab)?,
             int("stride", stride)?,
@@ -922,11 +1044,11 @@ pub fn unscale_and_norm(dtype: Dtype, n: usize) -> Result<Vec<KernelCall>, CudaE
         dtype,
         elements(n),
         vec![
-            model("grads", n),
+            model("grads", n).written(),
             long("n", n),
-            run_float("inv_scale"),
-            buf("partials", Element::F64, blocks),
-            buf("found_inf", Element::I32, 1),
+            run("inv_scale", RunValue::InvScale),
+            buf("partials", Element::F64, blocks).written(),
+            buf("found_inf", Element::I32, 1).written(),
         ],
     )?;
     let sum = KernelCall::new(
@@ -934,7 +1056,7 @@ pub fn unscale_and_norm(dtype: Dtype, n: usize) -> Result<Vec<KernelCall>, CudaE
         "sum_partials_f64".to_string(),
         elements(blocks),
         vec![
-            buf("out", Element::F64, 1),
+            buf("out", Element::F64, 1).written().bound("total", 0, 0),
             buf("partials", Element::F64, blocks),
             int("count", blocks)?,
         ],
@@ -950,16 +1072,13 @@ pub fn adamw(dtype: Dtype, n: usize, segments: usize) -> Result<KernelCall, Cuda
         dtype,
         Work::Segments(segments as u64),
         vec![
-            f32s("master", n),
-            at("params_out", Element::Model, Fit::ExactOrNull(n)),
+            f32s("master", n).written(),
+            at("params_out", Element::Model, Fit::ExactOrNull(n)).written(),
             model("grads", n),
-            f32s("exp_avg", n),
-            f32s("exp_avg_sq", n),
+            f32s("exp_avg", n).written(),
+            f32s("exp_avg_sq", n).written(),
             buf("segments", Element::AdamSegment, segments),
-            Param {
-                name: "s",
-                value: Value::RunScalars,
-            },
+            run("s", RunValue::AdamScalars),
         ],
     )
 }

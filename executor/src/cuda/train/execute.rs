@@ -1,14 +1,15 @@
 //! Runs the ops of [`super::program`] on the GPU: [`DeviceBuffers`] holds one allocation per
-//! [`Region`], and [`Executor::run`] turns each op into its [`Launcher`] or [`Gemm`] call on
-//! views of those allocations. **Needs a GPU**; nothing here is reached without one.
+//! [`Region`], and [`Executor::run`] turns each op into its kernel launches (bound to those
+//! allocations through the launch table's descriptions, [`Launcher::launch_bound`]), a
+//! [`Gemm`] call, a memset or a copy. **Needs a GPU**; nothing here is reached without one.
 //!
 //! Several tensors of one op can live in one region (a LayerNorm's input and output in the
 //! activations, its weight and bias gradients in the gradients); [`carve`] hands out disjoint
-//! mutable views of one allocation in safe code. Which region each operand lives in is fixed
-//! per op kind ([`Op::regions`], checked on the host for every op of the step).
+//! mutable views of one allocation in safe code. The same bindings are checked on the host
+//! for every op of the step ([`Op::check`]).
 
 use crate::cuda::gemm::GemmElement;
-use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut};
+use cudarc::driver::{CudaSlice, CudaStream};
 use std::sync::Arc;
 
 use dsplan_planner::memory::cuda_layout::CudaRegion;
@@ -18,8 +19,8 @@ use super::region::{Region, RegionSizes, TensorRef};
 use crate::cuda::adamw::{AdamScalars, AdamSegment, Decay};
 use crate::cuda::error::CudaError;
 use crate::cuda::gemm::{Gemm, Pass};
+use crate::cuda::launch::bind::{Allocation, RunValues, carve};
 use crate::cuda::launch::{Launcher, Storage};
-use crate::tensor::Span;
 use crate::tensor::TensorTable;
 
 /// Every allocation of a step.
@@ -155,56 +156,77 @@ pub struct RunScalars {
     pub bucket_groups: usize,
 }
 
-/// Disjoint mutable views of `slice` at `spans` (any order; checked), handed to `f` in the
-/// order given.
-pub fn carve<T, R, F>(slice: &mut CudaSlice<T>, spans: &[Span], f: F) -> Result<R, CudaError>
-where
-    F: for<'v> FnOnce(&mut [CudaViewMut<'v, T>]) -> Result<R, CudaError>,
-{
-    let mut order: Vec<usize> = (0..spans.len()).collect();
-    order.sort_by_key(|&i| spans[i].offset);
-    let mut end = 0;
-    for &i in &order {
-        if spans[i].offset < end {
+impl<T: Storage> DeviceBuffers<T> {
+    /// Every allocation as a launch binds it, in [`Region::ALL`] order (an argument's `at`,
+    /// [`Op::bindings`]).
+    fn allocations(&mut self) -> [&mut dyn Allocation; 20] {
+        let DeviceBuffers {
+            params,
+            grads,
+            activations,
+            master,
+            exp_avg,
+            exp_avg_sq,
+            stats,
+            scratch,
+            tokens,
+            targets,
+            bucket_tokens,
+            bucket_starts,
+            bucket_rows,
+            norm_partials,
+            norm_total,
+            found_inf,
+            segments,
+            reduce_staging,
+            gather_in,
+            gather_out,
+            host_segments: _,
+        } = self;
+        [
+            params,
+            grads,
+            master,
+            exp_avg,
+            exp_avg_sq,
+            activations,
+            stats,
+            scratch,
+            tokens,
+            targets,
+            bucket_tokens,
+            bucket_starts,
+            bucket_rows,
+            norm_partials,
+            norm_total,
+            found_inf,
+            segments,
+            reduce_staging,
+            gather_in,
+            gather_out,
+        ]
+    }
+
+    /// The uploaded AdamW segments lie inside the `n` parameters the op steps, and the op
+    /// reads all of them (the kernel indexes by the segments).
+    fn check_segments(&self, segments: &TensorRef, n: usize) -> Result<(), CudaError> {
+        if segments.len() != self.host_segments.len() {
             return Err(CudaError::Shape(format!(
-                "operands overlap at element {}",
-                spans[i].offset
+                "{} segments on the device, {} on the host",
+                segments.len(),
+                self.host_segments.len()
             )));
         }
-        end = spans[i].end();
+        for segment in &self.host_segments {
+            if segment.offset < 0 || segment.len < 0 || (segment.offset + segment.len) as usize > n
+            {
+                return Err(CudaError::Shape(format!(
+                    "segment {segment:?} outside {n} parameters"
+                )));
+            }
+        }
+        Ok(())
     }
-    if end > slice.len() {
-        return Err(CudaError::Shape(format!(
-            "an operand ends at {end}, past its buffer of {}",
-            slice.len()
-        )));
-    }
-    split_next(slice.as_view_mut(), 0, spans, &order, Vec::new(), f)
-}
-
-fn split_next<'a, T, R, F>(
-    mut rest: CudaViewMut<'a, T>,
-    rest_start: usize,
-    spans: &[Span],
-    order: &[usize],
-    done: Vec<(usize, CudaViewMut<'a, T>)>,
-    f: F,
-) -> Result<R, CudaError>
-where
-    F: for<'v> FnOnce(&mut [CudaViewMut<'v, T>]) -> Result<R, CudaError>,
-{
-    let Some((&i, tail)) = order.split_first() else {
-        let mut done = done;
-        done.sort_by_key(|(i, _)| *i);
-        let mut views: Vec<CudaViewMut<'_, T>> = done.into_iter().map(|(_, v)| v).collect();
-        return f(&mut views);
-    };
-    let span = spans[i];
-    let (mut upto, after) = rest.split_at_mut(span.end() - rest_start);
-    let (_, piece) = upto.split_at_mut(span.offset - rest_start);
-    let mut done = done;
-    done.push((i, piece));
-    split_next(after, span.end(), spans, tail, done, f)
 }
 
 fn range(t: &TensorRef) -> std::ops::Range<usize> {
@@ -227,515 +249,117 @@ pub struct Executor<'m> {
 }
 
 impl Executor<'_> {
-    /// Runs `op` on `bufs`.
+    /// Runs `op` on `bufs`: a memset, a copy or a product as itself, every other compute op
+    /// as its kernels, each argument bound to the allocation of the operand its description
+    /// names ([`Op::bindings`]).
     pub fn run<T: GemmElement>(
         &self,
         op: &Op,
         bufs: &mut DeviceBuffers<T>,
         scalars: &RunScalars,
     ) -> Result<(), CudaError> {
-        if op.regions_ok().is_err() {
-            return Err(shape_error(op));
-        }
-        let l = &self.launcher;
-        let eps = self.eps;
-        let stream = l.stream().clone();
-        let wrong = || shape_error(op);
-        let DeviceBuffers {
-            params,
-            grads,
-            activations,
-            stats,
-            scratch,
-            tokens,
-            targets,
-            bucket_tokens,
-            bucket_starts,
-            bucket_rows,
-            norm_partials,
-            norm_total,
-            found_inf,
-            ..
-        } = bufs;
+        let stream = self.launcher.stream();
         match op {
             Op::Zero { tensor } => {
                 let r = range(tensor);
                 match tensor.region {
-                    Region::Grads => stream.memset_zeros(&mut grads.slice_mut(r))?,
+                    Region::Grads => stream.memset_zeros(&mut bufs.grads.slice_mut(r))?,
                     Region::Step(CudaRegion::Activations) => {
-                        stream.memset_zeros(&mut activations.slice_mut(r))?
+                        stream.memset_zeros(&mut bufs.activations.slice_mut(r))?
                     }
                     Region::Step(CudaRegion::FoundInf) => {
-                        stream.memset_zeros(&mut found_inf.slice_mut(r))?
+                        stream.memset_zeros(&mut bufs.found_inf.slice_mut(r))?
                     }
-                    _ => return Err(wrong()),
+                    _ => return Err(shape_error(op)),
                 }
                 Ok(())
             }
-            Op::Copy { dst, src } => carve(activations, &[dst.span, src.span], |a| {
-                let [dst_v, src_v] = a else {
-                    return Err(wrong());
-                };
-                stream.memcpy_dtod(&src_v.as_view(), dst_v)?;
-                Ok(())
-            }),
-            Op::Embed {
-                out,
-                tokens: t,
-                wte,
-                positions,
-                seq_len,
-            } => {
-                let c = self_channels(out, t)?;
-                let tokens_v = tokens.slice(range(t));
-                let wte_v = params.slice(range(wte));
-                match positions.region {
-                    // A zeroed work buffer in the activations, beside the output.
-                    Region::Step(CudaRegion::Activations) => {
-                        carve(activations, &[out.span, positions.span], |a| {
-                            let [out_v, positions_v] = a else {
-                                return Err(wrong());
-                            };
-                            let positions_v = positions_v.as_view();
-                            l.encoder_forward(out_v, &tokens_v, &wte_v, &positions_v, *seq_len, c)
-                        })
-                    }
-                    _ => l.encoder_forward(
-                        &mut activations.slice_mut(range(out)),
-                        &tokens_v,
-                        &wte_v,
-                        &params.slice(range(positions)),
-                        *seq_len,
-                        c,
-                    ),
-                }
-            }
-            Op::EmbedBackward {
-                dwte,
-                dwpe,
-                dout,
-                seq_len,
-                bucket_rows: rows,
-                ..
-            } => {
-                let groups = scalars.bucket_groups;
-                let dout_v = activations.slice(range(dout));
-                let buckets = (
-                    bucket_tokens.slice(0..groups),
-                    bucket_starts.slice(0..groups + 1),
-                    bucket_rows.slice(range(rows)),
-                );
-                match dwpe {
-                    Some(dwpe) => carve(grads, &[dwte.span, dwpe.span], |v| {
-                        let [dwte_v, dwpe_v] = v else {
-                            return Err(wrong());
-                        };
-                        l.encoder_backward(
-                            dwte_v,
-                            dwpe_v,
-                            &dout_v,
-                            &buckets.0,
-                            &buckets.1,
-                            &buckets.2,
-                            *seq_len,
-                            self_channels(dout, rows)?,
-                        )
-                    }),
-                    None => l.embedding_backward(
-                        &mut grads.slice_mut(range(dwte)),
-                        &dout_v,
-                        &buckets.0,
-                        &buckets.1,
-                        &buckets.2,
-                    ),
-                }
-            }
-            Op::LayerNormForward {
-                out,
-                mean,
-                rstd,
-                inp,
-                weight,
-                bias,
-            } => carve(activations, &[out.span, inp.span], |a| {
-                let [out_v, inp_v] = a else {
-                    return Err(wrong());
-                };
-                carve(stats, &[mean.span, rstd.span], |s| {
-                    let [mean_v, rstd_v] = s else {
-                        return Err(wrong());
+            Op::Copy { dst, src } => {
+                carve(&mut bufs.activations, &[dst.span, src.span], |mut a| {
+                    let [dst_v, src_v] = a.as_mut_slice() else {
+                        return Err(shape_error(op));
                     };
-                    l.layernorm_forward(
-                        out_v,
-                        mean_v,
-                        rstd_v,
-                        &inp_v.as_view(),
-                        &params.slice(range(weight)),
-                        &params.slice(range(bias)),
-                        eps,
-                    )
-                })
-            }),
-            Op::ResidualLayerNormForward {
-                residual,
-                out,
-                mean,
-                rstd,
-                a,
-                b,
-                weight,
-                bias,
-            } => carve(
-                activations,
-                &[residual.span, out.span, a.span, b.span],
-                |v| {
-                    let [res_v, out_v, a_v, b_v] = v else {
-                        return Err(wrong());
-                    };
-                    carve(stats, &[mean.span, rstd.span], |s| {
-                        let [mean_v, rstd_v] = s else {
-                            return Err(wrong());
-                        };
-                        l.residual_layernorm_forward(
-                            res_v,
-                            out_v,
-                            mean_v,
-                            rstd_v,
-                            &a_v.as_view(),
-                            &b_v.as_view(),
-                            &params.slice(range(weight)),
-                            &params.slice(range(bias)),
-                            eps,
-                        )
-                    })
-                },
-            ),
-            Op::LayerNormBackward {
-                dinp,
-                dweight,
-                dbias,
-                scratch: partials,
-                dout,
-                inp,
-                weight,
-                mean,
-                rstd,
-            } => carve(activations, &[dinp.span, dout.span, inp.span], |a| {
-                let [dinp_v, dout_v, inp_v] = a else {
-                    return Err(wrong());
-                };
-                carve(grads, &[dweight.span, dbias.span], |gv| {
-                    let [dw_v, db_v] = gv else {
-                        return Err(wrong());
-                    };
-                    l.layernorm_backward(
-                        dinp_v,
-                        dw_v,
-                        db_v,
-                        &mut scratch.slice_mut(range(partials)),
-                        &dout_v.as_view(),
-                        &inp_v.as_view(),
-                        &params.slice(range(weight)),
-                        &stats.slice(range(mean)),
-                        &stats.slice(range(rstd)),
-                    )
-                })
-            }),
-            Op::RmsNormForward {
-                out,
-                rstd,
-                inp,
-                weight,
-            } => carve(activations, &[out.span, inp.span], |a| {
-                let [out_v, inp_v] = a else {
-                    return Err(wrong());
-                };
-                l.rmsnorm_forward(
-                    out_v,
-                    &mut stats.slice_mut(range(rstd)),
-                    &inp_v.as_view(),
-                    &params.slice(range(weight)),
-                    eps,
-                )
-            }),
-            Op::RmsNormBackward {
-                dinp,
-                dweight,
-                scratch: partials,
-                dout,
-                inp,
-                weight,
-                rstd,
-            } => carve(activations, &[dinp.span, dout.span, inp.span], |a| {
-                let [dinp_v, dout_v, inp_v] = a else {
-                    return Err(wrong());
-                };
-                l.rmsnorm_backward(
-                    dinp_v,
-                    &mut grads.slice_mut(range(dweight)),
-                    &mut scratch.slice_mut(range(partials)),
-                    &dout_v.as_view(),
-                    &inp_v.as_view(),
-                    &params.slice(range(weight)),
-                    &stats.slice(range(rstd)),
-                )
-            }),
-            Op::Linear {
-                product,
-                out,
-                first,
-                second,
-                bias,
-            } => match product.pass {
-                // Into the activations, from an activation and a parameter (and its bias).
-                Pass::Forward | Pass::BackwardInput => {
-                    carve(activations, &[out.span, first.span], |a| {
-                        let [out_v, first_v] = a else {
-                            return Err(wrong());
-                        };
-                        let bias_v = bias.map(|b| params.slice(range(&b)));
-                        self.gemm.run(
-                            *product,
-                            out_v,
-                            &first_v.as_view(),
-                            &params.slice(range(second)),
-                            bias_v.as_ref(),
-                        )
-                    })
-                }
-                // Into a gradient, from two activations.
-                Pass::BackwardWeight => self.gemm.run(
-                    *product,
-                    &mut grads.slice_mut(range(out)),
-                    &activations.slice(range(first)),
-                    &activations.slice(range(second)),
-                    None,
-                ),
-            },
-            Op::BiasBackward {
-                dbiases,
-                scratch: partials,
-                dout,
-            } => {
-                let spans: Vec<Span> = dbiases.iter().map(|b| b.span).collect();
-                carve(grads, &spans, |views| {
-                    l.split_bias_backward(
-                        views,
-                        &mut scratch.slice_mut(range(partials)),
-                        &activations.slice(range(dout)),
-                    )
+                    stream.memcpy_dtod(&src_v.as_view(), dst_v)?;
+                    Ok(())
                 })
             }
-            Op::GeluForward { out, inp } => carve(activations, &[out.span, inp.span], |a| {
-                let [out_v, inp_v] = a else {
-                    return Err(wrong());
-                };
-                l.gelu_forward(out_v, &inp_v.as_view())
-            }),
-            Op::GeluBackward { d, inp } => carve(activations, &[d.span, inp.span], |a| {
-                let [d_v, inp_v] = a else {
-                    return Err(wrong());
-                };
-                l.gelu_backward_inplace(d_v, &inp_v.as_view())
-            }),
-            Op::SwiGluForward {
-                out,
-                gate_up,
-                inner,
-            } => carve(activations, &[out.span, gate_up.span], |a| {
-                let [out_v, gate_up_v] = a else {
-                    return Err(wrong());
-                };
-                l.swiglu_forward(out_v, &gate_up_v.as_view(), *inner)
-            }),
-            Op::SwiGluBackward {
-                dgate_up,
-                dout,
-                gate_up,
-                inner,
-            } => carve(
-                activations,
-                &[dgate_up.span, dout.span, gate_up.span],
-                |a| {
-                    let [dgate_up_v, dout_v, gate_up_v] = a else {
-                        return Err(wrong());
-                    };
-                    l.swiglu_backward(dgate_up_v, &dout_v.as_view(), &gate_up_v.as_view(), *inner)
-                },
-            ),
-            Op::Rope {
-                rows,
-                cos,
-                sin,
-                heads,
-                width,
-                seq_len,
-                rotation,
-            } => l.rope(
-                &mut activations.slice_mut(range(rows)),
-                &stats.slice(range(cos)),
-                &stats.slice(range(sin)),
-                (*width, *heads, *seq_len),
-                *rotation,
-            ),
-            Op::AttentionForward {
-                out,
-                lse,
-                qkv,
-                attention,
-            } => carve(activations, &[out.span, qkv.span], |a| {
-                let [out_v, qkv_v] = a else {
-                    return Err(wrong());
-                };
-                l.attention_forward(
-                    out_v,
-                    &mut stats.slice_mut(range(lse)),
-                    &qkv_v.as_view(),
-                    attention.dims,
-                    (attention.heads, attention.kernel),
-                )
-            }),
-            Op::AttentionBackward {
-                dqkv,
-                delta,
-                dout,
-                out,
-                qkv,
-                lse,
-                attention,
-            } => carve(
-                activations,
-                &[dqkv.span, dout.span, out.span, qkv.span],
-                |a| {
-                    let [dqkv_v, dout_v, out_v, qkv_v] = a else {
-                        return Err(wrong());
-                    };
-                    l.attention_backward(
-                        dqkv_v,
-                        &mut scratch.slice_mut(range(delta)),
-                        &dout_v.as_view(),
-                        &out_v.as_view(),
-                        &qkv_v.as_view(),
-                        &stats.slice(range(lse)),
-                        attention.dims,
-                        (attention.heads, attention.kernel),
-                    )
-                },
-            ),
-            Op::FusedClassifier {
-                logits,
-                losses,
-                targets: t,
-                vocab,
-                stride,
-            } => l.fused_classifier(
-                &mut activations.slice_mut(range(logits)),
-                &mut stats.slice_mut(range(losses)),
-                &targets.slice(range(t)),
-                scalars.dloss,
-                (*vocab, *stride),
-            ),
-            Op::UnscaleNorm {
-                grads: gr,
-                partials,
-                total,
-                found_inf: flag,
-            } => l.unscale_and_norm(
-                &mut grads.slice_mut(range(gr)),
-                scalars.inv_scale,
-                &mut norm_partials.slice_mut(range(partials)),
-                &mut norm_total.slice_mut(range(total)),
-                &mut found_inf.slice_mut(range(flag)),
-            ),
-            Op::AdamW { .. } => self.adamw(op, bufs, scalars),
+            Op::Linear { .. } => self.product(op, bufs),
             Op::Collective(_) => Err(CudaError::Shape(format!(
                 "{op:?}: communication runs through the device collectives, not the compute \
                  executor"
             ))),
+            _ => {
+                if let Op::AdamW {
+                    master, segments, ..
+                } = op
+                {
+                    bufs.check_segments(segments, master.len())?;
+                }
+                let run = RunValues {
+                    eps: self.eps,
+                    dloss: scalars.dloss,
+                    inv_scale: scalars.inv_scale,
+                    adam: scalars.adam,
+                };
+                let bindings = op
+                    .bindings(T::DTYPE, scalars.bucket_groups)
+                    .map_err(|e| CudaError::Shape(format!("{op:?}: {e}")))?;
+                for (call, slots) in bindings {
+                    let mut allocations = bufs.allocations();
+                    self.launcher
+                        .launch_bound(&call, T::DTYPE, &slots, &mut allocations, &run)?;
+                }
+                Ok(())
+            }
         }
     }
 
-    /// The fused AdamW over the segment table.
-    fn adamw<T: GemmElement>(
+    /// A product: into the activations from an activation and a parameter (and its bias),
+    /// or into a gradient from two activations.
+    fn product<T: GemmElement>(
         &self,
         op: &Op,
         bufs: &mut DeviceBuffers<T>,
-        scalars: &RunScalars,
     ) -> Result<(), CudaError> {
-        let Op::AdamW {
-            master: m,
-            params_out,
-            grads: gr,
-            exp_avg: ea,
-            exp_avg_sq: eas,
-            segments: seg,
+        let Op::Linear {
+            product,
+            out,
+            first,
+            second,
+            bias,
         } = op
         else {
             return Err(shape_error(op));
         };
-        let l = &self.launcher;
-        let adam = scalars
-            .adam
-            .ok_or_else(|| CudaError::Shape("AdamW ran without its scalars".to_string()))?;
         let DeviceBuffers {
             params,
             grads,
-            master,
-            exp_avg,
-            exp_avg_sq,
-            segments,
-            host_segments,
+            activations,
             ..
         } = bufs;
-        let grads_v = grads.slice(range(gr));
-        let mut ea_v = exp_avg.slice_mut(range(ea));
-        let mut eas_v = exp_avg_sq.slice_mut(range(eas));
-        let seg_v = segments.slice(range(seg));
-        match params_out {
-            Some(p) => l.adamw(
-                &mut master.slice_mut(range(m)),
-                Some(&mut params.slice_mut(range(p))),
-                &grads_v,
-                &mut ea_v,
-                &mut eas_v,
-                &seg_v,
-                host_segments,
-                adam,
-            ),
-            None => {
-                // f32 training: the parameters are the master weights.
-                if T::DTYPE != dsplan_kernels::Dtype::F32 {
-                    return Err(CudaError::Shape(
-                        "AdamW without a master copy needs f32 parameters".to_string(),
-                    ));
-                }
-                let mut params_view = params.slice_mut(range(m));
-                // SAFETY: T is f32 (checked above): the same bytes, the same type.
-                let mut as_f32 = unsafe { params_view.transmute_mut::<f32>(m.len()) }
-                    .ok_or_else(|| CudaError::Shape("parameter view too short".into()))?;
-                l.adamw::<T>(
-                    &mut as_f32,
-                    None,
-                    &grads_v,
-                    &mut ea_v,
-                    &mut eas_v,
-                    &seg_v,
-                    host_segments,
-                    adam,
-                )
+        match product.pass {
+            Pass::Forward | Pass::BackwardInput => {
+                carve(activations, &[out.span, first.span], |mut a| {
+                    let [out_v, first_v] = a.as_mut_slice() else {
+                        return Err(shape_error(op));
+                    };
+                    let bias_v = bias.map(|b| params.slice(range(&b)));
+                    self.gemm.run(
+                        *product,
+                        out_v,
+                        &first_v.as_view(),
+                        &params.slice(range(second)),
+                        bias_v.as_ref(),
+                    )
+                })
             }
+            Pass::BackwardWeight => self.gemm.run(
+                *product,
+                &mut grads.slice_mut(range(out)),
+                &activations.slice(range(first)),
+                &activations.slice(range(second)),
+                None,
+            ),
         }
     }
-}
-
-/// Columns of `(rows, C)` `tensor` with `rows = index.len()`.
-fn self_channels(tensor: &TensorRef, index: &TensorRef) -> Result<usize, CudaError> {
-    if index.is_empty() || !tensor.len().is_multiple_of(index.len()) {
-        return Err(CudaError::Shape(format!(
-            "{} elements are not {} rows",
-            tensor.len(),
-            index.len()
-        )));
-    }
-    Ok(tensor.len() / index.len())
 }

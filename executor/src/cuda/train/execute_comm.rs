@@ -17,7 +17,7 @@ use super::program::{CommAction, CommOp, CommStream, EventId, Op};
 use super::region::{Region, TensorRef};
 use crate::cuda::device_comm::{DeviceComm, Wire};
 use crate::cuda::error::CudaError;
-use crate::cuda::launch::{Launcher, Storage};
+use crate::cuda::launch::{Launcher, Storage, read, table, write};
 
 fn range(t: &TensorRef) -> std::ops::Range<usize> {
     t.span.offset..t.span.end()
@@ -86,9 +86,14 @@ impl CommRunner {
                     {
                         return Err(unexpected("accumulate", op));
                     }
-                    on_stream.accumulate(
-                        &mut bufs.grads.slice_mut(range(&piece.dst)),
-                        &bufs.reduce_staging.slice(range(&piece.src)),
+                    let call = table::accumulate(T::DTYPE, piece.src.len())?;
+                    on_stream.launch(
+                        &call,
+                        T::DTYPE,
+                        &mut [
+                            write(&mut bufs.grads.slice_mut(range(&piece.dst))),
+                            read(&bufs.reduce_staging.slice(range(&piece.src))),
+                        ],
                     )?;
                 }
             }

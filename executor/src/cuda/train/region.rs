@@ -61,6 +61,15 @@ impl Region {
         Region::GatherOut,
     ];
 
+    /// Its place in [`Region::ALL`] (the one list of allocations: the device's and the host
+    /// interpreter's buffers are kept in this order).
+    pub fn index(self) -> usize {
+        Region::ALL
+            .iter()
+            .position(|r| *r == self)
+            .unwrap_or(Region::ALL.len())
+    }
+
     /// What the region's elements are (the planner's, [`cuda_layout::CudaRegion::element`],
     /// for all but the model states).
     pub fn element(self) -> Element {

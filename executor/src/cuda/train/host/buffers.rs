@@ -48,10 +48,6 @@ fn kind(values: &Values) -> &'static str {
     }
 }
 
-fn index(region: Region) -> usize {
-    Region::ALL.iter().position(|r| *r == region).unwrap_or(0)
-}
-
 fn span_of<T>(data: &[T], t: &TensorRef) -> Result<std::ops::Range<usize>, HostError> {
     let range = t.span.offset..t.span.end();
     if range.end > data.len() {
@@ -70,7 +66,7 @@ macro_rules! typed_access {
     ($get:ident, $get_mut:ident, $variant:ident, $ty:ty, $what:literal) => {
         /// The elements of `t` (a region of this element type).
         pub fn $get(&self, t: &TensorRef) -> Result<&[$ty], HostError> {
-            match &self.regions[index(t.region)] {
+            match &self.regions[t.region.index()] {
                 Values::$variant(data) => Ok(&data[span_of(data, t)?]),
                 other => Err(HostError(format!(
                     "{:?} holds {} elements, the op reads it as {}",
@@ -83,7 +79,7 @@ macro_rules! typed_access {
 
         /// The elements of `t`, to be written.
         pub fn $get_mut(&mut self, t: &TensorRef) -> Result<&mut [$ty], HostError> {
-            match &mut self.regions[index(t.region)] {
+            match &mut self.regions[t.region.index()] {
                 Values::$variant(data) => {
                     let range = span_of(data, t)?;
                     Ok(&mut data[range])
@@ -162,7 +158,7 @@ impl HostBuffers {
 
     /// Elements `region` holds.
     pub fn len(&self, region: Region) -> usize {
-        match &self.regions[index(region)] {
+        match &self.regions[region.index()] {
             Values::F32(v) => v.len(),
             Values::F64(v) => v.len(),
             Values::U32(v) => v.len(),

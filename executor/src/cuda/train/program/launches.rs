@@ -1,14 +1,21 @@
-//! [`Op::launches`]: the kernels (and library calls) each op launches, read from the same
-//! descriptions the launcher binds its views to ([`crate::cuda::launch::table`]): argument
-//! types and `.cu` names in order, grid and block from the registry's rules.
+//! [`Op::kernel_calls`]: the kernels each op launches, as the descriptions the launcher binds
+//! the op's operands to ([`crate::cuda::launch::table`]), read off the op's fields in one
+//! place; and [`Op::launches`], those and the library calls listed for the host: argument
+//! types, `.cu` names and which arguments are written, grid and block from the registry's
+//! rules.
 
 use dsplan_kernels::{Dtype, LaunchDims, kernel};
+
+use crate::tensor::Span;
 
 use super::collectives::CommAction;
 use super::{Op, ShapeError, divides};
 use crate::cuda::element::Element;
 use crate::cuda::error::CudaError;
-use crate::cuda::launch::table::{self, KernelCall, RopeShape, Value, attention_entry};
+use crate::cuda::launch::bind::{Bound, resolve};
+use crate::cuda::launch::table::{
+    self, Access, KernelCall, RopeShape, RunValue, Value, attention_entry,
+};
 
 /// A kernel argument's type, as the `.cu` signature declares it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +43,8 @@ pub struct Launch {
     pub args: Vec<ArgType>,
     /// The arguments' `.cu` parameter names, in the same order.
     pub names: Vec<&'static str>,
+    /// The names of the buffers the kernel writes (the `.cu` declares the others `const`).
+    pub written: Vec<&'static str>,
     /// Grid and block from the registry's rule (`None` for library calls).
     pub dims: Option<LaunchDims>,
 }
@@ -46,18 +55,33 @@ impl From<KernelCall> for Launch {
             Value::Buffer { element, .. } => ArgType::Pointer(element),
             Value::Int(_) => ArgType::Int,
             Value::Long(_) => ArgType::Long,
-            Value::Float(_) | Value::RunFloat => ArgType::Float,
-            Value::RunScalars => ArgType::Scalars,
+            Value::Float(_) | Value::Run(RunValue::Eps | RunValue::Dloss | RunValue::InvScale) => {
+                ArgType::Float
+            }
+            Value::Run(RunValue::AdamScalars) => ArgType::Scalars,
         };
+        let written = call.params.iter().filter(|p| {
+            matches!(
+                p.value,
+                Value::Buffer {
+                    access: Access::Write,
+                    ..
+                }
+            )
+        });
         Launch {
             kernel: call.kernel,
             args: call.params.iter().map(|p| arg(p.value)).collect(),
             names: call.params.iter().map(|p| p.name).collect(),
+            written: written.map(|p| p.name).collect(),
             entry_point: call.entry_point,
             dims: Some(call.dims),
         }
     }
 }
+
+/// A kernel call with its buffer arguments bound ([`Op::bindings`]).
+pub type BoundCall = (KernelCall, Vec<Option<Bound>>);
 
 /// A library call (no kernel of ours).
 fn library(name: &'static str) -> Launch {
@@ -66,21 +90,13 @@ fn library(name: &'static str) -> Launch {
         entry_point: String::new(),
         args: Vec::new(),
         names: Vec::new(),
+        written: Vec::new(),
         dims: None,
     }
 }
 
-/// The launches of `calls`, a description's error as the op's shape error.
-fn described(calls: Result<Vec<KernelCall>, CudaError>) -> Result<Vec<Launch>, ShapeError> {
-    match calls {
-        Ok(calls) => Ok(calls.into_iter().map(Launch::from).collect()),
-        Err(e) => Err(ShapeError(e.to_string())),
-    }
-}
-
-/// One launch.
-fn one(call: Result<KernelCall, CudaError>) -> Result<Vec<Launch>, ShapeError> {
-    described(call.map(|c| vec![c]))
+fn shape(e: CudaError) -> ShapeError {
+    ShapeError(e.to_string())
 }
 
 /// The attention kernels a step launches (each instantiated per head size).
@@ -130,12 +146,16 @@ pub fn check_head_size(head_dim: usize, dtype: Dtype) -> Result<(), ShapeError> 
 }
 
 impl Op {
-    /// The kernels the op launches in order, for model dtype `dtype` (the embedding's bucket
-    /// count taken at its largest, one group per row).
-    pub fn launches(&self, dtype: Dtype) -> Result<Vec<Launch>, ShapeError> {
+    /// The kernels the op launches in order, for model dtype `dtype`, with `groups` token
+    /// buckets live (the embedding's backward; at most one per row): empty for the ops that
+    /// are library calls (a memset, a copy, a product) or communication. The shapes do not
+    /// depend on `dtype`, the entry points do (whether one is compiled is
+    /// [`KernelCall::compiled`]'s question).
+    pub fn kernel_calls(&self, dtype: Dtype, groups: usize) -> Result<Vec<KernelCall>, ShapeError> {
+        let one = |call: Result<KernelCall, CudaError>| call.map(|c| vec![c]).map_err(shape);
+        let many = |calls: Result<Vec<KernelCall>, CudaError>| calls.map_err(shape);
         match self {
-            Op::Zero { .. } => Ok(vec![library("memset")]),
-            Op::Copy { .. } => Ok(vec![library("memcpy")]),
+            Op::Zero { .. } | Op::Copy { .. } | Op::Linear { .. } => Ok(Vec::new()),
             Op::Embed {
                 out,
                 tokens,
@@ -154,9 +174,9 @@ impl Op {
             } => {
                 let rows = bucket_rows.len();
                 let c = divides("dout", dout.len(), rows)?;
-                described(match dwpe {
-                    Some(_) => table::encoder_backward(dtype, rows, rows, *seq_len, c),
-                    None => table::embedding_backward(dtype, rows, rows, c),
+                many(match dwpe {
+                    Some(_) => table::encoder_backward(dtype, rows, groups, *seq_len, c),
+                    None => table::embedding_backward(dtype, rows, groups, c),
                 })
             }
             Op::LayerNormForward { mean, weight, .. } => {
@@ -166,19 +186,18 @@ impl Op {
                 table::residual_layernorm_forward(dtype, mean.len(), weight.len()),
             ),
             Op::LayerNormBackward { mean, weight, .. } => {
-                described(table::layernorm_backward(dtype, mean.len(), weight.len()))
+                many(table::layernorm_backward(dtype, mean.len(), weight.len()))
             }
             Op::RmsNormForward { rstd, weight, .. } => {
                 one(table::rmsnorm_forward(dtype, rstd.len(), weight.len()))
             }
             Op::RmsNormBackward { rstd, weight, .. } => {
-                described(table::rmsnorm_backward(dtype, rstd.len(), weight.len()))
+                many(table::rmsnorm_backward(dtype, rstd.len(), weight.len()))
             }
-            Op::Linear { .. } => Ok(vec![library("cublasLt")]),
             Op::BiasBackward { dbiases, dout, .. } => {
                 let widths: Vec<usize> = dbiases.iter().map(|b| b.len()).collect();
                 let rows = divides("dout", dout.len(), widths.iter().sum())?;
-                described(table::bias_backward(dtype, rows, &widths))
+                many(table::bias_backward(dtype, rows, &widths))
             }
             Op::GeluForward { inp, .. } => one(table::gelu_forward(dtype, inp.len())),
             Op::GeluBackward { inp, .. } => one(table::gelu_backward(dtype, inp.len())),
@@ -212,7 +231,7 @@ impl Op {
                 one(table::attention_forward(dtype, a.dims, a.heads, a.kernel))
             }
             Op::AttentionBackward { attention: a, .. } => {
-                described(table::attention_backward(dtype, a.dims, a.heads, a.kernel))
+                many(table::attention_backward(dtype, a.dims, a.heads, a.kernel))
             }
             Op::FusedClassifier {
                 targets,
@@ -225,24 +244,74 @@ impl Op {
                 *vocab,
                 *stride,
             )),
-            Op::UnscaleNorm { grads, .. } => described(table::unscale_and_norm(dtype, grads.len())),
+            Op::UnscaleNorm { grads, .. } => many(table::unscale_and_norm(dtype, grads.len())),
             Op::AdamW {
                 master, segments, ..
             } => one(table::adamw(dtype, master.len(), segments.len())),
-            Op::Collective(comm) => Ok(match &comm.action {
+            Op::Collective(comm) => match &comm.action {
+                CommAction::Accumulate { pieces } => pieces
+                    .iter()
+                    .map(|p| table::accumulate(dtype, p.src.len()).map_err(shape))
+                    .collect(),
+                _ => Ok(Vec::new()),
+            },
+        }
+    }
+
+    /// The most token buckets the op can see live: one per row of the embedding's backward.
+    pub fn largest_groups(&self) -> usize {
+        match self {
+            Op::EmbedBackward { bucket_rows, .. } => bucket_rows.len(),
+            _ => 0,
+        }
+    }
+
+    /// [`Self::kernel_calls`], each with its buffer arguments bound to the step's allocations
+    /// ([`resolve`] against [`Op::operands`]): `at` the operand's region's place in
+    /// [`crate::cuda::train::Region::ALL`], the span where the argument's elements lie in it.
+    /// The device executor launches exactly these.
+    pub fn bindings(&self, dtype: Dtype, groups: usize) -> Result<Vec<BoundCall>, ShapeError> {
+        let operands = self.operands();
+        let named: Vec<(&'static str, usize)> =
+            operands.iter().map(|o| (o.name, o.tensor.len())).collect();
+        let at_region = |b: Bound| {
+            let tensor = operands[b.at].tensor;
+            Bound {
+                at: tensor.region.index(),
+                span: Span::new(tensor.span.offset + b.span.offset, b.span.len),
+                ..b
+            }
+        };
+        self.kernel_calls(dtype, groups)?
+            .into_iter()
+            .map(|call| {
+                let slots = resolve(&call, &named).map_err(shape)?;
+                let slots = slots.into_iter().map(|s| s.map(at_region)).collect();
+                Ok((call, slots))
+            })
+            .collect()
+    }
+
+    /// The kernels the op launches in order, for model dtype `dtype` (the embedding's bucket
+    /// count taken at its largest, one group per row), each compiled, and the library calls.
+    pub fn launches(&self, dtype: Dtype) -> Result<Vec<Launch>, ShapeError> {
+        let library = match self {
+            Op::Zero { .. } => vec![library("memset")],
+            Op::Copy { .. } => vec![library("memcpy")],
+            Op::Linear { .. } => vec![library("cublasLt")],
+            Op::Collective(comm) => match &comm.action {
                 CommAction::Collective { .. } => vec![library("nccl")],
                 CommAction::Copy { pieces } => pieces.iter().map(|_| library("memcpy")).collect(),
-                CommAction::Accumulate { pieces } => {
-                    return described(
-                        pieces
-                            .iter()
-                            .map(|p| table::accumulate(dtype, p.src.len()))
-                            .collect(),
-                    );
-                }
                 CommAction::Zero { .. } => vec![library("memset")],
-                CommAction::Sync | CommAction::Release { .. } | CommAction::Mark(_) => Vec::new(),
-            }),
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        };
+        let mut launches = library;
+        for call in self.kernel_calls(dtype, self.largest_groups())? {
+            call.compiled().map_err(shape)?;
+            launches.push(Launch::from(call));
         }
+        Ok(launches)
     }
 }

@@ -26,6 +26,7 @@ pub use launches::{ArgType, Launch, attention_head_sizes, check_head_size};
 use std::fmt;
 
 use super::region::TensorRef;
+pub use crate::cuda::element::Access;
 use crate::cuda::gemm::{Accumulate, Pass, Product, WeightLayout};
 use crate::cuda::launch::{GroupedAttention, Heads, Rotation};
 use crate::train::AttentionKernel;
@@ -399,23 +400,53 @@ fn divides(what: &str, whole: usize, part: usize) -> Result<usize, ShapeError> {
 impl Op {
     /// Every tensor the op touches, with whether it writes it.
     pub fn tensors(&self) -> Vec<(TensorRef, Access)> {
-        let mut op = self.clone();
-        op.tensors_mut().into_iter().map(|(t, a)| (*t, a)).collect()
+        self.operands()
+            .into_iter()
+            .map(|o| (o.tensor, o.access))
+            .collect()
     }
 
-    /// [`Self::tensors`], each to be moved (the one list of an op's operands).
+    /// [`Self::tensors`], each to be moved.
     pub fn tensors_mut(&mut self) -> Vec<(&mut TensorRef, Access)> {
+        self.operands_mut()
+            .into_iter()
+            .map(|(_, t, a)| (t, a))
+            .collect()
+    }
+
+    /// Every operand under the name its kernels' arguments bind it by (the `.cu` parameter
+    /// name of its first kernel; [`crate::cuda::launch::table::Source`]), with whether the op
+    /// writes it.
+    pub fn operands(&self) -> Vec<Operand> {
+        let mut op = self.clone();
+        op.operands_mut()
+            .into_iter()
+            .map(|(name, tensor, access)| Operand {
+                name,
+                tensor: *tensor,
+                access,
+            })
+            .collect()
+    }
+
+    /// [`Self::operands`], each to be moved (the one list of an op's operands).
+    fn operands_mut(&mut self) -> Vec<(&'static str, &mut TensorRef, Access)> {
         use Access::{Read, Write};
         match self {
-            Op::Zero { tensor } => vec![(tensor, Write)],
-            Op::Copy { dst, src } => vec![(dst, Write), (src, Read)],
+            Op::Zero { tensor } => vec![("tensor", tensor, Write)],
+            Op::Copy { dst, src } => vec![("dst", dst, Write), ("src", src, Read)],
             Op::Embed {
                 out,
                 tokens,
                 wte,
                 positions,
                 ..
-            } => vec![(out, Write), (tokens, Read), (wte, Read), (positions, Read)],
+            } => vec![
+                ("out", out, Write),
+                ("tokens", tokens, Read),
+                ("wte", wte, Read),
+                ("wpe", positions, Read),
+            ],
             Op::EmbedBackward {
                 dwte,
                 dwpe,
@@ -425,13 +456,13 @@ impl Op {
                 bucket_rows,
                 ..
             } => {
-                let mut list = vec![(dwte, Write)];
-                list.extend(dwpe.as_mut().map(|t| (t, Write)));
+                let mut list = vec![("dwte", dwte, Write)];
+                list.extend(dwpe.as_mut().map(|t| ("dwpe", t, Write)));
                 list.extend([
-                    (dout, Read),
-                    (bucket_tokens, Read),
-                    (bucket_starts, Read),
-                    (bucket_rows, Read),
+                    ("dout", dout, Read),
+                    ("bucket_token", bucket_tokens, Read),
+                    ("bucket_start", bucket_starts, Read),
+                    ("bucket_rows", bucket_rows, Read),
                 ]);
                 list
             }
@@ -443,12 +474,12 @@ impl Op {
                 weight,
                 bias,
             } => vec![
-                (out, Write),
-                (mean, Write),
-                (rstd, Write),
-                (inp, Read),
-                (weight, Read),
-                (bias, Read),
+                ("out", out, Write),
+                ("mean", mean, Write),
+                ("rstd", rstd, Write),
+                ("inp", inp, Read),
+                ("weight", weight, Read),
+                ("bias", bias, Read),
             ],
             Op::ResidualLayerNormForward {
                 residual,
@@ -460,14 +491,14 @@ impl Op {
                 weight,
                 bias,
             } => vec![
-                (residual, Write),
-                (out, Write),
-                (mean, Write),
-                (rstd, Write),
-                (a, Read),
-                (b, Read),
-                (weight, Read),
-                (bias, Read),
+                ("residual", residual, Write),
+                ("out", out, Write),
+                ("mean", mean, Write),
+                ("rstd", rstd, Write),
+                ("a", a, Read),
+                ("b", b, Read),
+                ("weight", weight, Read),
+                ("bias", bias, Read),
             ],
             Op::LayerNormBackward {
                 dinp,
@@ -480,22 +511,27 @@ impl Op {
                 mean,
                 rstd,
             } => vec![
-                (dinp, Write),
-                (dweight, Write),
-                (dbias, Write),
-                (scratch, Write),
-                (dout, Read),
-                (inp, Read),
-                (weight, Read),
-                (mean, Read),
-                (rstd, Read),
+                ("dinp", dinp, Write),
+                ("dweight", dweight, Write),
+                ("dbias", dbias, Write),
+                ("partials", scratch, Write),
+                ("dout", dout, Read),
+                ("inp", inp, Read),
+                ("weight", weight, Read),
+                ("mean", mean, Read),
+                ("rstd", rstd, Read),
             ],
             Op::RmsNormForward {
                 out,
                 rstd,
                 inp,
                 weight,
-            } => vec![(out, Write), (rstd, Write), (inp, Read), (weight, Read)],
+            } => vec![
+                ("out", out, Write),
+                ("rstd", rstd, Write),
+                ("inp", inp, Read),
+                ("weight", weight, Read),
+            ],
             Op::RmsNormBackward {
                 dinp,
                 dweight,
@@ -505,13 +541,13 @@ impl Op {
                 weight,
                 rstd,
             } => vec![
-                (dinp, Write),
-                (dweight, Write),
-                (scratch, Write),
-                (dout, Read),
-                (inp, Read),
-                (weight, Read),
-                (rstd, Read),
+                ("dinp", dinp, Write),
+                ("dweight", dweight, Write),
+                ("partials", scratch, Write),
+                ("dout", dout, Read),
+                ("inp", inp, Read),
+                ("weight", weight, Read),
+                ("rstd", rstd, Read),
             ],
             Op::Linear {
                 out,
@@ -520,8 +556,12 @@ impl Op {
                 bias,
                 ..
             } => {
-                let mut list = vec![(out, Write), (first, Read), (second, Read)];
-                list.extend(bias.as_mut().map(|b| (b, Read)));
+                let mut list = vec![
+                    ("out", out, Write),
+                    ("first", first, Read),
+                    ("second", second, Read),
+                ];
+                list.extend(bias.as_mut().map(|b| ("bias", b, Read)));
                 list
             }
             Op::BiasBackward {
@@ -529,23 +569,32 @@ impl Op {
                 scratch,
                 dout,
             } => {
-                let mut list: Vec<(&mut TensorRef, Access)> =
-                    dbiases.iter_mut().map(|b| (b, Write)).collect();
-                list.extend([(scratch, Write), (dout, Read)]);
+                let mut list: Vec<_> = dbiases.iter_mut().map(|b| ("dbias", b, Write)).collect();
+                list.extend([("partials", scratch, Write), ("data", dout, Read)]);
                 list
             }
-            Op::GeluForward { out, inp } => vec![(out, Write), (inp, Read)],
-            Op::GeluBackward { d, inp } => vec![(d, Write), (inp, Read)],
-            Op::SwiGluForward { out, gate_up, .. } => vec![(out, Write), (gate_up, Read)],
+            Op::GeluForward { out, inp } => vec![("out", out, Write), ("inp", inp, Read)],
+            Op::GeluBackward { d, inp } => vec![("d", d, Write), ("inp", inp, Read)],
+            Op::SwiGluForward { out, gate_up, .. } => {
+                vec![("out", out, Write), ("gate_up", gate_up, Read)]
+            }
             Op::SwiGluBackward {
                 dgate_up,
                 dout,
                 gate_up,
                 ..
-            } => vec![(dgate_up, Write), (dout, Read), (gate_up, Read)],
-            Op::Rope { rows, cos, sin, .. } => vec![(rows, Write), (cos, Read), (sin, Read)],
+            } => vec![
+                ("dgate_up", dgate_up, Write),
+                ("dout", dout, Read),
+                ("gate_up", gate_up, Read),
+            ],
+            Op::Rope { rows, cos, sin, .. } => vec![
+                ("rows", rows, Write),
+                ("cos_t", cos, Read),
+                ("sin_t", sin, Read),
+            ],
             Op::AttentionForward { out, lse, qkv, .. } => {
-                vec![(out, Write), (lse, Write), (qkv, Read)]
+                vec![("out", out, Write), ("lse", lse, Write), ("qkv", qkv, Read)]
             }
             Op::AttentionBackward {
                 dqkv,
@@ -556,29 +605,33 @@ impl Op {
                 lse,
                 ..
             } => vec![
-                (dqkv, Write),
-                (delta, Write),
-                (dout, Read),
-                (out, Read),
-                (qkv, Read),
-                (lse, Read),
+                ("dqkv", dqkv, Write),
+                ("delta", delta, Write),
+                ("dout", dout, Read),
+                ("out", out, Read),
+                ("qkv", qkv, Read),
+                ("lse", lse, Read),
             ],
             Op::FusedClassifier {
                 logits,
                 losses,
                 targets,
                 ..
-            } => vec![(logits, Write), (losses, Write), (targets, Read)],
+            } => vec![
+                ("logits", logits, Write),
+                ("losses", losses, Write),
+                ("targets", targets, Read),
+            ],
             Op::UnscaleNorm {
                 grads,
                 partials,
                 total,
                 found_inf,
             } => vec![
-                (grads, Write),
-                (partials, Write),
-                (total, Write),
-                (found_inf, Write),
+                ("grads", grads, Write),
+                ("partials", partials, Write),
+                ("total", total, Write),
+                ("found_inf", found_inf, Write),
             ],
             Op::AdamW {
                 master,
@@ -588,26 +641,32 @@ impl Op {
                 exp_avg_sq,
                 segments,
             } => {
-                let mut list = vec![(master, Write)];
-                list.extend(params_out.as_mut().map(|p| (p, Write)));
+                let mut list = vec![("master", master, Write)];
+                list.extend(params_out.as_mut().map(|p| ("params_out", p, Write)));
                 list.extend([
-                    (grads, Read),
-                    (exp_avg, Write),
-                    (exp_avg_sq, Write),
-                    (segments, Read),
+                    ("grads", grads, Read),
+                    ("exp_avg", exp_avg, Write),
+                    ("exp_avg_sq", exp_avg_sq, Write),
+                    ("segments", segments, Read),
                 ]);
                 list
             }
-            Op::Collective(comm) => comm.tensors_mut(),
+            Op::Collective(comm) => comm
+                .tensors_mut()
+                .into_iter()
+                .map(|(t, a)| ("piece", t, a))
+                .collect(),
         }
     }
 }
 
-/// Whether an op reads or writes a tensor.
+/// One operand of an op: the name its kernels bind it by, the tensor, read or written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Read only.
-    Read,
-    /// Written (or accumulated into).
-    Write,
+pub struct Operand {
+    /// Its name.
+    pub name: &'static str,
+    /// The tensor.
+    pub tensor: TensorRef,
+    /// Whether the op writes it.
+    pub access: Access,
 }
