@@ -1,0 +1,24 @@
+//! Supervised fine-tuning data as TRL 1.16's `SFTTrainer` prepares it, for `dsplan run`.
+//!
+//! * [`tokenizer`]: a Hugging Face tokenizer read from a model directory (`tokenizers` crate),
+//!   its special tokens and chat template;
+//! * [`template`]: the chat template rendered with minijinja as transformers renders it,
+//!   `{% generation %}` spans included;
+//! * [`dataset`]: JSONL, JSON and Parquet files (or a directory of shards) read row by row in
+//!   TRL's three shapes, bad rows reported with file and line;
+//! * [`prepare`]: each row tokenized, labelled and truncated as TRL does;
+//! * [`pack`]: best-fit-decreasing packing;
+//! * [`collate`]: micro-batches as TRL's collator makes them (right padding, or padding-free
+//!   with position ids restarting per document);
+//! * [`order`]: which rows each optimizer step, rank and micro-step reads;
+//! * [`cache`]: the prepared token stream kept next to the data.
+
+pub mod error;
+pub mod hash;
+pub mod template;
+pub mod tokenizer;
+
+pub use error::{Location, Record, SftError};
+pub use hash::Fingerprint;
+pub use template::{ChatTemplate, RenderRequest, Rendered};
+pub use tokenizer::{AddSpecial, ChatEncoded, Encoded, HfTokenizer, SpecialToken, SpecialTokens};
