@@ -4,14 +4,9 @@
 //!   its special tokens and chat template;
 //! * [`template`]: the chat template rendered with minijinja as transformers renders it,
 //!   `{% generation %}` spans included;
-//! * [`dataset`]: JSONL, JSON and Parquet files (or a directory of shards) read row by row in
-//!   TRL's three shapes, bad rows reported with file and line;
-//! * [`prepare`]: each row tokenized, labelled and truncated as TRL does;
-//! * [`pack`]: best-fit-decreasing packing;
-//! * [`collate`]: micro-batches as TRL's collator makes them (right padding, or padding-free
-//!   with position ids restarting per document);
-//! * [`order`]: which rows each optimizer step, rank and micro-step reads;
-//! * [`cache`]: the prepared token stream kept next to the data.
+//!
+//! Still to come (issue 31): datasets (JSONL, JSON, Parquet), TRL's preparation rules,
+//! best-fit-decreasing packing, collation, sample order and a cache of the prepared stream.
 
 pub mod error;
 pub mod hash;
