@@ -28,7 +28,7 @@ fn held_texts_tokenize_as_in_python() {
         let tokenizer = HfTokenizer::from_dir(&model).expect("tokenizer loads");
         assert_eq!(
             tokenizer.len() as u64,
-            entry["len_tokenizer"].as_u64().unwrap(),
+            entry["len_tokenizer"].as_u64().expect("len_tokenizer"),
             "{name}"
         );
         let special = tokenizer.special();

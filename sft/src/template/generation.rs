@@ -100,7 +100,9 @@ mod tests {
             "a{%- if true %}{{ \"\u{E000}\" }}{% endif +%}b{% if true %}{{ \"\u{E001}\" }}{% endif -%}c{% if x %}"
         );
         let (text, spans) = extract("x\u{E000}yz\u{E001}w").expect("paired");
-        assert_eq!((text.as_str(), spans), ("xyzw", vec![1..3]));
+        assert_eq!(text, "xyzw");
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0], 1..3);
         assert!(extract("\u{E001}").is_err());
         assert!(extract("\u{E000}").is_err());
     }
