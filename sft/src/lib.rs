@@ -4,15 +4,19 @@
 //!   its special tokens and chat template;
 //! * [`template`]: the chat template rendered with minijinja as transformers renders it,
 //!   `{% generation %}` spans included;
+//! * [`dataset`]: JSONL, JSON and Parquet files (or a directory of shards) read a chunk at a
+//!   time in TRL's three shapes, bad rows reported with file and line or skipped with a count;
 //!
-//! Still to come (issue 31): datasets (JSONL, JSON, Parquet), TRL's preparation rules,
-//! best-fit-decreasing packing, collation, sample order and a cache of the prepared stream.
+//! Still to come (issue 31): TRL's preparation rules, best-fit-decreasing packing, collation,
+//! sample order and a cache of the prepared stream.
 
+pub mod dataset;
 pub mod error;
 pub mod hash;
 pub mod template;
 pub mod tokenizer;
 
+pub use dataset::{DatasetOptions, DatasetReader, Example, OnBadRow, Shape, ShapeChoice};
 pub use error::{Location, Record, SftError};
 pub use hash::Fingerprint;
 pub use template::{ChatTemplate, RenderRequest, Rendered};
