@@ -6,18 +6,25 @@
 //!   `{% generation %}` spans included;
 //! * [`dataset`]: JSONL, JSON and Parquet files (or a directory of shards) read a chunk at a
 //!   time in TRL's three shapes, bad rows reported with file and line or skipped with a count;
+//! * [`prepare`]: each row tokenized, labelled and truncated as TRL does;
+//! * [`pack`]: best-fit-decreasing packing;
 //!
-//! Still to come (issue 31): TRL's preparation rules, best-fit-decreasing packing, collation,
-//! sample order and a cache of the prepared stream.
+//! Still to come (issue 31): collation, sample order and a cache of the prepared stream.
 
 pub mod dataset;
 pub mod error;
 pub mod hash;
+pub mod pack;
+pub mod prepare;
 pub mod template;
 pub mod tokenizer;
 
 pub use dataset::{DatasetOptions, DatasetReader, Example, OnBadRow, Shape, ShapeChoice};
 pub use error::{Location, Record, SftError};
 pub use hash::Fingerprint;
+pub use prepare::{
+    AssistantLoss, CompletionLoss, IGNORE, OverLength, Packing, PrepareSettings, PreparedRow,
+    PreparedSet, prepare_dataset,
+};
 pub use template::{ChatTemplate, RenderRequest, Rendered};
 pub use tokenizer::{AddSpecial, ChatEncoded, Encoded, HfTokenizer, SpecialToken, SpecialTokens};

@@ -42,7 +42,8 @@ impl BadRows {
     /// How many skipped records are kept with their reason.
     pub const KEPT: usize = 10;
 
-    fn note(&mut self, error: SftError) {
+    /// Counts `error`, keeping it when fewer than [`BadRows::KEPT`] are kept.
+    pub fn note(&mut self, error: SftError) {
         self.count += 1;
         if self.first.len() < Self::KEPT {
             self.first.push(error);
@@ -116,6 +117,11 @@ impl DatasetReader {
             examples: 0,
             bad: BadRows::default(),
         })
+    }
+
+    /// The dataset as the user named it.
+    pub fn path(&self) -> &str {
+        &self.shown
     }
 
     /// The shape, once known (forced, or detected from the first valid record).
