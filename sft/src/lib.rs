@@ -8,20 +8,27 @@
 //!   time in TRL's three shapes, bad rows reported with file and line or skipped with a count;
 //! * [`prepare`]: each row tokenized, labelled and truncated as TRL does;
 //! * [`pack`]: best-fit-decreasing packing;
+//! * [`collate`]: micro-batches as TRL's collator makes them (right padding, or padding-free
+//!   with position ids restarting per document);
+//! * [`order`]: which rows each optimizer step, rank and micro-step reads;
 //!
-//! Still to come (issue 31): collation, sample order and a cache of the prepared stream.
+//! Still to come (issue 31): a cache of the prepared stream.
 
+pub mod collate;
 pub mod dataset;
 pub mod error;
 pub mod hash;
+pub mod order;
 pub mod pack;
 pub mod prepare;
 pub mod template;
 pub mod tokenizer;
 
+pub use collate::{Collation, MicroBatch, collate};
 pub use dataset::{DatasetOptions, DatasetReader, Example, OnBadRow, Shape, ShapeChoice};
 pub use error::{Location, Record, SftError};
 pub use hash::Fingerprint;
+pub use order::{BatchLayout, SampleOrder, Sampling, StepRows, eval_batches};
 pub use prepare::{
     AssistantLoss, CompletionLoss, IGNORE, OverLength, Packing, PrepareSettings, PreparedRow,
     PreparedSet, prepare_dataset,

@@ -139,3 +139,61 @@ pub fn ints(value: &serde_json::Value) -> Vec<i64> {
         .map(|v| v.as_i64().expect("integer"))
         .collect()
 }
+
+impl Run {
+    /// The run's world size.
+    pub fn world_size(&self) -> usize {
+        self.json["world_size"].as_u64().expect("world_size") as usize
+    }
+
+    /// `trajectory.json`.
+    pub fn trajectory(&self) -> serde_json::Value {
+        json(&self.dir.join("trajectory.json"))
+    }
+
+    /// Per step, `[rank][micro][rows]` as `trajectory.json` lists them.
+    pub fn sample_indices(&self) -> Vec<Vec<Vec<Vec<usize>>>> {
+        let indices = |value: &serde_json::Value| -> Vec<usize> {
+            ints(value).into_iter().map(|i| i as usize).collect()
+        };
+        let world = self.world_size();
+        self.trajectory()["steps"]
+            .as_array()
+            .expect("steps")
+            .iter()
+            .map(|step| {
+                let lists = step["sample_indices"].as_array().expect("sample_indices");
+                if world == 1 {
+                    vec![lists.iter().map(indices).collect()]
+                } else {
+                    lists
+                        .iter()
+                        .map(|rank| rank.as_array().expect("rank").iter().map(indices).collect())
+                        .collect()
+                }
+            })
+            .collect()
+    }
+
+    /// The bytes of rank `rank`'s `batches*.safetensors`.
+    pub fn batches_file(&self, rank: usize) -> Vec<u8> {
+        let name = if self.world_size() == 1 {
+            "batches.safetensors".to_string()
+        } else {
+            format!("batches_rank{rank}.safetensors")
+        };
+        std::fs::read(self.dir.join(name)).expect("batches file")
+    }
+}
+
+/// An int64 tensor of a safetensors file as its values and shape, or `None` when absent.
+pub fn tensor(file: &safetensors::SafeTensors<'_>, name: &str) -> Option<(Vec<i64>, Vec<usize>)> {
+    let view = file.tensor(name).ok()?;
+    assert_eq!(view.dtype(), safetensors::Dtype::I64, "{name}");
+    let values = view
+        .data()
+        .chunks_exact(8)
+        .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+        .collect();
+    Some((values, view.shape().to_vec()))
+}
