@@ -11,9 +11,9 @@
 //! * [`collate`]: micro-batches as TRL's collator makes them (right padding, or padding-free
 //!   with position ids restarting per document);
 //! * [`order`]: which rows each optimizer step, rank and micro-step reads;
-//!
-//! Still to come (issue 31): a cache of the prepared stream.
+//! * [`cache`]: the prepared token stream kept next to the data.
 
+pub mod cache;
 pub mod collate;
 pub mod dataset;
 pub mod error;
@@ -24,6 +24,7 @@ pub mod prepare;
 pub mod template;
 pub mod tokenizer;
 
+pub use cache::{CacheDir, CacheUse, cache_key, cache_path, open_prepared};
 pub use collate::{Collation, MicroBatch, collate};
 pub use dataset::{DatasetOptions, DatasetReader, Example, OnBadRow, Shape, ShapeChoice};
 pub use error::{Location, Record, SftError};
