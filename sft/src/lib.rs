@@ -11,10 +11,12 @@
 //! * [`collate`]: micro-batches as TRL's collator makes them (right padding, or padding-free
 //!   with position ids restarting per document);
 //! * [`order`]: which rows each optimizer step, rank and micro-step reads;
-//! * [`cache`]: the prepared token stream kept next to the data.
+//! * [`cache`]: the prepared token stream kept next to the data;
+//! * [`data`]: [`SftData::open`], all of it for a run: per step and rank, the micro-batches.
 
 pub mod cache;
 pub mod collate;
+pub mod data;
 pub mod dataset;
 pub mod error;
 pub mod hash;
@@ -26,6 +28,7 @@ pub mod tokenizer;
 
 pub use cache::{CacheDir, CacheUse, cache_key, cache_path, open_prepared};
 pub use collate::{Collation, MicroBatch, collate};
+pub use data::{SftData, SftSettings};
 pub use dataset::{DatasetOptions, DatasetReader, Example, OnBadRow, Shape, ShapeChoice};
 pub use error::{Location, Record, SftError};
 pub use hash::Fingerprint;
