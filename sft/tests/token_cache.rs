@@ -74,3 +74,28 @@ fn second_open_reads_the_cache_and_damage_is_refused() {
         "edited data, new key"
     );
 }
+
+#[test]
+fn masked_labels_come_back_from_the_cache() {
+    let Some(root) = support::reference() else {
+        return;
+    };
+    let run = support::Run::read(&root, "messages_assistant_only");
+    let tokenizer = run.tokenizer();
+    let cache = tempfile::tempdir().expect("temp dir");
+    let open = || {
+        open_prepared(
+            &run.data("train_file"),
+            &DatasetOptions::default(),
+            &tokenizer,
+            &run.settings(),
+            &CacheDir::At(cache.path().to_path_buf()),
+        )
+        .expect("opens")
+    };
+    let (first, how) = open();
+    assert_eq!(how, CacheUse::Written);
+    assert!(first.rows[0].labels.contains(&dsplan_sft::IGNORE));
+    let (again, how) = open();
+    assert_eq!((how, again), (CacheUse::Hit, first));
+}

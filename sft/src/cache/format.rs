@@ -1,18 +1,20 @@
 //! The cache file's bytes: a magic, the key, the shape and counts, then each row's token ids
-//! (u32), labels (i32: an id or -100), source rows (u64) and document lengths (u32), all
-//! little-endian, closed by a CRC-32 of everything before it. The first few bad rows' messages
+//! (u32), its labels as a bit mask (a label is its token's id or -100, so one bit says which),
+//! source rows (u64) and document lengths (u32), all little-endian, closed by a CRC-32 of
+//! everything before it. The first few bad rows' messages
 //! are not kept, only their count.
 
 use crate::dataset::{BadRows, Shape};
-use crate::prepare::{PreparedRow, PreparedSet};
+use crate::prepare::{IGNORE, PreparedRow, PreparedSet};
 
 /// The first bytes of a cache file (the last byte is the format's version).
-pub const MAGIC: &[u8; 8] = b"DSPLSFT\x01";
+pub const MAGIC: &[u8; 8] = b"DSPLSFT\x02";
 
-/// The bytes of `set` under `key`.
-pub fn encode(key: u64, set: &PreparedSet) -> Vec<u8> {
+/// The bytes of `set` under `key`, or why it cannot be cached (a label that is neither its
+/// token's id nor -100).
+pub fn encode(key: u64, set: &PreparedSet) -> Result<Vec<u8>, String> {
     let tokens: usize = set.rows.iter().map(PreparedRow::len).sum();
-    let mut out = Vec::with_capacity(64 + tokens * 8 + set.rows.len() * 24);
+    let mut out = Vec::with_capacity(64 + tokens * 5 + set.rows.len() * 24);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&key.to_le_bytes());
     out.push(shape_code(set.shape));
@@ -26,9 +28,17 @@ pub fn encode(key: u64, set: &PreparedSet) -> Vec<u8> {
         row.input_ids
             .iter()
             .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
-        row.labels
-            .iter()
-            .for_each(|&v| out.extend_from_slice(&(v as i32).to_le_bytes()));
+        let mut mask = vec![0u8; row.len().div_ceil(8)];
+        for (at, (&id, &label)) in row.input_ids.iter().zip(&row.labels).enumerate() {
+            if label == i64::from(id) {
+                mask[at / 8] |= 1 << (at % 8);
+            } else if label != IGNORE {
+                return Err(format!(
+                    "a label {label} is neither its token's id {id} nor -100"
+                ));
+            }
+        }
+        out.extend_from_slice(&mask);
         row.source_rows
             .iter()
             .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
@@ -38,7 +48,7 @@ pub fn encode(key: u64, set: &PreparedSet) -> Vec<u8> {
     }
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
-    out
+    Ok(out)
 }
 
 /// What a cache file holds, or why it is not a valid one.
@@ -79,9 +89,18 @@ pub fn decode(bytes: &[u8]) -> Result<(u64, PreparedSet), String> {
             reader.u32()? as usize,
         );
         let input_ids = reader.many(tokens, 4, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))?;
-        let labels = reader.many(tokens, 4, |b| {
-            i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        })?;
+        let mask = reader.take(tokens.div_ceil(8))?;
+        let labels = input_ids
+            .iter()
+            .enumerate()
+            .map(|(at, &id)| {
+                if mask[at / 8] & (1 << (at % 8)) != 0 {
+                    i64::from(id)
+                } else {
+                    IGNORE
+                }
+            })
+            .collect();
         let source_rows = reader.many(sources, 8, |b| {
             u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
         })?;

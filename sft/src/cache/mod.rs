@@ -79,8 +79,9 @@ pub fn save(path: &Path, key: Fingerprint, set: &PreparedSet) -> Result<(), SftE
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
         std::process::id()
     ));
+    let bytes = format::encode(key.value(), set).map_err(|why| SftError::in_file(&shown, why))?;
     let written = std::fs::File::create(&temporary).and_then(|mut file| {
-        file.write_all(&format::encode(key.value(), set))?;
+        file.write_all(&bytes)?;
         file.sync_all()
     });
     if let Err(e) = written.and_then(|()| std::fs::rename(&temporary, path)) {
