@@ -53,22 +53,14 @@ impl RankReaction for RankError {
 
 /// Runs `spec` by `plan` (compiled as for the GPU: `compile_cuda_plan`) with
 /// every rank's CUDA program interpreted on the host, `W` thread ranks over a [`LocalComm`]
-/// (resumed and saved as `checkpoints` says; `observer` sees rank 0's steps). f32 only: a
-/// 16-bit spec is refused before anything runs.
+/// (resumed and saved as `checkpoints` says; `observer` sees rank 0's steps). A 16-bit
+/// model is stored as the device stores it ([`super::buffers::ModelRounding`]).
 pub fn train_program_on_host(
     spec: &TrainSpec,
     plan: &Plan,
     checkpoints: &CheckpointOptions,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, CudaTrainError> {
-    let dtype = kernel_dtype(spec.settings.precision().model_dtype());
-    if dtype != dsplan_kernels::Dtype::F32 {
-        return Err(CudaTrainError::Setup(format!(
-            "the host interpreter runs f32 programs only; this spec trains in {} (disable \
-             bf16/fp16 to interpret it)",
-            dtype.suffix()
-        )));
-    }
     crate::cuda::train::check_spec(spec)?;
     let models = rank_models(spec, plan)?;
     train_rank_models_on_host(spec, plan, &models, checkpoints, observer)
