@@ -52,6 +52,16 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
+/// The CPU model's dimensions of `dims` (its key/value heads go apart, as a group count).
+fn cpu_dims(dims: &GroupedAttention) -> AttentionDims {
+    AttentionDims {
+        batch: dims.batch,
+        seq_len: dims.seq_len,
+        n_head: dims.n_head,
+        head_dim: dims.head_dim,
+    }
+}
+
 /// `out` and `lse` of causal (grouped-query) attention over `qkv`.
 pub fn forward(
     out: &mut [f32],
@@ -61,12 +71,7 @@ pub fn forward(
 ) -> Result<(), HostError> {
     check(&dims, qkv.len(), out.len(), lse.len())?;
     let (b_n, t_n, nh, hs) = (dims.batch, dims.seq_len, dims.n_head, dims.head_dim);
-    let cpu_dims = AttentionDims {
-        batch: b_n,
-        seq_len: t_n,
-        n_head: nh,
-        head_dim: hs,
-    };
+    let cpu_dims = cpu_dims(&dims);
     let mut att = vec![0.0; b_n * nh * t_n * t_n];
     grouped_attention_forward(out, &mut att, qkv, cpu_dims, dims.kv_heads);
     let scale = (hs as f64).powf(-0.5);
@@ -186,12 +191,7 @@ mod tests {
         // The backward overwrites `dqkv`: it starts at ones.
         let (mut dqkv, mut delta) = (vec![1.0; qkv.len()], vec![0.0; lse.len()]);
         backward(&mut dqkv, &mut delta, (&dout, &out, &qkv, &lse), dims).expect("backward");
-        let cpu_dims = AttentionDims {
-            batch: b,
-            seq_len: t,
-            n_head: nh,
-            head_dim: hs,
-        };
+        let cpu_dims = cpu_dims(&dims);
         let mut att = vec![0.0; b * nh * t * t];
         let mut cpu_out = vec![0.0; out.len()];
         let kv = dims.kv_heads;
