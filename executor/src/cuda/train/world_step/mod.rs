@@ -153,6 +153,9 @@ struct Builder<'a> {
     reduces: bool,
 }
 
+/// A tensor's flat span and index: `(start, end, tensor)`.
+type FlatTensor = (usize, usize, usize);
+
 impl<'a> Builder<'a> {
     fn new(layout: &'a DeviceLayout, plan: &'a Plan) -> Result<Self, ShapeError> {
         let graph = &plan.model_graph;
@@ -483,7 +486,7 @@ impl<'a> Builder<'a> {
         region: Region,
         refused: Access,
         why: &dyn Fn(&str) -> String,
-    ) -> Result<Vec<(&'o mut TensorRef, (usize, usize, usize))>, ShapeError> {
+    ) -> Result<Vec<(&'o mut TensorRef, FlatTensor)>, ShapeError> {
         let what = match region {
             Region::Grads => "gradients",
             _ => "parameters",
