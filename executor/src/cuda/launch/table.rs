@@ -451,22 +451,12 @@ pub fn layernorm_forward(
     rows: usize,
     channels: usize,
 ) -> Result<KernelCall, CudaError> {
-    let n = rows * channels;
-    KernelCall::typed(
-        "layernorm_forward",
+    normalising(
+        ("layernorm_forward", Norm::Layer),
         dtype,
-        self::rows(rows, channels),
-        vec![
-            model("out", n).written(),
-            f32s("mean", rows).written(),
-            f32s("rstd", rows).written(),
-            model("inp", n),
-            model("weight", channels),
-            model("bias", channels),
-            int("rows", rows)?,
-            int("channels", channels)?,
-            run("eps", RunValue::Eps),
-        ],
+        (rows, channels),
+        &[],
+        &["inp"],
     )
 }
 
@@ -476,25 +466,49 @@ pub fn residual_layernorm_forward(
     rows: usize,
     channels: usize,
 ) -> Result<KernelCall, CudaError> {
-    let n = rows * channels;
-    KernelCall::typed(
-        "residual_layernorm_forward",
+    normalising(
+        ("residual_layernorm_forward", Norm::Layer),
         dtype,
-        self::rows(rows, channels),
-        vec![
-            model("residual", n).written(),
-            model("out", n).written(),
-            f32s("mean", rows).written(),
-            f32s("rstd", rows).written(),
-            model("a", n),
-            model("b", n),
-            model("weight", channels),
-            model("bias", channels),
-            int("rows", rows)?,
-            int("channels", channels)?,
-            run("eps", RunValue::Eps),
-        ],
+        (rows, channels),
+        &["residual"],
+        &["a", "b"],
     )
+}
+
+/// Which normalisation a forward kernel computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Norm {
+    /// LayerNorm: saves the mean too, adds a bias.
+    Layer,
+    /// RMSNorm: the rstd only, no bias.
+    Rms,
+}
+
+/// A normalisation forward kernel `name` over `(rows, channels)`: the `written` rows, then
+/// `out`, the mean (LayerNorm) and rstd, then the `read` rows, the weight and bias
+/// (LayerNorm), the sizes and the epsilon.
+fn normalising(
+    (name, norm): (&'static str, Norm),
+    dtype: Dtype,
+    (rows, channels): (usize, usize),
+    written: &[&'static str],
+    read: &[&'static str],
+) -> Result<KernelCall, CudaError> {
+    let n = rows * channels;
+    let layer = norm == Norm::Layer;
+    let mut args: Vec<Param> = written.iter().map(|w| model(w, n).written()).collect();
+    args.push(model("out", n).written());
+    args.extend(layer.then(|| f32s("mean", rows).written()));
+    args.push(f32s("rstd", rows).written());
+    args.extend(read.iter().map(|r| model(r, n)));
+    args.push(model("weight", channels));
+    args.extend(layer.then(|| model("bias", channels)));
+    args.extend([
+        int("rows", rows)?,
+        int("channels", channels)?,
+        run("eps", RunValue::Eps),
+    ]);
+    KernelCall::typed(name, dtype, self::rows(rows, channels), args)
 }
 
 /// `add_partials`: `acc[c] += partials[k * stride + c]` for `k < chunks`, `c < width`.
@@ -575,20 +589,12 @@ pub fn rmsnorm_forward(
     rows: usize,
     channels: usize,
 ) -> Result<KernelCall, CudaError> {
-    let n = rows * channels;
-    KernelCall::typed(
-        "rmsnorm_forward",
+    normalising(
+        ("rmsnorm_forward", Norm::Rms),
         dtype,
-        self::rows(rows, channels),
-        vec![
-            model("out", n).written(),
-            f32s("rstd", rows).written(),
-            model("inp", n),
-            model("weight", channels),
-            int("rows", rows)?,
-            int("channels", channels)?,
-            run("eps", RunValue::Eps),
-        ],
+        (rows, channels),
+        &[],
+        &["inp"],
     )
 }
 

@@ -24,7 +24,7 @@ use dsplan_planner::schedule::clip::fp32_clip_coefficient;
 use super::execute::RunScalars;
 use super::owned::{DeviceOwned, held_from_whole};
 use super::program::Op;
-use super::region::{Region, RegionLengths};
+use super::region::{Region, RegionLengths, RegionSizes};
 use super::step::StepProgram;
 use crate::comm::watchdog::Watch;
 use crate::comm::{Comm, StepPhase};
@@ -34,6 +34,7 @@ use crate::data::TokenBatch;
 use crate::metrics::PhaseTimes;
 use crate::optim::AdamConfig;
 use crate::train::StepBackend;
+use crate::train::prepare::Prepared;
 use crate::zero::{ClipRule, Dtype as ModelDtype, EnginePlan, OwnedState, Scales, ZeroError};
 
 /// Where a rank's step runs: a phase's ops, and values in and out of its buffers.
@@ -92,6 +93,28 @@ pub struct StepParts<'a, S> {
     pub lengths: RegionLengths,
     /// Where the step runs.
     pub target: S,
+}
+
+impl<'a, S> StepParts<'a, S> {
+    /// Rank `rank`'s parts as `prepared` runs it: its `program` over `layout`, what it
+    /// `owned`, on `target`.
+    pub(crate) fn of_rank(
+        (program, owned): (&'a StepProgram, &'a DeviceOwned),
+        prepared: &'a Prepared<'_>,
+        rank: usize,
+        layout: &dyn RegionSizes,
+        target: S,
+    ) -> Self {
+        Self {
+            program,
+            owned,
+            plan: &prepared.engine_plan,
+            rank,
+            grad_accum: prepared.control.grad_accum,
+            lengths: RegionLengths::of(layout),
+            target,
+        }
+    }
 }
 
 /// The backend of the training loop: rank `rank`'s step on `target`.

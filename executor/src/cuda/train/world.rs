@@ -28,7 +28,6 @@ use super::layout::DeviceLayout;
 use super::owned::DeviceOwned;
 use super::placement::{DeviceLink, NcclLibrary, Placement, place_ranks};
 use super::rank::{CudaStep, Gpu, NcclWithHost, RankComm};
-use super::region::RegionLengths;
 use super::spec::{CudaTrainError, check_spec, kernel_dtype};
 use super::step::StepProgram;
 use super::world_step::world_program;
@@ -175,25 +174,17 @@ pub fn train_cuda_planned(
         .map_err(TrainError::Comm)?
     };
     let seconds = started.elapsed().as_secs_f64();
-    let mut ranks = every_rank(outcomes).map_err(|(rank, error)| error.at(rank, world))?;
-    let masters: Vec<Vec<f32>> = ranks
-        .iter_mut()
-        .map(|r| std::mem::take(&mut r.master))
-        .collect();
-    let memory = ranks.iter().map(|r| r.memory).collect();
-    let traffic = ranks.iter().map(|r| r.traffic.clone()).collect();
+    let ranks = every_rank(outcomes).map_err(|(rank, error)| error.at(rank, world))?;
+    let taken = |r: &mut RankResult| (std::mem::take(&mut r.master), r.memory, r.traffic.clone());
+    let all = gather_ranks(ranks, taken)?;
     let gpus = placement.gpus();
-    let first = ranks
-        .into_iter()
-        .next()
-        .ok_or_else(|| CudaTrainError::Setup("no rank finished".to_string()))?;
     Ok(report(
         &prepared,
         &models[0].layout,
-        first,
-        masters,
-        memory,
-        traffic,
+        all.first,
+        all.masters,
+        all.memory,
+        all.traffic,
         seconds,
         gpus,
     ))
@@ -292,6 +283,40 @@ fn report(
             driver_runtime_bytes: result.driver_runtime_bytes,
         }),
     }
+}
+
+/// Every rank's end of a run, gathered: the first rank's result, and each rank's fp32
+/// master (in the CPU rank's layout), memory and traffic, rank by rank.
+pub(crate) struct Gathered<R> {
+    pub first: R,
+    pub masters: Vec<Vec<f32>>,
+    pub memory: Vec<MemoryReport>,
+    pub traffic: Vec<CommTraffic>,
+}
+
+/// [`Gathered`] of `ranks` (in rank order), `parts` taking each one's master, memory and
+/// traffic out of it.
+pub(crate) fn gather_ranks<R>(
+    mut ranks: Vec<R>,
+    parts: impl Fn(&mut R) -> (Vec<f32>, MemoryReport, CommTraffic),
+) -> Result<Gathered<R>, CudaTrainError> {
+    let (mut masters, mut memory, mut traffic) = (Vec::new(), Vec::new(), Vec::new());
+    for rank in &mut ranks {
+        let (master, used, sent) = parts(rank);
+        masters.push(master);
+        memory.push(used);
+        traffic.push(sent);
+    }
+    let first = ranks
+        .into_iter()
+        .next()
+        .ok_or_else(|| CudaTrainError::Setup("no rank finished".to_string()))?;
+    Ok(Gathered {
+        first,
+        masters,
+        memory,
+        traffic,
+    })
 }
 
 /// Whether a rank collects every rank's master and memory at the end.
@@ -417,15 +442,8 @@ impl RankRun<'_> {
             comm,
             &layout.recipe().constants(&layout.step),
         )?;
-        let mut backend = CudaStep::new(StepParts {
-            program,
-            owned: &owned,
-            plan: &prepared.engine_plan,
-            rank,
-            grad_accum: prepared.control.grad_accum,
-            lengths: RegionLengths::of(layout),
-            target: gpu,
-        });
+        let parts = StepParts::of_rank((program, &owned), prepared, rank, layout, gpu);
+        let mut backend = CudaStep::new(parts);
         let driven = drive(&mut backend, prepared, self.checkpoints, self.observer)
             .map_err(|f| RankError::Loop(Box::new(f)))?;
         let (free, total) = ctx.mem_get_info().map_err(CudaError::from)?;

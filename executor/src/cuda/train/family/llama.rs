@@ -168,6 +168,20 @@ impl LlamaTensors {
         }
     }
 
+    /// Layer `l`'s tensors and parameters, and the widths its ops use: hidden `C`,
+    /// intermediate `I`, the query and q/k/v widths, the tokens `N`.
+    fn layer(&self, step: &StepTensors, l: usize) -> (&LlamaBlock, &LlamaBlockParams, [usize; 5]) {
+        let config = &self.config;
+        let widths = [
+            config.hidden_size,
+            config.intermediate_size,
+            config.q_width(),
+            config.qkv_width(),
+            step.shape.tokens(),
+        ];
+        (&self.blocks[l], &self.params.blocks[l], widths)
+    }
+
     /// Grouped-query attention's sizes.
     fn attention(&self, step: &StepTensors) -> Attention {
         Attention {
@@ -458,11 +472,7 @@ impl LlamaTensors {
     /// the residual stream, `post_attention_layernorm`, `[gate | up]`, SwiGLU, `down_proj`
     /// into the residual stream.
     fn block_forward(&self, ops: &mut Vec<Op>, step: &StepTensors, l: usize) {
-        let (a, w) = (&self.blocks[l], &self.params.blocks[l]);
-        let config = &self.config;
-        let (c, i) = (config.hidden_size, config.intermediate_size);
-        let (q, qkv) = (config.q_width(), config.qkv_width());
-        let n = step.shape.tokens();
+        let (a, w, [c, i, q, qkv, n]) = self.layer(step, l);
         let param = |span| TensorRef::of(Region::Params, span);
         let input = self.block_input(step, l);
         let forward = |out, inp, weight, bias: Option<Span>, dims, stride, accumulate| Op::Linear {
@@ -559,11 +569,7 @@ impl LlamaTensors {
     /// Layer `l` in reverse; `dresidual` holds the gradient of its output on entry and of
     /// its input on exit.
     fn block_backward(&self, ops: &mut Vec<Op>, step: &StepTensors, l: usize) {
-        let (a, w) = (&self.blocks[l], &self.params.blocks[l]);
-        let config = &self.config;
-        let (c, i) = (config.hidden_size, config.intermediate_size);
-        let (q, qkv) = (config.q_width(), config.qkv_width());
-        let n = step.shape.tokens();
+        let (a, w, [c, i, q, qkv, n]) = self.layer(step, l);
         let param = |span| TensorRef::of(Region::Params, span);
         let grad = |span| TensorRef::of(Region::Grads, span);
         let (dres, dbtc) = (step.dresidual, step.dbtc);

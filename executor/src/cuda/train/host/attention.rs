@@ -52,6 +52,16 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
+/// The CPU model's dimensions of `dims` (its key/value heads go apart, as a group count).
+fn cpu_dims(dims: &GroupedAttention) -> AttentionDims {
+    AttentionDims {
+        batch: dims.batch,
+        seq_len: dims.seq_len,
+        n_head: dims.n_head,
+        head_dim: dims.head_dim,
+    }
+}
+
 /// `out` and `lse` of causal (grouped-query) attention over `qkv`.
 pub fn forward(
     out: &mut [f32],
@@ -61,12 +71,7 @@ pub fn forward(
 ) -> Result<(), HostError> {
     check(&dims, qkv.len(), out.len(), lse.len())?;
     let (b_n, t_n, nh, hs) = (dims.batch, dims.seq_len, dims.n_head, dims.head_dim);
-    let cpu_dims = AttentionDims {
-        batch: b_n,
-        seq_len: t_n,
-        n_head: nh,
-        head_dim: hs,
-    };
+    let cpu_dims = cpu_dims(&dims);
     let mut att = vec![0.0; b_n * nh * t_n * t_n];
     grouped_attention_forward(out, &mut att, qkv, cpu_dims, dims.kv_heads);
     let scale = (hs as f64).powf(-0.5);
@@ -151,7 +156,7 @@ pub fn backward(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::attention::{attention_backward, grouped_attention_backward};
+    use crate::model::attention::grouped_attention_backward;
 
     fn values(n: usize, seed: u64) -> Vec<f32> {
         let mut state = seed;
@@ -165,6 +170,50 @@ mod tests {
             .collect()
     }
 
+    /// Attention of `dims` over inputs seeded `seed`, both ways.
+    struct BothWays {
+        qkv: Vec<f32>,
+        lse: Vec<f32>,
+        /// The host's output and `dqkv`.
+        host: (Vec<f32>, Vec<f32>),
+        /// The CPU model's output and `dqkv`.
+        cpu: (Vec<f32>, Vec<f32>),
+        /// The CPU model's probabilities.
+        att: Vec<f32>,
+    }
+
+    fn both_ways(dims: GroupedAttention, seed: u64) -> BothWays {
+        let (b, t, nh, hs) = (dims.batch, dims.seq_len, dims.n_head, dims.head_dim);
+        let qkv = values(b * t * width(&dims), seed);
+        let dout = values(b * t * nh * hs, seed + 4);
+        let (mut out, mut lse) = (vec![0.0; dout.len()], vec![0.0; b * nh * t]);
+        forward(&mut out, &mut lse, &qkv, dims).expect("forward");
+        // The backward overwrites `dqkv`: it starts at ones.
+        let (mut dqkv, mut delta) = (vec![1.0; qkv.len()], vec![0.0; lse.len()]);
+        backward(&mut dqkv, &mut delta, (&dout, &out, &qkv, &lse), dims).expect("backward");
+        let cpu_dims = cpu_dims(&dims);
+        let mut att = vec![0.0; b * nh * t * t];
+        let mut cpu_out = vec![0.0; out.len()];
+        let kv = dims.kv_heads;
+        grouped_attention_forward(&mut cpu_out, &mut att, &qkv, cpu_dims, kv);
+        let (mut cpu_dqkv, mut datt) = (vec![0.0; qkv.len()], vec![0.0; att.len()]);
+        grouped_attention_backward(&mut cpu_dqkv, &mut datt, &dout, &qkv, &att, cpu_dims, kv);
+        BothWays {
+            qkv,
+            lse,
+            host: (out, dqkv),
+            cpu: (cpu_out, cpu_dqkv),
+            att,
+        }
+    }
+
+    fn differs(a: &[f32], b: &[f32]) -> f32 {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max)
+    }
+
     /// The kernel's backward from the log-sum-exp and `delta` equals the CPU model's from the
     /// probabilities, and the log-sum-exp is each row's `log sum exp(q·k * scale)`.
     #[test]
@@ -176,31 +225,15 @@ mod tests {
             kv_heads: 3,
             head_dim: 8,
         };
-        let (b, t, nh, hs) = (2, 19, 3, 8);
-        let c = nh * hs;
-        let qkv = values(b * t * 3 * c, 3);
-        let dout = values(b * t * c, 5);
-        let (mut out, mut lse) = (vec![0.0; b * t * c], vec![0.0; b * nh * t]);
-        forward(&mut out, &mut lse, &qkv, heads).expect("forward");
-        let (mut dqkv, mut delta) = (vec![1.0; qkv.len()], vec![0.0; lse.len()]);
-        backward(&mut dqkv, &mut delta, (&dout, &out, &qkv, &lse), heads).expect("backward");
-
-        let dims = AttentionDims {
-            batch: b,
-            seq_len: t,
-            n_head: nh,
-            head_dim: hs,
-        };
-        let mut att = vec![0.0; b * nh * t * t];
-        let mut cpu_out = vec![0.0; out.len()];
-        grouped_attention_forward(&mut cpu_out, &mut att, &qkv, dims, nh);
-        let (mut cpu_dqkv, mut datt) = (vec![0.0; qkv.len()], vec![0.0; att.len()]);
-        attention_backward(&mut cpu_dqkv, &mut datt, &dout, &qkv, &att, dims);
-        let worst = dqkv
-            .iter()
-            .zip(&cpu_dqkv)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
+        let (t, nh, hs) = (19, 3, 8);
+        let BothWays {
+            qkv,
+            lse,
+            host,
+            cpu,
+            att,
+        } = both_ways(heads, 3);
+        let worst = differs(&host.1, &cpu.1);
         assert!(worst < 1e-5, "dqkv differs by {worst}");
         // The last query row of head 0 of batch 1 sees every key: its probabilities from the
         // log-sum-exp are the CPU's and sum to one.
@@ -227,36 +260,12 @@ mod tests {
             kv_heads: 2,
             head_dim: 8,
         };
-        let (b, t, nh, hs) = (2, 11, 4, 8);
-        let qkv = values(b * t * width(&dims), 13);
-        let dout = values(b * t * nh * hs, 17);
-        let (mut out, mut lse) = (vec![0.0; dout.len()], vec![0.0; b * nh * t]);
-        forward(&mut out, &mut lse, &qkv, dims).expect("forward");
-        let (mut dqkv, mut delta) = (vec![1.0; qkv.len()], vec![0.0; lse.len()]);
-        backward(&mut dqkv, &mut delta, (&dout, &out, &qkv, &lse), dims).expect("backward");
-        let cpu_dims = AttentionDims {
-            batch: b,
-            seq_len: t,
-            n_head: nh,
-            head_dim: hs,
-        };
-        let mut att = vec![0.0; b * nh * t * t];
-        let mut cpu_out = vec![0.0; out.len()];
-        grouped_attention_forward(&mut cpu_out, &mut att, &qkv, cpu_dims, 2);
-        let mut cpu_dqkv = vec![0.0; qkv.len()];
-        let mut datt = vec![0.0; att.len()];
-        grouped_attention_backward(&mut cpu_dqkv, &mut datt, &dout, &qkv, &att, cpu_dims, 2);
-        let differs = |a: &[f32], b: &[f32]| {
-            a.iter()
-                .zip(b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0.0f32, f32::max)
-        };
-        assert!(differs(&out, &cpu_out) < 1e-6);
-        let worst = differs(&dqkv, &cpu_dqkv);
+        let BothWays { host, cpu, .. } = both_ways(dims, 13);
+        assert!(differs(&host.0, &cpu.0) < 1e-6);
+        let worst = differs(&host.1, &cpu.1);
         assert!(worst < 1e-5, "dqkv differs by {worst}");
         assert!(
-            cpu_dqkv.iter().any(|g| g.abs() > 1e-3),
+            cpu.1.iter().any(|g| g.abs() > 1e-3),
             "a gradient to compare"
         );
     }

@@ -11,6 +11,7 @@ use super::buffers::HostBuffers;
 use super::collectives::run_comm;
 use super::compute::run_compute;
 use crate::comm::Comm;
+use crate::cuda::element::Access;
 use crate::cuda::encoder_buckets::TokenBuckets;
 use crate::cuda::train::device_step::{DeviceStep, StepTarget};
 use crate::cuda::train::execute::RunScalars;
@@ -37,6 +38,17 @@ pub struct HostTarget<C> {
     pub eps: f32,
 }
 
+impl<C> HostTarget<C> {
+    /// Every model-dtype tensor `op` wrote, rounded as the device stores it (what an op wrote
+    /// in place, a collective's sums, escapes [`HostBuffers::write`]'s rounding).
+    fn round_written(&mut self, op: &Op) -> Result<(), HostError> {
+        op.tensors()
+            .iter()
+            .filter(|(_, access)| *access == Access::Write)
+            .try_for_each(|(t, _)| self.bufs.round_stored(t))
+    }
+}
+
 impl<C: Comm> StepTarget for HostTarget<C> {
     fn run(&mut self, ops: &[Op], scalars: &RunScalars) -> Result<(), ZeroError> {
         for op in ops {
@@ -44,6 +56,7 @@ impl<C: Comm> StepTarget for HostTarget<C> {
                 Op::Collective(comm_op) => run_comm(comm_op, &mut self.bufs, &mut self.comm),
                 compute => run_compute(compute, &mut self.bufs, scalars, self.eps),
             }
+            .and_then(|()| self.round_written(op))
             .map_err(|e| failed(HostError(format!("{e} (in {op:?})"))))?;
         }
         Ok(())

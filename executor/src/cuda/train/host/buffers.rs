@@ -4,8 +4,11 @@
 //! master and AdamW segment table), so a [`TensorRef`] of the program names the same elements
 //! here as on the GPU.
 //!
-//! Only f32 models: the model-dtype regions hold `f32` values (a 16-bit model would need the
-//! device's rounding after every store, which this interpreter does not reproduce).
+//! A 16-bit model's regions hold `f32` values that are always representable in the model
+//! dtype: every store into a model-dtype region is rounded to nearest even
+//! ([`ModelRounding`]), as the kernels' `from_float<T>` and the upload's cast round it, so a
+//! read is the device's widening of its 16-bit element (exact). Arithmetic between stores is
+//! f32 (f64 for the products), as the kernels accumulate in f32.
 
 use dsplan_kernels::Dtype;
 use dsplan_planner::memory::cuda_layout::CudaRegion;
@@ -31,10 +34,49 @@ enum Values {
     Segments(Vec<AdamSegment>),
 }
 
+/// How a store into a model-dtype region is rounded: the device's 16-bit element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelRounding {
+    /// An f32 model: stored as computed.
+    Exact,
+    /// bfloat16, round to nearest even.
+    Bf16,
+    /// IEEE half, round to nearest even (overflow to infinity).
+    F16,
+}
+
+impl ModelRounding {
+    /// The rounding of a model stored in `dtype` (f64 is no model dtype).
+    pub fn of(dtype: Dtype) -> Result<Self, HostError> {
+        match dtype {
+            Dtype::F32 => Ok(Self::Exact),
+            Dtype::Bf16 => Ok(Self::Bf16),
+            Dtype::F16 => Ok(Self::F16),
+            Dtype::F64 => Err(HostError(
+                "a model stored in f64: the device stores models in f32, bf16 or f16".into(),
+            )),
+        }
+    }
+
+    /// `values` rounded in place to the model dtype.
+    pub fn apply(self, values: &mut [f32]) {
+        match self {
+            Self::Exact => {}
+            Self::Bf16 => values
+                .iter_mut()
+                .for_each(|x| *x = half::bf16::from_f32(*x).to_f32()),
+            Self::F16 => values
+                .iter_mut()
+                .for_each(|x| *x = half::f16::from_f32(*x).to_f32()),
+        }
+    }
+}
+
 /// Every region of a step on the host, [`Region::ALL`] order.
 #[derive(Debug, Clone)]
 pub struct HostBuffers {
     regions: Vec<Values>,
+    rounding: ModelRounding,
 }
 
 /// What an element type is called in errors.
@@ -100,19 +142,14 @@ impl HostBuffers {
     /// order) placed as the rank holds it ([`RegionSizes::initial_params`],
     /// [`RegionSizes::initial_master`]) and one AdamW segment per piece it owns
     /// ([`RegionSizes::adam_segments`], weight decay on every one, as the device's table):
-    /// what `DeviceBuffers::new` uploads. Refuses a model stored in anything but f32.
+    /// what `DeviceBuffers::new` uploads (the parameters rounded to the model `dtype`).
     pub fn new(
         layout: &dyn RegionSizes,
         dtype: Dtype,
         param_table: &TensorTable,
         params: &[f32],
     ) -> Result<Self, HostError> {
-        if dtype != Dtype::F32 {
-            return Err(HostError(format!(
-                "the host interpreter runs f32 programs only, this one stores the model in {}",
-                dtype.suffix()
-            )));
-        }
+        let rounding = ModelRounding::of(dtype)?;
         if params.len() != param_table.total_len() {
             return Err(HostError(format!(
                 "{} initial parameters for a model of {}",
@@ -132,7 +169,11 @@ impl HostBuffers {
                 // element, as on the device.
                 let len = layout.region_len(region).max(1);
                 match region {
-                    Region::Params => Values::F32(layout.initial_params(params)),
+                    Region::Params => {
+                        let mut initial = layout.initial_params(params);
+                        rounding.apply(&mut initial);
+                        Values::F32(initial)
+                    }
                     Region::Master if layout.trains_master() => {
                         Values::F32(layout.initial_master(params))
                     }
@@ -153,7 +194,17 @@ impl HostBuffers {
                 }
             })
             .collect();
-        Ok(Self { regions })
+        Ok(Self { regions, rounding })
+    }
+
+    /// Rounds the elements of `t` as the device stores them (nothing outside the model-dtype
+    /// regions): after an op that wrote `t` through [`Self::f32s_mut`].
+    pub fn round_stored(&mut self, t: &TensorRef) -> Result<(), HostError> {
+        if t.region.element() == Element::Model && self.rounding != ModelRounding::Exact {
+            let rounding = self.rounding;
+            rounding.apply(self.f32s_mut(t)?);
+        }
+        Ok(())
     }
 
     /// Elements `region` holds.
@@ -188,7 +239,7 @@ impl HostBuffers {
         Ok(self.f32s(t)?.to_vec())
     }
 
-    /// Writes `values` into `t` (same length).
+    /// Writes `values` into `t` (same length), rounded as the device stores them.
     pub fn write(&mut self, t: &TensorRef, values: &[f32]) -> Result<(), HostError> {
         let slot = self.f32s_mut(t)?;
         if slot.len() != values.len() {
@@ -200,7 +251,7 @@ impl HostBuffers {
             )));
         }
         slot.copy_from_slice(values);
-        Ok(())
+        self.round_stored(t)
     }
 
     /// Copies `values` to the start of `region` (a batch upload: `values` must fit).

@@ -116,6 +116,8 @@ pub fn run_compute(
             let mut sum = vec![0.0; residual.len()];
             residual_forward(&mut sum, &a, &b);
             bufs.write(residual, &sum)?;
+            // The kernel normalises the residual as stored (rounded to the model dtype).
+            let sum = bufs.read(residual)?;
             layernorm(bufs, &sum, (out, mean, rstd), (weight, bias), eps)
         }
         Op::LayerNormBackward {

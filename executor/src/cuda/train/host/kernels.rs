@@ -345,17 +345,18 @@ pub fn unscale_norm(
     (total, found_inf): (&TensorRef, &TensorRef),
     inv_scale: f32,
 ) -> Result<(), HostError> {
-    let mut g = bufs.read(grads)?;
+    if inv_scale != 1.0 {
+        let mut g = bufs.read(grads)?;
+        g.iter_mut().for_each(|x| *x *= inv_scale);
+        bufs.write(grads, &g)?;
+    }
+    // The squares of the values as stored (rounded to the model dtype).
     let mut sum = 0.0f64;
     let mut bad = false;
-    for x in &mut g {
-        if inv_scale != 1.0 {
-            *x *= inv_scale;
-        }
+    for &x in bufs.f32s(grads)? {
         bad |= !x.is_finite();
-        sum += f64::from(*x) * f64::from(*x);
+        sum += f64::from(x) * f64::from(x);
     }
-    bufs.write(grads, &g)?;
     let slot = bufs.f64s_mut(total)?;
     let first = slot
         .first_mut()

@@ -18,9 +18,9 @@
 //! | [`backend`] | [`HostTarget`], the host as a target of the one device step ([`HostStep`]) |
 //! | [`run`] | [`train_program_on_host`], the front door (the GPU's `train_cuda_planned`) |
 //!
-//! What it does not cover: 16-bit models (refused: the device rounds every store to the
-//! model dtype, which is not reproduced), the kernels'
-//! own arithmetic (the CPU references stand in for them, f64 products for cuBLASLt), and
+//! A 16-bit model is interpreted with the device's storage: every store into a model-dtype
+//! region rounded to nearest even, f32 arithmetic between stores
+//! ([`buffers::ModelRounding`]). What it does not cover: the kernels' own arithmetic (the CPU references stand in for them, f64 products for cuBLASLt), and
 //! timing: one thread per rank runs the program in list order, so a race between the compute
 //! and communication streams cannot change a result here; [`ordering`] checks the program's
 //! events instead.

@@ -16,9 +16,8 @@ use crate::checkpoint::consolidate;
 use crate::comm::{Comm, CommTraffic, LocalComm, run_ranks};
 use crate::cuda::train::device_step::StepParts;
 use crate::cuda::train::owned::DeviceOwned;
-use crate::cuda::train::region::RegionLengths;
 use crate::cuda::train::spec::{CudaTrainError, kernel_dtype};
-use crate::cuda::train::world::{RankModel, rank_models};
+use crate::cuda::train::world::{RankModel, gather_ranks, rank_models};
 use crate::metrics::{MemoryReport, StepMetrics};
 use crate::train::prepare::{Prepared, prepare};
 use crate::train::step::{Driven, drive};
@@ -53,22 +52,14 @@ impl RankReaction for RankError {
 
 /// Runs `spec` by `plan` (compiled as for the GPU: `compile_cuda_plan`) with
 /// every rank's CUDA program interpreted on the host, `W` thread ranks over a [`LocalComm`]
-/// (resumed and saved as `checkpoints` says; `observer` sees rank 0's steps). f32 only: a
-/// 16-bit spec is refused before anything runs.
+/// (resumed and saved as `checkpoints` says; `observer` sees rank 0's steps). A 16-bit
+/// model is stored as the device stores it ([`super::buffers::ModelRounding`]).
 pub fn train_program_on_host(
     spec: &TrainSpec,
     plan: &Plan,
     checkpoints: &CheckpointOptions,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, CudaTrainError> {
-    let dtype = kernel_dtype(spec.settings.precision().model_dtype());
-    if dtype != dsplan_kernels::Dtype::F32 {
-        return Err(CudaTrainError::Setup(format!(
-            "the host interpreter runs f32 programs only; this spec trains in {} (disable \
-             bf16/fp16 to interpret it)",
-            dtype.suffix()
-        )));
-    }
     crate::cuda::train::check_spec(spec)?;
     let models = rank_models(spec, plan)?;
     train_rank_models_on_host(spec, plan, &models, checkpoints, observer)
@@ -106,35 +97,27 @@ pub fn train_rank_models_on_host(
         run_ranks(world, |comm: LocalComm| one_rank(comm.rank(), comm)).map_err(TrainError::Comm)?
     };
     let seconds = started.elapsed().as_secs_f64();
-    let mut ranks = every_rank(outcomes).map_err(|(rank, error)| match error {
+    let ranks = every_rank(outcomes).map_err(|(rank, error)| match error {
         RankError::Setup(e) => CudaTrainError::Setup(format!("rank {rank}: {e}")),
         RankError::Loop(failure) => CudaTrainError::Run((*failure).into_train_error(rank)),
     })?;
-    let masters: Vec<Vec<f32>> = ranks
-        .iter_mut()
-        .map(|r| std::mem::take(&mut r.master))
-        .collect();
-    let memory = ranks.iter().map(|r| r.memory).collect();
-    let traffic = ranks.iter().map(|r| r.traffic.clone()).collect();
-    let first = ranks
-        .into_iter()
-        .next()
-        .ok_or_else(|| CudaTrainError::Setup("no rank finished".to_string()))?;
+    let taken = |r: &mut RankResult| (std::mem::take(&mut r.master), r.memory, r.traffic.clone());
+    let all = gather_ranks(ranks, taken)?;
     let engine = &prepared.engine_plan;
     Ok(TrainReport {
-        steps: first.driven.steps,
-        final_params: consolidate(engine, engine.stage(), &masters),
-        memory,
+        steps: all.first.driven.steps,
+        final_params: consolidate(engine, engine.stage(), &all.masters),
+        memory: all.memory,
         predicted: prepared.predicted,
         plan_memory: prepared.plan_memory,
         correspondence: prepared.correspondence.clone(),
-        traffic,
-        applied_steps: first.driven.applied_steps,
+        traffic: all.traffic,
+        applied_steps: all.first.driven.applied_steps,
         seconds,
         tokens: prepared.tokens_per_step * spec.steps.saturating_sub(prepared.first_step),
         nvme: None,
         first_step: prepared.first_step,
-        checkpoints: first.driven.checkpoints,
+        checkpoints: all.first.driven.checkpoints,
         device: None,
     })
 }
@@ -158,19 +141,13 @@ fn run_rank(
         bufs.write(&constant.at, &constant.values)
             .map_err(RankError::Setup)?;
     }
-    let mut backend = HostStep::new(StepParts {
-        program,
-        owned: &owned,
-        plan: &prepared.engine_plan,
-        rank,
-        grad_accum: prepared.control.grad_accum,
-        lengths: RegionLengths::of(layout),
-        target: HostTarget {
-            bufs,
-            comm,
-            eps: layout.recipe().eps(),
-        },
-    });
+    let target = HostTarget {
+        bufs,
+        comm,
+        eps: layout.recipe().eps(),
+    };
+    let parts = StepParts::of_rank((program, &owned), prepared, rank, layout, target);
+    let mut backend = HostStep::new(parts);
     let driven = drive(&mut backend, prepared, checkpoints, observer)
         .map_err(|f| RankError::Loop(Box::new(f)))?;
     let master = backend

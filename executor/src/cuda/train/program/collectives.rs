@@ -150,6 +150,21 @@ impl CommOp {
         }
     }
 
+    /// An op on `stream` that waits for `waits` and records `record` after it.
+    pub fn with_events(
+        stream: CommStream,
+        waits: Vec<EventId>,
+        record: Option<EventId>,
+        action: CommAction,
+    ) -> Self {
+        Self {
+            stream,
+            waits,
+            record,
+            action,
+        }
+    }
+
     /// Every device tensor it touches, with whether it writes it (an in-place collective
     /// lists its output only).
     pub fn tensors(&self) -> Vec<(TensorRef, Access)> {

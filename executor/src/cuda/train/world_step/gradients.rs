@@ -17,7 +17,6 @@ use dsplan_planner::plan::Collective;
 use dsplan_planner::plan::Plan;
 use dsplan_planner::plan::buckets::{FlushPoint, ReduceBucket};
 use dsplan_planner::plan::cuda_world::CudaScheme;
-use dsplan_planner::plan::settings::Overlap;
 use dsplan_planner::plan::stage3_arena::{ArenaSpan, Stage3Arena};
 
 use super::{Builder, slice, sync};
@@ -25,7 +24,7 @@ use crate::cuda::device_comm::Reduction;
 use crate::cuda::train::program::{
     Access, CommAction, CommOp, CommStream, CopyPiece, EventId, Op, Purpose, ShapeError,
 };
-use crate::cuda::train::region::{Region, to_usize};
+use crate::cuda::train::region::{Region, TensorRef, to_usize};
 use crate::cuda::train::shares::RankShares;
 use crate::tensor::Span;
 
@@ -103,26 +102,12 @@ impl Builder<'_> {
             return Ok(op);
         }
         let mut first = Vec::new();
-        for (tensor, access) in op.tensors_mut() {
-            if tensor.region != Region::Grads || tensor.is_empty() {
-                continue;
-            }
+        let why =
+            |name: &str| format!("a compute op reads the gradient of `{name}` from the arena");
+        for (tensor, (start, end, t)) in
+            self.arena_operands(&mut op, Region::Grads, Access::Read, &why)?
+        {
             let (a, b) = (tensor.span.offset, tensor.span.end());
-            let Some(&(start, end, t)) = self
-                .by_offset
-                .iter()
-                .find(|&&(start, end, _)| start <= a && b <= end && start < end)
-            else {
-                return Err(ShapeError(format!(
-                    "a compute op touches gradients {a}..{b}, which are not within one tensor"
-                )));
-            };
-            if access == Access::Read {
-                return Err(ShapeError(format!(
-                    "a compute op reads the gradient of `{}` from the arena",
-                    self.names[t]
-                )));
-            }
             let place = self.grad_place(t, step)?;
             if end - start != to_usize(place.numel) {
                 return Err(ShapeError(format!(
@@ -181,17 +166,7 @@ impl Builder<'_> {
         &mut self,
         bucket: &ReduceBucket,
     ) -> Result<(), ShapeError> {
-        let stream = match self.plan.settings.overlap {
-            Overlap::Overlapped => CommStream::Comm,
-            Overlap::Serialized => CommStream::Compute,
-        };
-        let mut waits = Vec::new();
-        if stream == CommStream::Comm {
-            let ready = self.event();
-            self.ops
-                .push(sync(CommStream::Compute, Vec::new(), Some(ready)));
-            waits.push(ready);
-        }
+        let (stream, waits) = self.reduce_stream();
         let step = self.flush_step(bucket);
         let purpose = Purpose::ReduceBucket {
             bucket: bucket.index,
@@ -229,35 +204,13 @@ impl Builder<'_> {
                 at += flat.len;
             }
             let staged = slice(Region::ReduceStaging, 0, at);
-            vec![
-                CommOp {
-                    stream,
-                    waits,
-                    record: Some(packed),
-                    action: CommAction::Copy {
-                        pieces: merged(pack),
-                    },
-                },
-                CommOp::on(
-                    stream,
-                    CommAction::Collective {
-                        kind: Collective::AllReduce,
-                        input: staged,
-                        output: staged,
-                        reduction: Some(Reduction::Avg),
-                        purpose,
-                        world,
-                    },
-                ),
-                CommOp {
-                    stream,
-                    waits: Vec::new(),
-                    record: done,
-                    action: CommAction::Accumulate {
-                        pieces: merged(add),
-                    },
-                },
-            ]
+            pack_average_add(
+                (stream, waits, packed, done),
+                pack,
+                (Collective::AllReduce, staged, staged),
+                add,
+                (purpose, world),
+            )
         };
         self.ops.extend(ops.into_iter().map(Op::Collective));
         self.packed.insert(bucket.index, packed);
@@ -312,60 +265,65 @@ impl Builder<'_> {
             });
             at += s.len;
         }
-        Ok(vec![
-            CommOp {
-                stream,
-                waits,
-                record: None,
-                action: CommAction::Zero {
-                    tensor: slice(Region::ReduceStaging, 0, world * chunk),
-                },
+        let zero = CommOp::with_events(
+            stream,
+            waits,
+            None,
+            CommAction::Zero {
+                tensor: slice(Region::ReduceStaging, 0, world * chunk),
             },
-            CommOp {
-                stream,
-                waits: Vec::new(),
-                record: Some(packed),
-                action: CommAction::Copy {
-                    pieces: merged(pack),
-                },
-            },
-            CommOp::on(
-                stream,
-                CommAction::Collective {
-                    kind: Collective::ReduceScatter,
-                    input: slice(Region::ReduceStaging, 0, world * chunk),
-                    output: slice(Region::ReduceStaging, world * chunk, chunk),
-                    reduction: Some(Reduction::Avg),
-                    purpose,
-                    world,
-                },
+        );
+        let mut ops = vec![zero];
+        ops.extend(pack_average_add(
+            (stream, Vec::new(), packed, done),
+            pack,
+            (
+                Collective::ReduceScatter,
+                slice(Region::ReduceStaging, 0, world * chunk),
+                slice(Region::ReduceStaging, world * chunk, chunk),
             ),
-            CommOp {
-                stream,
-                waits: Vec::new(),
-                record: done,
-                action: CommAction::Accumulate {
-                    pieces: merged(add),
-                },
-            },
-        ])
+            add,
+            (purpose, world),
+        ));
+        Ok(ops)
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn piece(dst: usize, src: usize, len: usize) -> CopyPiece {
-        CopyPiece {
-            dst: slice(Region::Grads, dst, len),
-            src: slice(Region::ReduceStaging, src, len),
-        }
-    }
-
-    #[test]
-    fn adjacent_pieces_merge_and_others_do_not() {
-        let pieces = vec![piece(0, 10, 4), piece(4, 14, 2), piece(8, 16, 1)];
-        assert_eq!(merged(pieces), vec![piece(0, 10, 6), piece(8, 16, 1)]);
-    }
+/// A bucket's reduction on `stream`: `pack` copied into the staging after `waits` (recording
+/// `packed`), averaged there by `kind` from `input` into `output` over `world` ranks, and
+/// `add` accumulated into the gradient partition (recording `done`).
+fn pack_average_add(
+    (stream, waits, packed, done): (CommStream, Vec<EventId>, EventId, Option<EventId>),
+    pack: Vec<CopyPiece>,
+    (kind, input, output): (Collective, TensorRef, TensorRef),
+    add: Vec<CopyPiece>,
+    (purpose, world): (Purpose, usize),
+) -> Vec<CommOp> {
+    let reduce = CommAction::Collective {
+        kind,
+        input,
+        output,
+        reduction: Some(Reduction::Avg),
+        purpose,
+        world,
+    };
+    vec![
+        CommOp::with_events(
+            stream,
+            waits,
+            Some(packed),
+            CommAction::Copy {
+                pieces: merged(pack),
+            },
+        ),
+        CommOp::on(stream, reduce),
+        CommOp::with_events(
+            stream,
+            Vec::new(),
+            done,
+            CommAction::Accumulate {
+                pieces: merged(add),
+            },
+        ),
+    ]
 }

@@ -96,12 +96,7 @@ pub fn world_program(layout: &DeviceLayout, plan: &Plan) -> Result<StepProgram, 
 }
 
 fn sync(stream: CommStream, waits: Vec<EventId>, record: Option<EventId>) -> Op {
-    Op::Collective(CommOp {
-        stream,
-        waits,
-        record,
-        action: CommAction::Sync,
-    })
+    Op::Collective(CommOp::with_events(stream, waits, record, CommAction::Sync))
 }
 
 fn on(stream: CommStream, action: CommAction) -> Op {
@@ -157,6 +152,9 @@ struct Builder<'a> {
     reduce_events: Vec<EventId>,
     reduces: bool,
 }
+
+/// A tensor's flat span and index: `(start, end, tensor)`.
+type FlatTensor = (usize, usize, usize);
 
 impl<'a> Builder<'a> {
     fn new(layout: &'a DeviceLayout, plan: &'a Plan) -> Result<Self, ShapeError> {
@@ -469,14 +467,51 @@ impl<'a> Builder<'a> {
         } else {
             CommAction::Release { tensors: spans }
         };
-        self.ops.push(Op::Collective(CommOp {
-            stream: CommStream::Compute,
-            waits: Vec::new(),
-            record: Some(done),
+        self.ops.push(Op::Collective(CommOp::with_events(
+            CommStream::Compute,
+            Vec::new(),
+            Some(done),
             action,
-        }));
+        )));
         self.released.insert(step, done);
         Ok(())
+    }
+
+    /// The operands of `op` in `region` (the flat parameters or gradients), each with the
+    /// flat span `(start, end, tensor)` of the one tensor that holds it; an operand accessed
+    /// as `refused` is refused with `why(tensor name)`.
+    fn arena_operands<'o>(
+        &self,
+        op: &'o mut Op,
+        region: Region,
+        refused: Access,
+        why: &dyn Fn(&str) -> String,
+    ) -> Result<Vec<(&'o mut TensorRef, FlatTensor)>, ShapeError> {
+        let what = match region {
+            Region::Grads => "gradients",
+            _ => "parameters",
+        };
+        let mut operands = Vec::new();
+        for (tensor, access) in op.tensors_mut() {
+            if tensor.region != region || tensor.is_empty() {
+                continue;
+            }
+            let (a, b) = (tensor.span.offset, tensor.span.end());
+            let &(start, end, t) = self
+                .by_offset
+                .iter()
+                .find(|&&(start, end, _)| start <= a && b <= end && start < end)
+                .ok_or_else(|| {
+                    ShapeError(format!(
+                        "a compute op touches {what} {a}..{b}, which are not within one tensor"
+                    ))
+                })?;
+            if access == refused {
+                return Err(ShapeError(why(&self.names[t])));
+            }
+            operands.push((tensor, (start, end, t)));
+        }
+        Ok(operands)
     }
 
     /// Stage 3: a compute op built over the flat parameters, its parameter reads moved to
@@ -485,26 +520,11 @@ impl<'a> Builder<'a> {
         if self.arena.is_none() {
             return Ok(op);
         }
-        for (tensor, access) in op.tensors_mut() {
-            if tensor.region != Region::Params || tensor.is_empty() {
-                continue;
-            }
+        let why = |name: &str| format!("a compute op writes the gathered `{name}` at stage 3");
+        for (tensor, (start, end, t)) in
+            self.arena_operands(&mut op, Region::Params, Access::Write, &why)?
+        {
             let (a, b) = (tensor.span.offset, tensor.span.end());
-            let Some(&(start, end, t)) = self
-                .by_offset
-                .iter()
-                .find(|&&(start, end, _)| start <= a && b <= end && start < end)
-            else {
-                return Err(ShapeError(format!(
-                    "a compute op touches parameters {a}..{b}, which are not within one tensor"
-                )));
-            };
-            if access == Access::Write {
-                return Err(ShapeError(format!(
-                    "a compute op writes the gathered `{}` at stage 3",
-                    self.names[t]
-                )));
-            }
             let place = self.place(t, step, Placed::Live)?;
             debug_assert_eq!(end - start, to_usize(place.numel));
             tensor.span = Span::new(to_usize(place.offset) + (a - start), b - a);
@@ -546,12 +566,12 @@ impl<'a> Builder<'a> {
             }
         }
         let done = self.event();
-        self.ops.push(Op::Collective(CommOp {
-            stream: CommStream::Comm,
+        self.ops.push(Op::Collective(CommOp::with_events(
+            CommStream::Comm,
             waits,
-            record: None,
-            action: CommAction::Copy { pieces: pack },
-        }));
+            None,
+            CommAction::Copy { pieces: pack },
+        )));
         self.ops.push(on(
             CommStream::Comm,
             CommAction::Collective {
@@ -563,12 +583,12 @@ impl<'a> Builder<'a> {
                 world,
             },
         ));
-        self.ops.push(Op::Collective(CommOp {
-            stream: CommStream::Comm,
-            waits: Vec::new(),
-            record: Some(done),
-            action: CommAction::Copy { pieces: unpack },
-        }));
+        self.ops.push(Op::Collective(CommOp::with_events(
+            CommStream::Comm,
+            Vec::new(),
+            Some(done),
+            CommAction::Copy { pieces: unpack },
+        )));
         for &(t, _) in places {
             self.pending.insert(t, done);
         }
@@ -610,22 +630,27 @@ impl<'a> Builder<'a> {
         Ok((pack, unpack, at))
     }
 
+    /// The stream the plan's gradient reductions run on (the communication stream when they
+    /// overlap the compute), and what its first op waits for: an event recorded on the
+    /// compute stream now, when the two differ.
+    fn reduce_stream(&mut self) -> (CommStream, Vec<EventId>) {
+        match self.plan.settings.overlap {
+            Overlap::Serialized => (CommStream::Compute, Vec::new()),
+            Overlap::Overlapped => {
+                let ready = self.event();
+                self.ops
+                    .push(sync(CommStream::Compute, Vec::new(), Some(ready)));
+                (CommStream::Comm, vec![ready])
+            }
+        }
+    }
+
     /// One of the plan's gradient buckets.
     fn reduce(&mut self, bucket: &ReduceBucket) -> Result<(), ShapeError> {
         if self.grad_arena.is_some() {
             return self.reduce_into_partition(bucket);
         }
-        let stream = match self.plan.settings.overlap {
-            Overlap::Overlapped => CommStream::Comm,
-            Overlap::Serialized => CommStream::Compute,
-        };
-        let mut waits = Vec::new();
-        if stream == CommStream::Comm {
-            let ready = self.event();
-            self.ops
-                .push(sync(CommStream::Compute, Vec::new(), Some(ready)));
-            waits.push(ready);
-        }
+        let (stream, waits) = self.reduce_stream();
         let done = (stream == CommStream::Comm).then(|| self.event());
         let purpose = Purpose::ReduceBucket {
             bucket: bucket.index,
@@ -655,20 +680,20 @@ impl<'a> Builder<'a> {
             }
             let partition = self.rank.shares.grads as usize + first;
             vec![
-                CommOp {
+                CommOp::with_events(
                     stream,
                     waits,
-                    record: None,
-                    action: CommAction::Zero {
+                    None,
+                    CommAction::Zero {
                         tensor: slice(Region::ReduceStaging, 0, world * chunk),
                     },
-                },
+                ),
                 CommOp::on(stream, CommAction::Copy { pieces }),
-                CommOp {
+                CommOp::with_events(
                     stream,
-                    waits: Vec::new(),
-                    record: done,
-                    action: CommAction::Collective {
+                    Vec::new(),
+                    done,
+                    CommAction::Collective {
                         kind: Collective::ReduceScatter,
                         input: slice(Region::ReduceStaging, 0, world * chunk),
                         output: slice(Region::Grads, partition, chunk),
@@ -676,7 +701,7 @@ impl<'a> Builder<'a> {
                         purpose,
                         world,
                     },
-                },
+                ),
             ]
         } else {
             if bucket.collective != Collective::AllReduce {
@@ -687,12 +712,12 @@ impl<'a> Builder<'a> {
                 )));
             }
             tensors.sort_by_key(|&t| self.spans[t].offset);
-            let all_reduce =
-                |data: TensorRef, waits: Vec<EventId>, record: Option<EventId>| CommOp {
+            let all_reduce = |data: TensorRef, waits: Vec<EventId>, record: Option<EventId>| {
+                CommOp::with_events(
                     stream,
                     waits,
                     record,
-                    action: CommAction::Collective {
+                    CommAction::Collective {
                         kind: Collective::AllReduce,
                         input: data,
                         output: data,
@@ -700,7 +725,8 @@ impl<'a> Builder<'a> {
                         purpose,
                         world,
                     },
-                };
+                )
+            };
             match contiguous(tensors.iter().map(|&t| self.spans[t]), bucket.index) {
                 Ok(range) => vec![all_reduce(
                     slice(Region::Grads, range.offset, range.len),
@@ -710,19 +736,14 @@ impl<'a> Builder<'a> {
                 Err(_) => {
                     let (pack, unpack, len) = self.packing(&tensors, bucket.index)?;
                     vec![
-                        CommOp {
-                            stream,
-                            waits,
-                            record: None,
-                            action: CommAction::Copy { pieces: pack },
-                        },
+                        CommOp::with_events(stream, waits, None, CommAction::Copy { pieces: pack }),
                         all_reduce(slice(Region::ReduceStaging, 0, len), Vec::new(), None),
-                        CommOp {
+                        CommOp::with_events(
                             stream,
-                            waits: Vec::new(),
-                            record: done,
-                            action: CommAction::Copy { pieces: unpack },
-                        },
+                            Vec::new(),
+                            done,
+                            CommAction::Copy { pieces: unpack },
+                        ),
                     ]
                 }
             }
@@ -885,11 +906,11 @@ impl<'a> Builder<'a> {
                     let len = b - a;
                     let purpose = Purpose::ParamGather { shard: index };
                     if len == partition {
-                        ops.push(Op::Collective(CommOp {
-                            stream: CommStream::Comm,
-                            waits: std::mem::take(&mut waits),
-                            record: None,
-                            action: CommAction::Collective {
+                        ops.push(Op::Collective(CommOp::with_events(
+                            CommStream::Comm,
+                            std::mem::take(&mut waits),
+                            None,
+                            CommAction::Collective {
                                 kind: Collective::AllGather,
                                 input: slice(Region::Params, mine, partition),
                                 output: slice(Region::Params, 0, world * partition),
@@ -897,20 +918,20 @@ impl<'a> Builder<'a> {
                                 purpose,
                                 world,
                             },
-                        }));
+                        )));
                         continue;
                     }
-                    ops.push(Op::Collective(CommOp {
-                        stream: CommStream::Comm,
-                        waits: std::mem::take(&mut waits),
-                        record: None,
-                        action: CommAction::Copy {
+                    ops.push(Op::Collective(CommOp::with_events(
+                        CommStream::Comm,
+                        std::mem::take(&mut waits),
+                        None,
+                        CommAction::Copy {
                             pieces: vec![CopyPiece {
                                 dst: slice(Region::GatherIn, 0, len),
                                 src: slice(Region::Params, mine + a, len),
                             }],
                         },
-                    }));
+                    )));
                     ops.push(on(
                         CommStream::Comm,
                         CommAction::Collective {
