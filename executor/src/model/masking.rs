@@ -87,6 +87,12 @@ impl TokenLayout {
     ) -> Result<Self, ModelError> {
         let tokens = batch.tokens.len();
         let mut layout = Self::causal();
+        if batch.positions == Positions::Sequential && seq_len > max_positions {
+            return Err(ModelError::SequenceTooLong {
+                seq_len,
+                n_positions: max_positions,
+            });
+        }
         if let Positions::Given(ids) = batch.positions {
             check_len("position_ids", ids.len(), tokens)?;
             if let Some((index, &id)) = ids

@@ -26,6 +26,7 @@ mod config;
 pub mod embedding;
 pub mod encoder;
 mod error;
+mod evaluate;
 mod family;
 pub mod gelu;
 pub mod gemm;
@@ -51,6 +52,7 @@ pub use activations::{ActivationLayout, BatchShape, BlockActivations, planned_ar
 pub use classifier::LossDivisor;
 pub use config::{ConfigError, Gpt2Config};
 pub use error::ModelError;
+pub use evaluate::evaluate_batch;
 pub use family::{ModelConfig, ModelCore, ModelLayout};
 pub use gpt2::{Gpt2, Gpt2Core, next_token_targets};
 pub use init::init_params;
