@@ -16,12 +16,14 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
+use dsplan_executor::checkpoint::load_checkpoint;
 use dsplan_executor::data::{LabelledSource, RecordedBatches};
 use dsplan_executor::io::llama_pretrained::load_llama_pretrained;
 use dsplan_executor::model::{ModelConfig, ModelLayout};
 use dsplan_executor::train::{
-    DataChoice, EvalWeighting, LossNormalisation, TrainReport, TrainSettings, TrainSpec,
-    TrainerSchedule, eval_loss, train,
+    CheckpointOptions, DataChoice, EvalWeighting, LossNormalisation, SavePolicy, TrainReport,
+    TrainSettings, TrainSpec, TrainerSchedule, compile_plan, eval_loss, resume_point, train,
+    train_planned_with,
 };
 use serde_json::Value;
 use support::{read_tensors, sft_run};
@@ -124,8 +126,9 @@ fn param_diff(ours: &[f32], layout: &ModelLayout, reference: &Path) -> f64 {
     worst
 }
 
-/// Trains `fixture` as recorded: its model, its batches, its config.
-fn train_fixture(fixture: &Fixture, steps: u64) -> (TrainReport, ModelConfig, RecordedBatches) {
+/// The run of `fixture` as recorded (its model, its batches, its config) for `steps` steps,
+/// and its recorded batches.
+fn fixture_spec(fixture: &Fixture, steps: u64) -> (TrainSpec, RecordedBatches) {
     let (model, params) = load_llama_pretrained(&fixture.model_dir()).expect("fixture model");
     let model = ModelConfig::Llama(model);
     let files = fixture.batch_files();
@@ -148,8 +151,14 @@ fn train_fixture(fixture: &Fixture, steps: u64) -> (TrainReport, ModelConfig, Re
         steps,
         world: fixture.world,
     };
+    (spec, recorded)
+}
+
+/// Trains `fixture` as recorded.
+fn train_fixture(fixture: &Fixture, steps: u64) -> (TrainReport, ModelConfig, RecordedBatches) {
+    let (spec, recorded) = fixture_spec(fixture, steps);
     let report = train(&spec, &|_| {}).expect("training runs");
-    (report, model, recorded)
+    (report, spec.model, recorded)
 }
 
 fn check_run(name: &str) {
@@ -244,4 +253,65 @@ fn messages_assistant_only_matches_sft_trainer() {
 #[test]
 fn text_ws2_matches_sft_trainer() {
     check_run("text_ws2");
+}
+
+/// Runs `spec` by its plan, saving a checkpoint into `save` at the end, resuming from `resume`.
+fn run_with_checkpoints(
+    spec: &TrainSpec,
+    save: Option<&Path>,
+    resume: Option<&Path>,
+) -> TrainReport {
+    let plan = compile_plan(&spec.settings, &spec.model, spec.seq_len, spec.world).expect("plan");
+    let resume = resume.map(|path| {
+        let loaded = load_checkpoint(path).expect("checkpoint");
+        resume_point(spec, &plan, &loaded).expect("resume point")
+    });
+    let options = CheckpointOptions {
+        save: save.map(|dir| SavePolicy::new(dir, None)),
+        resume,
+    };
+    train_planned_with(spec, &plan, &options, &|_| {}).expect("training runs")
+}
+
+#[test]
+fn recorded_batches_resume_bit_for_bit() {
+    // Two ranks, labelled batches: 3 steps, a checkpoint, 3 more equal 6 steps in one go.
+    let Some(fixture) = Fixture::open("text_ws2") else {
+        return;
+    };
+    let (whole_spec, _) = fixture_spec(&fixture, 6);
+    let (first_spec, _) = fixture_spec(&fixture, 3);
+    let whole = run_with_checkpoints(&whole_spec, None, None);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let first = run_with_checkpoints(&first_spec, Some(dir.path()), None);
+    assert_eq!(first.checkpoints.len(), 1);
+    let resumed = run_with_checkpoints(&whole_spec, None, Some(dir.path()));
+    assert_eq!(resumed.first_step, 3);
+    let bits = |steps: &[dsplan_executor::metrics::StepMetrics]| -> Vec<(u64, u64, u64)> {
+        steps
+            .iter()
+            .map(|s| {
+                (
+                    s.loss.to_bits(),
+                    s.lr.to_bits(),
+                    s.grad_norm.unwrap_or(f64::NAN).to_bits(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(bits(&resumed.steps), bits(&whole.steps[3..]), "steps 4-6");
+    let params = |r: &TrainReport| {
+        r.final_params
+            .iter()
+            .map(|x| x.to_bits())
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        params(&resumed) == params(&whole),
+        "final parameters differ"
+    );
+    eprintln!(
+        "text_ws2 resumed at step 3: steps 4-6 and {} final parameters equal bit for bit",
+        whole.final_params.len()
+    );
 }

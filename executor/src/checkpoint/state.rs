@@ -291,7 +291,8 @@ impl DataDescription {
                     .iter()
                     .map(|f| std::fs::metadata(f).ok().map(|m| m.len()))
                     .sum(),
-                order: "as recorded".into(),
+                // Replayed step by step, in the order recorded.
+                order: "sequential".into(),
             },
         }
     }
