@@ -305,7 +305,7 @@ fn read_rank(origin: &str, bytes: &[u8]) -> Result<RankFile, DataError> {
         origin: origin.to_owned(),
         message: error.to_string(),
     })?;
-    let mut slots: BTreeMap<Slot, BTreeMap<String, (Vec<usize>, Vec<i64>)>> = BTreeMap::new();
+    let mut slots: BTreeMap<Slot, Tensors> = BTreeMap::new();
     for (name, view) in file.tensors() {
         let Some((slot, key)) = parse_name(&name) else {
             return Err(recorded(
@@ -395,6 +395,7 @@ fn read_rank(origin: &str, bytes: &[u8]) -> Result<RankFile, DataError> {
     Ok(RankFile { train, eval })
 }
 
+/// A batch's tensors by key: shape and elements.
 type Tensors = BTreeMap<String, (Vec<usize>, Vec<i64>)>;
 
 fn collate(origin: &str, prefix: &str, tensors: &Tensors) -> Result<Collated, DataError> {
@@ -493,5 +494,171 @@ fn integers(dtype: Dtype, data: &[u8]) -> Option<Vec<i64>> {
                 .collect(),
         ),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use safetensors::tensor::TensorView;
+
+    /// A file of `(name, shape, values)` int64 tensors.
+    fn file(tensors: &[(&str, Vec<usize>, Vec<i64>)]) -> (String, Vec<u8>) {
+        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+            .iter()
+            .map(|(name, shape, values)| {
+                let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                ((*name).to_owned(), shape.clone(), data)
+            })
+            .collect();
+        let views: Vec<(String, TensorView<'_>)> = bytes
+            .iter()
+            .map(|(name, shape, data)| {
+                let view = TensorView::new(Dtype::I64, shape.clone(), data).expect("view");
+                (name.clone(), view)
+            })
+            .collect();
+        let serialized = safetensors::serialize(views, None).expect("serialize");
+        ("batches.safetensors".into(), serialized)
+    }
+
+    fn error_of(tensors: &[(&str, Vec<usize>, Vec<i64>)]) -> String {
+        RecordedBatches::from_files(&[file(tensors)])
+            .expect_err("bad batches")
+            .to_string()
+    }
+
+    #[test]
+    fn short_micro_batches_are_padded_without_a_label_and_packed_rows_with_one_token_documents() {
+        let padded = [
+            ("train.step00.micro0.input_ids", vec![1, 3], vec![5, 6, 7]),
+            ("train.step00.micro0.labels", vec![1, 3], vec![5, 6, 7]),
+            (
+                "train.step00.micro0.attention_mask",
+                vec![1, 3],
+                vec![1, 1, 1],
+            ),
+            (
+                "train.step00.micro1.input_ids",
+                vec![2, 2],
+                vec![8, 9, 4, 0],
+            ),
+            (
+                "train.step00.micro1.labels",
+                vec![2, 2],
+                vec![8, 9, 4, -100],
+            ),
+            (
+                "train.step00.micro1.attention_mask",
+                vec![2, 2],
+                vec![1, 1, 1, 0],
+            ),
+        ];
+        let mut source = RecordedBatches::from_files(&[file(&padded)]).expect("valid");
+        assert_eq!(
+            source.shape(),
+            BatchShape {
+                batch: 2,
+                seq_len: 3
+            }
+        );
+        let at = |micro_step| MicroBatchIndex {
+            step: 0,
+            rank: 0,
+            micro_step,
+        };
+        let first = source.micro_batch(at(0)).expect("micro 0");
+        assert_eq!(first.input_ids, [5, 6, 7, 0, 0, 0]);
+        assert_eq!(first.targets, [Some(6), Some(7), None, None, None, None]);
+        assert_eq!(
+            first.attention_mask.as_deref(),
+            Some(&[1, 1, 1, 0, 0, 0][..])
+        );
+        let second = source.micro_batch(at(1)).expect("micro 1");
+        assert_eq!(second.targets, [Some(9), None, None, None, None, None]);
+        assert_eq!(second.label_tokens(), 1);
+
+        let packed = [
+            (
+                "train.step00.micro0.input_ids",
+                vec![1, 4],
+                vec![1, 2, 3, 4],
+            ),
+            (
+                "train.step00.micro0.labels",
+                vec![1, 4],
+                vec![-100, 2, -100, 4],
+            ),
+            (
+                "train.step00.micro0.position_ids",
+                vec![1, 4],
+                vec![0, 1, 0, 1],
+            ),
+            ("train.step01.micro0.input_ids", vec![1, 2], vec![1, 2]),
+            ("train.step01.micro0.labels", vec![1, 2], vec![-100, 2]),
+            ("train.step01.micro0.position_ids", vec![1, 2], vec![0, 1]),
+        ];
+        let mut source = RecordedBatches::from_files(&[file(&packed)]).expect("valid");
+        assert_eq!(source.positions(), RowPositions::PositionIds);
+        let short = source
+            .micro_batch(MicroBatchIndex {
+                step: 1,
+                rank: 0,
+                micro_step: 0,
+            })
+            .expect("step 1");
+        assert_eq!(short.position_ids.as_deref(), Some(&[0, 1, 0, 0][..]));
+        assert_eq!(short.attention_mask, None);
+        assert_eq!(short.targets, [Some(2), None, None, None]);
+        let past = source.micro_batch(MicroBatchIndex {
+            step: 2,
+            rank: 0,
+            micro_step: 0,
+        });
+        assert!(past.expect_err("no step 2").to_string().contains("step 2"));
+    }
+
+    #[test]
+    fn bad_batches_are_errors_naming_the_tensor() {
+        let ids = ("train.step00.micro0.input_ids", vec![1, 2], vec![1, 2]);
+        let missing = error_of(&[ids.clone()]);
+        assert!(
+            missing.contains("train.step00.micro0.labels") && missing.contains("missing"),
+            "{missing}"
+        );
+        let label = error_of(&[
+            ids.clone(),
+            ("train.step00.micro0.labels", vec![1, 2], vec![1, -5]),
+        ]);
+        assert!(label.contains("-5") && label.contains("-100"), "{label}");
+        let shape = error_of(&[
+            ids.clone(),
+            ("train.step00.micro0.labels", vec![2, 1], vec![1, 2]),
+        ]);
+        assert!(shape.contains("must agree"), "{shape}");
+        let mask = error_of(&[
+            ids.clone(),
+            ("train.step00.micro0.labels", vec![1, 2], vec![1, 2]),
+            ("train.step00.micro0.attention_mask", vec![1, 2], vec![1, 2]),
+        ]);
+        assert!(
+            mask.contains("attention_mask") && mask.contains("0 (padding)"),
+            "{mask}"
+        );
+        let gap = error_of(&[
+            ids.clone(),
+            ("train.step00.micro0.labels", vec![1, 2], vec![1, 2]),
+            ("train.step02.micro0.input_ids", vec![1, 2], vec![1, 2]),
+            ("train.step02.micro0.labels", vec![1, 2], vec![1, 2]),
+        ]);
+        assert!(
+            gap.contains("train.step02.micro0") && gap.contains("without gaps"),
+            "{gap}"
+        );
+        let stray = error_of(&[ids, ("input_ids", vec![1, 2], vec![1, 2])]);
+        assert!(
+            stray.contains("`input_ids`") && stray.contains("train.stepSS"),
+            "{stray}"
+        );
     }
 }
