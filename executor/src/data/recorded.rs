@@ -621,7 +621,7 @@ mod tests {
     #[test]
     fn bad_batches_are_errors_naming_the_tensor() {
         let ids = ("train.step00.micro0.input_ids", vec![1, 2], vec![1, 2]);
-        let missing = error_of(&[ids.clone()]);
+        let missing = error_of(std::slice::from_ref(&ids));
         assert!(
             missing.contains("train.step00.micro0.labels") && missing.contains("missing"),
             "{missing}"
