@@ -119,16 +119,20 @@ pub fn check_engine_state(path: &Path, state: &EngineState) -> Result<(), Checkp
             format!("{} must be positive and finite", m.layer_norm_epsilon),
         );
     }
-    if state.seq_len > m.n_positions {
+    // Recorded (packed) rows may be longer than the positions: their position ids restart.
+    if state.seq_len > m.n_positions && state.data.kind != "recorded" {
         return bad(
             "seq_len",
             format!("{} exceeds n_positions {}", state.seq_len, m.n_positions),
         );
     }
-    if !matches!(state.data.kind.as_str(), "bundled" | "file") {
+    if !matches!(state.data.kind.as_str(), "bundled" | "file" | "recorded") {
         return bad(
             "data.kind",
-            format!("`{}` is neither `bundled` nor `file`", state.data.kind),
+            format!(
+                "`{}` is none of `bundled`, `file`, `recorded`",
+                state.data.kind
+            ),
         );
     }
     let order = &state.data.order;

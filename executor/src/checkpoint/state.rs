@@ -250,7 +250,7 @@ impl From<ModelConfig> for SavedModel {
 /// its order, so this is what a resumed run must read again).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataDescription {
-    /// `bundled` or `file`.
+    /// `bundled`, `file` or `recorded`.
     pub kind: String,
     /// The corpus name or the file's path.
     pub name: String,
@@ -279,6 +279,20 @@ impl DataDescription {
                 name: path.display().to_string(),
                 bytes: std::fs::metadata(path).ok().map(|m| m.len()),
                 order: order(o),
+            },
+            DataChoice::Recorded { files } => Self {
+                kind: "recorded".into(),
+                name: files
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                bytes: files
+                    .iter()
+                    .map(|f| std::fs::metadata(f).ok().map(|m| m.len()))
+                    .sum(),
+                // Replayed step by step, in the order recorded.
+                order: "sequential".into(),
             },
         }
     }

@@ -204,6 +204,16 @@ pub enum DataError {
         /// Rows per global batch.
         global_batch: usize,
     },
+    /// A file of recorded micro-batches (`train.stepSS.microM.*`, `eval.batchBB.*`) that does
+    /// not hold what its name promises.
+    Recorded {
+        /// The file.
+        origin: String,
+        /// The tensor (or the tensor name's prefix) at fault.
+        tensor: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
     /// The output buffer for a row has the wrong length.
     RowBuffer {
         /// Its length.
@@ -316,6 +326,11 @@ impl fmt::Display for DataError {
                     "row {row} is outside a global batch of {global_batch} rows"
                 )
             }
+            DataError::Recorded {
+                origin,
+                tensor,
+                message,
+            } => write!(f, "`{origin}`: `{tensor}`: {message}"),
             DataError::RowBuffer { found, expected } => write!(
                 f,
                 "a row buffer of {found} tokens was given for rows of {expected} tokens"

@@ -13,14 +13,20 @@
 //! | [`StreamSource::from_llmc`] | llm.c `*.bin` | uint16 / uint32 ([`llmc`]) | as above |
 //! | [`StoredBatchSource`] | `*.safetensors` with `input_ids` `[steps, global_batch, seq_len + 1]` | any integer dtype | as stored, step by step ([`stored`]) |
 //! | [`bundled_corpus`] | compiled in | bytes | as text |
+//! | [`RecordedBatches`] | `batches[_rankR].safetensors` of collated `train.stepSS.microM.*` | `input_ids`, `labels` (`-100`), `attention_mask` or `position_ids` | as recorded ([`recorded`]) |
+//!
+//! The training loop reads every source as a [`LabelledSource`] of [`LabelledBatch`]es (token
+//! sources through [`TokenLabels`]: `labels = input_ids`), so one path reaches the model.
 //!
 //! [`open`] picks the source for a path by its extension.
 
 mod batch;
 mod bundled;
 mod error;
+mod labelled;
 pub mod layout;
 pub mod llmc;
+pub mod recorded;
 mod rng;
 pub mod stored;
 pub mod stream;
@@ -30,8 +36,10 @@ use std::path::Path;
 pub use batch::TokenBatch;
 pub use bundled::{BUNDLED_CORPUS, BUNDLED_CORPUS_NAME, bundled_corpus};
 pub use error::{DataError, LlmcProblem};
+pub use labelled::{LabelledBatch, LabelledSource, TokenLabels};
 pub use layout::{BatchLayout, MicroBatchIndex};
 pub use llmc::{LlmcFormat, parse_llmc_tokens, write_llmc_tokens};
+pub use recorded::RecordedBatches;
 pub use rng::{SplitMix64, mix64};
 pub use stored::{DEFAULT_TENSOR, StoredBatchSource};
 pub use stream::{BYTE_VOCAB, StreamSource, WindowOrder};

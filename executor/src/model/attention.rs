@@ -1,5 +1,10 @@
 //! Causal multi-head self-attention (Hugging Face `eager`):
-//! per head, `att = softmax(q @ k^T * head_dim^-0.5 + causal mask)`, `y = att @ v`.
+//! per head, `att = softmax(q @ k^T * head_dim^-0.5 + mask)`, `y = att @ v`.
+//!
+//! The mask is an [`AttentionMask`]: causal, or causal within documents (packed rows whose
+//! `position_ids` restart: block-diagonal) and without padded keys (`attention_mask` 0). Masked
+//! probabilities are exactly 0, as `softmax` of `finfo.min` gives in `transformers`, so the
+//! backward needs no mask: `dS = P * (dP - rowsum(P * dP))` is 0 wherever `P` is.
 //!
 //! `qkv` rows are `[q | k | v]`, each `C` wide; head `h` is the column block
 //! `h*hs .. (h+1)*hs` inside each. The probabilities are kept `(B, NH, T, T)` for backward
@@ -42,6 +47,24 @@ impl AttentionDims {
     fn scale(&self) -> f32 {
         (self.head_dim as f64).powf(-0.5) as f32
     }
+}
+
+/// Which keys a query sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionMask<'a> {
+    /// Query `t` of a row sees keys `0 ..= t` of that row.
+    Causal,
+    /// Query `t` of a row sees keys `first_key[t] ..= t` of that row (the start of its document:
+    /// a block-diagonal causal mask for packed rows), and of those only the ones whose `keys`
+    /// entry is 1 (the padding mask; all of them when `None`). Both `(B*T)`, indexed by token;
+    /// `first_key` values are row positions (`first_key[b*T + t] <= t`, checked by the caller).
+    /// A query that sees no key gets zero probabilities and a zero output.
+    Documents {
+        /// Per token, the row position where its document starts.
+        first_key: &'a [u32],
+        /// Per token, 1 if it may be attended to as a key, 0 if it is padding.
+        keys: Option<&'a [u8]>,
+    },
 }
 
 /// The row blocks `(start, end)` of a sequence of `t` rows.
@@ -127,6 +150,19 @@ pub fn grouped_attention_forward(
     dims: AttentionDims,
     kv_heads: usize,
 ) {
+    masked_attention_forward(out, att, qkv, dims, kv_heads, AttentionMask::Causal);
+}
+
+/// [`grouped_attention_forward`] under `mask` (see [`AttentionMask`]); the probabilities `att`
+/// are zero wherever the mask hides a key, so [`grouped_attention_backward`] serves every mask.
+pub fn masked_attention_forward(
+    out: &mut [f32],
+    att: &mut [f32],
+    qkv: &[f32],
+    dims: AttentionDims,
+    kv_heads: usize,
+    mask: AttentionMask<'_>,
+) {
     let AttentionDims {
         seq_len: t,
         n_head: nh,
@@ -151,7 +187,16 @@ pub fn grouped_attention_forward(
                     Threads::Single,
                 );
                 for (i, row) in rows.chunks_exact_mut(t).enumerate() {
-                    causal_softmax_row(row, start + i + 1, scale);
+                    let query = start + i;
+                    match mask {
+                        AttentionMask::Causal => causal_softmax_row(row, query + 1, scale),
+                        AttentionMask::Documents { first_key, keys } => {
+                            let token = head.b * t + query;
+                            let first = first_key[token] as usize;
+                            let keys = keys.map(|k| &k[head.b * t + first..=token]);
+                            masked_softmax_row(row, first, query + 1, keys, scale);
+                        }
+                    }
                 }
                 // SAFETY: (b, h) pairs write disjoint column blocks `h*hs..(h+1)*hs` of
                 // disjoint rows `b*T..(b+1)*T`; the row blocks of one pair are disjoint.
@@ -175,6 +220,43 @@ fn causal_softmax_row(row: &mut [f32], visible: usize, scale: f32) {
     let total = exp_shifted_sum(seen, max(seen));
     scale_slice(seen, 1.0 / total);
     masked.fill(0.0);
+}
+
+/// As [`causal_softmax_row`] over the window `first..visible` only, leaving out the keys whose
+/// `keys` entry (one per window position) is 0; a window with no key left is all zeros.
+fn masked_softmax_row(
+    row: &mut [f32],
+    first: usize,
+    visible: usize,
+    keys: Option<&[u8]>,
+    scale: f32,
+) {
+    let (seen, masked) = row.split_at_mut(visible);
+    masked.fill(0.0);
+    let (hidden, window) = seen.split_at_mut(first.min(visible));
+    hidden.fill(0.0);
+    scale_slice(window, scale);
+    if let Some(keys) = keys {
+        for (score, &key) in window.iter_mut().zip(keys) {
+            if key == 0 {
+                *score = f32::NEG_INFINITY;
+            }
+        }
+    }
+    let top = max(window);
+    if top == f32::NEG_INFINITY {
+        window.fill(0.0);
+        return;
+    }
+    let total = exp_shifted_sum(window, top);
+    scale_slice(window, 1.0 / total);
+    if let Some(keys) = keys {
+        for (p, &key) in window.iter_mut().zip(keys) {
+            if key == 0 {
+                *p = 0.0;
+            }
+        }
+    }
 }
 
 /// Attention backward.
@@ -422,6 +504,51 @@ mod tests {
             assert!(row[i + 1..].iter().all(|&p| p == 0.0), "row {i} not masked");
             let total: f32 = row[..=i].iter().sum();
             assert!((total - 1.0).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn documents_and_padded_keys_attend_as_separate_sequences() {
+        // One row of T = 9: a document of 4 tokens, one of 3, then 2 padding tokens. Each
+        // document must see exactly what it sees alone; padding is hidden as keys.
+        let (nh, hs) = (2, 4);
+        let c = nh * hs;
+        let t = 9;
+        let dims = |seq_len| AttentionDims {
+            batch: 1,
+            seq_len,
+            n_head: nh,
+            head_dim: hs,
+        };
+        let qkv: Vec<f32> = (0..t * 3 * c).map(|i| (i as f32 * 0.53).sin()).collect();
+        let first_key = [0u32, 0, 0, 0, 4, 4, 4, 7, 7];
+        let keys = [1u8, 1, 1, 1, 1, 1, 1, 0, 0];
+        let mut out = vec![f32::NAN; t * c];
+        let mut att = vec![f32::NAN; nh * t * t];
+        let mask = AttentionMask::Documents {
+            first_key: &first_key,
+            keys: Some(&keys),
+        };
+        masked_attention_forward(&mut out, &mut att, &qkv, dims(t), nh, mask);
+        for (start, len) in [(0usize, 4usize), (4, 3)] {
+            let alone = &qkv[start * 3 * c..(start + len) * 3 * c];
+            let mut out_alone = vec![f32::NAN; len * c];
+            let mut att_alone = vec![f32::NAN; nh * len * len];
+            attention_forward(&mut out_alone, &mut att_alone, alone, dims(len));
+            for (x, y) in out[start * c..(start + len) * c].iter().zip(&out_alone) {
+                assert!((x - y).abs() < 1e-6, "document at {start}: {x} vs {y}");
+            }
+        }
+        assert!(
+            out[7 * c..].iter().all(|&y| y == 0.0),
+            "padding sees no key"
+        );
+        for (row_index, row) in att.chunks_exact(t).enumerate() {
+            let query = row_index % t;
+            for (key, &p) in row.iter().enumerate() {
+                let visible = key <= query && key >= first_key[query] as usize && keys[key] == 1;
+                assert!(visible || p == 0.0, "query {query} sees key {key}");
+            }
         }
     }
 }

@@ -87,19 +87,44 @@ pub fn target_count(targets: &[Option<u32>]) -> Result<usize, super::ModelError>
     }
 }
 
-/// The training loss of a causal LM: the mean cross-entropy over the `count` rows with a
-/// target ([`target_count`]), leaving in `logits` the gradient of `grad_scale * loss`
-/// ([`crossentropy_forward_backward`]).
-pub fn mean_crossentropy(
+/// What a micro-batch's summed token loss is divided by.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LossDivisor {
+    /// Its own number of targets ([`target_count`]): the micro-batch's token mean (refused
+    /// when it has none).
+    TargetsInBatch,
+    /// A count from outside: the Trainer's `num_items_in_batch` (the label tokens of the whole
+    /// optimizer step, every rank's), divided by the ranks that average the gradients. A
+    /// micro-batch without targets then has loss 0.
+    Given(f64),
+}
+
+impl LossDivisor {
+    /// The divisor for `targets`, or why there is none.
+    pub fn resolve(self, targets: &[Option<u32>]) -> Result<f64, super::ModelError> {
+        match self {
+            LossDivisor::TargetsInBatch => target_count(targets).map(|count| count as f64),
+            LossDivisor::Given(divisor) if divisor.is_finite() && divisor > 0.0 => Ok(divisor),
+            LossDivisor::Given(divisor) => Err(super::ModelError::LossDivisor {
+                divisor: divisor.to_string(),
+            }),
+        }
+    }
+}
+
+/// The training loss of a causal LM: the summed cross-entropy of the rows with a target divided
+/// by `divisor` ([`LossDivisor::resolve`]), leaving in `logits` the gradient of
+/// `grad_scale * loss` ([`crossentropy_forward_backward`]).
+pub fn divided_crossentropy(
     logits: &mut [f32],
     losses: &mut [f32],
     targets: &[Option<u32>],
-    count: usize,
+    divisor: f64,
     grad_scale: f32,
 ) -> f32 {
-    crossentropy_forward_backward(logits, losses, targets, grad_scale / count as f32);
+    crossentropy_forward_backward(logits, losses, targets, grad_scale / divisor as f32);
     let total: f64 = losses.iter().map(|&l| f64::from(l)).sum();
-    (total / count as f64) as f32
+    (total / divisor) as f32
 }
 
 /// Fused softmax + cross-entropy + gradient, one row at a time.

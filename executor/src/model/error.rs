@@ -65,6 +65,33 @@ pub enum ModelError {
         /// Elements the layout needs.
         laid_out: usize,
     },
+    /// A `position_ids` entry beyond the model's positions.
+    PositionOutOfRange {
+        /// Token index in the batch.
+        index: usize,
+        /// The position given.
+        position: u32,
+        /// Positions the model has (`max_position_embeddings`, or the rotary table's length).
+        max_positions: usize,
+    },
+    /// An `attention_mask` entry other than 0 or 1.
+    MaskValue {
+        /// Token index in the batch.
+        index: usize,
+        /// The value given.
+        value: u8,
+    },
+    /// The batch carries `position_ids` or an `attention_mask`, which this family's passes do
+    /// not take.
+    MaskingUnsupported {
+        /// The family.
+        family: &'static str,
+    },
+    /// The loss divisor given is not a positive finite number.
+    LossDivisor {
+        /// The value given.
+        divisor: String,
+    },
 }
 
 impl fmt::Display for ModelError {
@@ -111,6 +138,26 @@ impl fmt::Display for ModelError {
             ModelError::ArenaSize { planned, laid_out } => write!(
                 f,
                 "the activation layout needs {laid_out} elements, the planner sizes the arena at {planned}"
+            ),
+            ModelError::PositionOutOfRange {
+                index,
+                position,
+                max_positions,
+            } => write!(
+                f,
+                "position id {position} at token {index} is beyond the model's {max_positions} positions (max_position_embeddings); pack or truncate rows to at most {max_positions} tokens per document"
+            ),
+            ModelError::MaskValue { index, value } => write!(
+                f,
+                "attention_mask entry {value} at token {index}: it must be 1 (a token) or 0 (padding)"
+            ),
+            ModelError::MaskingUnsupported { family } => write!(
+                f,
+                "{family} trains on plain causal rows only: this batch has position_ids or an attention_mask (padded or packed SFT batches need a Llama-family model)"
+            ),
+            ModelError::LossDivisor { divisor } => write!(
+                f,
+                "the loss divisor {divisor} is not a positive number of label tokens"
             ),
         }
     }

@@ -8,6 +8,7 @@ use dsplan_planner::model::{Architecture, Bias, Embeddings, Family};
 use super::llama::{
     AttentionBias, LlamaConfig, LlamaCore, LlamaFamily, LlamaLayout, init_llama_params,
 };
+use super::masking::{RowPositions, TrainingBatch};
 use super::units::{ParamSource, ParamTable, ParamUnit};
 use super::{
     BatchShape, ConfigError, Gpt2Config, Gpt2Core, ModelError, ParamLayout, Recompute, init_params,
@@ -213,10 +214,29 @@ impl ModelCore {
         shape: BatchShape,
         recompute: Recompute,
     ) -> Result<Self, ModelError> {
-        Ok(match config {
-            ModelConfig::Gpt2(c) => ModelCore::Gpt2(Gpt2Core::with_recompute(c, shape, recompute)?),
-            ModelConfig::Llama(c) => {
+        Self::with_positions(config, shape, recompute, RowPositions::Arange)
+    }
+
+    /// As [`ModelCore::new`], for rows whose positions come as `positions` says (only the
+    /// Llama family takes `position_ids`).
+    pub fn with_positions(
+        config: ModelConfig,
+        shape: BatchShape,
+        recompute: Recompute,
+        positions: RowPositions,
+    ) -> Result<Self, ModelError> {
+        Ok(match (config, positions) {
+            (ModelConfig::Gpt2(c), RowPositions::Arange) => {
+                ModelCore::Gpt2(Gpt2Core::with_recompute(c, shape, recompute)?)
+            }
+            (ModelConfig::Gpt2(_), RowPositions::PositionIds) => {
+                return Err(ModelError::MaskingUnsupported { family: "gpt2" });
+            }
+            (ModelConfig::Llama(c), RowPositions::Arange) => {
                 ModelCore::Llama(LlamaCore::with_recompute(c, shape, recompute)?)
+            }
+            (ModelConfig::Llama(c), RowPositions::PositionIds) => {
+                ModelCore::Llama(LlamaCore::for_packed_rows(c, shape, recompute)?)
             }
         })
     }
@@ -261,6 +281,21 @@ impl ModelCore {
         match self {
             ModelCore::Gpt2(c) => c.forward_with(source, tokens, targets, grad_scale),
             ModelCore::Llama(c) => c.forward_with(source, tokens, targets, grad_scale),
+        }
+    }
+
+    /// Training forward of `batch` (positions, attention mask and loss divisor included; see
+    /// [`TrainingBatch`]): its loss; backward will compute the gradient of
+    /// `grad_scale * loss`.
+    pub fn forward_batch_with<S: ParamSource>(
+        &mut self,
+        source: &mut S,
+        batch: &TrainingBatch<'_>,
+        grad_scale: f32,
+    ) -> Result<f32, S::Error> {
+        match self {
+            ModelCore::Gpt2(c) => c.forward_batch_with(source, batch, grad_scale),
+            ModelCore::Llama(c) => c.forward_batch_with(source, batch, grad_scale),
         }
     }
 

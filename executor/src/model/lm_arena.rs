@@ -5,7 +5,7 @@
 //! [`super::llama::LlamaActivations`]) but both end in a `(B, T, V)` logits buffer and a
 //! `(B, T)` loss buffer, which is all this module reads.
 
-use super::classifier::{mean_crossentropy, target_count};
+use super::classifier::{LossDivisor, divided_crossentropy};
 use super::{BatchShape, ModelError};
 use crate::tensor::{Span, split_spans_mut};
 
@@ -80,30 +80,32 @@ impl LmArena {
         self.logits.of(&self.acts)
     }
 
-    /// Before a training forward: checks `tokens` and `targets`, and counts the targets (the
-    /// loss's denominator, refused when there is none).
+    /// Before a training forward: checks `tokens` and `targets`, and resolves the loss's
+    /// divisor (the count of targets is refused when there is none).
     pub(crate) fn start_training(
         &mut self,
         tokens: &[u32],
         targets: &[Option<u32>],
-    ) -> Result<usize, ModelError> {
+        divisor: LossDivisor,
+    ) -> Result<f64, ModelError> {
         self.check_tokens(tokens)?;
         self.check_ids("target", "targets", targets.iter().copied(), targets.len())?;
-        let count = target_count(targets)?;
+        let divisor = divisor.resolve(targets)?;
         self.state = ArenaState::Empty;
-        Ok(count)
+        Ok(divisor)
     }
 
-    /// After a training forward: the mean cross-entropy over the `count` targets; the logits
-    /// buffer now holds the gradient of `grad_scale * loss`, so backward may run.
+    /// After a training forward: the summed cross-entropy over the targets divided by
+    /// `divisor`; the logits buffer now holds the gradient of `grad_scale * loss`, so backward
+    /// may run.
     pub(crate) fn finish_training(
         &mut self,
         targets: &[Option<u32>],
-        count: usize,
+        divisor: f64,
         grad_scale: f32,
     ) -> f32 {
         let [logits, losses] = split_spans_mut(&mut self.acts, [self.logits, self.losses]);
-        let loss = mean_crossentropy(logits, losses, targets, count, grad_scale);
+        let loss = divided_crossentropy(logits, losses, targets, divisor, grad_scale);
         self.state = ArenaState::LogitGradients;
         loss
     }

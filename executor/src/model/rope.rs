@@ -6,7 +6,9 @@
 //! [`RopeTable`] the cosines and sines of one sequence length, computed in f32 as
 //! `transformers` computes them (`inv_freq` in f32, then `t * inv_freq` in f32). The rotation is
 //! applied in place to the `q` and `k` heads of each row; its backward is the rotation by the
-//! opposite angle.
+//! opposite angle. A row's position is its index in its sequence ([`Positions::Sequential`]) or
+//! the batch's own `position_ids` ([`Positions::Given`], packed rows whose documents restart
+//! at 0).
 
 use rayon::prelude::*;
 
@@ -124,6 +126,16 @@ pub struct RopeTable {
 }
 
 impl RopeTable {
+    /// Positions the table covers (`0 .. len`).
+    pub fn len(&self) -> usize {
+        self.cos.len() / self.half.max(1)
+    }
+
+    /// Whether the table covers no position.
+    pub fn is_empty(&self) -> bool {
+        self.cos.is_empty()
+    }
+
     /// `cos` `(T, hs/2)`.
     pub fn cos(&self) -> &[f32] {
         &self.cos
@@ -144,25 +156,67 @@ enum Direction {
     Inverse,
 }
 
+/// Where each row of a `(B*T, width)` batch sits in its sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Positions<'a> {
+    /// Row `r` is at position `r % T` (`T` the table's length): `arange(T)` for every sequence.
+    Sequential,
+    /// Row `r` is at position `ids[r]` (`position_ids`, `(B*T)`, each below the table's
+    /// length; checked by the caller).
+    Given(&'a [u32]),
+}
+
 /// RoPE forward, in place.
 ///
 /// * `rows` `(B*T, width)`: the first `heads * hs` columns of each row are rotated (the `q` and
 ///   `k` heads of a `[q | k | v]` row), the rest left alone; row `r` is at position `r % T`.
 pub fn rope_forward(rows: &mut [f32], width: usize, heads: usize, table: &RopeTable) {
-    rotate(rows, width, heads, table, Direction::Forward);
+    rope_forward_at(rows, width, heads, table, Positions::Sequential);
 }
 
 /// RoPE backward, in place: `rows` holds the gradient w.r.t. the rotated values on entry and
 /// w.r.t. the values before rotation on return (same layout as [`rope_forward`]).
 pub fn rope_backward(rows: &mut [f32], width: usize, heads: usize, table: &RopeTable) {
-    rotate(rows, width, heads, table, Direction::Inverse);
+    rope_backward_at(rows, width, heads, table, Positions::Sequential);
 }
 
-fn rotate(rows: &mut [f32], width: usize, heads: usize, table: &RopeTable, dir: Direction) {
+/// [`rope_forward`] with row `r` at the position `positions` gives it.
+pub fn rope_forward_at(
+    rows: &mut [f32],
+    width: usize,
+    heads: usize,
+    table: &RopeTable,
+    positions: Positions<'_>,
+) {
+    rotate(rows, width, heads, table, positions, Direction::Forward);
+}
+
+/// [`rope_backward`] with row `r` at the position `positions` gives it.
+pub fn rope_backward_at(
+    rows: &mut [f32],
+    width: usize,
+    heads: usize,
+    table: &RopeTable,
+    positions: Positions<'_>,
+) {
+    rotate(rows, width, heads, table, positions, Direction::Inverse);
+}
+
+fn rotate(
+    rows: &mut [f32],
+    width: usize,
+    heads: usize,
+    table: &RopeTable,
+    positions: Positions<'_>,
+    dir: Direction,
+) {
     let half = table.half;
     let seq_len = table.cos.len() / half.max(1);
     rows.par_chunks_mut(width).enumerate().for_each(|(r, row)| {
-        let t = r % seq_len.max(1);
+        let t = match positions {
+            Positions::Sequential => r % seq_len.max(1),
+            Positions::Given(ids) => ids[r] as usize,
+        };
         let cos = &table.cos[t * half..][..half];
         let sin = &table.sin[t * half..][..half];
         for head in row[..heads * 2 * half].chunks_exact_mut(2 * half) {
@@ -224,5 +278,36 @@ mod tests {
         let (a, b) = (scaled.inv_freq(16, 4), plain.inv_freq(16, 4));
         assert_eq!(a[0], b[0], "the highest frequency is kept");
         assert_eq!(a[7], b[7] / 8.0, "the lowest is divided by the factor");
+    }
+
+    #[test]
+    fn given_positions_rotate_each_row_by_its_own_position() {
+        let rope = Rope {
+            theta: 10_000.0,
+            scaling: RopeScaling::Default,
+        };
+        let table = rope.table(8, 4);
+        // Two packed documents, positions 0 1 2 | 0 1, against each rotated on its own.
+        let original: Vec<f32> = (0..5 * 8).map(|i| (i as f32 * 0.41).cos()).collect();
+        let mut packed = original.clone();
+        rope_forward_at(
+            &mut packed,
+            8,
+            1,
+            &table,
+            Positions::Given(&[0, 1, 2, 0, 1]),
+        );
+        let mut first = original[..24].to_vec();
+        rope_forward(&mut first, 8, 1, &table);
+        let mut second = original[24..].to_vec();
+        rope_forward(&mut second, 8, 1, &table);
+        assert_eq!(packed[..24], first[..]);
+        assert_eq!(packed[24..], second[..]);
+        assert_eq!(
+            packed[24..32],
+            original[24..32],
+            "position 0 is the identity"
+        );
+        assert_ne!(packed[32..], original[32..], "position 1 rotates");
     }
 }

@@ -13,8 +13,9 @@
 
 use crate::comm::watchdog::Watch;
 use crate::comm::{Comm, StepPhase};
-use crate::data::TokenBatch;
+use crate::data::LabelledBatch;
 use crate::metrics::PhaseTimes;
+use crate::model::LossDivisor;
 use crate::optim::AdamConfig;
 use crate::zero::{ClipRule, Dtype, OwnedState, Scales, ZeroError};
 
@@ -29,12 +30,14 @@ pub trait StepBackend {
     /// Starts an optimizer step (the accumulated gradients are cleared).
     fn begin_step(&mut self) -> Result<(), ZeroError>;
 
-    /// Forward and backward of one micro-batch, the backward's loss multiplied by
-    /// `grad_scale`; returns the micro-batch's mean loss and adds the phases' seconds to
-    /// `times`.
+    /// Forward and backward of one micro-batch, its summed token loss divided as `divisor`
+    /// says and the backward's loss multiplied by `grad_scale`; returns the micro-batch's loss
+    /// and adds the phases' seconds to `times`. A backend that cannot honour the batch's
+    /// positions, mask or divisor refuses it.
     fn micro_step(
         &mut self,
-        batch: &TokenBatch,
+        batch: &LabelledBatch,
+        divisor: LossDivisor,
         grad_scale: f32,
         times: &mut PhaseTimes,
     ) -> Result<f64, ZeroError>;

@@ -7,7 +7,7 @@ use dsplan_planner::schedule::loss_scale::LossScaler;
 
 use dsplan_planner::plan::Training;
 
-use super::settings::convert;
+use super::settings::{LossNormalisation, TrainerSchedule, convert};
 use crate::optim::AdamConfig;
 use crate::zero::{ClipRule, MixedPrecision};
 
@@ -32,6 +32,10 @@ pub struct StepControl {
     pub scaler: LossScaler,
     /// Optimizer steps applied so far (skipped steps excluded).
     pub applied_steps: u64,
+    /// How the micro-batch losses are normalised.
+    pub loss: LossNormalisation,
+    /// The Trainer's schedule, when the config has no `scheduler` (`schedule` is then `None`).
+    pub trainer_schedule: Option<TrainerSchedule>,
 }
 
 impl StepControl {
@@ -53,6 +57,8 @@ impl StepControl {
             precision: convert::mixed_precision(&training.loss_scaling),
             scaler,
             applied_steps: 0,
+            loss: LossNormalisation::MicroBatchMean,
+            trainer_schedule: None,
         }
     }
 
@@ -65,9 +71,10 @@ impl StepControl {
 
     /// The learning rate of the next applied step.
     pub fn lr(&self) -> f64 {
-        match &self.schedule {
-            Some(schedule) => schedule.lr_at(self.applied_steps),
-            None => self.base_lr,
+        match (&self.schedule, self.trainer_schedule) {
+            (Some(schedule), _) => schedule.lr_at(self.applied_steps),
+            (None, Some(trainer)) => self.base_lr * trainer.factor(self.applied_steps),
+            (None, None) => self.base_lr,
         }
     }
 
@@ -85,8 +92,14 @@ impl StepControl {
         adam
     }
 
-    /// The loss multiplier of each micro-step's backward: `S / G`.
+    /// The loss multiplier of each micro-step's backward: `S / G` for micro-batch means, `S`
+    /// when each micro-batch is already divided by the step's label tokens.
     pub fn grad_scale(&self) -> f32 {
-        (self.scaler.scale() / self.grad_accum as f64) as f32
+        match self.loss {
+            LossNormalisation::MicroBatchMean => {
+                (self.scaler.scale() / self.grad_accum as f64) as f32
+            }
+            LossNormalisation::TokensInStep => self.scaler.scale() as f32,
+        }
     }
 }

@@ -22,6 +22,7 @@ mod checkpoints;
 mod control;
 mod divergence;
 mod error;
+pub mod eval;
 pub mod model;
 pub mod plan;
 pub(crate) mod prepare;
@@ -38,6 +39,7 @@ pub(crate) use checkpoints::{RankFailure, RankReaction, every_rank};
 pub use control::StepControl;
 pub use divergence::{Diverged, check_loss};
 pub use error::TrainError;
+pub use eval::{EvalLoss, EvalWeighting, eval_loss, trainer_eval_loss};
 pub use model::{
     DEFAULT_PRESET, ModelChoiceError, ModelSource, check_finite_weights, choose_model, model_config,
 };
@@ -47,5 +49,7 @@ pub(crate) use rank::gather_everyone;
 pub use rank::train_planned_as_rank;
 pub use report::TrainReport;
 pub use run::{train, train_planned, train_planned_with};
-pub use settings::{AttentionKernel, BatchSizes, SettingsError, TrainSettings};
+pub use settings::{
+    AttentionKernel, BatchSizes, LossNormalisation, SettingsError, TrainSettings, TrainerSchedule,
+};
 pub use spec::{DataChoice, StoredShape, TrainSpec, stored_shape};

@@ -9,19 +9,21 @@ use dsplan_planner::plan::{Plan, PlanBackend};
 
 use super::checkpoints::{CheckpointOptions, fresh_scaler};
 use super::plan::plan_training;
-use super::{StepControl, TrainError, TrainSpec};
+use super::{DataChoice, StepControl, TrainError, TrainSpec};
 use crate::checkpoint::{CheckpointError, EngineState, ResumePoint};
-use crate::data::{BatchLayout, DataError, MicroBatchIndex, TokenBatch, TokenSource};
+use crate::data::{BatchLayout, DataError, LabelledBatch, LabelledSource, MicroBatchIndex};
 use crate::metrics::{ByCategory, Category, PlanMemory};
-use crate::model::{BatchShape, ModelError};
+use crate::model::{BatchShape, ModelError, RowPositions};
 use crate::zero::predict::correspondence;
 use crate::zero::{Correspondence, EnginePlan, ListedBuffers, RankOptions};
 
 /// Checked once before anything else, so that a bad shape is an error, not a failure on every
-/// rank (nor a plan of a model that cannot run).
+/// rank (nor a plan of a model that cannot run). Recorded batches may hold packed rows longer
+/// than the model's positions: their position ids are checked batch by batch.
 pub(crate) fn check_model(spec: &TrainSpec) -> Result<(), TrainError> {
     spec.model.validate().map_err(ModelError::Config)?;
-    if spec.seq_len > spec.model.max_positions() {
+    let recorded = matches!(spec.data, DataChoice::Recorded { .. });
+    if !recorded && spec.seq_len > spec.model.max_positions() {
         return Err(TrainError::Model(ModelError::SequenceTooLong {
             seq_len: spec.seq_len,
             n_positions: spec.model.max_positions(),
@@ -34,7 +36,10 @@ pub(crate) fn check_model(spec: &TrainSpec) -> Result<(), TrainError> {
 pub(crate) struct Prepared<'a> {
     pub(crate) spec: &'a TrainSpec,
     pub(crate) world: usize,
+    /// The micro-batch shape the model is sized for (the data's).
     pub(crate) shape: BatchShape,
+    /// Where the rows' positions come from.
+    pub(crate) positions: RowPositions,
     pub(crate) engine_plan: Arc<EnginePlan>,
     /// The run-long host buffers the CPU ranks allocate (the `dsplan-cpu` plan's list).
     pub(crate) listed: ListedBuffers,
@@ -49,12 +54,12 @@ pub(crate) struct Prepared<'a> {
     pub(crate) initial_params: &'a [f32],
     pub(crate) resume: Option<&'a ResumePoint>,
     /// The run's data; each rank asks only for its own micro-batches.
-    pub(crate) source: Mutex<Box<dyn TokenSource + Send>>,
+    pub(crate) source: Mutex<Box<dyn LabelledSource + Send>>,
 }
 
 impl Prepared<'_> {
     /// Rank `at.rank`'s micro-batch `at`.
-    pub(crate) fn batch(&self, at: MicroBatchIndex) -> Result<TokenBatch, DataError> {
+    pub(crate) fn batch(&self, at: MicroBatchIndex) -> Result<LabelledBatch, DataError> {
         let mut source = self
             .source
             .lock()
@@ -76,7 +81,18 @@ pub(crate) fn prepare<'a>(
     let world = spec.world.max(1);
     let batch = settings.batch;
     let layout = BatchLayout::new(batch.micro_batch, spec.seq_len, batch.grad_accum, world)?;
-    let source = spec.data.open(layout)?;
+    let source = spec.data.open_labelled(layout)?;
+    let shape = source.shape();
+    if shape.seq_len != spec.seq_len {
+        return Err(TrainError::Data(DataError::Recorded {
+            origin: crate::checkpoint::DataDescription::of(&spec.data).name,
+            tensor: "train".into(),
+            message: format!(
+                "the longest recorded micro-batch has {} positions, the run is set for seq_len {};                  set seq_len to {}",
+                shape.seq_len, spec.seq_len, shape.seq_len
+            ),
+        }));
+    }
     if source.token_bound() as usize > spec.model.vocab_size() {
         return Err(TrainError::Vocabulary {
             token_bound: source.token_bound(),
@@ -91,10 +107,6 @@ pub(crate) fn prepare<'a>(
             requested: spec.steps,
         });
     }
-    let shape = BatchShape {
-        batch: batch.micro_batch,
-        seq_len: spec.seq_len,
-    };
     let param_layout = spec.model.layout();
     if spec.initial_params.len() != param_layout.num_params() {
         return Err(TrainError::Model(ModelError::ParamCount {
@@ -138,12 +150,23 @@ pub(crate) fn prepare<'a>(
     let first_step = resume.map_or(0, |r| r.global_step);
     let initial_params = resume.map_or(&spec.initial_params, |r| &r.params);
     let template = EngineState::for_run(spec, &engine_plan, &param_layout, &scaler);
-    let control = StepControl::of_run(training, batch.grad_accum, engine_plan.clip_rule(), scaler);
+    let mut control =
+        StepControl::of_run(training, batch.grad_accum, engine_plan.clip_rule(), scaler);
+    control.loss = settings.loss;
+    if settings.trainer_schedule.is_some() && control.schedule.is_some() {
+        return Err(TrainError::PlanMismatch(crate::zero::PlanMismatch {
+            message: "the config has a `scheduler` block and the Trainer's lr_scheduler_type is \
+                      set too; DeepSpeed's scheduler would win under the Trainer: remove one"
+                .into(),
+        }));
+    }
+    control.trainer_schedule = settings.trainer_schedule;
     let tokens_per_step = (batch.train_batch * spec.seq_len) as u64;
     Ok(Prepared {
         spec,
         world,
         shape,
+        positions: source.positions(),
         engine_plan,
         listed: ListedBuffers::of_plan(plan),
         rank_options,

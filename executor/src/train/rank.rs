@@ -52,8 +52,13 @@ pub(super) fn run_rank(
 ) -> Result<RankOutcome, RankFailure> {
     let spec = prepared.spec;
     let ledger = MemoryLedger::new();
-    let core = ModelCore::new(spec.model, prepared.shape, spec.settings.recompute)
-        .map_err(ZeroError::from)?;
+    let core = ModelCore::with_positions(
+        spec.model,
+        prepared.shape,
+        spec.settings.recompute,
+        prepared.positions,
+    )
+    .map_err(ZeroError::from)?;
     let rank = ZeroRank::new(
         comm,
         Arc::clone(&prepared.engine_plan),

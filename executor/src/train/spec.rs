@@ -6,8 +6,8 @@ use safetensors::SafeTensors;
 
 use super::{TrainError, TrainSettings};
 use crate::data::{
-    BatchLayout, DEFAULT_TENSOR, DataError, DataFormat, TokenSource, WindowOrder, bundled_corpus,
-    open,
+    BatchLayout, DEFAULT_TENSOR, DataError, DataFormat, LabelledSource, RecordedBatches,
+    TokenLabels, TokenSource, WindowOrder, bundled_corpus, open, read_data_file,
 };
 use crate::model::ModelConfig;
 
@@ -26,15 +26,53 @@ pub enum DataChoice {
         /// The window order (token streams only).
         order: WindowOrder,
     },
+    /// Micro-batches as a Hugging Face collator produced them, one safetensors file per rank
+    /// (`train.stepSS.microM.*`, see [`crate::data::recorded`]).
+    Recorded {
+        /// The files, in rank order.
+        files: Vec<PathBuf>,
+    },
 }
 
 impl DataChoice {
-    /// Opens the source for `layout`.
+    /// Opens the token source for `layout` (recorded micro-batches are not token rows: they
+    /// are opened by [`DataChoice::open_labelled`]).
     pub fn open(&self, layout: BatchLayout) -> Result<Box<dyn TokenSource + Send>, DataError> {
         match self {
             DataChoice::Bundled { order } => Ok(Box::new(bundled_corpus(layout, *order)?)),
             DataChoice::File { path, order } => open(path, layout, *order),
+            DataChoice::Recorded { files } => Err(DataError::Recorded {
+                origin: files
+                    .first()
+                    .map_or_else(String::new, |f| f.display().to_string()),
+                tensor: "train".into(),
+                message: "recorded micro-batches carry labels and masks, not token rows;                           open them as labelled batches"
+                    .into(),
+            }),
         }
+    }
+
+    /// Opens the data for `layout` as labelled micro-batches: token sources converted
+    /// (`labels = input_ids`), recorded batches as recorded (checked against the layout's
+    /// ranks and accumulation steps).
+    pub fn open_labelled(
+        &self,
+        layout: BatchLayout,
+    ) -> Result<Box<dyn LabelledSource + Send>, DataError> {
+        let source: Box<dyn LabelledSource + Send> = match self {
+            DataChoice::Recorded { files } => {
+                let read = files
+                    .iter()
+                    .map(|path| Ok((path.display().to_string(), read_data_file(path)?)))
+                    .collect::<Result<Vec<_>, DataError>>()?;
+                Box::new(RecordedBatches::from_files(&read)?)
+            }
+            DataChoice::Bundled { .. } | DataChoice::File { .. } => {
+                Box::new(TokenLabels(self.open(layout)?))
+            }
+        };
+        source.check_layout(&layout)?;
+        Ok(source)
     }
 }
 

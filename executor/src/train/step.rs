@@ -16,23 +16,30 @@
 //!    learning rate, the model-dtype parameters are refreshed (and gathered), and the
 //!    scheduler advances.
 //!
-//! The step's loss is the mean over micro-steps, then over ranks (in f64).
+//! The step's loss is the mean over micro-steps, then over ranks (in f64), under
+//! [`LossNormalisation::MicroBatchMean`]. Under [`LossNormalisation::TokensInStep`] (the
+//! Hugging Face Trainer's) the rank first reads all its micro-batches of the step, the ranks sum
+//! their label tokens (`num_items_in_batch`), each micro-batch's loss is its summed NLL over
+//! `num_items_in_batch / W`, the backward is not divided by `G`, and the step's loss is the sum
+//! over micro-steps, averaged over ranks.
 
 use std::time::Instant;
 
 use dsplan_planner::schedule::loss_scale::StepOutcome;
 
+use super::LossNormalisation;
 use super::checkpoints::{CheckpointOptions, RankFailure, save_from_rank};
 use super::prepare::Prepared;
 use super::{StepBackend, StepControl, check_loss};
 use crate::checkpoint::{CheckpointError, SavedCheckpoint};
 use crate::comm::{ReduceOp, StepPhase};
-use crate::data::{DataError, MicroBatchIndex, TokenBatch};
+use crate::data::{DataError, LabelledBatch, MicroBatchIndex};
 use crate::metrics::{PhaseTimes, StepMetrics};
+use crate::model::LossDivisor;
 use crate::zero::{Scales, ZeroError};
 
 /// Where a rank's micro-batches come from.
-pub(crate) type Batches<'a> = &'a dyn Fn(MicroBatchIndex) -> Result<TokenBatch, DataError>;
+pub(crate) type Batches<'a> = &'a dyn Fn(MicroBatchIndex) -> Result<LabelledBatch, DataError>;
 
 /// Runs optimizer step `step` on `backend`, reading micro-batch `(step, rank, k)` from
 /// `batches`. The record's `tokens_per_s` and `seconds` are left at 0 for the caller.
@@ -50,18 +57,36 @@ pub(crate) fn run_step(
     let grad_scale = control.grad_scale();
 
     watched(backend, StepPhase::Start, |b| b.begin_step())?;
+    let rank = backend.rank();
+    let micro_batches = (0..grad_accum)
+        .map(|micro_step| {
+            batches(MicroBatchIndex {
+                step,
+                rank,
+                micro_step,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let divisor = match control.loss {
+        LossNormalisation::MicroBatchMean => LossDivisor::TargetsInBatch,
+        LossNormalisation::TokensInStep => {
+            let mine: usize = micro_batches.iter().map(LabelledBatch::label_tokens).sum();
+            let comm = backend.comm();
+            let world = comm.world_size() as f64;
+            let items = comm.all_reduce_scalar(mine as f64, ReduceOp::Sum)?;
+            LossDivisor::Given(items / world)
+        }
+    };
     let mut loss_sum = 0.0f64;
-    for micro_step in 0..grad_accum {
-        let batch = batches(MicroBatchIndex {
-            step,
-            rank: backend.rank(),
-            micro_step,
-        })?;
+    for batch in &micro_batches {
         loss_sum += watched(backend, StepPhase::MicroStep, |b| {
-            b.micro_step(&batch, grad_scale, &mut times)
+            b.micro_step(batch, divisor, grad_scale, &mut times)
         })?;
     }
-    let rank_loss = loss_sum / grad_accum as f64;
+    let rank_loss = match control.loss {
+        LossNormalisation::MicroBatchMean => loss_sum / grad_accum as f64,
+        LossNormalisation::TokensInStep => loss_sum,
+    };
 
     let started = Instant::now();
     watched(backend, StepPhase::GradientReduction, |b| {

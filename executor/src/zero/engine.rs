@@ -11,9 +11,9 @@ use super::rank::ZeroRank;
 use super::snapshot::OwnedState;
 use super::{Dtype, ZeroError};
 use crate::comm::Comm;
-use crate::data::TokenBatch;
+use crate::data::LabelledBatch;
 use crate::metrics::{Category, MemoryLedger, PhaseTimes, Reservation};
-use crate::model::ModelCore;
+use crate::model::{LossDivisor, ModelCore};
 use crate::optim::AdamConfig;
 use crate::train::StepBackend;
 
@@ -67,16 +67,17 @@ impl StepBackend for CpuStep {
 
     fn micro_step(
         &mut self,
-        batch: &TokenBatch,
+        batch: &LabelledBatch,
+        divisor: LossDivisor,
         grad_scale: f32,
         times: &mut PhaseTimes,
     ) -> Result<f64, ZeroError> {
-        let inputs = batch.inputs();
-        let targets: Vec<Option<u32>> = batch.targets().into_iter().map(Some).collect();
         let started = Instant::now();
-        let loss = self
-            .core
-            .forward_with(&mut self.rank, &inputs, &targets, grad_scale)?;
+        let loss = self.core.forward_batch_with(
+            &mut self.rank,
+            &batch.training_batch(divisor),
+            grad_scale,
+        )?;
         times.forward += started.elapsed().as_secs_f64();
         let started = Instant::now();
         self.core.backward_with(&mut self.rank)?;

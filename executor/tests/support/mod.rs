@@ -157,3 +157,15 @@ pub fn llama_reference(model: &str) -> Option<PathBuf> {
         }
     }
 }
+
+/// The TRL SFT fixture run `run` (`reference/sft/runs/<run>`), or `None` after printing the
+/// skip line.
+pub fn sft_run(run: &str) -> Option<PathBuf> {
+    match shared_dir() {
+        Some(dir) => Some(dir.join("reference/sft/runs").join(run)),
+        None => {
+            eprintln!("skipping: ../shared not found (reference/sft/runs/{run})");
+            None
+        }
+    }
+}

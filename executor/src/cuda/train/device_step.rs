@@ -30,8 +30,9 @@ use crate::comm::watchdog::Watch;
 use crate::comm::{Comm, StepPhase};
 use crate::cuda::adamw::AdamScalars;
 use crate::cuda::encoder_buckets::TokenBuckets;
-use crate::data::TokenBatch;
+use crate::data::LabelledBatch;
 use crate::metrics::PhaseTimes;
+use crate::model::LossDivisor;
 use crate::optim::AdamConfig;
 use crate::train::StepBackend;
 use crate::train::prepare::Prepared;
@@ -238,12 +239,12 @@ impl<S: StepTarget> StepBackend for DeviceStep<'_, S> {
     /// the gradients.
     fn micro_step(
         &mut self,
-        batch: &TokenBatch,
+        batch: &LabelledBatch,
+        divisor: LossDivisor,
         grad_scale: f32,
         _times: &mut PhaseTimes,
     ) -> Result<f64, ZeroError> {
-        let inputs = batch.inputs();
-        let targets: Vec<i32> = batch.targets().iter().map(|&t| t as i32).collect();
+        let (inputs, targets) = plain_rows(batch, divisor)?;
         let tokens = self.lengths.len(Region::Step(CudaRegion::Tokens));
         if inputs.len() != tokens {
             return Err(ZeroError::Device(format!(
@@ -355,4 +356,38 @@ impl<S: StepTarget> StepBackend for DeviceStep<'_, S> {
     fn watch(&mut self, phase: StepPhase) -> Watch {
         self.target.watch(phase)
     }
+}
+
+/// The inputs and targets of a plain causal micro-batch: the device step has no attention
+/// mask, no position ids, no ignored labels and divides by the batch's own token count, so a
+/// batch that needs any of them (an SFT batch) is refused rather than trained wrongly.
+fn plain_rows(
+    batch: &LabelledBatch,
+    divisor: LossDivisor,
+) -> Result<(Vec<u32>, Vec<i32>), ZeroError> {
+    let refuse = |what: &str| {
+        Err(ZeroError::Device(format!(
+            "dsplan-cuda trains plain token rows only: this micro-batch has {what}, which the \
+             device step cannot honour yet; run SFT (padded, packed or label-masked) batches on \
+             the CPU backend (--backend dsplan-cpu)"
+        )))
+    };
+    if batch.attention_mask.is_some() {
+        return refuse("an attention_mask (padding)");
+    }
+    if batch.position_ids.is_some() {
+        return refuse("position_ids (packed documents)");
+    }
+    if divisor != LossDivisor::TargetsInBatch {
+        return refuse("a loss divided by the step's label tokens (num_items_in_batch)");
+    }
+    let Some(targets) = batch
+        .targets
+        .iter()
+        .map(|t| t.and_then(|t| i32::try_from(t).ok()))
+        .collect::<Option<Vec<i32>>>()
+    else {
+        return refuse("positions without a label (-100)");
+    };
+    Ok((batch.input_ids.clone(), targets))
 }

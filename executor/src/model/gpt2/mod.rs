@@ -16,6 +16,7 @@ mod forward;
 use super::activations::{ActivationLayout, BatchShape, planned_arena_len};
 use super::attention::AttentionDims;
 use super::lm_arena::LmArena;
+use super::masking::TrainingBatch;
 use super::owned::OwnedParams;
 use super::recompute::{LayerStack, Recompute};
 use super::units::{ParamSource, UnitGrads, UnitParams, UnitSpans};
@@ -155,9 +156,25 @@ impl Gpt2Core {
         targets: &[Option<u32>],
         grad_scale: f32,
     ) -> Result<f32, S::Error> {
-        let count = self.arena.start_training(tokens, targets)?;
+        self.forward_batch_with(source, &TrainingBatch::causal(tokens, targets), grad_scale)
+    }
+
+    /// Training forward of `batch`: its summed cross-entropy divided as `batch.divisor` says.
+    /// GPT-2 takes plain causal rows only (its positions are learned, its attention causal):
+    /// a batch with `position_ids` or an `attention_mask` is refused.
+    pub fn forward_batch_with<S: ParamSource>(
+        &mut self,
+        source: &mut S,
+        batch: &TrainingBatch<'_>,
+        grad_scale: f32,
+    ) -> Result<f32, S::Error> {
+        if batch.is_masked() {
+            return Err(ModelError::MaskingUnsupported { family: "gpt2" }.into());
+        }
+        let (tokens, targets) = (batch.tokens, batch.targets);
+        let divisor = self.arena.start_training(tokens, targets, batch.divisor)?;
         self.run_forward(source, tokens)?;
-        Ok(self.arena.finish_training(targets, count, grad_scale))
+        Ok(self.arena.finish_training(targets, divisor, grad_scale))
     }
 }
 

@@ -11,7 +11,7 @@ use crate::model::gemm::Accumulate;
 use crate::model::linear::linear_backward;
 use crate::model::recompute::layers_backward;
 use crate::model::rmsnorm::rmsnorm_backward;
-use crate::model::rope::rope_backward;
+use crate::model::rope::rope_backward_at;
 use crate::model::swiglu::swiglu_backward;
 use crate::model::units::{ParamSource, ParamUnit, UnitGrads, UnitParams};
 use crate::tensor::{Span, split_spans_mut};
@@ -191,7 +191,8 @@ impl LlamaCore {
         let [dqkv_buf, datt, datty_buf, qkv, att] =
             split_spans_mut(acts, [dqkv, al.datt, datty, a.qkv, a.att]);
         grouped_attention_backward(dqkv_buf, datt, datty_buf, qkv, att, dims, kv_heads);
-        rope_backward(dqkv_buf, width, heads + kv_heads, &self.rope);
+        let positions = self.layout.positions();
+        rope_backward_at(dqkv_buf, width, heads + kv_heads, &self.rope, positions);
         let [dln1, dqkv_buf, ln1] = split_spans_mut(acts, [al.dbtc, dqkv, a.ln1]);
         for (column, weight, bias, mode) in [
             (0, w.q_weight, w.q_bias, Accumulate::Overwrite),

@@ -2,14 +2,14 @@
 //! unit at a time.
 
 use super::LlamaCore;
-use crate::model::attention::grouped_attention_forward;
+use crate::model::attention::masked_attention_forward;
 use crate::model::classifier::logits_forward;
 use crate::model::embedding::embedding_forward;
 use crate::model::gemm::Accumulate;
 use crate::model::linear::linear_forward;
 use crate::model::recompute::layers_forward;
 use crate::model::rmsnorm::rmsnorm_forward;
-use crate::model::rope::rope_forward;
+use crate::model::rope::rope_forward_at;
 use crate::model::swiglu::swiglu_forward;
 use crate::model::units::{ParamSource, ParamUnit, UnitParams};
 use crate::tensor::{Span, split_spans_mut};
@@ -67,6 +67,7 @@ impl LlamaCore {
         let (a, w) = (&self.act_layout.blocks[l], &self.param_layout.blocks[l]);
         let acts = &mut self.arena.acts;
         let bias = |span: Option<Span>| span.map(|s| p.of(s));
+        let layout = &self.layout;
 
         let [ln1, rstd, res] = split_spans_mut(acts, [a.ln1, a.ln1_rstd, residual]);
         rmsnorm_forward(ln1, rstd, res, p.of(w.input_norm), eps);
@@ -87,9 +88,9 @@ impl LlamaCore {
                 c,
             );
         }
-        rope_forward(qkv, width, heads + kv_heads, &self.rope);
+        rope_forward_at(qkv, width, heads + kv_heads, &self.rope, layout.positions());
         let [atty, att, qkv] = split_spans_mut(acts, [a.atty, a.att, a.qkv]);
-        grouped_attention_forward(atty, att, qkv, dims, kv_heads);
+        masked_attention_forward(atty, att, qkv, dims, kv_heads, layout.mask());
         let [res2, res, atty] = split_spans_mut(acts, [a.residual2, residual, a.atty]);
         res2.copy_from_slice(res);
         linear_forward(

@@ -26,6 +26,7 @@ pub use params::{LlamaBlockParams, LlamaLayout};
 
 use super::attention::AttentionDims;
 use super::lm_arena::LmArena;
+use super::masking::{TokenLayout, TrainingBatch};
 use super::owned::OwnedParams;
 use super::recompute::{LayerStack, Recompute};
 use super::rope::RopeTable;
@@ -45,6 +46,9 @@ pub struct LlamaCore {
     rope: RopeTable,
     arena: LmArena,
     tokens: Vec<u32>,
+    /// The positions and attention mask of the last forward (backward and the recomputed
+    /// forwards use them again).
+    layout: TokenLayout,
 }
 
 impl LlamaCore {
@@ -56,7 +60,28 @@ impl LlamaCore {
 
     /// The passes of a model for `config`, sized for batches of `shape`, keeping or
     /// recomputing each layer's activations as `recompute` says.
+    ///
+    /// Rows longer than `max_position_embeddings` are refused: their positions `arange(T)`
+    /// would run past it. [`LlamaCore::for_packed_rows`] takes longer rows whose batches give
+    /// their own `position_ids` (packed documents restart at 0).
     pub fn with_recompute(
+        config: LlamaConfig,
+        shape: BatchShape,
+        recompute: Recompute,
+    ) -> Result<Self, ModelError> {
+        if shape.seq_len > config.max_position_embeddings {
+            return Err(ModelError::SequenceTooLong {
+                seq_len: shape.seq_len,
+                n_positions: config.max_position_embeddings,
+            });
+        }
+        Self::for_packed_rows(config, shape, recompute)
+    }
+
+    /// As [`LlamaCore::with_recompute`], for rows of any length: each forward checks that the
+    /// positions it uses (`arange(T)` or the batch's `position_ids`) stay below
+    /// `max_position_embeddings`.
+    pub fn for_packed_rows(
         config: LlamaConfig,
         shape: BatchShape,
         recompute: Recompute,
@@ -64,12 +89,6 @@ impl LlamaCore {
         config.validate()?;
         if shape.batch == 0 || shape.seq_len == 0 {
             return Err(ModelError::EmptyBatch);
-        }
-        if shape.seq_len > config.max_position_embeddings {
-            return Err(ModelError::SequenceTooLong {
-                seq_len: shape.seq_len,
-                n_positions: config.max_position_embeddings,
-            });
         }
         if let Some(window) = config.sliding_window
             && shape.seq_len > window
@@ -104,6 +123,7 @@ impl LlamaCore {
             param_layout,
             act_layout,
             tokens: Vec::with_capacity(shape.tokens()),
+            layout: TokenLayout::causal(),
         })
     }
 
@@ -159,6 +179,7 @@ impl LlamaCore {
         tokens: &[u32],
     ) -> Result<&[f32], S::Error> {
         self.arena.start_inference(tokens)?;
+        self.layout = self.sequential_layout()?;
         self.run_forward(source, tokens)?;
         Ok(self.arena.finish_inference())
     }
@@ -172,9 +193,39 @@ impl LlamaCore {
         targets: &[Option<u32>],
         grad_scale: f32,
     ) -> Result<f32, S::Error> {
-        let count = self.arena.start_training(tokens, targets)?;
+        self.forward_batch_with(source, &TrainingBatch::causal(tokens, targets), grad_scale)
+    }
+
+    /// Training forward of `batch` (its positions, attention mask and loss divisor, see
+    /// [`TrainingBatch`]): the summed cross-entropy over its targets divided as
+    /// `batch.divisor` says; backward will compute the gradient of `grad_scale * loss`.
+    pub fn forward_batch_with<S: ParamSource>(
+        &mut self,
+        source: &mut S,
+        batch: &TrainingBatch<'_>,
+        grad_scale: f32,
+    ) -> Result<f32, S::Error> {
+        let (tokens, targets) = (batch.tokens, batch.targets);
+        let divisor = self.arena.start_training(tokens, targets, batch.divisor)?;
+        self.layout = if batch.is_masked() {
+            let limit = self.rope.len().min(self.config.max_position_embeddings);
+            TokenLayout::of(batch, self.shape.seq_len, limit)?
+        } else {
+            self.sequential_layout()?
+        };
         self.run_forward(source, tokens)?;
-        Ok(self.arena.finish_training(targets, count, grad_scale))
+        Ok(self.arena.finish_training(targets, divisor, grad_scale))
+    }
+
+    /// The causal layout at positions `arange(T)`, if `T` fits the model's positions.
+    fn sequential_layout(&self) -> Result<TokenLayout, ModelError> {
+        if self.shape.seq_len > self.config.max_position_embeddings {
+            return Err(ModelError::SequenceTooLong {
+                seq_len: self.shape.seq_len,
+                n_positions: self.config.max_position_embeddings,
+            });
+        }
+        Ok(TokenLayout::causal())
     }
 
     /// The attention sizes.

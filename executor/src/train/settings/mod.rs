@@ -23,10 +23,14 @@ mod attention;
 mod checkpointing;
 pub mod convert;
 mod ignored;
+mod loss;
 mod swap_directories;
+mod trainer_schedule;
 
 pub use attention::AttentionKernel;
 pub use dsplan_planner::plan::training::override_nvme_path;
+pub use loss::LossNormalisation;
+pub use trainer_schedule::TrainerSchedule;
 
 use dsplan_planner::config::{DsConfig, ZeroStage};
 use dsplan_planner::diagnostics::Diagnostic;
@@ -123,6 +127,11 @@ pub struct TrainSettings {
     pub recompute: Recompute,
     /// Which CUDA attention kernels the device step launches (the CPU backend ignores it).
     pub attention: AttentionKernel,
+    /// How micro-batch losses are normalised (DeepSpeed's micro-batch means unless the job's
+    /// data is the Trainer's, see [`TrainSettings::with_loss_normalisation`]).
+    pub loss: LossNormalisation,
+    /// The Trainer's own learning-rate schedule, for a config without a `scheduler` block.
+    pub trainer_schedule: Option<TrainerSchedule>,
     /// Things done differently from DeepSpeed that do not change the result.
     pub notices: Vec<String>,
 }
@@ -157,6 +166,8 @@ impl TrainSettings {
             },
             recompute,
             attention: AttentionKernel::Scalar,
+            loss: LossNormalisation::MicroBatchMean,
+            trainer_schedule: None,
             notices,
         })
     }
@@ -177,6 +188,20 @@ impl TrainSettings {
     /// The settings with the CUDA attention kernels `attention` (`--attention-kernel`).
     pub fn with_attention_kernel(mut self, attention: AttentionKernel) -> Self {
         self.attention = attention;
+        self
+    }
+
+    /// The settings with micro-batch losses normalised as `loss` says (the job picks
+    /// [`LossNormalisation::TokensInStep`] for SFT batches, as the Trainer normalises them).
+    pub fn with_loss_normalisation(mut self, loss: LossNormalisation) -> Self {
+        self.loss = loss;
+        self
+    }
+
+    /// The settings with the Trainer's schedule `schedule` (`lr_scheduler_type`), which a run
+    /// follows when its config has no `scheduler` block (a run with both is refused).
+    pub fn with_trainer_schedule(mut self, schedule: TrainerSchedule) -> Self {
+        self.trainer_schedule = Some(schedule);
         self
     }
 
