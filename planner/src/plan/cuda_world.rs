@@ -38,7 +38,7 @@ use super::dtype::Dtype;
 use super::layout::Layout;
 use super::model_graph::ModelGraph;
 use super::run_policy::RunPolicy;
-use super::settings::{FlatOrder, OffloadTarget, Settings};
+use super::settings::{FlatOrder, Settings};
 use super::shards::Shards;
 use super::stage3::Stage3Schedule;
 use crate::config::ZeroStage;
@@ -113,8 +113,25 @@ impl CudaShares {
     }
 
     /// Rank 0's shares under the plan's `settings`, `layout`, `buckets` and stage-3 schedule
-    /// (every rank's buffers have the same sizes; only [`Self::partition`] moves).
+    /// (every rank's buffers have the same sizes; only [`Self::partition`] moves); under
+    /// offload, what stays on the GPU ([`super::cuda_offload::shares`]).
     pub fn new(
+        settings: &Settings,
+        layout: &Layout,
+        shards: &Shards,
+        buckets: &Buckets,
+        stage3: Option<&Stage3Schedule>,
+    ) -> Self {
+        let resident = Self::resident(settings, layout, shards, buckets, stage3);
+        if super::cuda_offload::offloads(settings) {
+            super::cuda_offload::shares::on_device(resident, settings, shards, buckets, stage3)
+        } else {
+            resident
+        }
+    }
+
+    /// [`Self::new`] with every state on the GPU.
+    fn resident(
         settings: &Settings,
         layout: &Layout,
         shards: &Shards,
@@ -262,7 +279,8 @@ impl CudaShares {
 
 /// Whether dsplan's CUDA step keeps only its gradient partition and the gradients in flight
 /// (a gradient arena, [`super::grad_arena`]): stages 2 and 3 at `W > 1`, reducing every
-/// micro-step, without offload (the CUDA step runs none). Stage 1 too when a step is one
+/// micro-step, and at one GPU too under optimizer offload (each bucket's gradients go to the
+/// host). Stage 1 too when a step is one
 /// micro-step and `overlap_comm` reduces each bucket during backward: its one reduction per
 /// step is then stage 2's, so the gradients outside the partition (which DeepSpeed's ZeRO-1
 /// keeps to the step) have no later reader.
@@ -277,11 +295,10 @@ pub fn partitions_gradients(settings: &Settings) -> bool {
         }
         ZeroStage::Disabled => false,
     };
-    settings.backend == super::PlanBackend::DsplanCuda
-        && settings.world_size > 1
-        && reduces_every_micro_step
-        && settings.offload_optimizer == OffloadTarget::None
-        && settings.offload_param == OffloadTarget::None
+    // At one GPU the "reduce" is a no-op; the arena pays off when the gradients go to the
+    // host under optimizer offload.
+    let arena_pays = settings.world_size > 1 || settings.offload_optimizer.is_offloaded();
+    settings.backend == super::PlanBackend::DsplanCuda && arena_pays && reduces_every_micro_step
 }
 
 /// What the CUDA executor does not run at world sizes above 1, each an error naming it:
@@ -337,11 +354,6 @@ pub fn check_cuda_world(
             "the round-robin gradient order".into(),
             "remove round_robin_gradients",
         );
-    }
-    if settings.offload_optimizer != OffloadTarget::None
-        || settings.offload_param != OffloadTarget::None
-    {
-        return;
     }
     let layout = Layout::new(model, settings);
     let buckets = super::buckets::buckets(model, &layout, settings, run);

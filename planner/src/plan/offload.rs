@@ -8,17 +8,21 @@
 //! - **Optimizer offload, stage 3**: every micro-step each bucket's reduced partition goes to
 //!   the host gradient buffer; at the step each sub-group is stepped on the host (NVMe: its
 //!   master and states are read before and written after) and its 16-bit partition copied back.
+//! - **dsplan's CUDA step** ([`super::cuda_offload::transfers`]): each bucket's share of the
+//!   rank's gradients in the model dtype as soon as it is reduced, and the updated 16-bit
+//!   parameters back after the host step.
 //! - **Parameter offload, stage 3**: every gather first copies the rank's partition of each
 //!   tensor host → device; partitions beyond `max_in_cpu` elements are read from NVMe first, and
 //!   written back after the step.
 
 use serde::Serialize;
 
+use super::backend::PlanBackend;
 use super::buckets::{Buckets, FlushPoint};
 use super::dtype::{Device, Dtype};
 use super::layout::Layout;
 use super::settings::{OffloadTarget, Settings};
-use super::shards::Shards;
+use super::shards::{Shards, SubGroup};
 use super::stage3::Stage3Schedule;
 use super::ticks::Ticks;
 
@@ -113,9 +117,17 @@ pub fn plan_offload(
     let gas = settings.batch.gradient_accumulation_steps;
     let param_bytes = settings.dtypes.params.bytes();
     if settings.offload_optimizer.is_offloaded() {
-        match stage3 {
-            None => stage12_optimizer(settings, layout, ticks, &mut transfers),
-            Some(_) => stage3_optimizer(settings, shards, buckets, ticks, &mut transfers),
+        match (settings.backend, stage3) {
+            (PlanBackend::DsplanCuda, _) => super::cuda_offload::transfers::optimizer_transfers(
+                settings,
+                layout,
+                shards,
+                buckets,
+                ticks,
+                &mut transfers,
+            ),
+            (_, None) => stage12_optimizer(settings, layout, ticks, &mut transfers),
+            (_, Some(_)) => stage3_optimizer(settings, shards, buckets, ticks, &mut transfers),
         }
     }
     if let (Some(schedule), true) = (stage3, settings.offload_param.is_offloaded()) {
@@ -258,36 +270,9 @@ fn stage3_optimizer(
             });
         }
     }
-    let states = settings.optimizer.states;
-    let master = settings.dtypes.master.bytes();
-    let state_bytes = settings.dtypes.optimizer_states.bytes();
     for group in &shards.sub_groups {
         let tick = ticks.optimizer(group.index);
-        if group.device == Device::Nvme {
-            let bytes = group.partition_numel * (master + states * state_bytes);
-            out.push(Transfer {
-                name: format!(
-                    "sub-group {} master and optimizer state swapped in",
-                    group.index
-                ),
-                from: Device::Nvme,
-                to: Device::Cpu,
-                bytes,
-                tick,
-                per_step: 1,
-            });
-            out.push(Transfer {
-                name: format!(
-                    "sub-group {} master and optimizer state swapped out",
-                    group.index
-                ),
-                from: Device::Cpu,
-                to: Device::Nvme,
-                bytes,
-                tick,
-                per_step: 1,
-            });
-        }
+        nvme_group_swaps(settings, group, ticks, out);
         if group.device != Device::Gpu && !settings.offload_param.is_offloaded() {
             out.push(Transfer {
                 name: format!(
@@ -297,6 +282,39 @@ fn stage3_optimizer(
                 from: Device::Cpu,
                 to: Device::Gpu,
                 bytes: group.partition_numel * settings.dtypes.params.bytes(),
+                tick,
+                per_step: 1,
+            });
+        }
+    }
+}
+
+/// A sub-group on NVMe: its master and optimizer state read before its step and written
+/// after it (stage 3, `offload_optimizer.device: nvme`); nothing for a group elsewhere.
+pub fn nvme_group_swaps(
+    settings: &Settings,
+    group: &SubGroup,
+    ticks: &Ticks,
+    out: &mut Vec<Transfer>,
+) {
+    let states = settings.optimizer.states;
+    let master = settings.dtypes.master.bytes();
+    let state_bytes = settings.dtypes.optimizer_states.bytes();
+    if group.device == Device::Nvme {
+        let tick = ticks.optimizer(group.index);
+        let bytes = group.partition_numel * (master + states * state_bytes);
+        for (from, to, way) in [
+            (Device::Nvme, Device::Cpu, "in"),
+            (Device::Cpu, Device::Nvme, "out"),
+        ] {
+            out.push(Transfer {
+                name: format!(
+                    "sub-group {} master and optimizer state swapped {way}",
+                    group.index
+                ),
+                from,
+                to,
+                bytes,
                 tick,
                 per_step: 1,
             });
