@@ -15,7 +15,7 @@
 //! | per-rank ownership rules, persistent set, sub-groups | [`shards`] |
 //! | gradient buckets and their collectives, parameter all-gather | [`buckets`] |
 //! | stage-3 fetch / prefetch / release schedule | [`stage3`] |
-//! | offload copies | [`offload`] |
+//! | offload copies | [`offload`], [`transfer`] |
 //! | the moments of a step | [`ticks`] |
 //! | every allocation, and the memory timeline | [`buffers`], [`activations`] (sizes from [`crate::memory`]), [`timeline`] |
 //! | the same for dsplan's CPU executor ([`PlanBackend::DsplanCpu`]) | [`backend`], [`cpu_buffers`], [`cpu_units`] |
@@ -59,6 +59,7 @@ pub mod ticks;
 pub mod timeline;
 pub mod trace;
 pub mod training;
+pub mod transfer;
 
 use serde::Serialize;
 

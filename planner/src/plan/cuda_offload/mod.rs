@@ -20,14 +20,13 @@
 //!
 //! The gradients keep the model dtype: the host optimizer reads bf16 or fp16 gradients and
 //! widens them in registers ([`crate::plan`]'s executor counterpart: `optim::offload`), which
-//! gives the numbers an fp32 copy would. Files: [`shares`] (the device buffers that remain),
-//! [`host`] (the host buffers), [`transfers`] (the copies), [`preflight`] (host RAM and
+//! gives the numbers an fp32 copy would. The device buffers that remain are
+//! [`super::cuda_world::CudaShares::new`]'s. Files: [`host`] (the host buffers), [`transfers`] (the copies), [`preflight`] (host RAM and
 //! pinnable memory against the plan), [`check`] (what the backend refuses, by name).
 
 pub mod check;
 pub mod host;
 pub mod preflight;
-pub mod shares;
 pub mod transfers;
 
 use super::dtype::Device;

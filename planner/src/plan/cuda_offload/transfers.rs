@@ -1,5 +1,6 @@
 //! The copies dsplan's CUDA step makes under optimizer offload ([`optimizer_transfers`]); the
-//! stage-3 parameter fetches and NVMe swaps are [`super::super::offload`]'s, shared with the
+//! stage-3 parameter fetches are [`super::super::offload`]'s and the NVMe swaps
+//! [`super::super::transfer`]'s, shared with the
 //! DeepSpeed plan.
 //!
 //! - After each bucket is reduced, the rank's share of it goes device → host in the model
@@ -12,10 +13,10 @@
 use super::super::buckets::{Buckets, FlushPoint};
 use super::super::dtype::Device;
 use super::super::layout::Layout;
-use super::super::offload::{Transfer, nvme_group_swaps};
 use super::super::settings::Settings;
 use super::super::shards::Shards;
 use super::super::ticks::Ticks;
+use super::super::transfer::{Transfer, nvme_group_swaps};
 use crate::config::ZeroStage;
 
 /// Elements of each reduce bucket the host receives from rank 0: at stages 1-2 the part of
