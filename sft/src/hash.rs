@@ -35,6 +35,11 @@ impl Fingerprint {
         self.add(&other.0.to_le_bytes());
     }
 
+    /// The hash.
+    pub fn value(&self) -> u64 {
+        self.0
+    }
+
     /// The hash as 16 hex digits.
     pub fn hex(&self) -> String {
         format!("{:016x}", self.0)

@@ -1,0 +1,181 @@
+//! The cache file's bytes: a magic, the key, the shape and counts, then each row's token ids
+//! (u32), its labels as a bit mask (a label is its token's id or -100, so one bit says which),
+//! source rows (u64) and document lengths (u32), all little-endian, closed by a CRC-32 of
+//! everything before it. The first few bad rows' messages
+//! are not kept, only their count.
+
+use crate::dataset::{BadRows, Shape};
+use crate::prepare::{IGNORE, PreparedRow, PreparedSet};
+
+/// The first bytes of a cache file (the last byte is the format's version).
+pub const MAGIC: &[u8; 8] = b"DSPLSFT\x02";
+
+/// The bytes of `set` under `key`, or why it cannot be cached (a label that is neither its
+/// token's id nor -100).
+pub fn encode(key: u64, set: &PreparedSet) -> Result<Vec<u8>, String> {
+    let tokens: usize = set.rows.iter().map(PreparedRow::len).sum();
+    let mut out = Vec::with_capacity(64 + tokens * 5 + set.rows.len() * 24);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&key.to_le_bytes());
+    out.push(shape_code(set.shape));
+    for count in [set.dropped_all_masked, set.bad.count, set.rows.len() as u64] {
+        out.extend_from_slice(&count.to_le_bytes());
+    }
+    for row in &set.rows {
+        for count in [row.len(), row.source_rows.len(), row.seq_lengths.len()] {
+            out.extend_from_slice(&(count as u32).to_le_bytes());
+        }
+        row.input_ids
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        let mut mask = vec![0u8; row.len().div_ceil(8)];
+        for (at, (&id, &label)) in row.input_ids.iter().zip(&row.labels).enumerate() {
+            if label == i64::from(id) {
+                mask[at / 8] |= 1 << (at % 8);
+            } else if label != IGNORE {
+                return Err(format!(
+                    "a label {label} is neither its token's id {id} nor -100"
+                ));
+            }
+        }
+        out.extend_from_slice(&mask);
+        row.source_rows
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        row.seq_lengths
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+    }
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+/// What a cache file holds, or why it is not a valid one.
+pub fn decode(bytes: &[u8]) -> Result<(u64, PreparedSet), String> {
+    let body_len = bytes
+        .len()
+        .checked_sub(4)
+        .ok_or("is shorter than its header")?;
+    let (body, crc) = bytes.split_at(body_len);
+    if !body.starts_with(MAGIC) {
+        return Err("is not a dsplan token cache (or one of another version)".to_string());
+    }
+    if crc32fast::hash(body).to_le_bytes() != crc {
+        return Err("fails its checksum: it is truncated or damaged".to_string());
+    }
+    let mut reader = Reader {
+        bytes: body,
+        at: MAGIC.len(),
+    };
+    let key = reader.u64()?;
+    let shape = match reader.take(1)?[0] {
+        0 => Shape::Text,
+        1 => Shape::PromptCompletion,
+        2 => Shape::Messages,
+        other => return Err(format!("names an unknown dataset shape {other}")),
+    };
+    let dropped_all_masked = reader.u64()?;
+    let bad = BadRows {
+        count: reader.u64()?,
+        first: Vec::new(),
+    };
+    let count = reader.u64()?;
+    let mut rows = Vec::new();
+    for _ in 0..count {
+        let (tokens, sources, documents) = (
+            reader.u32()? as usize,
+            reader.u32()? as usize,
+            reader.u32()? as usize,
+        );
+        let input_ids = reader.many(tokens, 4, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))?;
+        let mask = reader.take(tokens.div_ceil(8))?;
+        let labels = input_ids
+            .iter()
+            .enumerate()
+            .map(|(at, &id)| {
+                if mask[at / 8] & (1 << (at % 8)) != 0 {
+                    i64::from(id)
+                } else {
+                    IGNORE
+                }
+            })
+            .collect();
+        let source_rows = reader.many(sources, 8, |b| {
+            u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+        })?;
+        let seq_lengths = reader.many(documents, 4, |b| {
+            u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        })?;
+        if seq_lengths.iter().map(|&l| l as usize).sum::<usize>() != tokens {
+            return Err("holds a row whose document lengths do not add up".to_string());
+        }
+        rows.push(PreparedRow {
+            input_ids,
+            labels,
+            source_rows,
+            seq_lengths,
+        });
+    }
+    if reader.at != body.len() {
+        return Err("has bytes after its last row".to_string());
+    }
+    let set = PreparedSet {
+        rows,
+        shape,
+        dropped_all_masked,
+        bad,
+    };
+    Ok((key, set))
+}
+
+fn shape_code(shape: Shape) -> u8 {
+    match shape {
+        Shape::Text => 0,
+        Shape::PromptCompletion => 1,
+        Shape::Messages => 2,
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&end| end <= self.bytes.len());
+        let end = end.ok_or("ends inside a row")?;
+        let slice = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(slice)
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        let b = self.take(8)?;
+        Ok(u64::from_le_bytes([
+            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+        ]))
+    }
+
+    fn many<T>(
+        &mut self,
+        n: usize,
+        width: usize,
+        read: impl Fn(&[u8]) -> T,
+    ) -> Result<Vec<T>, String> {
+        let bytes = self.take(
+            n.checked_mul(width)
+                .ok_or("names an impossible row length")?,
+        )?;
+        Ok(bytes.chunks_exact(width).map(read).collect())
+    }
+}

@@ -1,0 +1,131 @@
+//! The prepared token stream kept on disk so that a second run starts at once: one file per
+//! key ([`key::cache_key`]), in `.dsplan-cache/` next to the data (or in a given directory),
+//! written atomically (a temporary file in the same directory, then a rename), read back only
+//! when its checksum holds; a damaged file is an error naming it, never silently used.
+
+pub mod format;
+pub mod key;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub use key::cache_key;
+
+use crate::error::SftError;
+use crate::hash::Fingerprint;
+use crate::prepare::PreparedSet;
+
+/// Where caches go.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CacheDir {
+    /// `.dsplan-cache/` in the data's directory (a directory of shards: inside it).
+    #[default]
+    NextToData,
+    /// This directory.
+    At(PathBuf),
+    /// No cache.
+    Off,
+}
+
+/// The cache file of dataset `data` under `key`, or `None` when caching is off.
+pub fn cache_path(data: &Path, dir: &CacheDir, key: Fingerprint) -> Option<PathBuf> {
+    let stem = data
+        .file_name()
+        .map_or_else(|| "data".into(), |n| n.to_string_lossy().into_owned());
+    let folder = match dir {
+        CacheDir::Off => return None,
+        CacheDir::At(folder) => folder.clone(),
+        CacheDir::NextToData if data.is_dir() => data.join(".dsplan-cache"),
+        CacheDir::NextToData => data.parent().map_or_else(
+            || PathBuf::from(".dsplan-cache"),
+            |p| p.join(".dsplan-cache"),
+        ),
+    };
+    Some(folder.join(format!("{stem}.{}.sftcache", key.hex())))
+}
+
+/// The prepared set cached at `path` under `key`: `None` when there is no such file, an error
+/// when the file is damaged or holds another key.
+pub fn load(path: &Path, key: Fingerprint) -> Result<Option<PreparedSet>, SftError> {
+    let shown = path.display().to_string();
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(SftError::in_file(shown, e.to_string())),
+    };
+    let remove = format!("delete {shown} and it is rebuilt from the data");
+    let (stored, set) =
+        format::decode(&bytes).map_err(|why| SftError::in_file(&shown, why).with_help(&remove))?;
+    if stored != key.value() {
+        return Err(SftError::in_file(
+            &shown,
+            format!("holds the rows of key {stored:016x}, not of {}", key.hex()),
+        )
+        .with_help(remove));
+    }
+    Ok(Some(set))
+}
+
+/// Writes `set` to `path` under `key`, atomically.
+pub fn save(path: &Path, key: Fingerprint, set: &PreparedSet) -> Result<(), SftError> {
+    let shown = path.display().to_string();
+    let fail =
+        |e: std::io::Error| SftError::in_file(&shown, format!("cannot write the token cache: {e}"));
+    let folder = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(folder).map_err(fail)?;
+    let temporary = folder.join(format!(
+        ".{}.{}.tmp",
+        path.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+        std::process::id()
+    ));
+    let bytes = format::encode(key.value(), set).map_err(|why| SftError::in_file(&shown, why))?;
+    let written = std::fs::File::create(&temporary).and_then(|mut file| {
+        file.write_all(&bytes)?;
+        file.sync_all()
+    });
+    if let Err(e) = written.and_then(|()| std::fs::rename(&temporary, path)) {
+        let _ = std::fs::remove_file(&temporary);
+        return Err(fail(e));
+    }
+    Ok(())
+}
+
+/// Whether a prepared set came from the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheUse {
+    /// Read from the cache file.
+    Hit,
+    /// Prepared from the data and written to the cache.
+    Written,
+    /// Prepared from the data; caching is off.
+    Off,
+}
+
+/// The dataset `data` prepared with `tokenizer` and `settings`: from its cache when there is a
+/// current one, else prepared (in parallel) and cached.
+pub fn open_prepared(
+    data: &Path,
+    options: &crate::dataset::DatasetOptions,
+    tokenizer: &crate::tokenizer::HfTokenizer,
+    settings: &crate::prepare::PrepareSettings,
+    dir: &CacheDir,
+) -> Result<(PreparedSet, CacheUse), SftError> {
+    let prepare = || {
+        let reader = crate::dataset::DatasetReader::open(data, options.clone())?;
+        crate::prepare::prepare_dataset(reader, tokenizer, settings, options.on_bad_row)
+    };
+    if *dir == CacheDir::Off {
+        return Ok((prepare()?, CacheUse::Off));
+    }
+    let key = cache_key(data, options, tokenizer, settings)?;
+    let Some(path) = cache_path(data, dir, key) else {
+        return Ok((prepare()?, CacheUse::Off));
+    };
+    if let Some(set) = load(&path, key)? {
+        return Ok((set, CacheUse::Hit));
+    }
+    let set = prepare()?;
+    save(&path, key, &set)?;
+    Ok((set, CacheUse::Written))
+}

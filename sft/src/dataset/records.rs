@@ -1,0 +1,185 @@
+//! The records of a dataset file, read a chunk at a time: [`Records`] yields each record's
+//! location and either its JSON value or why it is not one. JSON Lines and Parquet are
+//! streamed (a file larger than memory is read piece by piece); a `.json` array is parsed
+//! whole.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use parquet::file::reader::SerializedFileReader;
+use parquet::record::reader::RowIter;
+use serde_json::Value;
+
+use super::FileKind;
+use crate::error::{Location, Record, SftError};
+
+/// One record: where it is, and its value or the reason it could not be read.
+pub type RawRecord = (Location, Result<Value, String>);
+
+/// Records of one file.
+pub struct Records {
+    name: String,
+    source: Source,
+    count: u64,
+}
+
+enum Source {
+    /// Lines not yet parsed (they are parsed in parallel by the caller, see [`Records::next_chunk`]).
+    Lines(BufReader<File>),
+    Array(std::vec::IntoIter<Value>),
+    Parquet(Box<RowIter<'static>>),
+}
+
+/// A chunk of records read from a file: JSON text still to parse, or values.
+pub enum Chunk {
+    /// Lines of a JSON Lines file with their line numbers (blank lines left out).
+    Lines(Vec<(u64, String)>),
+    /// Records already parsed.
+    Values(Vec<RawRecord>),
+}
+
+impl Records {
+    /// Opens `path` as a file of `kind`.
+    pub fn open(path: &Path, kind: FileKind) -> Result<Self, SftError> {
+        let name = path.display().to_string();
+        let file = File::open(path).map_err(|e| SftError::in_file(&name, e.to_string()))?;
+        let source = match kind {
+            FileKind::JsonLines => Source::Lines(BufReader::with_capacity(1 << 20, file)),
+            FileKind::Json => {
+                let mut reader = BufReader::new(file);
+                let starts_array = first_byte(&mut reader, &name)? == Some(b'[');
+                if starts_array {
+                    let mut text = String::new();
+                    reader
+                        .read_to_string(&mut text)
+                        .map_err(|e| SftError::in_file(&name, e.to_string()))?;
+                    match serde_json::from_str::<Value>(&text) {
+                        Ok(Value::Array(items)) => Source::Array(items.into_iter()),
+                        Ok(_) => {
+                            return Err(SftError::in_file(
+                                &name,
+                                "starts with `[` but is not a JSON array",
+                            ));
+                        }
+                        Err(e) => {
+                            return Err(SftError::in_file(
+                                &name,
+                                format!(
+                                    "is not a JSON array: {e} (line {}, column {})",
+                                    e.line(),
+                                    e.column()
+                                ),
+                            ));
+                        }
+                    }
+                } else {
+                    Source::Lines(reader)
+                }
+            }
+            FileKind::Parquet => {
+                let reader = SerializedFileReader::new(file).map_err(|e| {
+                    SftError::in_file(&name, format!("is not a readable Parquet file: {e}"))
+                })?;
+                Source::Parquet(Box::new(reader.into_iter()))
+            }
+        };
+        Ok(Self {
+            name,
+            source,
+            count: 0,
+        })
+    }
+
+    /// The file's name as shown in messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Up to `limit` further records (`None` at the end of the file).
+    pub fn next_chunk(&mut self, limit: usize) -> Result<Option<Chunk>, SftError> {
+        match &mut self.source {
+            Source::Lines(reader) => {
+                let mut lines = Vec::new();
+                let mut buffer = Vec::new();
+                while lines.len() < limit {
+                    buffer.clear();
+                    let read = reader
+                        .read_until(b'\n', &mut buffer)
+                        .map_err(|e| SftError::in_file(&self.name, e.to_string()))?;
+                    if read == 0 {
+                        break;
+                    }
+                    self.count += 1;
+                    let text = match String::from_utf8(std::mem::take(&mut buffer)) {
+                        Ok(text) => text,
+                        // Kept as a line that cannot parse: reported (or skipped) with the others.
+                        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+                    };
+                    if !text.trim().is_empty() {
+                        lines.push((self.count, text));
+                    }
+                }
+                Ok((!lines.is_empty() || read_more(reader)).then_some(Chunk::Lines(lines)))
+            }
+            Source::Array(items) => {
+                let mut values = Vec::new();
+                for value in items.by_ref().take(limit) {
+                    self.count += 1;
+                    values.push((
+                        Location::record(&self.name, Record::Element(self.count)),
+                        Ok(value),
+                    ));
+                }
+                Ok((!values.is_empty()).then_some(Chunk::Values(values)))
+            }
+            Source::Parquet(rows) => {
+                let mut values = Vec::new();
+                for row in rows.by_ref().take(limit) {
+                    self.count += 1;
+                    let location = Location::record(&self.name, Record::Row(self.count));
+                    match row {
+                        Ok(row) => values.push((location, Ok(row.to_json_value()))),
+                        // A page that cannot be decoded ends the file: nothing after it is readable.
+                        Err(e) => {
+                            return Err(SftError::new(location, format!("cannot be decoded: {e}")));
+                        }
+                    }
+                }
+                Ok((!values.is_empty()).then_some(Chunk::Values(values)))
+            }
+        }
+    }
+}
+
+/// Whether a reader has bytes left (a chunk of only blank lines is not the end).
+fn read_more(reader: &mut BufReader<File>) -> bool {
+    reader.fill_buf().is_ok_and(|b| !b.is_empty())
+}
+
+/// The first non-whitespace byte of a reader, left unread.
+fn first_byte(reader: &mut BufReader<File>, name: &str) -> Result<Option<u8>, SftError> {
+    loop {
+        let buffer = reader
+            .fill_buf()
+            .map_err(|e| SftError::in_file(name, e.to_string()))?;
+        if buffer.is_empty() {
+            return Ok(None);
+        }
+        match buffer.iter().position(|b| !b.is_ascii_whitespace()) {
+            Some(at) => return Ok(Some(buffer[at])),
+            None => {
+                let len = buffer.len();
+                reader.consume(len);
+            }
+        }
+    }
+}
+
+/// Parses the lines of a [`Chunk::Lines`] of file `name` into records.
+pub fn parse_line(name: &str, (line, text): &(u64, String)) -> RawRecord {
+    let location = Location::record(name, Record::Line(*line));
+    let value = serde_json::from_str::<Value>(text)
+        .map_err(|e| format!("is not valid JSON: {e} (column {})", e.column()));
+    (location, value)
+}

@@ -1,0 +1,115 @@
+//! A dataset prepared as TRL 1.16's `SFTTrainer._prepare_dataset` prepares it: every example
+//! tokenized and labelled ([`row`]), in parallel a chunk at a time as the
+//! [`DatasetReader`] streams them, then packed when [`Packing::Bfd`] is on
+//! ([`crate::pack`]).
+
+pub mod row;
+pub mod settings;
+
+use rayon::prelude::*;
+
+pub use row::{IGNORE, Outcome, PreparedRow, prepare_example};
+pub use settings::{AssistantLoss, CompletionLoss, OverLength, Packing, PrepareSettings};
+
+use crate::dataset::{BadRows, DatasetReader, OnBadRow, Shape};
+use crate::error::SftError;
+use crate::tokenizer::HfTokenizer;
+
+/// A prepared dataset and what was left out of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedSet {
+    /// The rows, in dataset order (bins in creation order when packed).
+    pub rows: Vec<PreparedRow>,
+    /// The dataset's shape.
+    pub shape: Shape,
+    /// Rows dropped because no label was left (TRL drops them in non-packed runs).
+    pub dropped_all_masked: u64,
+    /// Records skipped as bad (reading or preparing them failed, under [`OnBadRow::Skip`]).
+    pub bad: BadRows,
+}
+
+/// Reads and prepares every example of `reader`.
+pub fn prepare_dataset(
+    mut reader: DatasetReader,
+    tokenizer: &HfTokenizer,
+    settings: &PrepareSettings,
+    on_bad_row: OnBadRow,
+) -> Result<PreparedSet, SftError> {
+    check_settings(tokenizer, settings)?;
+    let mut rows = Vec::new();
+    let mut dropped_all_masked = 0;
+    let mut bad = BadRows::default();
+    while let Some(chunk) = reader.next_chunk()? {
+        let outcomes: Vec<Outcome> = chunk
+            .par_iter()
+            .map(|sourced| prepare_example(tokenizer, settings, sourced))
+            .collect();
+        for outcome in outcomes {
+            match outcome {
+                Outcome::Kept(row) => rows.push(row),
+                Outcome::AllMasked => dropped_all_masked += 1,
+                Outcome::Bad(error) => match on_bad_row {
+                    OnBadRow::Stop => return Err(error),
+                    OnBadRow::Skip => bad.note(error),
+                },
+            }
+        }
+    }
+    let shown = reader.path().to_string();
+    let shape = reader.shape().ok_or_else(|| {
+        SftError::in_file(&shown, "no shape could be detected").with_help("pass --dataset-format")
+    })?;
+    let read_bad = reader.bad_rows();
+    bad.count += read_bad.count;
+    let room = BadRows::KEPT.saturating_sub(bad.first.len());
+    bad.first.extend(read_bad.first.iter().take(room).cloned());
+    if rows.is_empty() {
+        return Err(SftError::in_file(
+            shown,
+            format!(
+                "no row is left to train on ({dropped_all_masked} had no label after truncation \
+                 to max_length, {} were bad)",
+                bad.count
+            ),
+        )
+        .with_help("raise max_length, or check the completion / assistant masks"));
+    }
+    if let (Packing::Bfd, Some(max_length)) = (settings.packing, settings.max_length) {
+        rows = crate::pack::pack_bfd(rows, max_length);
+    }
+    Ok(PreparedSet {
+        rows,
+        shape,
+        dropped_all_masked,
+        bad,
+    })
+}
+
+/// Refuses settings the tokenizer cannot honour before any row is read.
+fn check_settings(tokenizer: &HfTokenizer, settings: &PrepareSettings) -> Result<(), SftError> {
+    let config = tokenizer
+        .dir()
+        .join("tokenizer_config.json")
+        .display()
+        .to_string();
+    if settings.assistant_loss == AssistantLoss::AssistantOnly
+        && !tokenizer
+            .chat_template()
+            .is_some_and(|template| template.has_generation_blocks())
+    {
+        return Err(SftError::in_file(
+            config,
+            "assistant_only_loss needs a chat template with {% generation %} ... \
+             {% endgeneration %} around the assistant's text, and this tokenizer's has none",
+        )
+        .with_help("add the markers to the template, or set assistant_only_loss to false"));
+    }
+    if settings.packing == Packing::Bfd && settings.max_length.is_none() {
+        return Err(SftError::in_file(
+            "the SFT settings",
+            "packing needs a max_length: it is the length of every packed bin",
+        )
+        .with_help("set max_length (TRL's default is 1024)"));
+    }
+    Ok(())
+}
