@@ -807,3 +807,62 @@ fn compare_sets_deepspeeds_peak_beside_dsplans_kind_by_kind() {
         "both hold the whole bf16 parameters at stage 2"
     );
 }
+
+/// Under offload the `dsplan-cuda` plan lists the host buffers, pinned or not, and the copies
+/// of a step with their bytes; `--format json` carries the same buffers and transfers.
+#[test]
+fn a_dsplan_cuda_offload_plan_lists_host_buffers_and_copies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = config_file(&dir, "z3.json", &stage3());
+    let args = |format: &'static str| {
+        vec![
+            file.to_str().expect("utf-8").to_string(),
+            "--model".into(),
+            "gpt2".into(),
+            "--world-size".into(),
+            "2".into(),
+            "--seq-len".into(),
+            "128".into(),
+            "--backend".into(),
+            "dsplan-cuda".into(),
+            "--format".into(),
+            format.into(),
+        ]
+    };
+    let text_args = args("human");
+    let text = plan(&text_args.iter().map(String::as_str).collect::<Vec<_>>())
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(text).expect("utf-8");
+    assert!(text.contains("Host and NVMe buffers of one rank"), "{text}");
+    assert!(text.contains("pageable  fp32 master (host)"), "{text}");
+    assert!(
+        text.contains("pinned    gradient staging (host, bf16)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("gradients to the host (bf16, copy stream)"),
+        "{text}"
+    );
+    let json_args = args("json");
+    let json = plan(&json_args.iter().map(String::as_str).collect::<Vec<_>>())
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: Value = serde_json::from_slice(&json).expect("json");
+    let host: Vec<&Value> = json["buffers"]
+        .as_array()
+        .expect("buffers")
+        .iter()
+        .filter(|b| b["device"] == "cpu")
+        .collect();
+    assert!(host.iter().any(|b| b["pinning"] == "pinned"), "{host:?}");
+    assert!(
+        json["offload"]["totals"]["device_to_host"]
+            .as_u64()
+            .is_some_and(|b| b > 0)
+    );
+}

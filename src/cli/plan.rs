@@ -34,6 +34,7 @@ use dsplan_planner::validate::{self, ValidateOptions};
 use super::Outcome;
 
 mod compare;
+mod host_offload;
 mod training;
 use super::estimate::ZeroInitArg;
 use super::training_choices::CheckpointingArg;
@@ -416,6 +417,7 @@ pub fn human(plan: &Plan) -> String {
     buckets(plan, &mut out);
     stage3(plan, &mut out);
     offload(plan, &mut out);
+    host_offload::host_offload(plan, &mut out);
     memory(plan, &mut out);
     step(plan, &mut out);
     out

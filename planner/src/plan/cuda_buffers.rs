@@ -23,18 +23,20 @@
 //! | token ids, targets, embedding buckets | its token regions, `u32` / `i32` | input activations |
 //! | gradient norm partials and total, overflow flag, AdamW segment table | its step regions, `f64` / `i32` / 24-byte entries ([`Dtype::Uint8`] bytes) | step scratch |
 //!
-//! The CUDA executor runs without offload, and trains GPT-2 or the Llama family (Llama,
-//! Qwen2, Mistral; [`crate::memory::cuda_layout::llama_cuda_tensors`]) with AdamW: offload,
-//! other families and what [`super::cuda_world::check_cuda_world`] lists are plan errors
-//! ([`check_cuda_backend`]).
+//! Under offload the model states the host holds leave the table ([`super::cuda_offload`]:
+//! the device's shares, and the host and NVMe buffers appended after the device's). The CUDA
+//! executor trains GPT-2 or the Llama family (Llama, Qwen2, Mistral;
+//! [`crate::memory::cuda_layout::llama_cuda_tensors`]) with AdamW: other families and what
+//! [`super::cuda_world::check_cuda_world`] lists are plan errors ([`check_cuda_backend`]).
 
 use super::buffers::{Buffer, BufferKind, BufferList, Lifetime};
 use super::cpu_buffers::arena_recompute;
+use super::cuda_offload::host::{HostInputs, host_buffers};
 use super::cuda_world::{CudaScheme, CudaShares, check_cuda_world};
 use super::dtype::{Device, Dtype};
 use super::model_graph::ModelGraph;
 use super::run_policy::RunPolicy;
-use super::settings::{OffloadTarget, Settings};
+use super::settings::Settings;
 use crate::diagnostics::{Code, Diagnostic};
 use crate::memory::cuda_layout::{
     CudaAttentionBias, CudaElement, CudaLayoutShape, CudaRegion, CudaTensor, LlamaCudaShape,
@@ -99,7 +101,12 @@ fn step_tensors(model: &ModelGraph, settings: &Settings) -> Vec<CudaTensor> {
 
 /// Every buffer of the device step (see the [module documentation](self)); the model states
 /// and the collectives' buffers are one rank's [`CudaShares`].
-pub fn cuda_buffers(model: &ModelGraph, settings: &Settings, shares: &CudaShares) -> Vec<Buffer> {
+pub fn cuda_buffers(
+    model: &ModelGraph,
+    settings: &Settings,
+    shares: &CudaShares,
+    host: &HostInputs<'_>,
+) -> Vec<Buffer> {
     let mut list = BufferList::new();
     let model_dtype = settings.dtypes.params;
     let run = Lifetime::Persistent;
@@ -129,6 +136,7 @@ pub fn cuda_buffers(model: &ModelGraph, settings: &Settings, shares: &CudaShares
         };
         gpu(region.as_str(), kind, dtype, numel);
     }
+    host_buffers(&mut list, host);
     list.into_buffers()
 }
 
@@ -213,8 +221,9 @@ fn model_state_buffers(list: &mut BufferList, model_dtype: Dtype, shares: &CudaS
     );
 }
 
-/// What the CUDA executor does not run: offload, families other than GPT-2 and Llama, and what
-/// [`check_cuda_world`] refuses at world sizes above 1. Each is an error naming it.
+/// What the CUDA executor does not run: families other than GPT-2 and Llama, selective
+/// recomputation, what [`check_cuda_world`] refuses at world sizes above 1 (offload settings:
+/// [`super::cuda_offload::check`]). Each is an error naming it.
 pub fn check_cuda_backend(
     model: &ModelGraph,
     settings: &Settings,
@@ -229,18 +238,6 @@ pub fn check_cuda_backend(
             format!("the dsplan-cuda backend plans dsplan's CUDA executor, which does not run {what} yet"),
         ));
     };
-    if settings.offload_optimizer != OffloadTarget::None {
-        refuse(
-            "/zero_optimization/offload_optimizer",
-            "optimizer offload".into(),
-        );
-    }
-    if settings.offload_param != OffloadTarget::None {
-        refuse(
-            "/zero_optimization/offload_param",
-            "parameter offload".into(),
-        );
-    }
     if model.architecture.family != Family::Gpt2 && llama_cuda_shape(model, settings).is_none() {
         refuse(
             "",

@@ -38,7 +38,7 @@ use super::dtype::Dtype;
 use super::layout::Layout;
 use super::model_graph::ModelGraph;
 use super::run_policy::RunPolicy;
-use super::settings::{FlatOrder, OffloadTarget, Settings};
+use super::settings::{FlatOrder, Settings};
 use super::shards::Shards;
 use super::stage3::Stage3Schedule;
 use crate::config::ZeroStage;
@@ -113,8 +113,25 @@ impl CudaShares {
     }
 
     /// Rank 0's shares under the plan's `settings`, `layout`, `buckets` and stage-3 schedule
-    /// (every rank's buffers have the same sizes; only [`Self::partition`] moves).
+    /// (every rank's buffers have the same sizes; only [`Self::partition`] moves); under
+    /// offload, what stays on the GPU ([`offloaded`]).
     pub fn new(
+        settings: &Settings,
+        layout: &Layout,
+        shards: &Shards,
+        buckets: &Buckets,
+        stage3: Option<&Stage3Schedule>,
+    ) -> Self {
+        let resident = Self::resident(settings, layout, shards, buckets, stage3);
+        if super::cuda_offload::offloads(settings) {
+            offloaded(resident, settings, shards, buckets, stage3)
+        } else {
+            resident
+        }
+    }
+
+    /// [`Self::new`] with every state on the GPU.
+    fn resident(
         settings: &Settings,
         layout: &Layout,
         shards: &Shards,
@@ -260,9 +277,70 @@ impl CudaShares {
     }
 }
 
+/// What one rank of the CUDA step keeps on the GPU under offload: this takes the
+/// shares of the same job without offload ([`CudaShares`]) and moves out what the host holds.
+///
+/// | share | optimizer offload | + parameter offload (stage 3) |
+/// |---|---|---|
+/// | fp32 master, AdamW moments | the sub-groups kept on the GPU (`ratio < 1`), else none | as left |
+/// | gradient partition | the kept sub-groups' | as left |
+/// | gradients | the gradient arena (gradients in flight), at one GPU too | as left |
+/// | parameter shard | kept | none: the host's slices are copied into the gather staging |
+/// | parameters | unchanged (whole, flat, or stage 3's arena) | stage 3's arena, at one GPU too |
+///
+/// At one GPU nothing is reduced: each bucket's gradients are copied to the host straight out
+/// of the gradient arena, and a gather is a host → device copy into the arena, so neither
+/// bucket nor gather staging is kept.
+fn offloaded(
+    resident: CudaShares,
+    settings: &Settings,
+    shards: &Shards,
+    buckets: &Buckets,
+    stage3: Option<&Stage3Schedule>,
+) -> CudaShares {
+    let kept = if settings.offload_optimizer.is_offloaded() {
+        super::cuda_offload::resident_numel(shards)
+    } else {
+        resident.optimizer
+    };
+    let params_offloaded = settings.offload_param.is_offloaded();
+    let base = CudaShares {
+        master: if resident.master > 0 { kept } else { 0 },
+        optimizer: kept,
+        grad_partition: if resident.grad_partition > 0 { kept } else { 0 },
+        param_shard: if params_offloaded {
+            0
+        } else {
+            resident.param_shard
+        },
+        ..resident
+    };
+    if resident.world > 1 {
+        return base;
+    }
+    let arena = buckets.gradient_arena.as_ref();
+    let grads = arena.map_or(resident.grads, |a| a.numel);
+    let gathered = stage3.and_then(|s| s.arena.as_ref()).map(|a| a.numel);
+    let (scheme, params) = match (params_offloaded, gathered) {
+        (true, Some(numel)) => (CudaScheme::Sharded, numel),
+        _ if arena.is_some() => (CudaScheme::PartitionedGradients, resident.params),
+        _ => (resident.scheme, resident.params),
+    };
+    CudaShares {
+        scheme,
+        params,
+        grads,
+        grad_partition: if arena.is_some() { kept } else { 0 },
+        bucket: 0,
+        gather: 0,
+        ..base
+    }
+}
+
 /// Whether dsplan's CUDA step keeps only its gradient partition and the gradients in flight
 /// (a gradient arena, [`super::grad_arena`]): stages 2 and 3 at `W > 1`, reducing every
-/// micro-step, without offload (the CUDA step runs none). Stage 1 too when a step is one
+/// micro-step, and at one GPU too under optimizer offload (each bucket's gradients go to the
+/// host). Stage 1 too when a step is one
 /// micro-step and `overlap_comm` reduces each bucket during backward: its one reduction per
 /// step is then stage 2's, so the gradients outside the partition (which DeepSpeed's ZeRO-1
 /// keeps to the step) have no later reader.
@@ -277,11 +355,10 @@ pub fn partitions_gradients(settings: &Settings) -> bool {
         }
         ZeroStage::Disabled => false,
     };
-    settings.backend == super::PlanBackend::DsplanCuda
-        && settings.world_size > 1
-        && reduces_every_micro_step
-        && settings.offload_optimizer == OffloadTarget::None
-        && settings.offload_param == OffloadTarget::None
+    // At one GPU the "reduce" is a no-op; the arena pays off when the gradients go to the
+    // host under optimizer offload.
+    let arena_pays = settings.world_size > 1 || settings.offload_optimizer.is_offloaded();
+    settings.backend == super::PlanBackend::DsplanCuda && arena_pays && reduces_every_micro_step
 }
 
 /// What the CUDA executor does not run at world sizes above 1, each an error naming it:
@@ -337,11 +414,6 @@ pub fn check_cuda_world(
             "the round-robin gradient order".into(),
             "remove round_robin_gradients",
         );
-    }
-    if settings.offload_optimizer != OffloadTarget::None
-        || settings.offload_param != OffloadTarget::None
-    {
-        return;
     }
     let layout = Layout::new(model, settings);
     let buckets = super::buckets::buckets(model, &layout, settings, run);

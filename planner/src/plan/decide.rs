@@ -19,8 +19,8 @@ use super::cluster::Cluster;
 use super::model_graph::ModelGraph;
 use super::settings::{
     AttentionKernel, Batch, CheckpointPlacement, Checkpointing, FlatOrder, GradientStorage,
-    OffloadTarget, OptimizerChoice, Overlap, ParamGatherMode, Pinning, Precision, ReduceTiming,
-    Settings, Stage3Settings,
+    OffloadStepping, OffloadTarget, OptimizerChoice, Overlap, ParamGatherMode, Pinning, Precision,
+    ReduceTiming, Settings, Stage3Settings,
 };
 use crate::config::registry::AUTO_KEYS;
 use crate::config::{
@@ -183,6 +183,12 @@ pub fn decide(
             .offload_optimizer
             .as_ref()
             .map_or(1.0, |o| o.ratio.clamp(0.0, 1.0)),
+        offload_stepping: match zero.offload_optimizer.as_ref() {
+            Some(o) if o.super_offload && offload_optimizer.is_offloaded() => {
+                OffloadStepping::Speculative
+            }
+            _ => OffloadStepping::Exact,
+        },
         offload_optimizer,
         offload_param,
         stage3,

@@ -15,11 +15,12 @@
 //! | per-rank ownership rules, persistent set, sub-groups | [`shards`] |
 //! | gradient buckets and their collectives, parameter all-gather | [`buckets`] |
 //! | stage-3 fetch / prefetch / release schedule | [`stage3`] |
-//! | offload copies | [`offload`] |
+//! | offload copies | [`offload`], [`transfer`] |
 //! | the moments of a step | [`ticks`] |
 //! | every allocation, and the memory timeline | [`buffers`], [`activations`] (sizes from [`crate::memory`]), [`timeline`] |
 //! | the same for dsplan's CPU executor ([`PlanBackend::DsplanCpu`]) | [`backend`], [`cpu_buffers`], [`cpu_units`] |
 //! | the same for dsplan's CUDA executor ([`PlanBackend::DsplanCuda`]) | [`cuda_buffers`], [`cuda_world`], [`stage3_arena`] |
+//! | its offload: device shares, host buffers, copies, host pre-flight | [`cuda_offload`] |
 //! | what that executor holds on the GPU outside its buffers (context, workspace, modules, NCCL) | [`device_runtime`] |
 //! | op graph, cost model, critical path, step time | [`graph`], [`cost`], [`cluster`] |
 //! | Chrome trace of a step | [`trace`] |
@@ -38,6 +39,7 @@ pub mod cost;
 pub mod cpu_buffers;
 pub mod cpu_units;
 pub mod cuda_buffers;
+pub mod cuda_offload;
 pub mod cuda_world;
 pub mod decide;
 pub mod device_runtime;
@@ -57,6 +59,7 @@ pub mod ticks;
 pub mod timeline;
 pub mod trace;
 pub mod training;
+pub mod transfer;
 
 use serde::Serialize;
 
@@ -256,6 +259,7 @@ fn compile_parts(
         }
         PlanBackend::DsplanCuda => {
             cuda_buffers::check_cuda_backend(model, &settings, &run, &mut diagnostics);
+            cuda_offload::check::check_offload(config, &settings, &mut diagnostics);
         }
         PlanBackend::DeepspeedGpu => {}
     }
@@ -288,7 +292,10 @@ fn compile_parts(
     let stage3 = match (&settings.stage3, &shards.persistent) {
         (Some(s3), Some(persistent)) => {
             let mut schedule = stage3::schedule(model, &layout, persistent, s3, &nvme);
-            if settings.backend == PlanBackend::DsplanCuda && settings.world_size > 1 {
+            // One GPU gathers into an arena only when the parameters live on the host.
+            if settings.backend == PlanBackend::DsplanCuda
+                && (settings.world_size > 1 || settings.offload_param.is_offloaded())
+            {
                 let tensors: Vec<usize> = persistent
                     .entries
                     .iter()
@@ -340,6 +347,12 @@ fn compile_parts(
             model,
             &settings,
             &cuda_world::CudaShares::new(&settings, &layout, &shards, &buckets, stage3.as_ref()),
+            &cuda_offload::host::HostInputs {
+                settings: &settings,
+                layout: &layout,
+                shards: &shards,
+                nvme_resident: &offload.nvme_resident,
+            },
         ),
     };
     let timeline = Timeline::new(&buffers, &ticks);

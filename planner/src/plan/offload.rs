@@ -8,12 +8,16 @@
 //! - **Optimizer offload, stage 3**: every micro-step each bucket's reduced partition goes to
 //!   the host gradient buffer; at the step each sub-group is stepped on the host (NVMe: its
 //!   master and states are read before and written after) and its 16-bit partition copied back.
+//! - **dsplan's CUDA step** ([`super::cuda_offload::transfers`]): each bucket's share of the
+//!   rank's gradients in the model dtype as soon as it is reduced, and the updated 16-bit
+//!   parameters back after the host step.
 //! - **Parameter offload, stage 3**: every gather first copies the rank's partition of each
 //!   tensor host → device; partitions beyond `max_in_cpu` elements are read from NVMe first, and
 //!   written back after the step.
 
 use serde::Serialize;
 
+use super::backend::PlanBackend;
 use super::buckets::{Buckets, FlushPoint};
 use super::dtype::{Device, Dtype};
 use super::layout::Layout;
@@ -21,23 +25,7 @@ use super::settings::{OffloadTarget, Settings};
 use super::shards::Shards;
 use super::stage3::Stage3Schedule;
 use super::ticks::Ticks;
-
-/// One copy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Transfer {
-    /// What is copied.
-    pub name: String,
-    /// Source.
-    pub from: Device,
-    /// Destination.
-    pub to: Device,
-    /// Bytes per occurrence.
-    pub bytes: u64,
-    /// Tick of the detailed (boundary) micro-step it happens at.
-    pub tick: usize,
-    /// Occurrences per optimizer step.
-    pub per_step: u64,
-}
+pub use super::transfer::{Transfer, nvme_group_swaps};
 
 /// Bytes per optimizer step over each link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -113,9 +101,17 @@ pub fn plan_offload(
     let gas = settings.batch.gradient_accumulation_steps;
     let param_bytes = settings.dtypes.params.bytes();
     if settings.offload_optimizer.is_offloaded() {
-        match stage3 {
-            None => stage12_optimizer(settings, layout, ticks, &mut transfers),
-            Some(_) => stage3_optimizer(settings, shards, buckets, ticks, &mut transfers),
+        match (settings.backend, stage3) {
+            (PlanBackend::DsplanCuda, _) => super::cuda_offload::transfers::optimizer_transfers(
+                settings,
+                layout,
+                shards,
+                buckets,
+                ticks,
+                &mut transfers,
+            ),
+            (_, None) => stage12_optimizer(settings, layout, ticks, &mut transfers),
+            (_, Some(_)) => stage3_optimizer(settings, shards, buckets, ticks, &mut transfers),
         }
     }
     if let (Some(schedule), true) = (stage3, settings.offload_param.is_offloaded()) {
@@ -258,36 +254,9 @@ fn stage3_optimizer(
             });
         }
     }
-    let states = settings.optimizer.states;
-    let master = settings.dtypes.master.bytes();
-    let state_bytes = settings.dtypes.optimizer_states.bytes();
     for group in &shards.sub_groups {
         let tick = ticks.optimizer(group.index);
-        if group.device == Device::Nvme {
-            let bytes = group.partition_numel * (master + states * state_bytes);
-            out.push(Transfer {
-                name: format!(
-                    "sub-group {} master and optimizer state swapped in",
-                    group.index
-                ),
-                from: Device::Nvme,
-                to: Device::Cpu,
-                bytes,
-                tick,
-                per_step: 1,
-            });
-            out.push(Transfer {
-                name: format!(
-                    "sub-group {} master and optimizer state swapped out",
-                    group.index
-                ),
-                from: Device::Cpu,
-                to: Device::Nvme,
-                bytes,
-                tick,
-                per_step: 1,
-            });
-        }
+        nvme_group_swaps(settings, group, ticks, out);
         if group.device != Device::Gpu && !settings.offload_param.is_offloaded() {
             out.push(Transfer {
                 name: format!(

@@ -141,6 +141,26 @@ impl OffloadTarget {
     }
 }
 
+/// How the host optimizer of an offloaded step orders its update against the global gradient
+/// norm and the overflow check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OffloadStepping {
+    /// DeepSpeed's order: every gradient in, the norm and the overflow flag, then the step.
+    Exact,
+    /// SuperOffload-style (`offload_optimizer.super_offload`): each bucket is stepped as it
+    /// arrives into a second copy of the state, committed when the norm and the overflow flag
+    /// say the step stands, redone (clipping) or dropped (overflow) otherwise.
+    Speculative,
+}
+
+impl OffloadStepping {
+    /// Whether this is DeepSpeed's exact order.
+    pub fn is_exact(&self) -> bool {
+        *self == OffloadStepping::Exact
+    }
+}
+
 /// How ZeRO-1/2 rebuilds the full parameter buffer after the step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -233,6 +253,10 @@ pub struct Settings {
     pub offload_ratio: f64,
     /// Parameter offload (stage 3 only).
     pub offload_param: OffloadTarget,
+    /// How the host optimizer orders its step against the norm and the overflow check (left
+    /// out of the JSON when it is DeepSpeed's exact order).
+    #[serde(skip_serializing_if = "OffloadStepping::is_exact")]
+    pub offload_stepping: OffloadStepping,
     /// Stage-3 knobs (`None` below stage 3).
     pub stage3: Option<Stage3Settings>,
     /// The runtime the plan's buffers are listed for (left out of the JSON when it is the

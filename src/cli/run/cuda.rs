@@ -112,7 +112,9 @@ fn unsupported(spec: &TrainSpec) -> Option<String> {
     .find(|(_, device)| device.is_some_and(|d| d != OffloadDevice::None));
     if let Some((what, _)) = offloaded {
         return Some(format!(
-            "the CUDA backend keeps every state on the GPU; {what} offload is not built for it yet"
+            "the CUDA backend does not run {what} offload yet: `dsplan plan --backend \
+             dsplan-cuda` plans it (the device and host buffers and the copies), but its device \
+             path has not run on a GPU; remove the offload section, or run with --device cpu"
         ));
     }
     check_spec(spec).err().map(|e| e.to_string())

@@ -153,6 +153,15 @@ impl DeviceLayout {
         plan: &Plan,
         rank: usize,
     ) -> Result<Self, String> {
+        if plan.settings.offload_optimizer.is_offloaded()
+            || plan.settings.offload_param.is_offloaded()
+        {
+            return Err(
+                "the plan offloads to the host; the CUDA step's offload path has not \
+                        run on a GPU, so no device layout is built for it"
+                    .to_string(),
+            );
+        }
         let shares = CudaShares::of_plan(plan).for_rank(rank as u64);
         let mut layout = Self::with_shares(model, shape, dtype, recompute, shares);
         let (arena, places) = plan_placement(plan, &shares, layout.param_table())?;
