@@ -18,6 +18,7 @@
 //! | offload copies | [`offload`], [`transfer`] |
 //! | the moments of a step | [`ticks`] |
 //! | every allocation, and the memory timeline | [`buffers`], [`activations`] (sizes from [`crate::memory`]), [`timeline`] |
+//! | a lower bound of the GPU peak from the activations alone, without the rest of the plan | [`activation_floor`] |
 //! | the same for dsplan's CPU executor ([`PlanBackend::DsplanCpu`]) | [`backend`], [`cpu_buffers`], [`cpu_units`] |
 //! | the same for dsplan's CUDA executor ([`PlanBackend::DsplanCuda`]) | [`cuda_buffers`], [`cuda_world`], [`stage3_arena`] |
 //! | its offload: device shares, host buffers, copies, host pre-flight | [`cuda_offload`] |
@@ -29,6 +30,7 @@
 //! output is the `DsConfig` given here; [`decide`] refuses any `"auto"` left. The script's side
 //! of a run is a [`Workload`], derived per backend by [`Workload::for_backend`].
 
+pub mod activation_floor;
 pub mod activations;
 pub mod assumed;
 pub mod backend;

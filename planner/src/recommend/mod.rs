@@ -14,11 +14,18 @@
 //!
 //! The chosen config passes [`crate::validate::validate_document`] with no error; `recommend`
 //! checks that before returning it.
+//!
+//! A micro-batch above 1 whose activations alone overflow the GPU is skipped without its full
+//! estimate ([`prune`]): the answer is the same as when every candidate is estimated
+//! ([`Planning::EveryCandidate`], kept as the reference), at a fraction of the work for deep
+//! models.
 
 pub mod cost;
+pub mod prune;
 pub mod strategy;
 
 pub use cost::{BadConstant, CostModel, StepTime};
+pub use prune::Planning;
 pub use strategy::{Plan, Strategy};
 
 use serde::Serialize;
@@ -34,6 +41,7 @@ use crate::estimate::full::{
 use crate::estimate::{FullEstimate, FullEstimateError, Topology};
 use crate::model::ModelSpec;
 use crate::validate::{ValidateOptions, validate_document};
+use prune::Pruner;
 use strategy::ConfigInputs;
 
 /// The machines.
@@ -227,6 +235,14 @@ enum Tried {
 
 /// Finds the fastest configuration that fits.
 pub fn recommend(request: &Request) -> Result<Recommendation, RecommendError> {
+    recommend_with(request, Planning::Pruned)
+}
+
+/// [`recommend`], planning the candidates as `planning` says (the answer does not depend on it).
+pub fn recommend_with(
+    request: &Request,
+    planning: Planning,
+) -> Result<Recommendation, RecommendError> {
     request.cost.check().map_err(RecommendError::Cost)?;
     let world = request.cluster.hardware.total_gpus();
     if request.global_batch == 0 {
@@ -244,9 +260,10 @@ pub fn recommend(request: &Request) -> Result<Recommendation, RecommendError> {
         });
     }
     let dims = ModelDims::from_spec(&request.model);
+    let mut pruner = Pruner::new(&request.model, request.cluster.hardware, planning);
     let mut results: Vec<(Strategy, Result<Evaluated, Rejection>)> = Vec::new();
     for strategy in Strategy::WALK {
-        results.push((strategy, evaluate(request, &dims, strategy)?));
+        results.push((strategy, evaluate(request, &dims, strategy, &mut pruner)?));
     }
     // The fastest prediction, then the first strategy of the walk within the tie tolerance.
     let times: Vec<(usize, f64)> = results
@@ -327,6 +344,7 @@ fn evaluate(
     request: &Request,
     dims: &ModelDims,
     strategy: Strategy,
+    pruner: &mut Pruner,
 ) -> Result<Result<Evaluated, Rejection>, RecommendError> {
     let cluster = &request.cluster;
     if strategy.needs_nvme() && cluster.nvme_path.is_none() {
@@ -355,7 +373,12 @@ fn evaluate(
                 accumulation: per_gpu / micro_batch,
                 offload_ratio: ratio,
             };
-            match try_plan(request, dims, plan)? {
+            let read = read_back(request, dims, &plan)?;
+            // Only micro-batch 1's peaks are reported when nothing fits.
+            if micro_batch > 1 && pruner.overflows(&read.1, &read.2, cluster.gpu_memory) {
+                continue;
+            }
+            match try_plan(request, dims, plan, read)? {
                 Tried::Fits(evaluated) => {
                     if best
                         .as_ref()
@@ -444,11 +467,7 @@ fn offload_ratios(
 }
 
 /// The config of `plan`, read back as `dsplan estimate --config` reads it, and its shape.
-fn read_back(
-    request: &Request,
-    dims: &ModelDims,
-    plan: &Plan,
-) -> Result<(Value, crate::estimate::full::ConfigReading, TrainingShape), RecommendError> {
+fn read_back(request: &Request, dims: &ModelDims, plan: &Plan) -> Result<ReadBack, RecommendError> {
     let hardware = request.cluster.hardware;
     let inputs = ConfigInputs {
         precision: request.precision,
@@ -476,10 +495,18 @@ fn read_back(
     Ok((config, reading, shape))
 }
 
-fn try_plan(request: &Request, dims: &ModelDims, plan: Plan) -> Result<Tried, RecommendError> {
+/// A config, its reading and its shape ([`read_back`]).
+type ReadBack = (Value, crate::estimate::full::ConfigReading, TrainingShape);
+
+/// The full estimate of `plan`, read back as `read`.
+fn try_plan(
+    request: &Request,
+    dims: &ModelDims,
+    plan: Plan,
+    (config, reading, shape): ReadBack,
+) -> Result<Tried, RecommendError> {
     let cluster = &request.cluster;
     let hardware = cluster.hardware;
-    let (config, reading, shape) = read_back(request, dims, &plan)?;
     let estimate = estimate_reading(&request.model, hardware, &reading, &shape, &request.margins)
         .map_err(RecommendError::Estimate)?;
     let gpu = estimate.peaks.gpu.bytes;

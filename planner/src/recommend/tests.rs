@@ -147,7 +147,8 @@ fn offloading_more_costs_cpu_adam_time() {
             accumulation: 64,
             offload_ratio: ratio,
         };
-        match try_plan(&asked, &dims, plan).expect("estimates") {
+        let read = read_back(&asked, &dims, &plan).expect("reads back");
+        match try_plan(&asked, &dims, plan, read).expect("estimates") {
             Tried::Fits(evaluated) => evaluated.fit.step_time,
             Tried::TooLarge { gpu, .. } => panic!("{gpu}"),
         }
