@@ -32,7 +32,7 @@ pub(super) use files::copy_tokenizer;
 use source::SftSource;
 
 use super::{Failure, RunArgs};
-use crate::cli::sft_config::{LrScheduler, SftConfig};
+use crate::cli::sft_config::{EvalStrategy, LrScheduler, SftConfig};
 use crate::render;
 
 /// `--dataset-format`.
@@ -111,6 +111,11 @@ impl SftJob {
         let Some(train) = &args.data else {
             return Err(Failure::usage("fine-tuning needs --data"));
         };
+        if config.eval != EvalStrategy::AtEnd {
+            return Err(Failure::input(
+                "eval_strategy \"steps\" / \"epoch\" in --training-args: dsplan computes the eval loss at the end of training only (set eval_strategy to \"no\")",
+            ));
+        }
         let tokenizer_dir = tokenizer_dir(args)?;
         let layout = BatchLayout {
             batch_size: settings.batch.micro_batch,
