@@ -451,13 +451,12 @@ impl Fields<'_> {
     }
 
     fn truncation(&mut self) -> OverLength {
-        match self.choice(
+        self.choice(
             "truncation_mode",
             &["keep_start"],
             "keep_end is not implemented",
-        ) {
-            _ => OverLength::KeepStart,
-        }
+        );
+        OverLength::KeepStart
     }
 
     fn packing(&mut self) -> Packing {
