@@ -13,6 +13,7 @@ mod resolve;
 mod run;
 mod schedule;
 mod schema;
+mod sft_config;
 mod training_args;
 mod training_choices;
 mod validate;

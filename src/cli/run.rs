@@ -55,6 +55,7 @@ mod ranks;
 mod report;
 mod session;
 mod setup;
+mod sft;
 
 use std::path::PathBuf;
 
@@ -81,10 +82,27 @@ pub struct RunArgs {
     #[arg(long, value_name = "M")]
     model: Option<String>,
     /// Training data: a text file (byte tokens), an llm.c token .bin, or a .safetensors file
-    /// with input_ids [steps, global_batch, seq+1] used batch by batch. Default: the corpus
-    /// bundled with dsplan.
+    /// with input_ids [steps, global_batch, seq+1] used batch by batch; or fine-tuning data as
+    /// TRL's SFTTrainer takes it: a .jsonl, .json or .parquet file (or a directory of them) of
+    /// text, prompt-completion or messages rows, tokenized with the model's tokenizer.
+    /// Default: the corpus bundled with dsplan.
     #[arg(long, value_name = "D")]
     data: Option<PathBuf>,
+    /// Fine-tuning eval data (.jsonl, .json, .parquet or a directory): the eval loss at the end
+    /// and every eval_steps (eval_strategy "steps" in --training-args).
+    #[arg(long, value_name = "D", requires = "data")]
+    eval_data: Option<PathBuf>,
+    /// The tokenizer's directory (tokenizer.json, tokenizer_config.json) for fine-tuning data,
+    /// when the --model directory has none.
+    #[arg(long, value_name = "DIR")]
+    tokenizer: Option<PathBuf>,
+    /// The shape of fine-tuning rows (auto: from the first record's fields).
+    #[arg(long, value_enum, default_value_t = sft::DatasetFormat::Auto)]
+    dataset_format: sft::DatasetFormat,
+    /// A bad fine-tuning row (malformed JSON, a missing field, a template error, ...): stop
+    /// naming its file and line, or skip it and count it.
+    #[arg(long, value_enum, default_value_t = sft::BadRowChoice::Stop)]
+    on_bad_row: sft::BadRowChoice,
     /// Optimizer steps. Default: the scheduler's total_num_steps, the steps a .safetensors
     /// data file holds, or 200.
     #[arg(long, value_name = "S")]

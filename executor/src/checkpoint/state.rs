@@ -294,6 +294,12 @@ impl DataDescription {
                 // Replayed step by step, in the order recorded.
                 order: "sequential".into(),
             },
+            DataChoice::Labelled(labelled) => Self {
+                kind: "labelled".into(),
+                name: labelled.0.name(),
+                bytes: None,
+                order: labelled.0.order(),
+            },
         }
     }
 }

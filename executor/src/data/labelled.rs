@@ -2,7 +2,7 @@
 //! with `-100`, optional `position_ids` and `attention_mask`), shaped for the model, and
 //! [`LabelledSource`], where the training loop gets them. A [`TokenBatch`] is one too
 //! (`labels = input_ids`, no mask), through [`TokenLabels`], so every source reaches the model
-//! by one path.
+//! by one path; batches made outside the executor come in through [`OpenLabelled`].
 
 use super::{BatchLayout, DataError, MicroBatchIndex, TokenBatch, TokenSource};
 use crate::model::rope::Positions;
@@ -172,6 +172,40 @@ impl LabelledSource for TokenLabels {
         self.0.micro_batch(at).map(LabelledBatch::from)
     }
 }
+
+/// Labelled micro-batches made outside the executor (`dsplan run --data train.jsonl`: the
+/// fine-tuning data `dsplan-sft` prepares), opened once per run.
+pub trait OpenLabelled: Send + Sync {
+    /// The data as printed and recorded in checkpoints.
+    fn name(&self) -> String;
+
+    /// The order of the batches as recorded in checkpoints (a resumed run must read the same).
+    fn order(&self) -> String;
+
+    /// A source of the run's micro-batches.
+    fn open(&self) -> Box<dyn LabelledSource + Send>;
+}
+
+/// An [`OpenLabelled`] that a [`crate::train::DataChoice`] can hold: two are equal when they
+/// are the same data.
+#[derive(Clone)]
+pub struct SharedLabelled(pub std::sync::Arc<dyn OpenLabelled>);
+
+impl std::fmt::Debug for SharedLabelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SharedLabelled")
+            .field(&self.0.name())
+            .finish()
+    }
+}
+
+impl PartialEq for SharedLabelled {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedLabelled {}
 
 #[cfg(test)]
 mod tests {

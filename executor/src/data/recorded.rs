@@ -28,15 +28,41 @@ use crate::model::{BatchShape, RowPositions};
 /// The label id that means "no loss" (PyTorch's `ignore_index`).
 pub const IGNORE_INDEX: i64 = -100;
 
-/// One collated batch as stored, `[rows, len]`.
+/// One collated batch as a collator returned it, `[rows, len]`: read from a recorded file, or
+/// made by `dsplan-sft` for `dsplan run --data train.jsonl`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Collated {
-    rows: usize,
-    len: usize,
-    input_ids: Vec<u32>,
-    labels: Vec<Option<u32>>,
-    position_ids: Option<Vec<u32>>,
-    attention_mask: Option<Vec<u8>>,
+pub struct Collated {
+    /// Rows.
+    pub rows: usize,
+    /// Tokens per row.
+    pub len: usize,
+    /// `input_ids` `[rows, len]`.
+    pub input_ids: Vec<u32>,
+    /// `labels` `[rows, len]`, not shifted; `None` for `-100`.
+    pub labels: Vec<Option<u32>>,
+    /// `position_ids` (padding-free packing).
+    pub position_ids: Option<Vec<u32>>,
+    /// `attention_mask` (right padding).
+    pub attention_mask: Option<Vec<u8>>,
+}
+
+impl Collated {
+    /// The batch at its own shape, as the model reads it.
+    pub fn batch(&self) -> LabelledBatch {
+        pad(
+            self,
+            BatchShape {
+                batch: self.rows,
+                seq_len: self.len,
+            },
+        )
+    }
+
+    /// The batch padded to `shape` (at least its own) without changing its result; see
+    /// [`pad`].
+    pub fn padded(&self, shape: BatchShape) -> LabelledBatch {
+        pad(self, shape)
+    }
 }
 
 /// One rank's file.
@@ -143,18 +169,7 @@ impl RecordedBatches {
     /// Rank `rank`'s eval batches, in order, each at its own shape.
     pub fn eval_batches(&self, rank: usize) -> Vec<LabelledBatch> {
         self.ranks.get(rank).map_or_else(Vec::new, |file| {
-            file.eval
-                .iter()
-                .map(|c| {
-                    pad(
-                        c,
-                        BatchShape {
-                            batch: c.rows,
-                            seq_len: c.len,
-                        },
-                    )
-                })
-                .collect()
+            file.eval.iter().map(Collated::batch).collect()
         })
     }
 }

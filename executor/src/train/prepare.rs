@@ -22,7 +22,10 @@ use crate::zero::{Correspondence, EnginePlan, ListedBuffers, RankOptions};
 /// than the model's positions: their position ids are checked batch by batch.
 pub(crate) fn check_model(spec: &TrainSpec) -> Result<(), TrainError> {
     spec.model.validate().map_err(ModelError::Config)?;
-    let recorded = matches!(spec.data, DataChoice::Recorded { .. });
+    let recorded = matches!(
+        spec.data,
+        DataChoice::Recorded { .. } | DataChoice::Labelled(_)
+    );
     if !recorded && spec.seq_len > spec.model.max_positions() {
         return Err(TrainError::Model(ModelError::SequenceTooLong {
             seq_len: spec.seq_len,

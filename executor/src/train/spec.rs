@@ -7,7 +7,7 @@ use safetensors::SafeTensors;
 use super::{TrainError, TrainSettings};
 use crate::data::{
     BatchLayout, DEFAULT_TENSOR, DataError, DataFormat, LabelledSource, RecordedBatches,
-    TokenLabels, TokenSource, WindowOrder, bundled_corpus, open, read_data_file,
+    SharedLabelled, TokenLabels, TokenSource, WindowOrder, bundled_corpus, open, read_data_file,
 };
 use crate::model::ModelConfig;
 
@@ -32,6 +32,9 @@ pub enum DataChoice {
         /// The files, in rank order.
         files: Vec<PathBuf>,
     },
+    /// Labelled micro-batches made outside the executor (the fine-tuning data of
+    /// `dsplan run --data train.jsonl`).
+    Labelled(SharedLabelled),
 }
 
 impl DataChoice {
@@ -47,6 +50,12 @@ impl DataChoice {
                     .map_or_else(String::new, |f| f.display().to_string()),
                 tensor: "train".into(),
                 message: "recorded micro-batches carry labels and masks, not token rows;                           open them as labelled batches"
+                    .into(),
+            }),
+            DataChoice::Labelled(data) => Err(DataError::Recorded {
+                origin: data.0.name(),
+                tensor: "train".into(),
+                message: "labelled micro-batches are not token rows; open them as labelled batches"
                     .into(),
             }),
         }
@@ -67,6 +76,7 @@ impl DataChoice {
                     .collect::<Result<Vec<_>, DataError>>()?;
                 Box::new(RecordedBatches::from_files(&read)?)
             }
+            DataChoice::Labelled(data) => data.0.open(),
             DataChoice::Bundled { .. } | DataChoice::File { .. } => {
                 Box::new(TokenLabels(self.open(layout)?))
             }

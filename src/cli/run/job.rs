@@ -21,6 +21,7 @@ use dsplan_planner::resolve::{Arg, ArgOrigin, Resolved, hidden_size, resolve};
 use dsplan_planner::source::SourceFile;
 use serde_json::Value;
 
+use super::sft::{self, SftJob};
 use super::{Failure, RunArgs};
 use crate::cli::training_args::environment;
 use crate::render;
@@ -55,6 +56,8 @@ pub(super) struct Job {
     pub data_name: String,
     /// Bytes the data holds in memory while training.
     pub data_bytes: u64,
+    /// Fine-tuning data (`--data train.jsonl`), prepared.
+    pub sft: Option<SftJob>,
 }
 
 impl Job {
@@ -73,7 +76,10 @@ impl Job {
             }
         };
         crate::cli::parallel::refuse_in_run(file.value()).map_err(Failure::input)?;
+        let fine_tuning = args.data.as_deref().is_some_and(sft::is_sft_data);
+        let sft_config = fine_tuning.then(|| sft::read_config(args)).transpose()?;
         let data_bytes = match &args.data {
+            Some(_) if fine_tuning => 0,
             Some(path) => {
                 let size = check_data_file(path).map_err(|e| Failure::usage(e.to_string()))?;
                 resident_bytes(path, size)
@@ -87,7 +93,11 @@ impl Job {
         architecture(&model)
             .validate()
             .map_err(|e| Failure::input(format!("{model_name}: {e}")))?;
-        let (seq_len, known_steps) = rows(args, &model)?;
+        let (seq_len, known_steps) = if fine_tuning {
+            fine_tuning_rows(args)?
+        } else {
+            rows(args, &model)?
+        };
         let mut resolved = resolve_config(args, world, &file, parsed, &model_name, known_steps)?;
         if let Some(path) = &args.nvme_path
             && override_nvme_path(&mut resolved.typed, &path.to_string_lossy())
@@ -103,6 +113,30 @@ impl Job {
         let settings = TrainSettings::from_resolved(&resolved)
             .map_err(|e| Failure::input(format!("{display}: {e}")))?
             .with_gradient_checkpointing(training_args.gradient_checkpointing.value);
+        if let Some(config) = sft_config {
+            let steps = known_steps.or(training_args.num_training_steps.map(|a| a.value));
+            let job = SftJob::open(args, config, &settings, world, steps)?;
+            let has_scheduler = resolved.config.get("scheduler").is_some();
+            let settings = job.settings(settings, has_scheduler, &training_args)?;
+            if let Some(note) = job.inert_note() {
+                eprintln!("note: {note}");
+            }
+            let num_params = model.layout().num_params();
+            return Ok(Job {
+                display,
+                file,
+                model_name,
+                model,
+                num_params,
+                settings,
+                seq_len: job.seq_len,
+                steps: job.steps,
+                data: job.choice.clone(),
+                data_name: job.choice_name(),
+                data_bytes,
+                sft: Some(job),
+            });
+        }
         let steps = known_steps.unwrap_or_else(|| {
             resolved
                 .config
@@ -138,6 +172,7 @@ impl Job {
             data,
             data_name,
             data_bytes,
+            sft: None,
         })
     }
 
@@ -204,6 +239,17 @@ fn rows(args: &RunArgs, model: &ModelConfig) -> Result<(usize, Option<u64>), Fai
         (None, None) => model.max_positions().min(DEFAULT_SEQ_LEN),
     };
     Ok((seq_len, args.steps.or(stored.map(|s| s.steps))))
+}
+
+/// A fine-tuning run's rows are the data's (`max_length` bounds them): `--seq-len` is refused;
+/// the steps are `--steps` when given (else `max_steps`, else the epochs, see [`SftJob::open`]).
+fn fine_tuning_rows(args: &RunArgs) -> Result<(usize, Option<u64>), Failure> {
+    if args.seq_len.is_some() {
+        return Err(Failure::usage(
+            "--seq-len does not apply to fine-tuning data: each micro-batch is as long as its longest row, at most max_length (set it in --training-args)",
+        ));
+    }
+    Ok((0, args.steps))
 }
 
 /// Resolves the config as the Hugging Face Trainer and DeepSpeed would for this run: its world

@@ -39,14 +39,25 @@ impl MetricsFile {
     /// One line, written whole with a single `write_all`; the first error is kept for
     /// [`MetricsFile::commit`] and later lines are dropped.
     fn write(&mut self, metrics: &StepMetrics) {
+        if let Ok(line) = serde_json::to_string(metrics) {
+            self.write_line(line);
+        }
+    }
+
+    /// An eval line: `{"step": ..., "eval_loss": ...}`, `step` the index of the step it
+    /// follows (the train line's).
+    fn write_eval(&mut self, step: u64, eval_loss: f64) {
+        let line = serde_json::json!({"step": step, "eval_loss": eval_loss});
+        self.write_line(line.to_string());
+    }
+
+    fn write_line(&mut self, mut line: String) {
         if self.failed.is_some() {
             return;
         }
-        if let Ok(mut line) = serde_json::to_string(metrics) {
-            line.push('\n');
-            if let Err(e) = self.file.write_all(line.as_bytes()) {
-                self.failed = Some(e);
-            }
+        line.push('\n');
+        if let Err(e) = self.file.write_all(line.as_bytes()) {
+            self.failed = Some(e);
         }
     }
 
@@ -165,6 +176,19 @@ impl Progress {
                     self.print_lines(&mut state, m, done);
                 }
             }
+        }
+    }
+
+    /// The eval loss after step `step` (from 0): a `--metrics` line and a line on stderr.
+    pub(super) fn eval(&self, step: u64, eval_loss: f64) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(metrics) = state.metrics.as_mut() {
+            metrics.write_eval(step, eval_loss);
+        }
+        let line = format!("[Rank 0] step={}, eval_loss={eval_loss:.6}", step + 1);
+        match &self.display {
+            Display::Bar(bar) => bar.println(line),
+            Display::Lines => eprintln!("{line}"),
         }
     }
 

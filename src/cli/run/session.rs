@@ -131,6 +131,17 @@ pub(super) fn train(
             .train(spec, plan, checkpoints, &observer)
             .map_err(|e| train_failure(e, &job.display)),
     };
+    let result = result.and_then(|report| {
+        if ranks.reports()
+            && let Some(eval) = job.sft.as_ref().and_then(|sft| sft.eval.as_ref())
+        {
+            let loss = eval
+                .loss(&spec.model, &report.final_params)
+                .map_err(Failure::input)?;
+            progress.eval(spec.steps.saturating_sub(1), loss);
+        }
+        Ok(report)
+    });
     let committed = progress.finish().map(|m| m.commit()).transpose();
     match (result, committed) {
         (Err(mut failure), Err(metrics)) => {
@@ -190,11 +201,19 @@ pub(super) fn finish(
         (Some(path), Some(SavedTo::File)) => {
             eprintln!("saved the trained fp32 model to {}", shown(path));
         }
-        (Some(path), Some(SavedTo::Directory(files))) => eprintln!(
-            "saved the trained model to {} (config.json, {})",
-            shown(path),
-            files.join(", ")
-        ),
+        (Some(path), Some(SavedTo::Directory(mut files))) => {
+            if let Some(sft) = &job.sft {
+                files.extend(
+                    super::sft::copy_tokenizer(&sft.data.tokenizer, path)
+                        .map_err(Failure::usage)?,
+                );
+            }
+            eprintln!(
+                "saved the trained model to {} (config.json, {})",
+                shown(path),
+                files.join(", ")
+            );
+        }
         _ => {}
     }
     if let Some(last) = report.checkpoints.last() {
