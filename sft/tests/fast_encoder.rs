@@ -413,6 +413,9 @@ fn metaspace_variants_agree_with_the_crate() {
     }
 }
 
+/// A change to a tokenizer.json.
+type Edit = Box<dyn FnOnce(&mut Value)>;
+
 #[test]
 fn other_shapes_keep_the_crate_path_and_say_why() {
     let Some(dir) = support::reference() else {
@@ -420,7 +423,7 @@ fn other_shapes_keep_the_crate_path_and_say_why() {
     };
     let temp = tempfile::tempdir().expect("temp dir");
     let from = model(&dir, "llama_bpe");
-    let edits: Vec<(&str, Box<dyn FnOnce(&mut Value)>)> = vec![
+    let edits: Vec<(&str, Edit)> = vec![
         (
             "normalizer",
             Box::new(|t: &mut Value| t["normalizer"] = json!({"type": "Lowercase"})),

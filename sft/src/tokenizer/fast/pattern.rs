@@ -137,6 +137,14 @@ impl Splitter {
         }
     }
 
+    /// The end of `'s|'t|'re|'ve|'m|'ll|'d` when `c0` (ending at `after`) is its apostrophe.
+    fn contraction(&self, s: &str, c0: char, after: usize) -> Option<usize> {
+        (c0 == '\'')
+            .then(|| self.contractions.after_apostrophe(&s[after..]))
+            .flatten()
+            .map(|width| after + width)
+    }
+
     /// Where the match starting at `at` (a character boundary before the end) ends.
     pub fn piece_end(&self, s: &str, at: usize) -> usize {
         match self.pattern {
@@ -150,10 +158,8 @@ impl Splitter {
             return s.len();
         };
         let after = at + c0.len_utf8();
-        if c0 == '\'' {
-            if let Some(width) = self.contractions.after_apostrophe(&s[after..]) {
-                return after + width;
-            }
+        if let Some(end) = self.contraction(s, c0, after) {
+            return end;
         }
         // ` ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+`: the class after an optional space decides.
         let (start, class) = match (c0, self.class(char_at(s, after))) {
@@ -172,10 +178,8 @@ impl Splitter {
             return s.len();
         };
         let after = at + c0.len_utf8();
-        if c0 == '\'' {
-            if let Some(width) = self.contractions.after_apostrophe(&s[after..]) {
-                return after + width;
-            }
+        if let Some(end) = self.contraction(s, c0, after) {
+            return end;
         }
         let class = self.classes.of(c0);
         let next = self.class(char_at(s, after));

@@ -82,7 +82,7 @@ fn pre_tokenizer(
     let byte_words = |pattern: Pattern, prefix_space: bool| -> Result<Words, String> {
         Ok(Words::ByteLevel {
             splitter: Box::new(Splitter::new(pattern)?),
-            bytes: ByteChars::new(),
+            bytes: Box::new(ByteChars::new()),
             prefix_space,
         })
     };

@@ -47,7 +47,7 @@ pub enum Words {
         /// The split pattern.
         splitter: Box<Splitter>,
         /// The byte map.
-        bytes: ByteChars,
+        bytes: Box<ByteChars>,
         /// `add_prefix_space`: a space before a segment that lacks one.
         prefix_space: bool,
     },
