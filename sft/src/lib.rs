@@ -38,4 +38,7 @@ pub use prepare::{
     PreparedSet, prepare_dataset,
 };
 pub use template::{ChatTemplate, RenderRequest, Rendered};
-pub use tokenizer::{AddSpecial, ChatEncoded, Encoded, HfTokenizer, SpecialToken, SpecialTokens};
+pub use tokenizer::{
+    AddSpecial, ChatEncoded, EncodePath, Encoded, HfTokenizer, SpecialToken, SpecialTokens,
+    Unsupported,
+};

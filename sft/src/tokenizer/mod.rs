@@ -10,14 +10,20 @@
 
 mod chat;
 mod config;
+pub mod fast;
 mod special;
 
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use tokenizers::Tokenizer;
+
+use fast::FastEncoder;
 
 pub use chat::ChatEncoded;
 pub use config::{SPECIAL_NAMES, TOKENIZER_FILES, TokenizerConfig};
+pub use fast::Unsupported;
 pub use special::{SpecialToken, SpecialTokens, token_text};
 
 use crate::error::SftError;
@@ -38,6 +44,15 @@ impl AddSpecial {
     fn flag(self) -> bool {
         self == AddSpecial::Yes
     }
+}
+
+/// Which encoder [`HfTokenizer::encode`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncodePath {
+    /// The fast encoder ([`fast`]) when the tokenizer's shape is supported, else the crate.
+    Fastest,
+    /// Always the `tokenizers` crate (the oracle; for comparisons).
+    Crate,
 }
 
 /// The ids of a text and, when asked for, each token's byte span in it.
@@ -63,6 +78,8 @@ impl Encoded {
 #[derive(Debug, Clone)]
 pub struct HfTokenizer {
     inner: Tokenizer,
+    fast: Result<Arc<FastEncoder>, Unsupported>,
+    path: EncodePath,
     special: SpecialTokens,
     template: Option<ChatTemplate>,
     dir: PathBuf,
@@ -129,6 +146,8 @@ impl HfTokenizer {
                 None => None,
             };
         Ok(Self {
+            fast: FastEncoder::new(&inner).map(Arc::new),
+            path: EncodePath::Fastest,
             inner,
             special,
             template,
@@ -179,8 +198,34 @@ impl HfTokenizer {
         self.inner.token_to_id(text)
     }
 
-    /// The ids of `text` (no offsets).
+    /// The same tokenizer, encoding by `path`.
+    pub fn with_path(mut self, path: EncodePath) -> Self {
+        self.path = path;
+        self
+    }
+
+    /// Whether [`encode`](Self::encode) takes the fast encoder: `Ok` when it does, else why not.
+    pub fn fast_path(&self) -> Result<(), Unsupported> {
+        match (&self.fast, self.path) {
+            (Ok(_), EncodePath::Fastest) => Ok(()),
+            (Ok(_), EncodePath::Crate) => Err(Unsupported {
+                reason: "the crate's path was asked for".into(),
+            }),
+            (Err(why), _) => Err(why.clone()),
+        }
+    }
+
+    /// The ids of `text` (no offsets): from the fast encoder when it takes this tokenizer (the
+    /// same ids), else from the crate.
     pub fn encode(&self, text: &str, special: AddSpecial) -> Result<Vec<u32>, String> {
+        match (&self.fast, self.path) {
+            (Ok(fast), EncodePath::Fastest) => fast.encode(&self.inner, text, special),
+            _ => self.encode_by_crate(text, special),
+        }
+    }
+
+    /// The ids of `text` from the `tokenizers` crate, whatever the path.
+    pub fn encode_by_crate(&self, text: &str, special: AddSpecial) -> Result<Vec<u32>, String> {
         self.inner
             .encode_fast(text, special.flag())
             .map(|encoding| encoding.get_ids().to_vec())
