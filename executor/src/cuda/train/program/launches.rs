@@ -298,7 +298,9 @@ impl Op {
         let library = match self {
             Op::Zero { .. } => vec![library("memset")],
             Op::Copy { .. } => vec![library("memcpy")],
-            Op::Host(host) => (0..host.library_calls()).map(|_| library("memcpy")).collect(),
+            Op::Host(host) => (0..host.library_calls())
+                .map(|_| library("memcpy"))
+                .collect(),
             Op::Linear { .. } => vec![library("cublasLt")],
             Op::Collective(comm) => match &comm.action {
                 CommAction::Collective { .. } => vec![library("nccl")],

@@ -126,8 +126,11 @@ impl HostOp {
                         )));
                     }
                 }
-                for (what, t) in [("grads", grads), ("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)]
-                {
+                for (what, t) in [
+                    ("grads", grads),
+                    ("exp_avg", exp_avg),
+                    ("exp_avg_sq", exp_avg_sq),
+                ] {
                     expect(what, t, master.len())?;
                 }
                 Ok(())
