@@ -46,6 +46,16 @@ pub trait StepBackend {
     /// optimizer (`loss_scale`: the scale of this step's backward).
     fn reduce_gradients(&mut self, loss_scale: f64) -> Result<(), ZeroError>;
 
+    /// Right after [`Self::reduce_gradients`], before the overflow check and the norm: a
+    /// backend whose optimizer starts before they are known (ZeRO-Offload's speculative host
+    /// step) starts it here with the step's `adam` and `lr`, to be undone by
+    /// [`Self::discard`] or redone by [`Self::optimizer_step`] when it must be. Others do
+    /// nothing.
+    fn speculate_step(&mut self, adam: &AdamConfig, lr: f64) -> Result<(), ZeroError> {
+        let _ = (adam, lr);
+        Ok(())
+    }
+
     /// Whether any gradient on any rank is inf or NaN (asked only when the precision checks).
     fn any_overflow(&mut self) -> Result<bool, ZeroError>;
 

@@ -92,6 +92,7 @@ pub(crate) fn run_step(
     watched(backend, StepPhase::GradientReduction, |b| {
         b.reduce_gradients(loss_scale)
     })?;
+    backend.speculate_step(&adam, lr)?;
     let overflow = control.precision.checks_overflow() && backend.any_overflow()?;
     let (grad_norm, skipped) = match control.scaler.update(overflow)? {
         StepOutcome::Skipped { .. } => {

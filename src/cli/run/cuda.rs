@@ -112,9 +112,10 @@ fn unsupported(spec: &TrainSpec) -> Option<String> {
     .find(|(_, device)| device.is_some_and(|d| d != OffloadDevice::None));
     if let Some((what, _)) = offloaded {
         return Some(format!(
-            "the CUDA backend does not run {what} offload yet: `dsplan plan --backend \
-             dsplan-cuda` plans it (the device and host buffers and the copies), but its device \
-             path has not run on a GPU; remove the offload section, or run with --device cpu"
+            "the CUDA backend does not run {what} offload on a GPU yet: `dsplan plan --backend \
+             dsplan-cuda` plans it and the offloaded step's program (optimizer offload to the \
+             CPU, stages 1-3) runs on the host interpreter, but the device executor does not \
+             allocate its host buffers; remove the offload section, or run with --device cpu"
         ));
     }
     check_spec(spec).err().map(|e| e.to_string())

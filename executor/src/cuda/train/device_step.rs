@@ -15,16 +15,22 @@
 //!    rounding);
 //! 5. `optimizer_step`: `update` (the fused AdamW) and `after_update` (the parameters gathered
 //!    again at `W > 1`);
+//!    Under optimizer offload `update` starts with the host optimizer ([`super::offload`]);
+//!    under its speculative stepping the host steps right after the norm phase
+//!    (`speculate_step`, before the norm and the overflow flag are read), and a step that is
+//!    then clipped or skipped is undone from the saved side (and, when clipped, redone);
 //! 6. checkpoints: the owned master and moments in the CPU rank's layout ([`DeviceOwned`]).
 
 use dsplan_planner::config::ZeroStage;
 use dsplan_planner::memory::cuda_layout::CudaRegion;
+use dsplan_planner::plan::settings::OffloadStepping;
 use dsplan_planner::schedule::clip::fp32_clip_coefficient;
 
 use super::execute::RunScalars;
+use super::offload::OffloadPhases;
 use super::owned::{DeviceOwned, held_from_whole};
 use super::program::Op;
-use super::region::{Region, RegionLengths, RegionSizes};
+use super::region::{HostRegion, Region, RegionLengths, RegionSizes};
 use super::step::StepProgram;
 use crate::comm::watchdog::Watch;
 use crate::comm::{Comm, StepPhase};
@@ -118,6 +124,17 @@ impl<'a, S> StepParts<'a, S> {
     }
 }
 
+/// Where a speculative host step (ZeRO-Offload's `super_offload`) stands.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Speculation {
+    /// None is pending.
+    Idle,
+    /// The host stepped with these scalars before the norm and overflow flag were known.
+    Stepped(AdamScalars),
+    /// The step was skipped after the host stepped: the saved state is to be restored.
+    Dropped,
+}
+
 /// The backend of the training loop: rank `rank`'s step on `target`.
 pub struct DeviceStep<'a, S: StepTarget> {
     program: &'a StepProgram,
@@ -139,6 +156,10 @@ pub struct DeviceStep<'a, S: StepTarget> {
     multiplier: f32,
     /// Adam's step count.
     adam_steps: u64,
+    /// The speculative host step pending (offload only).
+    speculation: Speculation,
+    /// Speculative host steps undone (clipped or skipped after they ran).
+    rollbacks: u64,
 }
 
 impl<'a, S: StepTarget> DeviceStep<'a, S> {
@@ -163,7 +184,15 @@ impl<'a, S: StepTarget> DeviceStep<'a, S> {
             found_inf: false,
             multiplier: 1.0,
             adam_steps: 0,
+            speculation: Speculation::Idle,
+            rollbacks: 0,
         }
+    }
+
+    /// Speculative host steps undone so far (a clipped or skipped step after the host had
+    /// stepped it).
+    pub fn rollbacks(&self) -> u64 {
+        self.rollbacks
     }
 
     /// Where the step runs (its communication and traffic, its buffers in tests).
@@ -176,18 +205,63 @@ impl<'a, S: StepTarget> DeviceStep<'a, S> {
         self.lengths.len(Region::Master) > 0
     }
 
-    /// Where the parameters this rank steps live: the fp32 master, or (f32 training) its
-    /// owned range of the parameters.
+    /// Where the parameters this rank steps live: the host's master under offload, the fp32
+    /// master, or (f32 training) its owned range of the parameters.
     fn owned_params(&self) -> (Region, usize) {
-        if self.trains_master() {
+        if self.lengths.offloads() {
+            (Region::Host(HostRegion::Master), 0)
+        } else if self.trains_master() {
             (Region::Master, 0)
         } else {
             (Region::Params, self.owned.params_at)
         }
     }
 
+    /// Adam's moments: on the device, or on the host under offload.
+    fn moments(&self) -> [Region; 2] {
+        if self.lengths.offloads() {
+            [
+                Region::Host(HostRegion::ExpAvg),
+                Region::Host(HostRegion::ExpAvgSq),
+            ]
+        } else {
+            [Region::ExpAvg, Region::ExpAvgSq]
+        }
+    }
+
+    /// A skipped speculative host step undone: the state restored from the saved side.
+    fn settle(&mut self) -> Result<(), ZeroError> {
+        if self.speculation != Speculation::Dropped {
+            return Ok(());
+        }
+        self.speculation = Speculation::Idle;
+        self.rollbacks += 1;
+        let program = self.program;
+        match &program.offload {
+            Some(offload) => self.run(&offload.restore),
+            None => Ok(()),
+        }
+    }
+
+    /// The host optimizer's step under offload with the step's scalars (set): nothing when
+    /// the speculative step ran with the same scalars; otherwise the state restored (a
+    /// speculative step that was clipped) and the step run.
+    fn host_step(&mut self, offload: &OffloadPhases) -> Result<(), ZeroError> {
+        let scalars = self.scalars.adam;
+        match std::mem::replace(&mut self.speculation, Speculation::Idle) {
+            Speculation::Stepped(ran) if Some(ran) == scalars => return Ok(()),
+            Speculation::Stepped(_) | Speculation::Dropped => {
+                self.rollbacks += 1;
+                self.run(&offload.restore)?;
+            }
+            Speculation::Idle => {}
+        }
+        self.run(&offload.host_step)
+    }
+
     /// The rank's owned fp32 master in the device's layout of its owned range.
     pub fn owned_master(&mut self) -> Result<Vec<f32>, ZeroError> {
+        self.settle()?;
         let (region, at) = self.owned_params();
         self.target.read(region, at, self.owned.len)
     }
@@ -229,6 +303,7 @@ impl<S: StepTarget> StepBackend for DeviceStep<'_, S> {
     }
 
     fn begin_step(&mut self) -> Result<(), ZeroError> {
+        self.settle()?;
         self.micro = 0;
         let program = self.program;
         self.run(&program.start)
@@ -282,8 +357,35 @@ impl<S: StepTarget> StepBackend for DeviceStep<'_, S> {
         Ok(self.found_inf || !self.sum_of_squares.is_finite())
     }
 
-    /// Nothing to do: the next step zeroes the gradients.
-    fn discard(&mut self) {}
+    /// The next step zeroes the gradients; a speculative host step is undone before the
+    /// state is next read or stepped.
+    fn discard(&mut self) {
+        if let Speculation::Stepped(_) = self.speculation {
+            self.speculation = Speculation::Dropped;
+        }
+    }
+
+    /// Under speculative offload: the host steps now, as if the step is neither clipped nor
+    /// skipped and the loss scale stays (multiplier 1), after saving the state it steps.
+    fn speculate_step(&mut self, adam: &AdamConfig, lr: f64) -> Result<(), ZeroError> {
+        let program = self.program;
+        let Some(offload) = program
+            .offload
+            .as_ref()
+            .filter(|o| o.stepping == OffloadStepping::Speculative)
+        else {
+            return Ok(());
+        };
+        self.settle()?;
+        let scalars = AdamScalars::new(adam, self.adam_steps + 1, lr, 1.0);
+        self.run(&offload.save)?;
+        self.scalars.adam = Some(scalars);
+        let ran = self.run(&offload.host_step);
+        self.scalars.adam = None;
+        ran?;
+        self.speculation = Speculation::Stepped(scalars);
+        Ok(())
+    }
 
     fn unscale_and_clip(
         &mut self,
@@ -306,7 +408,12 @@ impl<S: StepTarget> StepBackend for DeviceStep<'_, S> {
         self.adam_steps += 1;
         self.scalars.adam = Some(AdamScalars::new(adam, self.adam_steps, lr, self.multiplier));
         let program = self.program;
-        let ran = self.run(&program.update);
+        let ran = match &program.offload {
+            Some(offload) => self
+                .host_step(offload)
+                .and_then(|()| self.run(&program.update)),
+            None => self.run(&program.update),
+        };
         self.scalars.adam = None;
         ran?;
         self.run(&program.after_update)?;
@@ -316,8 +423,9 @@ impl<S: StepTarget> StepBackend for DeviceStep<'_, S> {
     fn export_owned(&mut self) -> Result<OwnedState, ZeroError> {
         let master = self.export_master()?;
         let (plan, rank, len) = (self.plan, self.rank, self.owned.len);
-        let exp_avg = self.target.read(Region::ExpAvg, 0, len)?;
-        let exp_avg_sq = self.target.read(Region::ExpAvgSq, 0, len)?;
+        let [avg, avg_sq] = self.moments();
+        let exp_avg = self.target.read(avg, 0, len)?;
+        let exp_avg_sq = self.target.read(avg_sq, 0, len)?;
         Ok(OwnedState {
             master,
             exp_avg: self.owned.to_cpu(plan, rank, &exp_avg),
@@ -333,10 +441,12 @@ impl<S: StepTarget> StepBackend for DeviceStep<'_, S> {
     fn import_owned(&mut self, state: &OwnedState) -> Result<(), ZeroError> {
         let (plan, rank) = (self.plan, self.rank);
         let (params, at) = self.owned_params();
+        let [avg, avg_sq] = self.moments();
+        self.speculation = Speculation::Idle;
         for (region, at, cpu) in [
             (params, at, &state.master),
-            (Region::ExpAvg, 0, &state.exp_avg),
-            (Region::ExpAvgSq, 0, &state.exp_avg_sq),
+            (avg, 0, &state.exp_avg),
+            (avg_sq, 0, &state.exp_avg_sq),
         ] {
             let values = self.owned.from_cpu(plan, rank, cpu);
             self.target.write(region, at, &values)?;

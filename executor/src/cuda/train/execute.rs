@@ -284,6 +284,10 @@ impl Executor<'_> {
                 })
             }
             Op::Linear { .. } => self.product(op, bufs),
+            Op::Host(_) => Err(CudaError::Shape(format!(
+                "{op:?}: the device executor does not allocate the offloaded step's host \
+                 buffers yet (the host interpreter runs them)"
+            ))),
             Op::Collective(_) => Err(CudaError::Shape(format!(
                 "{op:?}: communication runs through the device collectives, not the compute \
                  executor"

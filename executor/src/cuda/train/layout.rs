@@ -44,11 +44,12 @@ use dsplan_kernels::Dtype;
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 use dsplan_planner::plan::Plan;
 use dsplan_planner::plan::cuda_world::CudaShares;
+use dsplan_planner::plan::settings::{OffloadStepping, OffloadTarget};
 use dsplan_planner::plan::stage3_arena::Stage3Arena;
 
 use super::family::{Family, Recipe};
 use super::program::Op;
-use super::region::{Region, RegionLengths, RegionSizes, Tables, TensorRef, whole};
+use super::region::{HostRegion, Region, RegionLengths, RegionSizes, Tables, TensorRef, whole};
 use super::shares::{RankShares, plan_placement, planner_dtype, shard_spans, share_lengths};
 use super::step_tensors::StepTensors;
 use crate::metrics::ByCategory;
@@ -153,16 +154,19 @@ impl DeviceLayout {
         plan: &Plan,
         rank: usize,
     ) -> Result<Self, String> {
-        if plan.settings.offload_optimizer.is_offloaded()
-            || plan.settings.offload_param.is_offloaded()
-        {
-            return Err(
-                "the plan offloads to the host; the CUDA step's offload path has not \
-                        run on a GPU, so no device layout is built for it"
-                    .to_string(),
-            );
-        }
-        let shares = CudaShares::of_plan(plan).for_rank(rank as u64);
+        // Under offload the device program is built as without it, its optimizer then moved
+        // to the host ([`Self::offload_optimizer`], by `super::world::rank_models`).
+        super::offload::check_offload_plan(plan)?;
+        let mut settings = plan.settings.clone();
+        settings.offload_optimizer = OffloadTarget::None;
+        let shares = CudaShares::new(
+            &settings,
+            &plan.layout,
+            &plan.shards,
+            &plan.buckets,
+            plan.stage3.as_ref(),
+        )
+        .for_rank(rank as u64);
         let mut layout = Self::with_shares(model, shape, dtype, recompute, shares);
         let (arena, places) = plan_placement(plan, &shares, layout.param_table())?;
         layout.arena = arena;
@@ -253,6 +257,30 @@ impl DeviceLayout {
             .initial_master(whole, RegionSizes::trains_master(self))
     }
 
+    /// The layout with its optimizer on the host (ZeRO-Offload, [`super::offload`]): the
+    /// device's master and moments are not allocated; the host holds the owned range's fp32
+    /// master and moments, its gradient staging (model dtype), the AdamW segment table, and
+    /// under `stepping` speculative the saved side of the state.
+    pub fn offload_optimizer(&mut self, stepping: OffloadStepping) {
+        let owned = self.len(Region::ExpAvg);
+        let segments = self.len(Region::Step(CudaRegion::Segments));
+        for region in [Region::Master, Region::ExpAvg, Region::ExpAvgSq] {
+            if let Some(index) = Region::ALL.iter().position(|r| *r == region) {
+                self.lengths.device[index] = 0;
+            }
+        }
+        let speculative = stepping == OffloadStepping::Speculative;
+        self.lengths.host = HostRegion::ALL.map(|host| match host {
+            HostRegion::Segments => segments,
+            HostRegion::SavedMaster | HostRegion::SavedExpAvg | HostRegion::SavedExpAvgSq
+                if !speculative =>
+            {
+                0
+            }
+            _ => owned,
+        });
+    }
+
     /// Every region with its bytes, in allocation order.
     pub fn regions(&self) -> Vec<(Region, u64)> {
         Region::ALL.iter().map(|&r| (r, self.bytes(r))).collect()
@@ -270,6 +298,14 @@ impl RegionSizes for DeviceLayout {
 
     fn initial_master(&self, whole: &[f32]) -> Vec<f32> {
         DeviceLayout::initial_master(self, whole)
+    }
+
+    fn initial_host_master(&self, whole: &[f32]) -> Vec<f32> {
+        if self.lengths.offloads() {
+            self.rank_shares().initial_master(whole, true)
+        } else {
+            Vec::new()
+        }
     }
 
     fn adam_segments(&self, _param_table: &TensorTable) -> Vec<(usize, usize)> {

@@ -22,6 +22,7 @@
 //! | [`step`] | the op lists of a step's phases | yes |
 //! | [`world_step`] | the step of one rank among `W > 1`: the plan's collectives between the units' compute | yes |
 //! | [`mfu`] | FLOPs per token and device peaks | yes |
+//! | [`offload`] | ZeRO-Offload: a program's optimizer moved to the host, the plans it runs | yes |
 //! | [`owned`] | a rank's owned share of the model states, in the device's and the CPU checkpoint's layouts | yes |
 //! | [`placement`] | each rank's GPU and the device collective, from the rank and GPU counts | yes |
 //! | [`spec`] | whether the GPU can run a spec ([`check_spec`]), and the run's errors | yes |
@@ -44,6 +45,7 @@ pub mod family;
 pub mod host;
 pub mod layout;
 pub mod mfu;
+pub mod offload;
 pub mod owned;
 pub mod placement;
 pub mod program;

@@ -34,6 +34,50 @@ pub enum Region {
     GatherIn,
     /// The all-gather's output (`W ×` its input), unpacked into the parameters.
     GatherOut,
+    /// A host buffer of ZeRO-Offload ([`HostRegion`]): not a device allocation, so not in
+    /// [`Region::ALL`].
+    Host(HostRegion),
+}
+
+/// A host buffer of an offloaded step (the plan's `cuda_offload::host` buffers): the rank's
+/// owned optimizer state, its gradient staging, and the speculative step's saved state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HostRegion {
+    /// fp32 master weights of the owned range (the fp32 parameters themselves in f32 training).
+    Master,
+    /// Adam's first moment.
+    ExpAvg,
+    /// Adam's second moment.
+    ExpAvgSq,
+    /// The owned gradients in the model dtype, copied from the device after the norm pass.
+    Grads,
+    /// The host AdamW's segment table (the device's, kept on the host).
+    Segments,
+    /// The speculative step's saved master.
+    SavedMaster,
+    /// The speculative step's saved first moment.
+    SavedExpAvg,
+    /// The speculative step's saved second moment.
+    SavedExpAvgSq,
+}
+
+impl HostRegion {
+    /// Every host region.
+    pub const ALL: [HostRegion; 8] = [
+        HostRegion::Master,
+        HostRegion::ExpAvg,
+        HostRegion::ExpAvgSq,
+        HostRegion::Grads,
+        HostRegion::Segments,
+        HostRegion::SavedMaster,
+        HostRegion::SavedExpAvg,
+        HostRegion::SavedExpAvgSq,
+    ];
+
+    /// Its place in [`HostRegion::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
 }
 
 impl Region {
@@ -80,6 +124,9 @@ impl Region {
             | Region::GatherIn
             | Region::GatherOut => Element::Model,
             Region::Master | Region::ExpAvg | Region::ExpAvgSq => Element::F32,
+            Region::Host(HostRegion::Grads) => Element::Model,
+            Region::Host(HostRegion::Segments) => Element::AdamSegment,
+            Region::Host(_) => Element::F32,
             Region::Step(region) => match region.element() {
                 CudaElement::Model => Element::Model,
                 CudaElement::F32 => Element::F32,
@@ -97,8 +144,12 @@ impl Region {
             Region::Params => Category::Params,
             Region::Grads => Category::Grads,
             Region::ReduceStaging | Region::GatherIn | Region::GatherOut => Category::Buckets,
-            Region::Master => Category::Master,
-            Region::ExpAvg | Region::ExpAvgSq => Category::Optimizer,
+            Region::Master | Region::Host(HostRegion::Master | HostRegion::SavedMaster) => {
+                Category::Master
+            }
+            Region::Host(HostRegion::Grads) => Category::Grads,
+            Region::Host(HostRegion::Segments) => Category::StepScratch,
+            Region::ExpAvg | Region::ExpAvgSq | Region::Host(_) => Category::Optimizer,
             Region::Step(
                 CudaRegion::NormPartials
                 | CudaRegion::NormTotal
@@ -141,6 +192,11 @@ impl TensorRef {
     /// `span` of `region`.
     pub fn of(region: Region, span: Span) -> Self {
         Self { region, span }
+    }
+
+    /// Whether it lies in host memory (an offloaded step's [`HostRegion`]).
+    pub fn is_host(&self) -> bool {
+        matches!(self.region, Region::Host(_))
     }
 
     /// Whether the two share an element.
@@ -243,6 +299,13 @@ pub trait RegionSizes {
         }
     }
 
+    /// What this rank's host master starts from under optimizer offload (its owned range of
+    /// the parameters, fp32); empty without offload.
+    fn initial_host_master(&self, whole: &[f32]) -> Vec<f32> {
+        let _ = whole;
+        Vec::new()
+    }
+
     /// The AdamW segments (offset, length) of this rank's optimizer region: one per tensor of
     /// `param_table` unless the layout shares the optimizer out across ranks.
     fn adam_segments(&self, param_table: &TensorTable) -> Vec<(usize, usize)> {
@@ -260,20 +323,45 @@ impl RegionSizes for RegionLengths {
     }
 }
 
-/// Elements of every region, [`Region::ALL`] order: what a layout of any family allocates.
+/// Elements of every region: the device's, [`Region::ALL`] order (what a layout of any family
+/// allocates), and the host's under offload, [`HostRegion::ALL`] order (none without).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RegionLengths(pub [usize; Region::ALL.len()]);
+pub struct RegionLengths {
+    /// Device allocations.
+    pub device: [usize; Region::ALL.len()],
+    /// Host buffers.
+    pub host: [usize; HostRegion::ALL.len()],
+}
 
 impl RegionLengths {
+    /// Device allocations of `device` elements each, and no host buffers.
+    pub fn device(device: [usize; Region::ALL.len()]) -> Self {
+        Self {
+            device,
+            host: [0; HostRegion::ALL.len()],
+        }
+    }
+
     /// The lengths of `layout`'s regions.
     pub fn of(layout: &dyn RegionSizes) -> Self {
-        Self(Region::ALL.map(|region| layout.region_len(region)))
+        Self {
+            device: Region::ALL.map(|region| layout.region_len(region)),
+            host: HostRegion::ALL.map(|host| layout.region_len(Region::Host(host))),
+        }
     }
 
     /// Elements of `region`.
     pub fn len(&self, region: Region) -> usize {
+        if let Region::Host(host) = region {
+            return self.host[host.index()];
+        }
         let index = Region::ALL.iter().position(|r| *r == region).unwrap_or(0);
-        self.0[index]
+        self.device[index]
+    }
+
+    /// Whether the step's optimizer runs on the host (its master lives there).
+    pub fn offloads(&self) -> bool {
+        self.len(Region::Host(HostRegion::Master)) > 0
     }
 
     /// Bytes of `region` when the model is stored in `dtype`.

@@ -170,7 +170,7 @@ impl RankShares<'_> {
 /// step regions from `tables`.
 pub(crate) fn share_lengths(shares: &CudaShares, tables: &Tables) -> RegionLengths {
     let n = |v: u64| to_usize(v);
-    RegionLengths(Region::ALL.map(|region| match region {
+    RegionLengths::device(Region::ALL.map(|region| match region {
         Region::Params => n(shares.params + shares.param_shard),
         Region::Grads => n(shares.grads + shares.grad_partition),
         Region::ExpAvg | Region::ExpAvgSq => n(shares.optimizer),

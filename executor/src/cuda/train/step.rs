@@ -16,6 +16,9 @@
 //!    after the update, which DeepSpeed divides by), steps the fp32 master and moments with
 //!    the schedule's learning rate, and writes the 16-bit parameters in the same pass.
 //!
+//! Under optimizer offload the fused AdamW of step 5 runs on the host ([`super::offload`]):
+//! the gradients go to the host after the norm pass, the parameters come back in `update`.
+//!
 //! The norm and the clip coefficient are computed once over the whole flat buffer (the CPU
 //! path reproduces each stage's per-tensor rounding; the difference is rounding, covered by
 //! the GPU tests' tolerances).
@@ -24,6 +27,7 @@ use dsplan_kernels::Dtype;
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 
 use super::layout::DeviceLayout;
+use super::offload::OffloadPhases;
 use super::program::{Op, ShapeError};
 use super::region::{Region, RegionSizes};
 use crate::train::AttentionKernel;
@@ -45,6 +49,8 @@ pub struct StepProgram {
     pub update: Vec<Op>,
     /// After the optimizer step: the parameters gathered again (stages 1-3 at W > 1).
     pub after_update: Vec<Op>,
+    /// Under optimizer offload, the host's side of the step ([`super::offload`]).
+    pub offload: Option<OffloadPhases>,
 }
 
 impl StepProgram {
@@ -90,6 +96,7 @@ impl StepProgram {
                 segments: whole(Region::Step(CudaRegion::Segments)),
             }],
             after_update: Vec::new(),
+            offload: None,
         }
     }
 
@@ -128,6 +135,12 @@ impl StepProgram {
                 0
             }))
             .chain(self.norm.iter())
+            .chain(self.offload.iter().flat_map(|o| {
+                o.save
+                    .iter()
+                    .chain(o.host_step.iter())
+                    .chain(o.restore.iter())
+            }))
             .chain(self.update.iter())
             .chain(self.after_update.iter())
     }

@@ -25,6 +25,7 @@ use dsplan_planner::plan::{Plan, PlanBackend};
 use super::device_step::StepParts;
 use super::execute::{DeviceBuffers, Executor};
 use super::layout::DeviceLayout;
+use super::offload::{check_offload_plan, offload_program};
 use super::owned::DeviceOwned;
 use super::placement::{DeviceLink, NcclLibrary, Placement, place_ranks};
 use super::rank::{CudaStep, Gpu, NcclWithHost, RankComm};
@@ -67,10 +68,24 @@ pub fn rank_models(spec: &TrainSpec, plan: &Plan) -> Result<Vec<RankModel>, Cuda
     let dtype = kernel_dtype(spec.settings.precision().model_dtype());
     let recompute = spec.settings.recompute;
     let world = spec.world.max(1);
+    let stepping = check_offload_plan(plan).map_err(CudaTrainError::Setup)?;
+    let offloaded = |mut model: RankModel| -> Result<RankModel, CudaTrainError> {
+        let Some(stepping) = stepping else {
+            return Ok(model);
+        };
+        model.layout.offload_optimizer(stepping);
+        model.program = offload_program(model.program, stepping)
+            .map_err(|e| CudaTrainError::Setup(format!("the offloaded step: {e}")))?;
+        model
+            .program
+            .check(&model.layout)
+            .map_err(|e| CudaTrainError::Setup(format!("the offloaded step: {e}")))?;
+        Ok(model)
+    };
     if world == 1 {
         let layout = DeviceLayout::recomputing(spec.model, shape, dtype, recompute);
         let program = StepProgram::new(&layout).with_attention(spec.settings.attention);
-        return Ok(vec![RankModel { layout, program }]);
+        return Ok(vec![offloaded(RankModel { layout, program })?]);
     }
     (0..world)
         .map(|rank| {
@@ -85,7 +100,7 @@ pub fn rank_models(spec: &TrainSpec, plan: &Plan) -> Result<Vec<RankModel>, Cuda
             program
                 .check(&layout)
                 .map_err(|e| CudaTrainError::Setup(format!("rank {rank}'s step: {e}")))?;
-            Ok(RankModel { layout, program })
+            offloaded(RankModel { layout, program })
         })
         .collect()
 }

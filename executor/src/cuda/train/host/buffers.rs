@@ -16,7 +16,7 @@ use dsplan_planner::memory::cuda_layout::CudaRegion;
 use super::HostError;
 use crate::cuda::adamw::{AdamSegment, Decay};
 use crate::cuda::element::Element;
-use crate::cuda::train::region::{Region, RegionSizes, TensorRef};
+use crate::cuda::train::region::{HostRegion, Region, RegionSizes, TensorRef};
 use crate::tensor::TensorTable;
 
 /// One region's elements.
@@ -72,10 +72,12 @@ impl ModelRounding {
     }
 }
 
-/// Every region of a step on the host, [`Region::ALL`] order.
+/// Every region of a step on the host, [`Region::ALL`] order, and the offloaded step's host
+/// buffers, [`HostRegion::ALL`] order.
 #[derive(Debug, Clone)]
 pub struct HostBuffers {
     regions: Vec<Values>,
+    host: Vec<Values>,
     rounding: ModelRounding,
 }
 
@@ -108,7 +110,7 @@ macro_rules! typed_access {
     ($get:ident, $get_mut:ident, $variant:ident, $ty:ty, $what:literal) => {
         /// The elements of `t` (a region of this element type).
         pub fn $get(&self, t: &TensorRef) -> Result<&[$ty], HostError> {
-            match &self.regions[t.region.index()] {
+            match self.values(t.region) {
                 Values::$variant(data) => Ok(&data[span_of(data, t)?]),
                 other => Err(HostError(format!(
                     "{:?} holds {} elements, the op reads it as {}",
@@ -121,7 +123,7 @@ macro_rules! typed_access {
 
         /// The elements of `t`, to be written.
         pub fn $get_mut(&mut self, t: &TensorRef) -> Result<&mut [$ty], HostError> {
-            match &mut self.regions[t.region.index()] {
+            match self.values_mut(t.region) {
                 Values::$variant(data) => {
                     let range = span_of(data, t)?;
                     Ok(&mut data[range])
@@ -150,6 +152,7 @@ impl HostBuffers {
         params: &[f32],
     ) -> Result<Self, HostError> {
         let rounding = ModelRounding::of(dtype)?;
+        let offloads = layout.region_len(Region::Host(HostRegion::Master)) > 0;
         if params.len() != param_table.total_len() {
             return Err(HostError(format!(
                 "{} initial parameters for a model of {}",
@@ -164,11 +167,14 @@ impl HostBuffers {
             .collect();
         let regions = Region::ALL
             .iter()
+            .chain(&HostRegion::ALL.map(Region::Host))
             .map(|&region| {
                 // A zero-length allocation is refused by the driver; absent buffers hold one
                 // element, as on the device.
                 let len = layout.region_len(region).max(1);
                 match region {
+                    // The host's buffers exist under offload only.
+                    Region::Host(_) if !offloads => Values::F32(Vec::new()),
                     Region::Params => {
                         let mut initial = layout.initial_params(params);
                         rounding.apply(&mut initial);
@@ -177,7 +183,10 @@ impl HostBuffers {
                     Region::Master if layout.trains_master() => {
                         Values::F32(layout.initial_master(params))
                     }
-                    Region::Step(CudaRegion::Segments) => {
+                    Region::Host(HostRegion::Master) => {
+                        Values::F32(layout.initial_host_master(params))
+                    }
+                    Region::Step(CudaRegion::Segments) | Region::Host(HostRegion::Segments) => {
                         let mut table = segments.clone();
                         table.resize(len.max(table.len()), AdamSegment::new(0, 0, Decay::Apply));
                         Values::Segments(table)
@@ -193,8 +202,33 @@ impl HostBuffers {
                     },
                 }
             })
-            .collect();
-        Ok(Self { regions, rounding })
+            .collect::<Vec<_>>();
+        let (regions, host) = {
+            let mut regions = regions;
+            let host = regions.split_off(Region::ALL.len());
+            (regions, host)
+        };
+        Ok(Self {
+            regions,
+            host,
+            rounding,
+        })
+    }
+
+    /// The elements of `region`.
+    fn values(&self, region: Region) -> &Values {
+        match region {
+            Region::Host(host) => &self.host[host.index()],
+            device => &self.regions[device.index()],
+        }
+    }
+
+    /// The elements of `region`, to be written.
+    fn values_mut(&mut self, region: Region) -> &mut Values {
+        match region {
+            Region::Host(host) => &mut self.host[host.index()],
+            device => &mut self.regions[device.index()],
+        }
     }
 
     /// Rounds the elements of `t` as the device stores them (nothing outside the model-dtype
@@ -209,7 +243,7 @@ impl HostBuffers {
 
     /// Elements `region` holds.
     pub fn len(&self, region: Region) -> usize {
-        match &self.regions[region.index()] {
+        match self.values(region) {
             Values::F32(v) => v.len(),
             Values::F64(v) => v.len(),
             Values::U32(v) => v.len(),

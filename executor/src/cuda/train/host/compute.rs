@@ -13,6 +13,11 @@
 //! (`unscale_norm.cu`), and the fused AdamW indexes every view at `segment.offset + j`
 //! (`adamw.cu`, through `adamw_element`, the kernel's loop on the CPU).
 //!
+//! ZeRO-Offload's host ops ([`HostOp`]) share these arms: a copy across the link or within
+//! the host is the device copy's read and rounded write, the host optimizer is the fused
+//! AdamW's `adamw_element` loop on the host buffers (what `optim::offload`'s pool computes,
+//! bit for bit: `tests/cuda_offload_host_step.rs`).
+//!
 //! Scratch the kernels use only inside one op (the norms' and the bias gradient's partials,
 //! the norm's per-block partials) is left as it is: nothing else reads it.
 
@@ -26,7 +31,7 @@ use super::kernels::{
     zero,
 };
 use crate::cuda::train::execute::RunScalars;
-use crate::cuda::train::program::Op;
+use crate::cuda::train::program::{HostOp, Op};
 use crate::cuda::train::region::Region;
 use crate::model::encoder::encoder_forward;
 use crate::model::gelu::{gelu_backward_inplace, gelu_forward};
@@ -51,10 +56,6 @@ pub fn run_compute(
                 "a memset of {other:?}, which the device executor does not zero"
             ))),
         },
-        Op::Copy { dst, src } => {
-            let values = bufs.read(src)?;
-            bufs.write(dst, &values)
-        }
         Op::Embed {
             out,
             tokens,
@@ -323,21 +324,37 @@ pub fn run_compute(
         } => unscale_norm(bufs, grads, (total, found_inf), scalars.inv_scale),
         Op::AdamW {
             master,
-            params_out,
             grads,
             exp_avg,
             exp_avg_sq,
             segments,
-        } => {
+            ..
+        }
+        | Op::Host(HostOp::AdamW {
+            master,
+            grads,
+            exp_avg,
+            exp_avg_sq,
+            segments,
+        }) => {
+            // The host optimizer writes no 16-bit copy: the copy back to the device rounds.
+            let params_out = match op {
+                Op::AdamW { params_out, .. } => params_out.as_ref(),
+                _ => None,
+            };
             let adam = scalars
                 .adam
                 .ok_or_else(|| HostError("AdamW ran without its scalars".into()))?;
             adamw(
                 bufs,
-                (master, params_out.as_ref()),
+                (master, params_out),
                 (grads, exp_avg, exp_avg_sq, segments),
                 &adam,
             )
+        }
+        Op::Copy { dst, src } | Op::Host(HostOp::Copy { dst, src }) => {
+            let values = bufs.read(src)?;
+            bufs.write(dst, &values)
         }
         Op::Collective(_) => Err(HostError(format!(
             "{op:?}: communication runs through the host collectives, not the compute ops"

@@ -31,6 +31,17 @@ struct RankResult {
     memory: MemoryReport,
     traffic: CommTraffic,
     driven: Driven,
+    rollbacks: u64,
+}
+
+/// A host run's report, and what the GPU's does not carry: each rank's undone speculative
+/// host steps (ZeRO-Offload's `super_offload`).
+#[derive(Debug)]
+pub struct HostRun {
+    /// The run's report.
+    pub report: TrainReport,
+    /// Rank by rank, the speculative host steps undone (clipped or skipped after they ran).
+    pub rollbacks: Vec<u64>,
 }
 
 /// How one rank failed.
@@ -75,6 +86,17 @@ pub fn train_rank_models_on_host(
     checkpoints: &CheckpointOptions,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, CudaTrainError> {
+    run_rank_models_on_host(spec, plan, models, checkpoints, observer).map(|run| run.report)
+}
+
+/// [`train_rank_models_on_host`], with what only the host run reports ([`HostRun`]).
+pub fn run_rank_models_on_host(
+    spec: &TrainSpec,
+    plan: &Plan,
+    models: &[RankModel],
+    checkpoints: &CheckpointOptions,
+    observer: &(dyn Fn(&StepMetrics) + Sync),
+) -> Result<HostRun, CudaTrainError> {
     let prepared = prepare(spec, plan, checkpoints, PlanBackend::DsplanCuda)?;
     let world = prepared.world;
     if models.len() != world {
@@ -101,10 +123,11 @@ pub fn train_rank_models_on_host(
         RankError::Setup(e) => CudaTrainError::Setup(format!("rank {rank}: {e}")),
         RankError::Loop(failure) => CudaTrainError::Run((*failure).into_train_error(rank)),
     })?;
+    let rollbacks = ranks.iter().map(|r| r.rollbacks).collect();
     let taken = |r: &mut RankResult| (std::mem::take(&mut r.master), r.memory, r.traffic.clone());
     let all = gather_ranks(ranks, taken)?;
     let engine = &prepared.engine_plan;
-    Ok(TrainReport {
+    let report = TrainReport {
         steps: all.first.driven.steps,
         final_params: consolidate(engine, engine.stage(), &all.masters),
         memory: all.memory,
@@ -119,7 +142,8 @@ pub fn train_rank_models_on_host(
         first_step: prepared.first_step,
         checkpoints: all.first.driven.checkpoints,
         device: None,
-    })
+    };
+    Ok(HostRun { report, rollbacks })
 }
 
 /// Rank `rank`'s run of its program on the host.
@@ -155,6 +179,7 @@ fn run_rank(
         .map_err(|e| RankError::Setup(HostError(e.to_string())))?;
     let allocated = layout.bytes_by_category();
     let traffic = backend.target_mut().comm.traffic().clone();
+    let rollbacks = backend.rollbacks();
     Ok(RankResult {
         master,
         memory: MemoryReport {
@@ -164,5 +189,6 @@ fn run_rank(
         },
         traffic,
         driven,
+        rollbacks,
     })
 }

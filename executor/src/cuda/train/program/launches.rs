@@ -155,7 +155,7 @@ impl Op {
         let one = |call: Result<KernelCall, CudaError>| call.map(|c| vec![c]).map_err(shape);
         let many = |calls: Result<Vec<KernelCall>, CudaError>| calls.map_err(shape);
         match self {
-            Op::Zero { .. } | Op::Copy { .. } | Op::Linear { .. } => Ok(Vec::new()),
+            Op::Zero { .. } | Op::Copy { .. } | Op::Linear { .. } | Op::Host(_) => Ok(Vec::new()),
             Op::Embed {
                 out,
                 tokens,
@@ -298,6 +298,9 @@ impl Op {
         let library = match self {
             Op::Zero { .. } => vec![library("memset")],
             Op::Copy { .. } => vec![library("memcpy")],
+            Op::Host(host) => (0..host.library_calls())
+                .map(|_| library("memcpy"))
+                .collect(),
             Op::Linear { .. } => vec![library("cublasLt")],
             Op::Collective(comm) => match &comm.action {
                 CommAction::Collective { .. } => vec![library("nccl")],

@@ -11,10 +11,11 @@
 //! from the registry's launch rules.
 //!
 //! This file holds the ops and what they touch; `shapes.rs` the shape and region checks,
-//! `launches.rs` the kernels each op launches, `collectives.rs` the communication ops.
+//! `launches.rs` the kernels each op launches, `collectives.rs` the communication ops, `offload.rs` the host side of ZeRO-Offload.
 
 pub mod collectives;
 mod launches;
+pub mod offload;
 mod shapes;
 
 pub use collectives::{
@@ -22,6 +23,7 @@ pub use collectives::{
     collective_sequence,
 };
 pub use launches::{ArgType, Launch, attention_head_sizes, check_head_size};
+pub use offload::{Direction, HostOp};
 
 use std::fmt;
 
@@ -331,6 +333,9 @@ pub enum Op {
     /// Communication: a collective, its pack and unpack copies, stream events, position
     /// markers ([`collectives`]).
     Collective(CommOp),
+    /// ZeRO-Offload's host side: a copy to or from the host's buffers, or the host
+    /// optimizer ([`offload`]).
+    Host(HostOp),
 }
 
 /// The dense product of a linear layer whose weight is stored `layout` (an `(N, OC)` operand
@@ -656,6 +661,7 @@ impl Op {
                 .into_iter()
                 .map(|(t, a)| ("piece", t, a))
                 .collect(),
+            Op::Host(host) => host.operands_mut(),
         }
     }
 }

@@ -102,6 +102,7 @@ impl Op {
                 }
             }
             Op::Collective(comm) => comm.check_shapes(),
+            Op::Host(host) => host.check_shapes(),
             _ => self.check_bindings(),
         }
     }

@@ -92,6 +92,7 @@ pub fn world_program(layout: &DeviceLayout, plan: &Plan) -> Result<StepProgram, 
         norm,
         update,
         after_update,
+        offload: None,
     })
 }
 
