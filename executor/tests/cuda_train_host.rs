@@ -3,12 +3,14 @@
 //! tensors and the `.cu` signatures of every kernel it launches. Prints the memory table and
 //! the launch counts with `--nocapture`.
 
+use dsplan_executor::cuda::train::offload::check_offload_plan;
 use dsplan_executor::cuda::train::{DeviceLayout, Op, StepProgram};
 use dsplan_executor::metrics::{Category, PlanMemory};
 use dsplan_executor::model::{ActivationLayout, BatchShape, Gpt2Config, Recompute};
 use dsplan_executor::train::plan::model_graph;
 use dsplan_executor::train::{AttentionKernel, TrainSettings, choose_model, compile_cuda_plan};
 use dsplan_kernels::Dtype;
+use dsplan_planner::plan::settings::OffloadStepping;
 use dsplan_planner::plan::{self, Cluster, PlanBackend, Workload};
 use serde_json::json;
 
@@ -131,10 +133,11 @@ fn device_buffers_against_the_deepspeed_gpu_plan() {
 }
 
 /// Two GPUs are planned (one rank's buffers; `cuda_collectives_host` checks them). Offload is
-/// planned too (`planner/tests/cuda_offload_plans.rs`), but the device step builds no layout
-/// for it: its device path has not run on a GPU.
+/// planned too (`planner/tests/cuda_offload_plans.rs`): the step lays out an optimizer offload
+/// (its host program is checked in `cuda_offload_host_program`) and refuses `offload_param` by
+/// name.
 #[test]
-fn the_dsplan_cuda_plan_plans_two_gpus_and_offload_but_the_step_refuses_offload() {
+fn the_dsplan_cuda_plan_plans_two_gpus_and_offload_and_the_step_takes_the_optimizer_offload() {
     let model = small_head_64();
     let settings = TrainSettings::from_config(&train_config(2, Dtype::Bf16), 2).expect("settings");
     let plan = compile_cuda_plan(&settings, &model.into(), 64, 2).expect("two GPUs");
@@ -147,7 +150,12 @@ fn the_dsplan_cuda_plan_plans_two_gpus_and_offload_but_the_step_refuses_offload(
         plan.buffers.iter().any(|b| b.device == plan::Device::Cpu),
         "host buffers"
     );
-    let refused = DeviceLayout::for_plan_rank(
+    assert_eq!(
+        check_offload_plan(&plan),
+        Ok(Some(OffloadStepping::Exact)),
+        "the optimizer offload is taken"
+    );
+    DeviceLayout::for_plan_rank(
         model,
         BatchShape {
             batch: 2,
@@ -158,8 +166,13 @@ fn the_dsplan_cuda_plan_plans_two_gpus_and_offload_but_the_step_refuses_offload(
         &plan,
         0,
     )
-    .expect_err("no device layout for an offloaded plan");
-    assert!(refused.contains("offload"), "{refused}");
+    .expect("a device layout for the optimizer-offloaded plan");
+    config["zero_optimization"]["stage"] = json!(3);
+    config["zero_optimization"]["offload_param"] = json!({"device": "cpu"});
+    let settings = TrainSettings::from_config(&config, 1).expect("settings");
+    let plan = compile_cuda_plan(&settings, &model.into(), 64, 1).expect("offload_param plans");
+    let refused = check_offload_plan(&plan).expect_err("offload_param is refused by name");
+    assert!(refused.contains("offload_param"), "{refused}");
 }
 
 #[test]
