@@ -372,51 +372,47 @@ impl Product {
             cols: outf,
             stride: s,
         };
-        let weight = match self.weight {
-            WeightLayout::InOut => Operand::dense("weight", inf, outf),
-            WeightLayout::OutIn => Operand::dense("weight", outf, inf),
-        };
-        let inp = |name| Operand::dense(name, rows, inf);
         use Op::{Plain, Transposed};
         use Pass::{BackwardInput, BackwardWeight, Forward};
         use WeightLayout::{InOut, OutIn};
+        // The weight is A: as stored `(IC, OC)` or transposed `(OC, IC)` forward, the other
+        // way for the input gradient.
+        let (weight, forward_a, backward_a) = match self.weight {
+            InOut => (
+                Operand::dense("weight", inf, outf),
+                (Plain, outf),
+                (Transposed, outf),
+            ),
+            OutIn => (
+                Operand::dense("weight", outf, inf),
+                (Transposed, inf),
+                (Plain, inf),
+            ),
+        };
+        let dweight = Operand {
+            name: "dweight",
+            ..weight
+        };
+        let inp = |name| Operand::dense(name, rows, inf);
         let (config, operands, second_is_a) = match (self.pass, self.weight) {
-            (Forward, InOut) => (
-                config((outf, rows, inf), (Plain, outf), (Plain, inf), s, beta),
+            (Forward, _) => (
+                config((outf, rows, inf), forward_a, (Plain, inf), s, beta),
                 [weight, inp("inp"), strided("out")],
                 true,
             ),
-            (Forward, OutIn) => (
-                config((outf, rows, inf), (Transposed, inf), (Plain, inf), s, beta),
-                [weight, inp("inp"), strided("out")],
-                true,
-            ),
-            (BackwardInput, InOut) => (
-                config((inf, rows, outf), (Transposed, outf), (Plain, s), inf, beta),
-                [weight, strided("dout"), inp("dinp")],
-                true,
-            ),
-            (BackwardInput, OutIn) => (
-                config((inf, rows, outf), (Plain, inf), (Plain, s), inf, beta),
+            (BackwardInput, _) => (
+                config((inf, rows, outf), backward_a, (Plain, s), inf, beta),
                 [weight, strided("dout"), inp("dinp")],
                 true,
             ),
             (BackwardWeight, InOut) => (
                 config((outf, inf, rows), (Plain, s), (Transposed, inf), outf, beta),
-                [
-                    strided("dout"),
-                    inp("inp"),
-                    Operand::dense("dweight", inf, outf),
-                ],
+                [strided("dout"), inp("inp"), dweight],
                 true,
             ),
             (BackwardWeight, OutIn) => (
                 config((inf, outf, rows), (Plain, inf), (Transposed, s), inf, beta),
-                [
-                    inp("inp"),
-                    strided("dout"),
-                    Operand::dense("dweight", outf, inf),
-                ],
+                [inp("inp"), strided("dout"), dweight],
                 false,
             ),
         };
@@ -532,63 +528,22 @@ mod tests {
         use Accumulate::{Add, Overwrite};
         use Pass::{BackwardInput, BackwardWeight, Forward};
         use WeightLayout::{InOut, OutIn};
+        #[rustfmt::skip]
         let cases: [(Product, Key, &str, &str, bool); 7] = [
             // matmul_forward: config((OC, N, IC), (Plain, OC), (Plain, IC), OC, 0); A = weight.
-            (
-                with(Forward, InOut, 7, Overwrite),
-                (false, false, oc, n, ic, oci, ici, oci, 0.0),
-                "weight",
-                "inp",
-                true,
-            ),
+            (with(Forward, InOut, 7, Overwrite), (false, false, oc, n, ic, oci, ici, oci, 0.0), "weight", "inp", true),
             // matmul_backward_input: ((IC, N, OC), (T, OC), (Plain, OC), IC, 0); A = weight.
-            (
-                with(BackwardInput, InOut, 7, Overwrite),
-                (true, false, ic, n, oc, oci, oci, ici, 0.0),
-                "weight",
-                "dout",
-                true,
-            ),
+            (with(BackwardInput, InOut, 7, Overwrite), (true, false, ic, n, oc, oci, oci, ici, 0.0), "weight", "dout", true),
             // matmul_backward_weight: ((OC, IC, N), (Plain, OC), (T, IC), OC, 1); A = dout.
-            (
-                with(BackwardWeight, InOut, 7, Add),
-                (false, true, oc, ic, n, oci, ici, oci, 1.0),
-                "dout",
-                "inp",
-                true,
-            ),
+            (with(BackwardWeight, InOut, 7, Add), (false, true, oc, ic, n, oci, ici, oci, 1.0), "dout", "inp", true),
             // linear_forward: ((OC, N, IC), (T, IC), (Plain, IC), stride, beta); A = weight.
-            (
-                with(Forward, OutIn, 11, Add),
-                (true, false, oc, n, ic, ici, ici, s, 1.0),
-                "weight",
-                "inp",
-                true,
-            ),
+            (with(Forward, OutIn, 11, Add), (true, false, oc, n, ic, ici, ici, s, 1.0), "weight", "inp", true),
             // linear_backward_input: ((IC, N, OC), (Plain, IC), (Plain, stride), IC, beta).
-            (
-                with(BackwardInput, OutIn, 11, Overwrite),
-                (false, false, ic, n, oc, ici, s, ici, 0.0),
-                "weight",
-                "dout",
-                true,
-            ),
+            (with(BackwardInput, OutIn, 11, Overwrite), (false, false, ic, n, oc, ici, s, ici, 0.0), "weight", "dout", true),
             // linear_backward_weight: ((IC, OC, N), (Plain, IC), (T, stride), IC, 1); A = inp.
-            (
-                with(BackwardWeight, OutIn, 11, Add),
-                (false, true, ic, oc, n, ici, s, ici, 1.0),
-                "inp",
-                "dout",
-                false,
-            ),
+            (with(BackwardWeight, OutIn, 11, Add), (false, true, ic, oc, n, ici, s, ici, 1.0), "inp", "dout", false),
             // logits_forward (N, C = IC, V = OC): ((V, N, C), (T, C), (Plain, C), V, 0).
-            (
-                with(Forward, OutIn, 7, Overwrite),
-                (true, false, oc, n, ic, ici, ici, oci, 0.0),
-                "weight",
-                "inp",
-                true,
-            ),
+            (with(Forward, OutIn, 7, Overwrite), (true, false, oc, n, ic, ici, ici, oci, 0.0), "weight", "inp", true),
         ];
         for (product, expected, a, b, second_is_a) in cases {
             let plan = product.plan();

@@ -69,6 +69,14 @@ impl ModelConfig {
         }
     }
 
+    /// The normalisation epsilon (LayerNorm's or RMSNorm's).
+    pub fn norm_eps(&self) -> f32 {
+        match self {
+            ModelConfig::Gpt2(c) => c.layer_norm_epsilon,
+            ModelConfig::Llama(c) => c.rms_norm_eps,
+        }
+    }
+
     /// The GPT-2 shape, if this is a GPT-2.
     pub fn gpt2(&self) -> Option<&Gpt2Config> {
         match self {

@@ -138,13 +138,6 @@ pub enum Origin {
     PythonWheel,
 }
 
-impl Origin {
-    /// Whether the loader finds libraries here without help.
-    pub fn on_loader_path(self) -> bool {
-        matches!(self, Origin::LdLibraryPath | Origin::LoaderCache)
-    }
-}
-
 /// One copy of a library on disk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LibraryFile {

@@ -741,16 +741,6 @@ pub fn swiglu_backward(dtype: Dtype, rows: usize, inner: usize) -> Result<Kernel
     )
 }
 
-/// `[gate | up]` rows of `len` elements.
-pub fn swiglu_rows(len: usize, inner: usize) -> Result<usize, CudaError> {
-    if inner == 0 || !len.is_multiple_of(2 * inner) {
-        return Err(shape_error(format!(
-            "gate_up ({len} elements) is not (N, 2 x {inner})"
-        )));
-    }
-    Ok(len / (2 * inner))
-}
-
 /// Which way a RoPE launch turns the pairs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rotation {

@@ -9,9 +9,9 @@
 //! last is re-run from its saved input just before its backward, as the CPU model does
 //! (`model/recompute.rs`).
 
-use dsplan_planner::memory::cuda_layout::{self, CudaLayoutShape, CudaTensor};
+use dsplan_planner::memory::cuda_layout::{self, CudaTensor};
 
-use super::{Recipe, Tensors};
+use super::{Recipe, Tensors, layout_shape};
 use crate::cuda::gemm::{Accumulate, Pass, WeightLayout};
 use crate::cuda::launch::Heads;
 use crate::cuda::train::mfu::Mfu;
@@ -83,17 +83,8 @@ impl Gpt2Tensors {
         shape: BatchShape,
         recompute: Recompute,
     ) -> Vec<CudaTensor> {
-        let params = ParamLayout::new(config);
-        let as_u64 = |n: usize| n as u64;
-        let dims = CudaLayoutShape {
-            layers: as_u64(config.n_layer),
-            hidden: as_u64(config.n_embd),
-            heads: as_u64(config.n_head),
-            vocab: as_u64(config.vocab_size),
-            batch: as_u64(shape.batch),
-            seq_len: as_u64(shape.seq_len),
-            param_tensors: as_u64(params.table().entries().len()),
-        };
+        let params = ParamLayout::new(config).table().entries().len();
+        let dims = layout_shape(ModelConfig::Gpt2(*config), shape, params);
         cuda_layout::gpt2_cuda_tensors(&dims, recompute)
     }
 
@@ -101,25 +92,23 @@ impl Gpt2Tensors {
     pub fn new(config: Gpt2Config, recompute: Recompute, tables: &Tensors<'_>) -> Self {
         let blocks = (0..config.n_layer)
             .map(|l| {
-                let name = |what: &str| tables.block_name(recompute, l, what);
-                let act = |what: &str| tables.activation(&name(what));
-                let stat = |what: &str| tables.stat(&name(what));
+                let block = tables.block(recompute, l);
                 Gpt2Block {
-                    ln1: act("ln1"),
-                    ln1_mean: stat("ln1_mean"),
-                    ln1_rstd: stat("ln1_rstd"),
-                    qkv: act("qkv"),
-                    lse: stat("lse"),
-                    atty: act("atty"),
-                    attproj: act("attproj"),
-                    residual2: act("residual2"),
-                    ln2: act("ln2"),
-                    ln2_mean: stat("ln2_mean"),
-                    ln2_rstd: stat("ln2_rstd"),
-                    fch: act("fch"),
-                    fch_gelu: act("fch_gelu"),
-                    fcproj: act("fcproj"),
-                    residual3: act("residual3"),
+                    ln1: block.act("ln1"),
+                    ln1_mean: block.stat("ln1_mean"),
+                    ln1_rstd: block.stat("ln1_rstd"),
+                    qkv: block.act("qkv"),
+                    lse: block.stat("lse"),
+                    atty: block.act("atty"),
+                    attproj: block.act("attproj"),
+                    residual2: block.act("residual2"),
+                    ln2: block.act("ln2"),
+                    ln2_mean: block.stat("ln2_mean"),
+                    ln2_rstd: block.stat("ln2_rstd"),
+                    fch: block.act("fch"),
+                    fch_gelu: block.act("fch_gelu"),
+                    fcproj: block.act("fcproj"),
+                    residual3: block.act("residual3"),
                 }
             })
             .collect();
@@ -165,10 +154,6 @@ impl Recipe for Gpt2Tensors {
 
     fn param_table(&self) -> &TensorTable {
         self.params.table()
-    }
-
-    fn eps(&self) -> f32 {
-        self.config.layer_norm_epsilon
     }
 
     fn check(&self, step: &StepTensors) -> Result<(), ShapeError> {
@@ -355,11 +340,11 @@ impl Gpt2Tensors {
         let grad = |span| TensorRef::of(Region::Grads, span);
         let (dres, dbtc, dbt4c) = (step.dresidual, step.dbtc, self.dbt4c);
         let dqkv = dbt4c.prefix(n * 3 * c);
-        let conv1d = |ops: &mut Vec<Op>, dinp, (dw, db), dout, inp, weight, dims: GemmDims| {
+        let conv1d = |ops: &mut Vec<Op>, dinp, (weight, bias), dout, inp, dims: GemmDims| {
             conv1d_backward(
                 ops,
                 step,
-                [dinp, grad(dw), grad(db), dout, inp],
+                [dinp, grad(weight), grad(bias), dout, inp],
                 param(weight),
                 dims,
             )
@@ -372,7 +357,6 @@ impl Gpt2Tensors {
             (w.mlp_proj_weight, w.mlp_proj_bias),
             dres,
             a.fch_gelu,
-            w.mlp_proj_weight,
             (n, 4 * c, c),
         );
         ops.push(Op::GeluBackward {
@@ -385,7 +369,6 @@ impl Gpt2Tensors {
             (w.fc_weight, w.fc_bias),
             dbt4c,
             a.ln2,
-            w.fc_weight,
             (n, c, 4 * c),
         );
         ops.push(self.layernorm_backward(
@@ -403,7 +386,6 @@ impl Gpt2Tensors {
             (w.attn_proj_weight, w.attn_proj_bias),
             dres,
             a.atty,
-            w.attn_proj_weight,
             (n, c, c),
         );
         ops.push(Op::AttentionBackward {
@@ -421,7 +403,6 @@ impl Gpt2Tensors {
             (w.c_attn_weight, w.c_attn_bias),
             dqkv,
             a.ln1,
-            w.c_attn_weight,
             (n, c, 3 * c),
         );
         ops.push(self.layernorm_backward(

@@ -10,11 +10,9 @@
 //! the embedding's), so micro-steps add up; with activation checkpointing each layer but the
 //! last is re-run from its saved input just before its backward.
 
-use dsplan_planner::memory::cuda_layout::{
-    self, CudaAttentionBias, CudaLayoutShape, CudaTensor, LlamaCudaShape,
-};
+use dsplan_planner::memory::cuda_layout::{self, CudaAttentionBias, CudaTensor, LlamaCudaShape};
 
-use super::{ConstantUpload, Recipe, Tensors};
+use super::{ConstantUpload, Recipe, Tensors, layout_shape};
 use crate::cuda::element::strided_len;
 use crate::cuda::gemm::{Accumulate, Pass, Product, WeightLayout};
 use crate::cuda::launch::{GroupedAttention, Heads, Rotation};
@@ -101,18 +99,10 @@ impl LlamaTensors {
         shape: BatchShape,
         recompute: Recompute,
     ) -> Vec<CudaTensor> {
-        let params = LlamaLayout::new(config);
+        let params = LlamaLayout::new(config).table().entries().len();
         let as_u64 = |n: usize| n as u64;
         cuda_layout::llama_cuda_tensors(&LlamaCudaShape {
-            base: CudaLayoutShape {
-                layers: as_u64(config.num_hidden_layers),
-                hidden: as_u64(config.hidden_size),
-                heads: as_u64(config.num_attention_heads),
-                vocab: as_u64(config.vocab_size),
-                batch: as_u64(shape.batch),
-                seq_len: as_u64(shape.seq_len),
-                param_tensors: as_u64(params.table().entries().len()),
-            },
+            base: layout_shape(ModelConfig::Llama(*config), shape, params),
             kv_heads: as_u64(config.num_key_value_heads),
             head_dim: as_u64(config.head_dim),
             intermediate: as_u64(config.intermediate_size),
@@ -129,21 +119,19 @@ impl LlamaTensors {
     pub fn new(config: LlamaConfig, recompute: Recompute, tables: &Tensors<'_>) -> Self {
         let blocks = (0..config.num_hidden_layers)
             .map(|l| {
-                let name = |what: &str| tables.block_name(recompute, l, what);
-                let act = |what: &str| tables.activation(&name(what));
-                let stat = |what: &str| tables.stat(&name(what));
+                let block = tables.block(recompute, l);
                 LlamaBlock {
-                    ln1: act("ln1"),
-                    ln1_rstd: stat("ln1_rstd"),
-                    qkv: act("qkv"),
-                    lse: stat("lse"),
-                    atty: act("atty"),
-                    residual2: act("residual2"),
-                    ln2: act("ln2"),
-                    ln2_rstd: stat("ln2_rstd"),
-                    gate_up: act("gate_up"),
-                    swiglu: act("swiglu"),
-                    residual3: act("residual3"),
+                    ln1: block.act("ln1"),
+                    ln1_rstd: block.stat("ln1_rstd"),
+                    qkv: block.act("qkv"),
+                    lse: block.stat("lse"),
+                    atty: block.act("atty"),
+                    residual2: block.act("residual2"),
+                    ln2: block.act("ln2"),
+                    ln2_rstd: block.stat("ln2_rstd"),
+                    gate_up: block.act("gate_up"),
+                    swiglu: block.act("swiglu"),
+                    residual3: block.act("residual3"),
                 }
             })
             .collect();
@@ -322,10 +310,6 @@ impl Recipe for LlamaTensors {
 
     fn param_table(&self) -> &TensorTable {
         self.params.table()
-    }
-
-    fn eps(&self) -> f32 {
-        self.config.rms_norm_eps
     }
 
     /// The head size has attention kernels, and the model has no sliding window shorter than

@@ -14,7 +14,7 @@
 pub mod gpt2;
 pub mod llama;
 
-use dsplan_planner::memory::cuda_layout::{self, CudaRegion, CudaTensor};
+use dsplan_planner::memory::cuda_layout::{self, CudaLayoutShape, CudaRegion, CudaTensor};
 
 use super::mfu::Mfu;
 use super::program::{Op, ShapeError};
@@ -34,7 +34,9 @@ pub trait Recipe {
     fn param_table(&self) -> &TensorTable;
 
     /// The normalisation epsilon (LayerNorm's or RMSNorm's).
-    fn eps(&self) -> f32;
+    fn eps(&self) -> f32 {
+        self.model().norm_eps()
+    }
 
     /// What the kernels must offer this model beyond the ops' shapes (attention kernels for
     /// its head size in the step's dtype, no sliding window they cannot honour).
@@ -108,6 +110,21 @@ impl Family {
     }
 }
 
+/// The planner's sizes of a step of `model` on `shape`, whose parameters are `param_tensors`
+/// tensors.
+fn layout_shape(model: ModelConfig, shape: BatchShape, param_tensors: usize) -> CudaLayoutShape {
+    let arch = model.architecture();
+    CudaLayoutShape {
+        layers: arch.layers,
+        hidden: arch.hidden,
+        heads: arch.heads,
+        vocab: arch.vocab,
+        batch: shape.batch as u64,
+        seq_len: shape.seq_len as u64,
+        param_tensors: param_tensors as u64,
+    }
+}
+
 /// The planner's tensors by name, as a family reads its own.
 pub struct Tensors<'a>(&'a Tables);
 
@@ -127,15 +144,44 @@ impl Tensors<'_> {
         self.0.get(Region::Step(CudaRegion::Scratch), name)
     }
 
-    /// The planner's name of layer `l`'s tensor `what`: its own under no recompute, else the
-    /// working set all layers share, but for `residual3`, which every layer keeps.
-    pub fn block_name(&self, recompute: Recompute, l: usize, what: &str) -> String {
+    /// Layer `l`'s tensors, by the planner's names.
+    pub fn block(&self, recompute: Recompute, l: usize) -> BlockTensors<'_> {
+        BlockTensors {
+            tables: self,
+            recompute,
+            layer: l,
+        }
+    }
+}
+
+/// One layer's tensors: its own under no recompute, else the working set all layers share,
+/// but for `residual3`, which every layer keeps.
+pub struct BlockTensors<'a> {
+    tables: &'a Tensors<'a>,
+    recompute: Recompute,
+    layer: usize,
+}
+
+impl BlockTensors<'_> {
+    /// The planner's name of the layer's tensor `what`.
+    fn name(&self, what: &str) -> String {
+        let l = self.layer;
         match what {
             "residual3" => format!("h.{l}.residual3"),
             _ => format!(
                 "{}.{what}",
-                cuda_layout::working_set_prefix(recompute, l as u64)
+                cuda_layout::working_set_prefix(self.recompute, l as u64)
             ),
         }
+    }
+
+    /// Its activation `what`.
+    pub fn act(&self, what: &str) -> TensorRef {
+        self.tables.activation(&self.name(what))
+    }
+
+    /// Its f32 statistic `what`.
+    pub fn stat(&self, what: &str) -> TensorRef {
+        self.tables.stat(&self.name(what))
     }
 }
