@@ -1,15 +1,29 @@
 //! `dsplan run` on TRL 1.16 `SFTTrainer` + DeepSpeed fixtures (`../shared/reference/sft`):
 //! the dataset, the model directory, the run's `ds_config_input` and `sft_config_explicit` as
 //! they are, through the binary; every step's loss and the eval loss within 1e-5 relative of
-//! `trajectory.json`. A malformed JSONL line exits 1 naming FILE:LINE. Skips without
-//! `../shared`.
+//! `trajectory.json`, and the weights `--save-model` writes within 5e-5 absolute of
+//! `final_model.safetensors`. A malformed JSONL line exits 1 naming FILE:LINE. Skips without
+//! `../shared`. The saved directory then generates, in transformers, the greedy continuation
+//! dsplan's forward generates (where a Python with torch and transformers is found).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
+use dsplan_executor::io::llama_pretrained::load_llama_pretrained;
+use dsplan_executor::model::BatchShape;
+use dsplan_executor::model::llama::Llama;
+use dsplan_sft::{AddSpecial, HfTokenizer};
+use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 
+#[path = "../executor/tests/support/python.rs"]
+mod python;
+use python::python_with_transformers;
+
 const REL_TOL: f64 = 1e-5;
+
+/// The fp32 final parameters, absolute.
+const PARAM_TOL: f64 = 5e-5;
 
 fn sft_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("DSPLAN_SHARED_DIR")
@@ -29,8 +43,10 @@ fn json(path: &std::path::Path) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn check(name: &str) {
-    let Some(root) = sft_dir() else { return };
+/// Runs fixture `name` through `dsplan run` and checks it against the reference; the temp
+/// directory and the model `--save-model` wrote in it (`None` without the fixtures).
+fn check(name: &str) -> Option<(tempfile::TempDir, PathBuf)> {
+    let root = sft_dir()?;
     let run_dir = root.join("runs").join(name);
     let run = json(&run_dir.join("run.json"));
     let trajectory = json(&run_dir.join("trajectory.json"));
@@ -51,6 +67,7 @@ fn check(name: &str) {
     };
     let (train, eval) = (copy("train_file"), copy("eval_file"));
     let metrics = work.path().join("metrics.jsonl");
+    let saved = work.path().join("saved");
     let world = trajectory["world_size"].as_u64().expect("world_size");
     let output = Command::cargo_bin("dsplan")
         .expect("binary")
@@ -70,6 +87,8 @@ fn check(name: &str) {
         .arg("cpu")
         .arg("--metrics")
         .arg(&metrics)
+        .arg("--save-model")
+        .arg(&saved)
         .output()
         .expect("runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -104,6 +123,40 @@ fn check(name: &str) {
     );
     assert!(worst < REL_TOL, "{name}: step loss {worst:e}");
     assert!(eval < REL_TOL, "{name}: eval loss {eval:e}");
+    let params = final_params_apart(&saved, &run_dir.join("final_model.safetensors"));
+    eprintln!("{name:24} final parameters max abs {params:.2e}");
+    assert!(
+        params < PARAM_TOL,
+        "{name}: final parameters {params:e} apart"
+    );
+    Some((work, saved))
+}
+
+/// The largest absolute difference between the saved model's fp32 weights and the reference's,
+/// tensor by tensor under the same names (every reference tensor must be saved).
+fn final_params_apart(saved: &Path, reference: &Path) -> f64 {
+    let saved = std::fs::read(saved.join("model.safetensors")).expect("saved model");
+    let saved = SafeTensors::deserialize(&saved).expect("saved safetensors");
+    let reference = std::fs::read(reference).expect("reference weights");
+    let reference = SafeTensors::deserialize(&reference).expect("reference safetensors");
+    let floats = |view: &safetensors::tensor::TensorView<'_>| -> Vec<f32> {
+        assert_eq!(view.dtype(), Dtype::F32);
+        view.data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    };
+    let mut worst = 0.0f64;
+    for (name, expected) in reference.tensors() {
+        let ours = saved
+            .tensor(&name)
+            .unwrap_or_else(|e| panic!("{name} not saved: {e}"));
+        assert_eq!(ours.shape(), expected.shape(), "{name}");
+        for (a, b) in floats(&ours).iter().zip(floats(&expected)) {
+            worst = worst.max(f64::from((a - b).abs()));
+        }
+    }
+    worst
 }
 
 #[test]
@@ -134,6 +187,84 @@ fn text_shuffled_run_matches_sft_trainer() {
 #[test]
 fn text_ws2_run_matches_sft_trainer() {
     check("text_ws2");
+}
+
+/// Tokens generated past the prompt in the round trip.
+const NEW_TOKENS: usize = 12;
+
+/// The saved directory loads in transformers with its tokenizer and generates, greedily, the
+/// same continuation as dsplan's forward on the same weights: the chat-template fixture's
+/// model (SentencePiece-style tokenizer) after its run. Skips without a Python with torch and
+/// transformers.
+#[test]
+fn transformers_generates_what_dsplan_generates_from_the_saved_directory() {
+    let Some((_work, saved)) = check("messages_assistant_only") else {
+        return;
+    };
+    let Some(python) = python_with_transformers(Path::new(env!("CARGO_MANIFEST_DIR"))) else {
+        return;
+    };
+    let prompt = "Return a new list containing all items from the iterable";
+    let (config, params) = load_llama_pretrained(&saved).expect("the saved model loads");
+    let tokenizer = HfTokenizer::from_dir(&saved).expect("the saved tokenizer loads");
+    let mut ids = tokenizer.encode(prompt, AddSpecial::Yes).expect("encodes");
+    let prompt_ids = ids.clone();
+    for _ in 0..NEW_TOKENS {
+        let shape = BatchShape {
+            batch: 1,
+            seq_len: ids.len(),
+        };
+        let mut model = Llama::new(config, params.clone(), shape).expect("model");
+        let logits = model.forward_logits(&ids).expect("forward");
+        let last = &logits[logits.len() - config.vocab_size..];
+        let next = (0..last.len())
+            .max_by(|&a, &b| last[a].total_cmp(&last[b]).then(b.cmp(&a)))
+            .expect("a vocabulary");
+        ids.push(u32::try_from(next).expect("id"));
+    }
+    let script = r#"
+import json, sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+path, prompt, new = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tok = AutoTokenizer.from_pretrained(path)
+model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+model.generation_config.eos_token_id = None
+prompt_ids = tok(prompt)["input_ids"]
+out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=new, do_sample=False,
+                     pad_token_id=0)
+ids = out[0].tolist()
+print(json.dumps({"prompt_ids": prompt_ids, "ids": ids,
+                  "text": tok.decode(ids[len(prompt_ids):])}))
+"#;
+    let output = std::process::Command::new(&python)
+        .args(["-c", script])
+        .arg(&saved)
+        .arg(prompt)
+        .arg(NEW_TOKENS.to_string())
+        .output()
+        .expect("python runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let theirs: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let as_ids = |v: &Value| -> Vec<u32> {
+        v.as_array()
+            .expect("ids")
+            .iter()
+            .map(|x| u32::try_from(x.as_u64().expect("id")).expect("id"))
+            .collect()
+    };
+    assert_eq!(
+        as_ids(&theirs["prompt_ids"]),
+        prompt_ids,
+        "the prompt's ids"
+    );
+    assert_eq!(as_ids(&theirs["ids"]), ids, "the greedy continuation");
+    let text = tokenizer.decode(&ids[prompt_ids.len()..]).expect("decodes");
+    assert_eq!(theirs["text"].as_str(), Some(text.as_str()));
+    eprintln!("greedy continuation, equal in transformers: {text:?}");
 }
 
 #[test]

@@ -16,8 +16,9 @@ use dsplan_executor::model::{BatchShape, ModelConfig};
 use dsplan_executor::train::{DataChoice, TrainSettings, TrainSpec, train};
 use dsplan_executor::zero::Dtype;
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
+use support::python::python_with_transformers;
 use support::{diff, llama_reference, read_tensors};
 
 /// The fixture's model trained 5 steps: its config, initial and trained parameters.
@@ -93,29 +94,6 @@ fn load_train_save_load_gives_the_same_logits() {
     }
 }
 
-/// A Python that imports torch, transformers and safetensors: `DSPLAN_PYTHON`, the benchmarks'
-/// `bench/.venv`, or `python3`; `None` (after the skip line) when none does.
-fn python_with_transformers() -> Option<PathBuf> {
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/.venv/bin/python");
-    let candidates = std::env::var_os("DSPLAN_PYTHON")
-        .map(PathBuf::from)
-        .into_iter()
-        .chain([venv, PathBuf::from("python3")]);
-    for python in candidates {
-        let imports = Command::new(&python)
-            .args(["-c", "import torch, transformers, safetensors"])
-            .output();
-        if imports.is_ok_and(|out| out.status.success()) {
-            return Some(python);
-        }
-    }
-    eprintln!(
-        "skipping: no Python with torch, transformers and safetensors (set DSPLAN_PYTHON, or run \
-         bench/cpu_vs_pytorch.sh once to make bench/.venv)"
-    );
-    None
-}
-
 /// Round trip through transformers itself: every fixture family (Llama untied, Qwen2 tied with
 /// q/k/v biases, Llama 3 RoPE scaling) trained 5 steps, saved as float32 (sharded, with its
 /// index) and as bfloat16 (one file), loaded by `AutoModelForCausalLM.from_pretrained`: its
@@ -129,7 +107,8 @@ fn transformers_loads_what_dsplan_saves() {
     let Some(shared) = llama_reference("llama") else {
         return;
     };
-    let Some(python) = python_with_transformers() else {
+    let Some(python) = python_with_transformers(&Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+    else {
         return;
     };
     let llama = shared.parent().expect("llama fixtures").to_path_buf();

@@ -11,6 +11,7 @@
 //! The fields the planner's `TrainingArgs` reads (batch sizes, learning rate, Adam, `max_steps`,
 //! `warmup_steps`, ...) are read there; they count as read here.
 
+use dsplan_planner::resolve::json_fields::JsonFields;
 use dsplan_sft::{AssistantLoss, CompletionLoss, OverLength, Packing, PrepareSettings, Sampling};
 use serde_json::{Map, Value};
 
@@ -275,10 +276,7 @@ impl SftConfig {
     /// Reads the `SFTConfig` fields of `object` (a `--training-args` file) over TRL 1.16's
     /// defaults; every problem is reported, each naming its field.
     pub fn from_json(object: &Map<String, Value>) -> Result<SftConfig, Vec<String>> {
-        let mut reader = Fields {
-            object,
-            problems: Vec::new(),
-        };
+        let mut reader = Fields(JsonFields::new(object));
         let mut inert = Vec::new();
         for (key, value) in object {
             if let Some((_, allowed, help)) = FIXED.iter().find(|(name, _, _)| name == key) {
@@ -343,7 +341,7 @@ impl SftConfig {
         if reader.problems.is_empty() {
             Ok(config)
         } else {
-            Err(reader.problems)
+            Err(reader.0.problems)
         }
     }
 }
@@ -357,40 +355,24 @@ fn value_is(value: &Value, allowed: &str) -> bool {
     }
 }
 
-/// Typed fields of the file, problems collected.
-struct Fields<'a> {
-    object: &'a Map<String, Value>,
-    problems: Vec<String>,
+/// Typed fields of the file, problems collected (the shared reader, and the SFT config's
+/// own kinds of field).
+struct Fields<'a>(JsonFields<'a>);
+
+impl<'a> std::ops::Deref for Fields<'a> {
+    type Target = JsonFields<'a>;
+    fn deref(&self) -> &JsonFields<'a> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Fields<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl Fields<'_> {
-    fn get(&self, key: &str) -> Option<&Value> {
-        self.object.get(key).filter(|v| !v.is_null())
-    }
-
-    fn number(&mut self, key: &str) -> Option<f64> {
-        match self.get(key)? {
-            Value::Number(n) => n.as_f64(),
-            other => {
-                self.problems
-                    .push(format!("`{key}` must be a number, found {other}"));
-                None
-            }
-        }
-    }
-
-    fn whole(&mut self, key: &str) -> Option<u64> {
-        let value = self.number(key)?;
-        if value >= 0.0 && value.fract() == 0.0 && value <= 9.0e15 {
-            Some(value as u64)
-        } else {
-            self.problems.push(format!(
-                "`{key}` must be a non-negative whole number, found {value}"
-            ));
-            None
-        }
-    }
-
     fn optional_flag(&mut self, key: &str) -> Option<bool> {
         match self.get(key)? {
             Value::Bool(b) => Some(*b),

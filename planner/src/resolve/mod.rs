@@ -26,6 +26,7 @@ pub mod env;
 pub mod hf_fill;
 mod hf_rules;
 pub mod hidden_size;
+pub mod json_fields;
 pub mod normalise;
 pub mod phases;
 pub mod provenance;

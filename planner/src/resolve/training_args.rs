@@ -6,7 +6,9 @@
 //! `TrainingArguments` dump holds is ignored.
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use super::json_fields::JsonFields;
 
 /// Where a training argument's value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -171,8 +173,7 @@ impl TrainingArgs {
             return Err(vec!["training arguments must be a JSON object".to_string()]);
         };
         let mut reader = Reader {
-            object,
-            problems: Vec::new(),
+            fields: JsonFields::new(object),
         };
         let mut args = TrainingArgs::default();
         reader.count(
@@ -196,10 +197,10 @@ impl TrainingArgs {
         reader.flag("gradient_checkpointing", &mut args.gradient_checkpointing);
         reader.warmup(&mut args.warmup_steps);
         args.num_training_steps = reader.training_steps();
-        if reader.problems.is_empty() {
+        if reader.fields.problems.is_empty() {
             Ok(args)
         } else {
-            Err(reader.problems)
+            Err(reader.fields.problems)
         }
     }
 
@@ -225,60 +226,36 @@ impl TrainingArgs {
 
 /// Reads typed fields out of a JSON object, collecting problems.
 struct Reader<'a> {
-    object: &'a Map<String, Value>,
-    problems: Vec<String>,
+    fields: JsonFields<'a>,
 }
 
 impl Reader<'_> {
-    fn number(&mut self, key: &str) -> Option<f64> {
-        match self.object.get(key)? {
-            Value::Null => None,
-            Value::Number(n) => n.as_f64(),
-            other => {
-                self.problems
-                    .push(format!("`{key}` must be a number, found {other}"));
-                None
-            }
-        }
-    }
-
-    fn whole(&mut self, key: &str) -> Option<u64> {
-        let value = self.number(key)?;
-        if value >= 0.0 && value.fract() == 0.0 && value <= 9.0e15 {
-            Some(value as u64)
-        } else {
-            self.problems.push(format!(
-                "`{key}` must be a non-negative whole number, found {value}"
-            ));
-            None
-        }
-    }
-
     fn count(&mut self, key: &str, target: &mut Arg<u64>) {
-        if let Some(value) = self.whole(key) {
+        if let Some(value) = self.fields.whole(key) {
             *target = Arg::given(value, ArgOrigin::File);
         }
     }
 
     fn float(&mut self, key: &str, target: &mut Arg<f64>) {
-        if let Some(value) = self.number(key) {
+        if let Some(value) = self.fields.number(key) {
             *target = Arg::given(value, ArgOrigin::File);
         }
     }
 
     fn flag(&mut self, key: &str, target: &mut Arg<bool>) {
-        match self.object.get(key) {
+        match self.fields.object.get(key) {
             None | Some(Value::Null) => {}
             Some(Value::Bool(value)) => *target = Arg::given(*value, ArgOrigin::File),
             Some(other) => self
+                .fields
                 .problems
                 .push(format!("`{key}` must be true or false, found {other}")),
         }
     }
 
     fn warmup(&mut self, target: &mut Arg<WarmupSteps>) {
-        let steps = self.number("warmup_steps");
-        let ratio = self.number("warmup_ratio").filter(|r| *r > 0.0);
+        let steps = self.fields.number("warmup_steps");
+        let ratio = self.fields.number("warmup_ratio").filter(|r| *r > 0.0);
         let chosen = match (steps, ratio) {
             (Some(steps), _) if steps != 0.0 => Some(steps),
             (_, Some(ratio)) => Some(ratio),
@@ -287,16 +264,16 @@ impl Reader<'_> {
         if let Some(value) = chosen {
             match WarmupSteps::from_number(value) {
                 Ok(warmup) => *target = Arg::given(warmup, ArgOrigin::File),
-                Err(problem) => self.problems.push(problem),
+                Err(problem) => self.fields.problems.push(problem),
             }
         }
     }
 
     fn training_steps(&mut self) -> Option<Arg<u64>> {
-        if let Some(steps) = self.whole("num_training_steps") {
+        if let Some(steps) = self.fields.whole("num_training_steps") {
             return Some(Arg::given(steps, ArgOrigin::File));
         }
-        let max_steps = self.number("max_steps")?;
+        let max_steps = self.fields.number("max_steps")?;
         (max_steps > 0.0 && max_steps.fract() == 0.0)
             .then(|| Arg::given(max_steps as u64, ArgOrigin::File))
     }
