@@ -7,8 +7,9 @@
 //! each of the last stage's 8 model chunks keeps the last input it received from the previous
 //! stage and that input's gradient (`2 × 2 B × s·b·h` = 128 MiB a chunk;
 //! [`stages::retained_pipeline_inputs`] names the Megatron-LM lines). What remains after it,
-//! about 70-100 MiB on both jobs (cuBLAS and Transformer Engine workspaces among it; 256 MiB
-//! more on the interleaved job's H100 since Transformer Engine 2.16), dsplan does not count.
+//! 70-100 MiB on both jobs (not attributed; likely the cuBLAS and Transformer Engine
+//! workspaces, as GB200 holds 28 MiB more than A100 on both jobs) and 256 MiB more on the
+//! interleaved job's H100 since Transformer Engine 2.16, dsplan does not count.
 
 use dsplan_planner::estimate::full::Margins;
 use dsplan_planner::parallel::{megatron_args, stages};
