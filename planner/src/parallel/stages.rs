@@ -16,7 +16,9 @@
 //!
 //! The step itself peaks separately (persistent states plus the step's fp32 temporaries);
 //! `peak_bytes` is the larger of the two. `after_step_bytes` is what stays allocated
-//! between steps. Both are PyTorch's *allocated* bytes, what Megatron-LM's CI logs
+//! between steps: the model states and, under Megatron-LM with a pipeline, the **retained
+//! pipeline inputs** ([`retained_pipeline_inputs`]): every model chunk that receives its input
+//! from the previous stage keeps the last one it received, and that tensor's gradient. Both are PyTorch's *allocated* bytes, what Megatron-LM's CI logs
 //! (`mem-max-allocated-bytes`, `mem-allocated-bytes`); `reserved_bytes` adds the caching
 //! allocator's fragmentation and the CUDA context ([`crate::estimate::full::Margins`]).
 
@@ -24,7 +26,7 @@ use serde::Serialize;
 
 use super::activations::{Tokens, layer_activations, stored_per_chunk};
 use super::error::ParallelError;
-use super::layout::{DropoutUse, GradientAccumulationFusion, Job};
+use super::layout::{DropoutUse, GradientAccumulationFusion, Job, Runtime};
 use super::params::stage_params;
 use super::schedule::{InFlight, in_flight, layer_ranges};
 use super::states::state_bytes;
@@ -56,6 +58,9 @@ pub enum Term {
     PeakTemporary,
     /// Temporaries of the optimizer step.
     StepTemporaries,
+    /// The last input each model chunk received from the previous pipeline stage, and its
+    /// gradient, still referenced after the step (Megatron-LM).
+    RetainedPipelineInputs,
 }
 
 impl Term {
@@ -73,6 +78,7 @@ impl Term {
             Term::OutputActivations => "output layer and loss",
             Term::PeakTemporary => "largest temporary",
             Term::StepTemporaries => "optimizer-step temporaries",
+            Term::RetainedPipelineInputs => "retained pipeline inputs",
         }
     }
 }
@@ -148,6 +154,46 @@ pub struct FullParallelEstimate {
     pub peak_stage: u64,
 }
 
+/// Bytes Megatron-LM keeps after a step on pipeline rank `rank` for the inputs its model
+/// chunks received from the previous stage: `2·e·s·b·h ÷ t_sp` for each such chunk (every
+/// chunk but the first stage's first, which embeds its tokens), 0 without a pipeline.
+///
+/// At Megatron-LM d98e8a64: `forward_step` hands each micro-batch's received tensor to the
+/// chunk (`schedules.py:507`, `set_input_tensor(input_tensor)`), and `TransformerBlock`
+/// stores it (`transformer_block.py:463`, `self.input_tensor = input_tensor`), replaced only
+/// by the chunk's next forward. `backward_step` retains that leaf's gradient
+/// (`schedules.py:561`, `x.retain_grad()`; read at `:591`) to send it back. The schedule drops
+/// its own references (`schedules.py:1432`, `input_tensors[model_chunk_id].pop(0)`), but the
+/// chunk's reference keeps both tensors of its last micro-batch alive through the optimizer
+/// step until the next step's forward. The tensor is `[s ÷ t_sp, b, h]` (also ÷ the
+/// context-parallel size, which dsplan does not model) in `config.pipeline_dtype`
+/// (`schedules.py:1184-1187`; `p2p_communication.py:335`, `torch.empty(recv_prev_shape,
+/// requires_grad=True, dtype=config.pipeline_dtype)`).
+///
+/// At the activation peak each chunk's reference is already one of the micro-batches in
+/// flight (counted with the layer activations) whose backward has not yet run, so the term
+/// counts only after the step and in the step's peak. DeepSpeed's PipelineEngine keeps its
+/// own buffers and is not counted here.
+pub fn retained_pipeline_inputs(job: &Job, rank: u64) -> u64 {
+    match job.training.runtime {
+        Runtime::MegatronLm { .. } if job.layout.pipeline > 1 => {
+            let chunks = job.layout.schedule.chunks();
+            let receiving = if rank == 0 {
+                chunks.saturating_sub(1)
+            } else {
+                chunks
+            };
+            let Tokens {
+                tokens,
+                sequence_split,
+            } = Tokens::of(job);
+            let e = job.training.precision.element_bytes();
+            receiving * 2 * e * tokens * job.shape.hidden / sequence_split
+        }
+        Runtime::MegatronLm { .. } | Runtime::DeepSpeed { .. } => 0,
+    }
+}
+
 /// Estimates one stage.
 pub fn estimate_stage(job: &Job, padded_vocab: u64, margins: &Margins, rank: u64) -> StageEstimate {
     let layout = &job.layout;
@@ -204,6 +250,7 @@ pub fn estimate_stage(job: &Job, padded_vocab: u64, margins: &Margins, rank: u64
         .into_iter()
         .max_by_key(|&(_, bytes)| bytes)
         .unwrap_or((Temporary::LayerBackward, 0));
+    let retained_inputs = retained_pipeline_inputs(job, rank);
     let persistent = states.persistent();
     let activation_peak = persistent
         + states.backward_gradients
@@ -212,7 +259,8 @@ pub fn estimate_stage(job: &Job, padded_vocab: u64, margins: &Margins, rank: u64
         + embedding
         + output
         + temporary_bytes;
-    let step_peak = persistent + states.backward_gradients + states.step_temporaries;
+    let step_peak =
+        persistent + states.backward_gradients + states.step_temporaries + retained_inputs;
     let (peak_moment, peak_bytes) = if step_peak > activation_peak {
         (PeakMoment::Step, step_peak)
     } else {
@@ -276,6 +324,11 @@ pub fn estimate_stage(job: &Job, padded_vocab: u64, margins: &Margins, rank: u64
             peak_bytes: only_at(states.step_temporaries, !at_activations),
             after_step_bytes: 0,
         },
+        TermBytes {
+            term: Term::RetainedPipelineInputs,
+            peak_bytes: only_at(retained_inputs, !at_activations),
+            after_step_bytes: retained_inputs,
+        },
     ];
     let dynamic = peak_bytes - persistent;
     let fragmentation = (dynamic as f64 * margins.fragmentation).ceil() as u64;
@@ -285,7 +338,7 @@ pub fn estimate_stage(job: &Job, padded_vocab: u64, margins: &Margins, rank: u64
         params: params.total(),
         in_flight: held,
         peak_bytes,
-        after_step_bytes: persistent,
+        after_step_bytes: persistent + retained_inputs,
         reserved_bytes: peak_bytes + fragmentation + margins.cuda_context_bytes,
         peak_moment,
         temporary,
