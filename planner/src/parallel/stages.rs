@@ -18,7 +18,8 @@
 //! `peak_bytes` is the larger of the two. `after_step_bytes` is what stays allocated
 //! between steps: the model states and, under Megatron-LM with a pipeline, the **retained
 //! pipeline inputs** ([`retained_pipeline_inputs`]): every model chunk that receives its input
-//! from the previous stage keeps the last one it received, and that tensor's gradient. Both are PyTorch's *allocated* bytes, what Megatron-LM's CI logs
+//! from the previous stage keeps the last one it received, and that tensor's gradient. Both
+//! are PyTorch's *allocated* bytes, what Megatron-LM's CI logs
 //! (`mem-max-allocated-bytes`, `mem-allocated-bytes`); `reserved_bytes` adds the caching
 //! allocator's fragmentation and the CUDA context ([`crate::estimate::full::Margins`]).
 
