@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Fine-tuning data in `dsplan run`, timed through the binary (issue 31's speed items).
+
+1. Time to the first step on a cached dataset: a ~100 MB JSONL of text rows (the fixtures'
+   texts, each row's number woven in) is prepared once (tokenized and cached next to the data),
+   then `dsplan run` is started again on it; the script reads stderr as it arrives and prints
+   the seconds from launch to the `data:` line (the cache read) and to the first step's line.
+2. Training tokens/s on JSONL against pre-tokenized data: the `text` fixture run (TRL's config,
+   model and data) on its JSONL and on the same run's collated micro-batches
+   (`batches.safetensors`, what the Trainer fed the model), in paired rounds that alternate which
+   goes first; each round's figure is the run summary's tokens/s. Prints every round and the
+   median ratio JSONL / pre-tokenized.
+
+    python3 bench/sft_data_speed.py --dsplan-bin target/release/dsplan [--megabytes 100]
+        [--rounds 5] [--shared ../shared]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def build_jsonl(source: Path, target: Path, megabytes: int) -> int:
+    """Writes `megabytes` of JSONL text rows from `source`, each with its row number."""
+    lines = [l for l in source.read_text().splitlines() if l.strip()]
+    marker = '"text": "'
+    written, row, limit = 0, 0, megabytes << 20
+    with target.open("w") as out:
+        while written < limit:
+            line = lines[row % len(lines)].replace(marker, f"{marker}row {row}: ", 1)
+            out.write(line + "\n")
+            written += len(line) + 1
+            row += 1
+    return written
+
+
+def timed_run(command: list[str]) -> tuple[float | None, float | None, float, str]:
+    """Runs `command`; seconds from launch to the `data:` line, to the first step line, and
+    to exit, and stderr."""
+    start = time.monotonic()
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                               text=True)
+    data_at = first_step_at = None
+    seen = []
+    assert process.stderr is not None
+    for line in process.stderr:
+        now = time.monotonic() - start
+        seen.append(line)
+        if data_at is None and line.startswith("data:"):
+            data_at = now
+        if first_step_at is None and "step=1," in line:
+            first_step_at = now
+    code = process.wait()
+    if code != 0:
+        sys.exit(f"{' '.join(command)} exited {code}:\n{''.join(seen[-20:])}")
+    return data_at, first_step_at, time.monotonic() - start, "".join(seen)
+
+
+def summary_tokens_per_s(command: list[str]) -> float:
+    out = subprocess.run(command + ["--format", "json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(command)} exited {out.returncode}:\n{out.stderr[-3000:]}")
+    return float(json.loads(out.stdout)["tokens_per_s"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dsplan-bin", default=str(ROOT / "target/release/dsplan"))
+    parser.add_argument("--shared", default=os.environ.get("DSPLAN_SHARED_DIR",
+                                                           str(ROOT.parent / "shared")))
+    parser.add_argument("--megabytes", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    sft = Path(args.shared) / "reference/sft"
+    run_dir = sft / "runs/text"
+    run = json.loads((run_dir / "run.json").read_text())
+    with tempfile.TemporaryDirectory() as work:
+        work = Path(work)
+        ds = work / "ds_config.json"
+        ds_config = dict(run["ds_config_input"], steps_per_print=1)
+        ds.write_text(json.dumps(ds_config))
+        training = work / "sft_config.json"
+        training.write_text(json.dumps(run["sft_config_explicit"]))
+        model = str(sft / run["model"])
+        base = [args.dsplan_bin, "run", str(ds), "--model", model, "--training-args",
+                str(training), "--device", "cpu"]
+
+        big = work / "big.jsonl"
+        size = build_jsonl(sft / "data/text.jsonl", big, args.megabytes)
+        command = base + ["--data", str(big), "--steps", "1"]
+        data_at, _, total, _ = timed_run(command)
+        print(f"{size / 1e6:.1f} MB JSONL, first run (tokenized and cached): data ready at "
+              f"{data_at:.2f} s, done at {total:.2f} s")
+        data_at, first_step_at, total, _ = timed_run(command)
+        print(f"cached re-run: data ready at {data_at:.2f} s, first step done at "
+              f"{first_step_at:.2f} s after launch ({first_step_at - data_at:.2f} s after the "
+              f"data), exit at {total:.2f} s")
+
+        train = work / "text.jsonl"
+        train.write_bytes((sft / run["train_file"]).read_bytes())
+        jsonl = base + ["--data", str(train)]
+        recorded = base + ["--data", str(run_dir / "batches.safetensors")]
+        summary_tokens_per_s(jsonl)  # tokenizes and caches the fixture's rows
+        ratios = []
+        for round_index in range(args.rounds):
+            order = [("jsonl", jsonl), ("pre-tokenized", recorded)]
+            if round_index % 2:
+                order.reverse()
+            rates = {name: summary_tokens_per_s(cmd) for name, cmd in order}
+            ratio = rates["jsonl"] / rates["pre-tokenized"]
+            ratios.append(ratio)
+            print(f"round {round_index + 1}: jsonl {rates['jsonl']:,.0f} tokens/s, "
+                  f"pre-tokenized {rates['pre-tokenized']:,.0f} tokens/s, ratio {ratio:.3f}")
+        print(f"median ratio jsonl / pre-tokenized over {args.rounds} rounds: "
+              f"{statistics.median(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
