@@ -26,14 +26,14 @@ use crate::diagnostics::Diagnostic;
 
 /// Floors of one model: its graph, and the ticks of the last sub-group count seen.
 #[derive(Debug)]
-pub struct ActivationFloor {
-    model: ModelGraph,
+pub struct ActivationFloor<'a> {
+    model: &'a ModelGraph,
     ticks: Option<Ticks>,
 }
 
-impl ActivationFloor {
+impl<'a> ActivationFloor<'a> {
     /// Floors of `model`.
-    pub fn new(model: ModelGraph) -> Self {
+    pub fn new(model: &'a ModelGraph) -> Self {
         ActivationFloor { model, ticks: None }
     }
 
@@ -45,16 +45,16 @@ impl ActivationFloor {
         cluster: &Cluster,
         workload: &Workload,
     ) -> Option<u64> {
-        let (settings, diagnostics) = decide(config, &self.model, cluster, workload);
+        let (settings, diagnostics) = decide(config, self.model, cluster, workload);
         let settings = settings.filter(|_| !diagnostics.iter().any(Diagnostic::is_error))?;
-        let layout = Layout::new(&self.model, &settings);
+        let layout = Layout::new(self.model, &settings);
         let sub_groups = Shards::new(&layout, &settings).sub_groups.len();
         let ticks = match self.ticks.take() {
             Some(ticks) if ticks.sub_groups == sub_groups => ticks,
-            _ => Ticks::new(&self.model, sub_groups),
+            _ => Ticks::new(self.model, sub_groups),
         };
         let mut list = BufferList::new();
-        activation_buffers(&self.model, &settings, &ticks, &mut list);
+        activation_buffers(self.model, &settings, &ticks, &mut list);
         let buffers = list.into_buffers();
         // Bytes live at each tick, as the estimate's rows count them (`Lifetime::live_at`).
         let mut delta = vec![0u128; ticks.len() + 1];
