@@ -23,7 +23,7 @@ use dsplan_planner::estimate::Topology;
 use dsplan_planner::estimate::full::{AttentionKernel, Checkpointing, Margins, Precision};
 use dsplan_planner::model::{self, LmHead};
 use dsplan_planner::recommend::{
-    Cluster, CostModel, Planning, Recommendation, RecommendError, RecommendStats, Request,
+    Cluster, CostModel, Planning, RecommendError, RecommendStats, Recommendation, Request,
     recommend_counted,
 };
 

@@ -184,5 +184,8 @@ fn a_deep_model_is_planned_with_fewer_full_estimates_and_the_same_answer() {
             assert!(counts.pruned > 0, "{gpu_gib} GiB: {counts:?}");
         }
     }
-    assert!(fitted && overflowed, "fitted {fitted}, overflowed {overflowed}");
+    assert!(
+        fitted && overflowed,
+        "fitted {fitted}, overflowed {overflowed}"
+    );
 }

@@ -184,7 +184,14 @@ pub fn estimate_full(
             message,
         )])
     })?;
-    estimate_config(&Prepared::of(model), hardware, setup, shape, margins, &config)
+    estimate_config(
+        &Prepared::of(model),
+        hardware,
+        setup,
+        shape,
+        margins,
+        &config,
+    )
 }
 
 /// A model's plan graph and dimensions, derived once and shared by the estimates of many
