@@ -18,7 +18,9 @@
 //! A micro-batch above 1 whose activations alone overflow the GPU is skipped without its full
 //! estimate ([`prune`]): the answer is the same as when every candidate is estimated
 //! ([`Planning::EveryCandidate`], kept as the reference), at a fraction of the work for deep
-//! models.
+//! models. The model's plan graph and dimensions are derived once per request and shared by
+//! every candidate ([`crate::estimate::full::Prepared`]); [`recommend_counted`] reports how
+//! many candidates got their full estimate ([`RecommendStats`]).
 
 pub mod cost;
 pub mod prune;
