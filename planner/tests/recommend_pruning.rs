@@ -2,7 +2,8 @@
 //! GPU; the full estimate of every candidate stays the truth. On a grid of small models,
 //! clusters, sequence lengths and batches the pruned walk returns exactly the answer (the
 //! chosen config, its estimate, every candidate's outcome, or the error) of the walk that
-//! estimates every candidate.
+//! estimates every candidate, and it does so with fewer full estimates (counted by
+//! [`recommend_counted`]), so a pruner that stops pruning fails here too.
 
 use std::path::Path;
 
@@ -10,7 +11,8 @@ use dsplan_planner::estimate::Topology;
 use dsplan_planner::estimate::full::{AttentionKernel, Checkpointing, Margins, Precision};
 use dsplan_planner::model::{LmHead, ModelSpec, load};
 use dsplan_planner::recommend::{
-    Cluster, CostModel, Planning, RecommendError, Request, recommend_with,
+    Cluster, CostModel, Planning, RecommendError, RecommendStats, Request, recommend_counted,
+    recommend_with,
 };
 
 const MIB: u64 = 1 << 20;
@@ -40,12 +42,22 @@ fn models(dir: &Path) -> Vec<ModelSpec> {
     ]
 }
 
-/// Both walks' answers, compared.
-fn same_answer(request: &Request) -> Result<(), String> {
-    let reference = recommend_with(request, Planning::EveryCandidate);
-    let pruned = recommend_with(request, Planning::Pruned);
+/// Both walks' answers, compared; the pruned walk's counts.
+fn same_answer(request: &Request) -> Result<RecommendStats, String> {
+    let (reference, every) = recommend_counted(request, Planning::EveryCandidate);
+    let (pruned, counts) = recommend_counted(request, Planning::Pruned);
+    if every.pruned != 0 || every.full_estimates != every.candidates {
+        return Err(format!("the reference walk skipped candidates: {every:?}"));
+    }
+    if counts.candidates != every.candidates
+        || counts.full_estimates + counts.pruned != counts.candidates
+    {
+        return Err(format!(
+            "the walks considered different candidates: {every:?} vs {counts:?}"
+        ));
+    }
     if reference == pruned {
-        Ok(())
+        Ok(counts)
     } else {
         Err(format!(
             "{} on {} GPUs of {} MiB, host {:?}, seq {}, batch {}: {reference:?} != {pruned:?}",
@@ -65,6 +77,7 @@ fn the_pruned_walk_answers_as_the_full_estimate_of_every_candidate() {
     let mut checked = 0;
     let mut nothing_fits = 0;
     let mut failures = Vec::new();
+    let mut skipped = 0;
     for spec in models(dir.path()) {
         for (gpus, batch) in [(1, 16), (4, 32)] {
             for seq_len in [256, 1024] {
@@ -86,8 +99,9 @@ fn the_pruned_walk_answers_as_the_full_estimate_of_every_candidate() {
                             margins: Margins::default(),
                             cost: CostModel::default(),
                         };
-                        if let Err(failure) = same_answer(&request) {
-                            failures.push(failure);
+                        match same_answer(&request) {
+                            Ok(counts) => skipped += counts.pruned,
+                            Err(failure) => failures.push(failure),
                         }
                         if matches!(
                             recommend_with(&request, Planning::Pruned),
@@ -106,5 +120,72 @@ fn the_pruned_walk_answers_as_the_full_estimate_of_every_candidate() {
     assert!(
         nothing_fits > 0 && nothing_fits < checked,
         "{nothing_fits} of {checked}"
+    );
+    // And the grid has candidates the pruned walk skips.
+    assert!(skipped > 0, "no candidate of {checked} requests was pruned");
+}
+
+/// The request of the CLI's layer-limit test, at `layers` layers and `gpu_gib` GiB per GPU.
+fn deep_request(dir: &Path, layers: u64, gpu_gib: u64) -> Request {
+    let config = format!(
+        r#"{{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024,
+            "n_embd": 64, "n_layer": {layers}, "n_head": 4}}"#
+    );
+    Request {
+        model: model(dir, &format!("deep-{layers}"), &config),
+        cluster: Cluster {
+            hardware: Topology::new(8, 1).expect("valid"),
+            gpu_memory: gpu_gib << 30,
+            cpu_memory: None,
+            nvme_path: None,
+        },
+        seq_len: 1024,
+        checkpointing: Checkpointing::None,
+        attention: AttentionKernel::Eager,
+        global_batch: 64,
+        precision: Precision::Bf16,
+        margins: Margins::default(),
+        cost: CostModel::default(),
+    }
+}
+
+#[test]
+fn a_deep_model_is_planned_with_fewer_full_estimates_and_the_same_answer() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Eager attention at 1,024 tokens stores megabytes per layer and sequence: at 96 layers
+    // the largest micro-batches overflow a small GPU, micro-batch 1 may fit; the walk must
+    // reach both kinds of candidate on one request or the other.
+    let mut fitted = false;
+    let mut overflowed = false;
+    for gpu_gib in [2, 4, 80] {
+        let request = deep_request(dir.path(), 96, gpu_gib);
+        let (reference, every) = recommend_counted(&request, Planning::EveryCandidate);
+        let (pruned, counts) = recommend_counted(&request, Planning::Pruned);
+        assert_eq!(pruned, reference, "{gpu_gib} GiB");
+        assert_eq!(counts.candidates, every.candidates, "{gpu_gib} GiB");
+        assert_eq!(every.full_estimates, every.candidates, "{gpu_gib} GiB");
+        assert_eq!(
+            counts.full_estimates + counts.pruned,
+            counts.candidates,
+            "{gpu_gib} GiB"
+        );
+        match &reference {
+            Ok(_) => fitted = true,
+            Err(RecommendError::NothingFits(_)) => overflowed = true,
+            Err(error) => panic!("{gpu_gib} GiB: {error}"),
+        }
+        if gpu_gib < 80 {
+            // Micro-batches 8, 4 and 2 of every GPU-only strategy overflow these GPUs on
+            // activations alone: only micro-batch 1 is estimated.
+            assert!(
+                counts.full_estimates < every.full_estimates,
+                "{gpu_gib} GiB: {counts:?} vs {every:?}"
+            );
+            assert!(counts.pruned > 0, "{gpu_gib} GiB: {counts:?}");
+        }
+    }
+    assert!(
+        fitted && overflowed,
+        "fitted {fitted}, overflowed {overflowed}"
     );
 }

@@ -72,9 +72,15 @@ fn count_architecture(
     lm_head: LmHead,
 ) -> Result<ArchitectureCount, ModelError> {
     arch.validate()?;
-    let chosen = tensors::count(&layouts::tensors(arch, lm_head));
-    let with_head = tensors::count(&layouts::tensors(arch, LmHead::Include)).total;
-    let without_head = tensors::count(&layouts::tensors(arch, LmHead::Exclude)).total;
+    // Each list is built once: a deep model has hundreds of thousands of tensors.
+    let included = layouts::tensors(arch, LmHead::Include);
+    let excluded = layouts::tensors(arch, LmHead::Exclude);
+    let chosen = tensors::count(match lm_head {
+        LmHead::Include => &included,
+        LmHead::Exclude => &excluded,
+    });
+    let with_head = tensors::owned_total(&included);
+    let without_head = tensors::owned_total(&excluded);
     check_total(chosen.total)?;
     Ok(ArchitectureCount {
         total: chosen.total,

@@ -78,6 +78,15 @@ pub struct ParamCount {
     pub owned_tensors: usize,
 }
 
+/// The parameters of the owned tensors (saturating): [`count`]'s `total`, without its
+/// per-module sums.
+pub fn owned_total(tensors: &[TensorEntry]) -> u64 {
+    tensors
+        .iter()
+        .filter(|tensor| tensor.storage == Storage::Owned)
+        .fold(0u64, |total, tensor| total.saturating_add(tensor.numel))
+}
+
 /// Counts a tensor list as DeepSpeed counts a live model.
 pub fn count(tensors: &[TensorEntry]) -> ParamCount {
     let mut total: u64 = 0;
@@ -90,10 +99,15 @@ pub fn count(tensors: &[TensorEntry]) -> ParamCount {
             owned_tensors += 1;
         }
         let module = tensor.module();
-        let slot = *index.entry(module).or_insert_with(|| {
-            modules.push((module, 0));
-            modules.len() - 1
-        });
+        // A module's tensors are usually listed together: the last module's slot needs no
+        // lookup.
+        let slot = match modules.last() {
+            Some((last, _)) if *last == module => modules.len() - 1,
+            _ => *index.entry(module).or_insert_with(|| {
+                modules.push((module, 0));
+                modules.len() - 1
+            }),
+        };
         modules[slot].1 = modules[slot].1.saturating_add(tensor.numel);
     }
     let mut largest = LargestLayer {

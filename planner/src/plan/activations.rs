@@ -24,10 +24,11 @@ fn elements(bytes: u128, dtype: Dtype) -> u64 {
     u64::try_from(bytes / u128::from(dtype.bytes())).unwrap_or(u64::MAX)
 }
 
-/// Adds `bytes` as up to three buffers: model dtype, fp32, 1-byte masks.
+/// Adds `bytes` as up to three buffers: model dtype, fp32, 1-byte masks (named `name()` and
+/// a suffix, formatted only for the buffers added to a list that keeps names).
 fn add_typed(
     list: &mut BufferList,
-    name: &str,
+    name: impl Fn() -> String,
     kind: BufferKind,
     bytes: TypedBytes,
     model_dtype: Dtype,
@@ -35,13 +36,17 @@ fn add_typed(
     lifetime: Lifetime,
 ) {
     let parts = [
-        (bytes.model, model_dtype, String::new()),
-        (bytes.fp32, Dtype::Fp32, " (fp32)".to_owned()),
-        (bytes.mask, Dtype::Uint8, " (dropout masks)".to_owned()),
+        (bytes.model, model_dtype, ""),
+        (bytes.fp32, Dtype::Fp32, " (fp32)"),
+        (bytes.mask, Dtype::Uint8, " (dropout masks)"),
     ];
     for (part, dtype, suffix) in parts {
-        list.add(
-            format!("{name}{suffix}"),
+        list.add_named(
+            || {
+                let mut full = name();
+                full.push_str(suffix);
+                full
+            },
             kind,
             dtype,
             elements(part, dtype),
@@ -96,13 +101,13 @@ pub fn activation_buffers(
     let stored_device = if on_host { Device::Cpu } else { Device::Gpu };
     for (index, &(layer, first, last)) in blocks.iter().enumerate() {
         let bytes: LayerBytes = if index >= first_cross { cross } else { plain };
-        let stored_name = match settings.checkpointing {
+        let stored_name = || match settings.checkpointing {
             Checkpointing::Full => format!("block {layer} checkpoint (input)"),
             _ => format!("block {layer} stored activations"),
         };
         add_typed(
             list,
-            &stored_name,
+            stored_name,
             BufferKind::LayerActivations,
             bytes.stored(settings.checkpointing, checkpoint),
             dtype,
@@ -111,7 +116,7 @@ pub fn activation_buffers(
         );
         add_typed(
             list,
-            &format!("block {layer} recomputed activations"),
+            || format!("block {layer} recomputed activations"),
             BufferKind::WorkingActivations,
             bytes.recomputed(settings.checkpointing),
             dtype,
@@ -170,7 +175,7 @@ pub fn activation_buffers(
     );
     add_typed(
         list,
-        "final norm input",
+        || "final norm input".to_owned(),
         BufferKind::InputActivations,
         ends.final_norm_input,
         dtype,

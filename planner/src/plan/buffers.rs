@@ -255,14 +255,33 @@ pub struct BufferList {
     buffers: Vec<Buffer>,
     /// Whether the last [`Self::add`] added a buffer (it skips empty ones).
     just_added: bool,
+    /// Whether buffers keep their names.
+    names: Names,
+}
+
+/// Whether a [`BufferList`] keeps the names of its buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Names {
+    /// Every buffer is named (a plan's list).
+    #[default]
+    Kept,
+    /// Names are left empty: a list only summed (bytes, devices, lifetimes), where formatting
+    /// a name per layer would cost more than the sum.
+    Dropped,
 }
 
 impl BufferList {
     /// An empty list.
     pub fn new() -> Self {
+        Self::with_names(Names::Kept)
+    }
+
+    /// An empty list that keeps names or not.
+    pub fn with_names(names: Names) -> Self {
         Self {
             buffers: Vec::new(),
             just_added: false,
+            names,
         }
     }
 
@@ -286,8 +305,12 @@ impl BufferList {
         if numel == 0 {
             return;
         }
+        let name = match self.names {
+            Names::Kept => name.into(),
+            Names::Dropped => String::new(),
+        };
         self.buffers.push(Buffer {
-            name: name.into(),
+            name,
             kind,
             dtype,
             numel,
@@ -298,6 +321,23 @@ impl BufferList {
         });
     }
 
+    /// [`Self::add`], naming the buffer only when it is added and the list keeps names.
+    pub fn add_named(
+        &mut self,
+        name: impl FnOnce() -> String,
+        kind: BufferKind,
+        dtype: Dtype,
+        numel: u64,
+        device: Device,
+        lifetime: Lifetime,
+    ) {
+        let name = match self.names {
+            Names::Kept if numel > 0 => name(),
+            _ => String::new(),
+        };
+        self.add(name, kind, dtype, numel, device, lifetime);
+    }
+
     /// Marks the buffer just added as `pinning`, when it was added and is in host memory.
     pub fn pinned(&mut self, pinning: Pinning) {
         if let Some(last) = self.buffers.last_mut().filter(|_| self.just_added)
@@ -306,6 +346,15 @@ impl BufferList {
             last.pinning = Some(pinning);
         }
     }
+}
+
+/// `prefix` then `name`, as `format!("{prefix}{name}")` without the formatter: a name per
+/// tensor or unit of a deep model is hundreds of thousands of them.
+fn joined(prefix: &str, name: &str) -> String {
+    let mut joined = String::with_capacity(prefix.len() + name.len());
+    joined.push_str(prefix);
+    joined.push_str(name);
+    joined
 }
 
 /// Every buffer of one step.
@@ -352,8 +401,8 @@ fn unit_gradients(
         let tick = inputs.ticks.trace(step);
         let first = if accumulated { 0 } else { tick };
         let unit = crate::plan::stage3::trace_step(inputs.ticks.units, step).0;
-        list.add(
-            format!("gradients of {}", inputs.model.units[unit].module),
+        list.add_named(
+            || joined("gradients of ", &inputs.model.units[unit].module),
             kind,
             s.dtypes.gradients,
             numel,
@@ -681,8 +730,8 @@ fn stage3(inputs: &BufferInputs<'_>, list: &mut BufferList) {
     if let Some(schedule) = inputs.stage3.filter(|_| whole_copies) {
         for interval in &schedule.intervals {
             let tensor = &inputs.model.tensors[interval.tensor];
-            list.add(
-                format!("gathered {}", tensor.name),
+            list.add_named(
+                || joined("gathered ", &tensor.name),
                 BufferKind::GatheredParameters,
                 params,
                 tensor.numel.div_ceil(world) * world,

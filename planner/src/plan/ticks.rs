@@ -80,10 +80,14 @@ impl Ticks {
                 Pass::Forward => (Phase::Forward, "forward"),
                 Pass::Backward => (Phase::Backward, "backward"),
             };
-            ticks.push(Tick {
-                phase,
-                label: format!("{verb} {}", model.units[unit].module),
-            });
+            // Built as `format!("{verb} {module}")`, without the formatter: a deep model has
+            // hundreds of thousands of these.
+            let module = &model.units[unit].module;
+            let mut label = String::with_capacity(verb.len() + 1 + module.len());
+            label.push_str(verb);
+            label.push(' ');
+            label.push_str(module);
+            ticks.push(Tick { phase, label });
         }
         ticks.push(Tick {
             phase: Phase::ReduceEpilogue,

@@ -18,7 +18,9 @@
 //! A micro-batch above 1 whose activations alone overflow the GPU is skipped without its full
 //! estimate ([`prune`]): the answer is the same as when every candidate is estimated
 //! ([`Planning::EveryCandidate`], kept as the reference), at a fraction of the work for deep
-//! models.
+//! models. The model's plan graph and dimensions are derived once per request and shared by
+//! every candidate ([`crate::estimate::full::Prepared`]); [`recommend_counted`] reports how
+//! many candidates got their full estimate ([`RecommendStats`]).
 
 pub mod cost;
 pub mod prune;
@@ -36,7 +38,7 @@ use crate::config::primitives::MAX_EXACT_INTEGER;
 use crate::diagnostics::Diagnostic;
 use crate::estimate::full::{
     AttentionKernel, Checkpointing, Context, Margins, ModelDims, Overrides, Peak, Precision,
-    TrainingShape, compile_plan, estimate_reading, read_config,
+    Prepared, TrainingShape, compile_prepared, estimate_prepared, read_config,
 };
 use crate::estimate::{FullEstimate, FullEstimateError, Topology};
 use crate::model::ModelSpec;
@@ -243,6 +245,36 @@ pub fn recommend_with(
     request: &Request,
     planning: Planning,
 ) -> Result<Recommendation, RecommendError> {
+    recommend_counted(request, planning).0
+}
+
+/// How much planning one walk did: what [`Planning::Pruned`] saves over
+/// [`Planning::EveryCandidate`], as data a test can assert.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RecommendStats {
+    /// Candidates (strategy, offload share, micro-batch) the walk considered.
+    pub candidates: u64,
+    /// Candidates that got their full memory estimate.
+    pub full_estimates: u64,
+    /// Candidates skipped because their activations alone overflow the GPU.
+    pub pruned: u64,
+}
+
+/// [`recommend_with`], with the count of the walk's full estimates and skipped candidates.
+pub fn recommend_counted(
+    request: &Request,
+    planning: Planning,
+) -> (Result<Recommendation, RecommendError>, RecommendStats) {
+    let mut stats = RecommendStats::default();
+    let answer = walk(request, planning, &mut stats);
+    (answer, stats)
+}
+
+fn walk(
+    request: &Request,
+    planning: Planning,
+    stats: &mut RecommendStats,
+) -> Result<Recommendation, RecommendError> {
     request.cost.check().map_err(RecommendError::Cost)?;
     let world = request.cluster.hardware.total_gpus();
     if request.global_batch == 0 {
@@ -259,11 +291,15 @@ pub fn recommend_with(
             world,
         });
     }
-    let dims = ModelDims::from_spec(&request.model);
-    let mut pruner = Pruner::new(&request.model, request.cluster.hardware, planning);
+    // The model's graph and dimensions, shared by every candidate's estimate.
+    let prepared = Prepared::of(&request.model);
+    let mut pruner = Pruner::new(&prepared, request.cluster.hardware, planning);
     let mut results: Vec<(Strategy, Result<Evaluated, Rejection>)> = Vec::new();
     for strategy in Strategy::WALK {
-        results.push((strategy, evaluate(request, &dims, strategy, &mut pruner)?));
+        results.push((
+            strategy,
+            evaluate(request, &prepared, strategy, &mut pruner, stats)?,
+        ));
     }
     // The fastest prediction, then the first strategy of the walk within the tie tolerance.
     let times: Vec<(usize, f64)> = results
@@ -342,11 +378,13 @@ pub fn recommend_with(
 /// offload share), or why nothing fits.
 fn evaluate(
     request: &Request,
-    dims: &ModelDims,
+    prepared: &Prepared<'_>,
     strategy: Strategy,
-    pruner: &mut Pruner,
+    pruner: &mut Pruner<'_>,
+    stats: &mut RecommendStats,
 ) -> Result<Result<Evaluated, Rejection>, RecommendError> {
     let cluster = &request.cluster;
+    let dims = &prepared.dims;
     if strategy.needs_nvme() && cluster.nvme_path.is_none() {
         return Ok(Err(Rejection::NoNvmePath));
     }
@@ -365,7 +403,7 @@ fn evaluate(
     let mut best: Option<Evaluated> = None;
     let mut smallest_gpu = u64::MAX;
     let mut smallest_cpu_fitting_gpu: Option<u64> = None;
-    for ratio in offload_ratios(request, dims, strategy)? {
+    for ratio in offload_ratios(request, prepared, strategy)? {
         for &micro_batch in &micro_batches {
             let plan = Plan {
                 strategy,
@@ -374,11 +412,14 @@ fn evaluate(
                 offload_ratio: ratio,
             };
             let read = read_back(request, dims, &plan)?;
+            stats.candidates += 1;
             // Only micro-batch 1's peaks are reported when nothing fits.
             if micro_batch > 1 && pruner.overflows(&read.1, &read.2, cluster.gpu_memory) {
+                stats.pruned += 1;
                 continue;
             }
-            match try_plan(request, dims, plan, read)? {
+            stats.full_estimates += 1;
+            match try_plan(request, prepared, plan, read)? {
                 Tried::Fits(evaluated) => {
                     if best
                         .as_ref()
@@ -437,7 +478,7 @@ fn divisors(n: u64) -> Vec<u64> {
 /// their partitions reach `sub_group_size`, as DeepSpeed groups them.
 fn offload_ratios(
     request: &Request,
-    dims: &ModelDims,
+    prepared: &Prepared<'_>,
     strategy: Strategy,
 ) -> Result<Vec<Option<f64>>, RecommendError> {
     if strategy != Strategy::Zero3OffloadOptimizer {
@@ -449,9 +490,9 @@ fn offload_ratios(
         accumulation: 1,
         offload_ratio: None,
     };
-    let (_, reading, shape) = read_back(request, dims, &plan)?;
-    let compiled = compile_plan(
-        &request.model,
+    let (_, reading, shape) = read_back(request, &prepared.dims, &plan)?;
+    let compiled = compile_prepared(
+        prepared,
         request.cluster.hardware,
         &reading.setup,
         &shape,
@@ -501,13 +542,13 @@ type ReadBack = (Value, crate::estimate::full::ConfigReading, TrainingShape);
 /// The full estimate of `plan`, read back as `read`.
 fn try_plan(
     request: &Request,
-    dims: &ModelDims,
+    prepared: &Prepared<'_>,
     plan: Plan,
     (config, reading, shape): ReadBack,
 ) -> Result<Tried, RecommendError> {
     let cluster = &request.cluster;
     let hardware = cluster.hardware;
-    let estimate = estimate_reading(&request.model, hardware, &reading, &shape, &request.margins)
+    let estimate = estimate_prepared(prepared, hardware, &reading, &shape, &request.margins)
         .map_err(RecommendError::Estimate)?;
     let gpu = estimate.peaks.gpu.bytes;
     let cpu = estimate.peaks.cpu.bytes;
@@ -517,7 +558,7 @@ fn try_plan(
         return Ok(Tried::TooLarge { gpu, cpu });
     }
     let ctx = Context {
-        model: dims,
+        model: &prepared.dims,
         setup: &estimate.setup,
         shape: &estimate.shape,
         hardware,

@@ -10,10 +10,9 @@
 
 use crate::estimate::Topology;
 use crate::estimate::full::plan_config::workload;
-use crate::estimate::full::{ConfigReading, TrainingShape};
-use crate::model::ModelSpec;
+use crate::estimate::full::{ConfigReading, Prepared, TrainingShape};
+use crate::plan::Cluster;
 use crate::plan::activation_floor::ActivationFloor;
-use crate::plan::{Cluster, ModelGraph};
 
 /// How `recommend` plans its candidates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,17 +25,20 @@ pub enum Planning {
 }
 
 /// The floor of one request's model, when the walk prunes.
-pub(super) struct Pruner {
-    floor: Option<(ActivationFloor, Cluster)>,
+pub(super) struct Pruner<'a> {
+    floor: Option<(ActivationFloor<'a>, Cluster)>,
 }
 
-impl Pruner {
-    /// A pruner for `model` on `hardware` (one that skips nothing when `planning` says so, or
-    /// when the model or cluster cannot be planned: the full estimate then says why).
-    pub(super) fn new(model: &ModelSpec, hardware: Topology, planning: Planning) -> Pruner {
+impl<'a> Pruner<'a> {
+    /// A pruner for the `prepared` model on `hardware` (one that skips nothing when
+    /// `planning` says so, or when the model or cluster cannot be planned: the full estimate
+    /// then says why).
+    pub(super) fn new(prepared: &'a Prepared<'_>, hardware: Topology, planning: Planning) -> Self {
         let floor = match planning {
             Planning::EveryCandidate => None,
-            Planning::Pruned => ModelGraph::for_estimate(model)
+            Planning::Pruned => prepared
+                .graph
+                .as_ref()
                 .ok()
                 .zip(Cluster::new(hardware.total_gpus(), hardware.gpus_per_node()).ok()),
         };

@@ -139,7 +139,7 @@ fn nothing_fits_says_by_how_much() {
 #[test]
 fn offloading_more_costs_cpu_adam_time() {
     let asked = request("llama-2-7b", 1, 80, Some(1024));
-    let dims = ModelDims::from_spec(&asked.model);
+    let prepared = Prepared::of(&asked.model);
     let time = |ratio: Option<f64>| {
         let plan = Plan {
             strategy: Strategy::Zero3OffloadOptimizer,
@@ -147,8 +147,8 @@ fn offloading_more_costs_cpu_adam_time() {
             accumulation: 64,
             offload_ratio: ratio,
         };
-        let read = read_back(&asked, &dims, &plan).expect("reads back");
-        match try_plan(&asked, &dims, plan, read).expect("estimates") {
+        let read = read_back(&asked, &prepared.dims, &plan).expect("reads back");
+        match try_plan(&asked, &prepared, plan, read).expect("estimates") {
             Tried::Fits(evaluated) => evaluated.fit.step_time,
             Tried::TooLarge { gpu, .. } => panic!("{gpu}"),
         }

@@ -184,7 +184,38 @@ pub fn estimate_full(
             message,
         )])
     })?;
-    estimate_config(model, hardware, setup, shape, margins, &config)
+    estimate_config(
+        &Prepared::of(model),
+        hardware,
+        setup,
+        shape,
+        margins,
+        &config,
+    )
+}
+
+/// A model's plan graph and dimensions, derived once and shared by the estimates of many
+/// configs of the same model (as `recommend` makes them): both are a pass over every tensor,
+/// and a deep model has hundreds of thousands.
+#[derive(Debug)]
+pub struct Prepared<'a> {
+    /// The model.
+    pub model: &'a ModelSpec,
+    /// Its plan graph, or why it has none (reported by each estimate, as when unshared).
+    pub graph: Result<ModelGraph, FullEstimateError>,
+    /// Its dimensions.
+    pub dims: ModelDims,
+}
+
+impl<'a> Prepared<'a> {
+    /// The graph and dimensions of `model`.
+    pub fn of(model: &'a ModelSpec) -> Prepared<'a> {
+        Prepared {
+            model,
+            graph: ModelGraph::for_estimate(model).map_err(|e| FullEstimateError::Model(e.0)),
+            dims: ModelDims::from_spec(model),
+        }
+    }
 }
 
 /// The full estimate of the config `reading` was read from (its notes are added).
@@ -195,8 +226,20 @@ pub fn estimate_reading(
     shape: &TrainingShape,
     margins: &Margins,
 ) -> Result<FullEstimate, FullEstimateError> {
+    estimate_prepared(&Prepared::of(model), hardware, reading, shape, margins)
+}
+
+/// [`estimate_reading`] of a [`Prepared`] model: the same estimate, without deriving the
+/// model's graph and dimensions again.
+pub fn estimate_prepared(
+    prepared: &Prepared<'_>,
+    hardware: Topology,
+    reading: &ConfigReading,
+    shape: &TrainingShape,
+    margins: &Margins,
+) -> Result<FullEstimate, FullEstimateError> {
     let mut estimate = estimate_config(
-        model,
+        prepared,
         hardware,
         &reading.setup,
         shape,
@@ -217,11 +260,34 @@ pub fn compile_plan(
     config: &DsConfig,
 ) -> Result<Plan, FullEstimateError> {
     let graph = ModelGraph::for_estimate(model).map_err(|e| FullEstimateError::Model(e.0))?;
+    compile_graph(&graph, hardware, setup, shape, config)
+}
+
+/// [`compile_plan`] of a [`Prepared`] model.
+pub fn compile_prepared(
+    prepared: &Prepared<'_>,
+    hardware: Topology,
+    setup: &TrainingSetup,
+    shape: &TrainingShape,
+    config: &DsConfig,
+) -> Result<Plan, FullEstimateError> {
+    let graph = prepared.graph.as_ref().map_err(Clone::clone)?;
+    compile_graph(graph, hardware, setup, shape, config)
+}
+
+/// [`compile_plan`] of a model's graph.
+fn compile_graph(
+    graph: &ModelGraph,
+    hardware: Topology,
+    setup: &TrainingSetup,
+    shape: &TrainingShape,
+    config: &DsConfig,
+) -> Result<Plan, FullEstimateError> {
     let cluster = Cluster::new(hardware.total_gpus(), hardware.gpus_per_node())
         .map_err(FullEstimateError::Model)?;
     plan::compile_memory(
         config,
-        &graph,
+        graph,
         &cluster,
         &plan_config::workload(config, setup, shape),
     )
@@ -229,7 +295,7 @@ pub fn compile_plan(
 }
 
 fn estimate_config(
-    model: &ModelSpec,
+    prepared: &Prepared<'_>,
     hardware: Topology,
     setup: &TrainingSetup,
     shape: &TrainingShape,
@@ -245,8 +311,10 @@ fn estimate_config(
         }
     }
     margins.check().map_err(FullEstimateError::Margin)?;
-    let plan = compile_plan(model, hardware, setup, shape, config)?;
-    let dims = ModelDims::from_spec(model);
+    let model = prepared.model;
+    let graph = prepared.graph.as_ref().map_err(Clone::clone)?;
+    let plan = compile_graph(graph, hardware, setup, shape, config)?;
+    let dims = prepared.dims.clone();
     let ctx = Context {
         model: &dims,
         setup,
