@@ -33,7 +33,7 @@ use dsplan_executor::cuda::check::step::{
     SmallLlama, param_errors, small_llama_spec, small_model, small_spec,
 };
 use dsplan_executor::cuda::train::host::{
-    check_ordering, train_program_on_host, train_rank_models_on_host,
+    check_ordering, run_rank_models_on_host, train_program_on_host,
 };
 use dsplan_executor::cuda::train::program::{CommAction, CommOp, Purpose};
 use dsplan_executor::cuda::train::{Op, rank_models};
@@ -406,14 +406,15 @@ fn a_program_without_its_collectives_does_not_match() {
             }
         }
         assert!(removed > 0, "{what}: the programs have such collectives");
-        let host = train_rank_models_on_host(
+        let host = run_rank_models_on_host(
             &spec,
             &plan,
             &models,
             &CheckpointOptions::default(),
             &|_| {},
         )
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .report;
         let (worst, _, update) = param_errors(
             &spec.initial_params,
             &host.final_params,
@@ -901,14 +902,15 @@ fn a_partitioned_program_without_its_accumulations_does_not_match() {
             }
         }
         assert!(removed > 0, "stage {stage}: the programs accumulate");
-        let host = train_rank_models_on_host(
+        let host = run_rank_models_on_host(
             &spec,
             &plan,
             &models,
             &CheckpointOptions::default(),
             &|_| {},
         )
-        .expect("the host run");
+        .expect("the host run")
+        .report;
         let (worst, _, _) = param_errors(
             &spec.initial_params,
             &host.final_params,

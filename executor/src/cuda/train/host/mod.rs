@@ -39,7 +39,7 @@ pub use buffers::HostBuffers;
 pub use collectives::run_comm;
 pub use compute::run_compute;
 pub use ordering::{OrderingError, check_ordering};
-pub use run::{HostRun, run_rank_models_on_host, train_program_on_host, train_rank_models_on_host};
+pub use run::{HostRun, run_rank_models_on_host, train_program_on_host};
 
 /// Why the host interpreter could not run an op or a program.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -73,23 +73,12 @@ pub fn train_program_on_host(
 ) -> Result<TrainReport, CudaTrainError> {
     crate::cuda::train::check_spec(spec)?;
     let models = rank_models(spec, plan)?;
-    train_rank_models_on_host(spec, plan, &models, checkpoints, observer)
+    run_rank_models_on_host(spec, plan, &models, checkpoints, observer).map(|run| run.report)
 }
 
 /// [`train_program_on_host`] with each rank's program given (`models[rank]`, as
 /// [`rank_models`] builds them from `plan`, or changed by a test to see that the comparison
-/// notices).
-pub fn train_rank_models_on_host(
-    spec: &TrainSpec,
-    plan: &Plan,
-    models: &[RankModel],
-    checkpoints: &CheckpointOptions,
-    observer: &(dyn Fn(&StepMetrics) + Sync),
-) -> Result<TrainReport, CudaTrainError> {
-    run_rank_models_on_host(spec, plan, models, checkpoints, observer).map(|run| run.report)
-}
-
-/// [`train_rank_models_on_host`], with what only the host run reports ([`HostRun`]).
+/// notices), with what only the host run reports ([`HostRun`]).
 pub fn run_rank_models_on_host(
     spec: &TrainSpec,
     plan: &Plan,
