@@ -189,6 +189,98 @@ fn text_ws2_run_matches_sft_trainer() {
     check("text_ws2");
 }
 
+/// The `--metrics` lines of `dsplan run` on the `text` fixture with `changes` made to its
+/// `sft_config_explicit` (`None` without the fixtures).
+fn text_run_with(changes: &Value) -> Option<Vec<Value>> {
+    let root = sft_dir()?;
+    let run = json(&root.join("runs/text/run.json"));
+    let work = tempfile::tempdir().expect("temp dir");
+    let mut sft_config = run["sft_config_explicit"].clone();
+    for (key, value) in changes.as_object().expect("changes") {
+        sft_config[key] = value.clone();
+    }
+    let ds = work.path().join("ds_config.json");
+    std::fs::write(&ds, run["ds_config_input"].to_string()).expect("write");
+    let args = work.path().join("sft_config.json");
+    std::fs::write(&args, sft_config.to_string()).expect("write");
+    let copy = |key: &str| {
+        let source = root.join(run[key].as_str().expect("file"));
+        let target = work.path().join(source.file_name().expect("name"));
+        std::fs::copy(&source, &target).expect("copy");
+        target
+    };
+    let (train, eval) = (copy("train_file"), copy("eval_file"));
+    let metrics = work.path().join("metrics.jsonl");
+    let output = Command::cargo_bin("dsplan")
+        .expect("binary")
+        .arg("run")
+        .arg(&ds)
+        .arg("--model")
+        .arg(root.join(run["model"].as_str().expect("model")))
+        .arg("--data")
+        .arg(&train)
+        .arg("--eval-data")
+        .arg(&eval)
+        .arg("--training-args")
+        .arg(&args)
+        .arg("--device")
+        .arg("cpu")
+        .arg("--metrics")
+        .arg(&metrics)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    Some(
+        std::fs::read_to_string(&metrics)
+            .expect("metrics")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("JSON line"))
+            .collect(),
+    )
+}
+
+/// `(step, eval_loss)` of every eval line.
+fn evals(lines: &[Value]) -> Vec<(u64, f64)> {
+    lines
+        .iter()
+        .filter_map(|l| Some((l["step"].as_u64()?, l["eval_loss"].as_f64()?)))
+        .collect()
+}
+
+/// `eval_strategy: "steps"` scores the eval set after every `eval_steps` steps and after the
+/// last: each equals the end-of-training eval of a run stopped there (the fixture's schedule
+/// is constant after its warmup, so the shorter run's steps are the longer run's), and the
+/// last equals the SFTTrainer's.
+#[test]
+fn eval_steps_score_the_eval_set_during_training() {
+    let Some(every_3) =
+        text_run_with(&serde_json::json!({"eval_strategy": "steps", "eval_steps": 3}))
+    else {
+        return;
+    };
+    let scored = evals(&every_3);
+    let steps: Vec<u64> = scored.iter().map(|&(step, _)| step).collect();
+    // Steps from 0: after steps 3, 6, 9 and the last, the 10th.
+    assert_eq!(steps, vec![2, 5, 8, 9], "{scored:?}");
+    let six = text_run_with(&serde_json::json!({"max_steps": 6})).expect("fixtures");
+    assert_eq!(
+        evals(&six),
+        vec![scored[1]],
+        "the 6-step run's eval is the 10-step run's at 6"
+    );
+    let root = sft_dir().expect("fixtures");
+    let reference = json(&root.join("runs/text/trajectory.json"))["eval"]["eval_loss"]
+        .as_f64()
+        .expect("eval_loss");
+    let last = scored[3].1;
+    assert!(
+        (last - reference).abs() / reference < REL_TOL,
+        "{last} vs {reference}"
+    );
+    eprintln!("eval every 3 steps: {scored:?}; the SFTTrainer's at 10: {reference}");
+}
+
 /// Tokens generated past the prompt in the round trip.
 const NEW_TOKENS: usize = 12;
 

@@ -184,6 +184,11 @@ pub trait OpenLabelled: Send + Sync {
 
     /// A source of the run's micro-batches.
     fn open(&self) -> Box<dyn LabelledSource + Send>;
+
+    /// The eval set the trainer scores, and when (`None`: no eval data).
+    fn evaluation(&self) -> Option<super::Evaluation> {
+        None
+    }
 }
 
 /// An [`OpenLabelled`] that a [`crate::train::DataChoice`] can hold: two are equal when they

@@ -23,6 +23,7 @@
 mod batch;
 mod bundled;
 mod error;
+pub mod evaluation;
 mod labelled;
 pub mod layout;
 pub mod llmc;
@@ -36,6 +37,7 @@ use std::path::Path;
 pub use batch::TokenBatch;
 pub use bundled::{BUNDLED_CORPUS, BUNDLED_CORPUS_NAME, bundled_corpus};
 pub use error::{DataError, LlmcProblem};
+pub use evaluation::{EvalSchedule, EvalWeighting, Evaluation};
 pub use labelled::{LabelledBatch, LabelledSource, OpenLabelled, SharedLabelled, TokenLabels};
 pub use layout::{BatchLayout, MicroBatchIndex};
 pub use llmc::{LlmcFormat, parse_llmc_tokens, write_llmc_tokens};

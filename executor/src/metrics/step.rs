@@ -39,4 +39,8 @@ pub struct StepMetrics {
     /// Wall-clock seconds of the whole step on rank 0.
     #[serde(skip)]
     pub seconds: f64,
+    /// The eval loss after the step, when one was due (written to `--metrics` as a line of
+    /// its own).
+    #[serde(skip)]
+    pub eval_loss: Option<f64>,
 }

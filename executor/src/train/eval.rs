@@ -8,19 +8,9 @@
 //! that is not 0 (`rows`: prepared eval rows, a packed bin counting as one). `eval_loss` is the
 //! mean of what is left: batches weighted by rows, a short last round weighing less.
 
+pub use crate::data::EvalWeighting;
 use crate::data::LabelledBatch;
 use crate::model::{LossDivisor, ModelConfig, ModelError, RowPositions, evaluate_batch};
-
-/// How the Trainer weighs the eval batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EvalWeighting {
-    /// `per_device_eval_batch_size`.
-    pub per_device_batch: usize,
-    /// Ranks.
-    pub world: usize,
-    /// Rows of the prepared eval set (bins when packed).
-    pub rows: usize,
-}
 
 /// An eval run's result.
 #[derive(Debug, Clone, PartialEq)]

@@ -103,10 +103,8 @@ pub(crate) fn gather_everyone(
         let mine = if q == me { value as f64 } else { 0.0 };
         Ok(comm.all_reduce_scalar(mine, ReduceOp::Max)? as u64)
     };
-    let mut lens = Vec::with_capacity(world);
     let mut memories = Vec::with_capacity(world);
     for q in 0..world {
-        lens.push(from(q, master.len() as u64)? as usize);
         let mut report = MemoryReport {
             peak_total: from(q, memory.peak_total)?,
             ..MemoryReport::default()
@@ -117,6 +115,22 @@ pub(crate) fn gather_everyone(
         }
         memories.push(report);
     }
+    let masters = gather_masters(comm, master)?;
+    Ok(masters.into_iter().zip(memories).collect())
+}
+
+/// Every rank's fp32 master partition, on every rank (all-gathered, padded to the longest).
+pub(crate) fn gather_masters(
+    comm: &mut dyn Comm,
+    master: &[f32],
+) -> Result<Vec<Vec<f32>>, crate::comm::CommError> {
+    let world = comm.world_size();
+    let me = comm.rank();
+    let mut lens = Vec::with_capacity(world);
+    for q in 0..world {
+        let mine = if q == me { master.len() as f64 } else { 0.0 };
+        lens.push(comm.all_reduce_scalar(mine, ReduceOp::Max)? as usize);
+    }
     let longest = lens.iter().copied().max().unwrap_or(0);
     let mut padded = master.to_vec();
     padded.resize(longest, 0.0);
@@ -126,8 +140,7 @@ pub(crate) fn gather_everyone(
         .chunks_exact(longest.max(1))
         .take(world)
         .zip(lens)
-        .zip(memories)
-        .map(|((chunk, len), memory)| (chunk[..len.min(chunk.len())].to_vec(), memory))
+        .map(|(chunk, len)| chunk[..len.min(chunk.len())].to_vec())
         .collect())
 }
 

@@ -61,6 +61,17 @@ impl DataChoice {
         }
     }
 
+    /// The eval set the data carries, and when to score it (fine-tuning data given
+    /// `--eval-data`; `None` for every other source).
+    pub fn evaluation(&self) -> Option<crate::data::Evaluation> {
+        match self {
+            DataChoice::Labelled(data) => data.0.evaluation(),
+            DataChoice::Bundled { .. } | DataChoice::File { .. } | DataChoice::Recorded { .. } => {
+                None
+            }
+        }
+    }
+
     /// Opens the data for `layout` as labelled micro-batches: token sources converted
     /// (`labels = input_ids`), recorded batches as recorded (checked against the layout's
     /// ranks and accumulation steps).

@@ -29,11 +29,13 @@ use dsplan_planner::schedule::loss_scale::StepOutcome;
 
 use super::LossNormalisation;
 use super::checkpoints::{CheckpointOptions, RankFailure, save_from_rank};
+use super::eval::eval_loss;
 use super::prepare::Prepared;
+use super::rank::gather_masters;
 use super::{StepBackend, StepControl, check_loss};
-use crate::checkpoint::{CheckpointError, SavedCheckpoint};
+use crate::checkpoint::{CheckpointError, SavedCheckpoint, consolidate};
 use crate::comm::{ReduceOp, StepPhase};
-use crate::data::{DataError, LabelledBatch, MicroBatchIndex};
+use crate::data::{DataError, Evaluation, LabelledBatch, MicroBatchIndex};
 use crate::metrics::{PhaseTimes, StepMetrics};
 use crate::model::LossDivisor;
 use crate::zero::{Scales, ZeroError};
@@ -132,6 +134,7 @@ pub(crate) fn run_step(
         tokens_per_s: 0.0,
         times,
         seconds: 0.0,
+        eval_loss: None,
     })
 }
 
@@ -179,6 +182,7 @@ pub(crate) fn drive(
         control.resume(resume.applied_steps, resume.scaler.clone());
     }
     let is_reporter = id == 0;
+    let evaluation = prepared.spec.data.evaluation();
     let mut steps = Vec::new();
     let mut saved = Vec::new();
     let steps_total = prepared.spec.steps;
@@ -186,13 +190,18 @@ pub(crate) fn drive(
         let step_started = Instant::now();
         let mut metrics = run_step(backend, &mut control, step, &batches)?;
         let seconds = step_started.elapsed().as_secs_f64();
+        check_loss(step, metrics.loss, metrics.skipped, &control.scaler)?;
+        if let Some(evaluation) = &evaluation
+            && evaluation.schedule.due(step + 1, steps_total)
+        {
+            metrics.eval_loss = evaluate(backend, prepared, evaluation)?;
+        }
         if is_reporter {
             metrics.seconds = seconds;
             metrics.tokens_per_s = prepared.tokens_per_step as f64 / seconds.max(1e-9);
             observer(&metrics);
             steps.push(metrics);
         }
-        check_loss(step, metrics.loss, metrics.skipped, &control.scaler)?;
         if let Some(policy) = &checkpoints.save
             && policy.saves_after(step + 1, steps_total)
         {
@@ -205,4 +214,29 @@ pub(crate) fn drive(
         checkpoints: saved,
         applied_steps: control.applied_steps,
     })
+}
+
+/// The eval loss of the parameters as they stand, on rank 0 (`None` on the others): every
+/// rank's fp32 master partition gathered and consolidated, as at the end of the run, then the
+/// Trainer's `eval_loss` of `evaluation`'s batches (a collective: every rank calls it).
+fn evaluate(
+    backend: &mut dyn StepBackend,
+    prepared: &Prepared<'_>,
+    evaluation: &Evaluation,
+) -> Result<Option<f64>, RankFailure> {
+    let master = backend.export_owned()?.master;
+    let masters = gather_masters(backend.comm(), &master).map_err(ZeroError::from)?;
+    if backend.rank() != 0 {
+        return Ok(None);
+    }
+    let plan = &prepared.engine_plan;
+    let params = consolidate(plan, plan.stage(), &masters);
+    let scored = eval_loss(
+        &prepared.spec.model,
+        &params,
+        &evaluation.batches,
+        evaluation.weighting,
+    )
+    .map_err(ZeroError::from)?;
+    Ok(Some(scored.loss))
 }

@@ -177,11 +177,13 @@ impl Progress {
                 }
             }
         }
+        if let Some(eval_loss) = m.eval_loss {
+            self.eval(&mut state, m.step, eval_loss);
+        }
     }
 
     /// The eval loss after step `step` (from 0): a `--metrics` line and a line on stderr.
-    pub(super) fn eval(&self, step: u64, eval_loss: f64) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+    fn eval(&self, state: &mut ProgressState, step: u64, eval_loss: f64) {
         if let Some(metrics) = state.metrics.as_mut() {
             metrics.write_eval(step, eval_loss);
         }

@@ -131,17 +131,6 @@ pub(super) fn train(
             .train(spec, plan, checkpoints, &observer)
             .map_err(|e| train_failure(e, &job.display)),
     };
-    let result = result.and_then(|report| {
-        if ranks.reports()
-            && let Some(eval) = job.sft.as_ref().and_then(|sft| sft.eval.as_ref())
-        {
-            let loss = eval
-                .loss(&spec.model, &report.final_params)
-                .map_err(Failure::input)?;
-            progress.eval(spec.steps.saturating_sub(1), loss);
-        }
-        Ok(report)
-    });
     let committed = progress.finish().map(|m| m.commit()).transpose();
     match (result, committed) {
         (Err(mut failure), Err(metrics)) => {

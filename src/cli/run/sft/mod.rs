@@ -27,12 +27,11 @@ use dsplan_sft::{
 };
 use serde_json::Value;
 
-pub(super) use eval::EvalSet;
 pub(super) use files::copy_tokenizer;
 use source::SftSource;
 
 use super::{Failure, RunArgs};
-use crate::cli::sft_config::{EvalStrategy, LrScheduler, SftConfig};
+use crate::cli::sft_config::{LrScheduler, SftConfig};
 use crate::render;
 
 /// `--dataset-format`.
@@ -94,8 +93,6 @@ pub(super) struct SftJob {
     pub seq_len: usize,
     /// Optimizer steps.
     pub steps: u64,
-    /// The eval set, when `--eval-data` is given.
-    pub eval: Option<EvalSet>,
 }
 
 impl SftJob {
@@ -111,11 +108,6 @@ impl SftJob {
         let Some(train) = &args.data else {
             return Err(Failure::usage("fine-tuning needs --data"));
         };
-        if config.eval != EvalStrategy::AtEnd {
-            return Err(Failure::input(
-                "eval_strategy \"steps\" / \"epoch\" in --training-args: dsplan computes the eval loss at the end of training only (set eval_strategy to \"no\")",
-            ));
-        }
         let tokenizer_dir = tokenizer_dir(args)?;
         let layout = BatchLayout {
             batch_size: settings.batch.micro_batch,
@@ -153,16 +145,15 @@ impl SftJob {
             .unwrap_or_else(|| (config.epochs * steps_per_epoch as f64).ceil().max(1.0) as u64);
         let data = Arc::new(data);
         let name = render::escape_controls(&train.display().to_string()).into_owned();
-        let source = SftSource::new(Arc::clone(&data), steps, layout, name);
+        let evaluation = eval::evaluation(&data, config.eval_batch_size, world, config.eval);
+        let source = SftSource::new(Arc::clone(&data), steps, layout, name, evaluation);
         let seq_len = source.shape.seq_len;
-        let eval = EvalSet::of(&data, config.eval_batch_size, world);
         Ok(Self {
             data,
             config,
             choice: DataChoice::Labelled(SharedLabelled(Arc::new(source))),
             seq_len,
             steps,
-            eval,
         })
     }
 

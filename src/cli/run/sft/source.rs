@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use dsplan_executor::data::{
-    BatchLayout, Collated, DataError, LabelledBatch, LabelledSource, MicroBatchIndex, OpenLabelled,
+    BatchLayout, Collated, DataError, Evaluation, LabelledBatch, LabelledSource, MicroBatchIndex,
+    OpenLabelled,
 };
 use dsplan_executor::model::{BatchShape, RowPositions};
 use dsplan_sft::{Collation, IGNORE, MicroBatch, SftData, collate};
@@ -25,6 +26,8 @@ pub(super) struct SftSource {
     pub name: String,
     /// `--data`'s sizes: rows per micro-batch, micro-steps, ranks.
     pub layout: dsplan_sft::BatchLayout,
+    /// `--eval-data`'s set and when the trainer scores it.
+    pub evaluation: Option<Evaluation>,
 }
 
 impl SftSource {
@@ -35,6 +38,7 @@ impl SftSource {
         steps: u64,
         layout: dsplan_sft::BatchLayout,
         name: String,
+        evaluation: Option<Evaluation>,
     ) -> Self {
         let (mut rows, mut len, mut bound) = (1, 1, 1);
         for step in 0..steps as usize {
@@ -57,6 +61,7 @@ impl SftSource {
             token_bound: bound,
             name,
             layout,
+            evaluation,
         }
     }
 }
@@ -176,5 +181,9 @@ impl OpenLabelled for SftSource {
 
     fn open(&self) -> Box<dyn LabelledSource + Send> {
         Box::new(Handle(self.clone()))
+    }
+
+    fn evaluation(&self) -> Option<Evaluation> {
+        self.evaluation.clone()
     }
 }
