@@ -121,11 +121,7 @@ impl ChatTemplate {
                 generation: Vec::new(),
             });
         }
-        if request
-            .messages
-            .to_string()
-            .contains([generation::OPEN, generation::CLOSE])
-        {
+        if holds_marker(request.messages) {
             return Err(
                 "the conversation holds U+E000 or U+E001, which mark {% generation %} \
                         blocks while rendering"
@@ -134,6 +130,21 @@ impl ChatTemplate {
         }
         let (text, generation) = generation::extract(&rendered)?;
         Ok(Rendered { text, generation })
+    }
+}
+
+/// Whether a key or string anywhere in `value` holds a generation marker (what the JSON text
+/// of `value` would show: serde_json writes these characters unescaped), found without
+/// writing that text.
+fn holds_marker(value: &serde_json::Value) -> bool {
+    let marked = |text: &str| text.contains([generation::OPEN, generation::CLOSE]);
+    match value {
+        serde_json::Value::String(text) => marked(text),
+        serde_json::Value::Array(items) => items.iter().any(holds_marker),
+        serde_json::Value::Object(object) => object
+            .iter()
+            .any(|(key, item)| marked(key) || holds_marker(item)),
+        _ => false,
     }
 }
 
