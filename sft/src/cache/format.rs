@@ -4,8 +4,42 @@
 //! everything before it. The first few bad rows' messages
 //! are not kept, only their count.
 
+use rayon::prelude::*;
+
 use crate::dataset::{BadRows, Shape};
 use crate::prepare::{IGNORE, PreparedRow, PreparedSet};
+
+/// Rows per block of [`encode`]'s parallel writing.
+const ROWS_PER_BLOCK: usize = 4096;
+
+/// Appends the bytes of one row to `out`.
+fn write_row(row: &PreparedRow, out: &mut Vec<u8>) -> Result<(), String> {
+    out.reserve(
+        12 + row.len() * 4
+            + row.len().div_ceil(8)
+            + row.source_rows.len() * 8
+            + row.seq_lengths.len() * 4,
+    );
+    for count in [row.len(), row.source_rows.len(), row.seq_lengths.len()] {
+        out.extend_from_slice(&(count as u32).to_le_bytes());
+    }
+    out.extend(row.input_ids.iter().flat_map(|v| v.to_le_bytes()));
+    let mask_start = out.len();
+    out.resize(mask_start + row.len().div_ceil(8), 0);
+    let mask = &mut out[mask_start..];
+    for (at, (&id, &label)) in row.input_ids.iter().zip(&row.labels).enumerate() {
+        if label == i64::from(id) {
+            mask[at / 8] |= 1 << (at % 8);
+        } else if label != IGNORE {
+            return Err(format!(
+                "a label {label} is neither its token's id {id} nor -100"
+            ));
+        }
+    }
+    out.extend(row.source_rows.iter().flat_map(|v| v.to_le_bytes()));
+    out.extend(row.seq_lengths.iter().flat_map(|v| v.to_le_bytes()));
+    Ok(())
+}
 
 /// The first bytes of a cache file (the last byte is the format's version).
 pub const MAGIC: &[u8; 8] = b"DSPLSFT\x02";
@@ -21,30 +55,21 @@ pub fn encode(key: u64, set: &PreparedSet) -> Result<Vec<u8>, String> {
     for count in [set.dropped_all_masked, set.bad.count, set.rows.len() as u64] {
         out.extend_from_slice(&count.to_le_bytes());
     }
-    for row in &set.rows {
-        for count in [row.len(), row.source_rows.len(), row.seq_lengths.len()] {
-            out.extend_from_slice(&(count as u32).to_le_bytes());
-        }
-        row.input_ids
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
-        let mut mask = vec![0u8; row.len().div_ceil(8)];
-        for (at, (&id, &label)) in row.input_ids.iter().zip(&row.labels).enumerate() {
-            if label == i64::from(id) {
-                mask[at / 8] |= 1 << (at % 8);
-            } else if label != IGNORE {
-                return Err(format!(
-                    "a label {label} is neither its token's id {id} nor -100"
-                ));
+    // Rows are written a block at a time in parallel (the bytes of a row depend on it alone),
+    // then joined in order.
+    let blocks: Vec<Vec<u8>> = set
+        .rows
+        .par_chunks(ROWS_PER_BLOCK)
+        .map(|rows| {
+            let mut block = Vec::new();
+            for row in rows {
+                write_row(row, &mut block)?;
             }
-        }
-        out.extend_from_slice(&mask);
-        row.source_rows
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
-        row.seq_lengths
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+            Ok(block)
+        })
+        .collect::<Result<_, String>>()?;
+    for block in &blocks {
+        out.extend_from_slice(block);
     }
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());

@@ -111,10 +111,12 @@ impl Records {
                         break;
                     }
                     self.count += 1;
-                    let text = match String::from_utf8(std::mem::take(&mut buffer)) {
-                        Ok(text) => text,
+                    // The buffer is kept for the next line; the line gets one allocation of
+                    // its own size.
+                    let text = match std::str::from_utf8(&buffer) {
+                        Ok(text) => text.to_owned(),
                         // Kept as a line that cannot parse: reported (or skipped) with the others.
-                        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+                        Err(_) => String::from_utf8_lossy(&buffer).into_owned(),
                     };
                     if !text.trim().is_empty() {
                         lines.push((self.count, text));

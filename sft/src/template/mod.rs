@@ -163,3 +163,30 @@ fn describe(error: &Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The walk finds a marker wherever the JSON text of the conversation would show one, and
+    /// nowhere else.
+    #[test]
+    fn markers_are_found_in_keys_and_strings_as_in_the_json_text() {
+        let cases = [
+            serde_json::json!([{"role": "user", "content": "plain"}]),
+            serde_json::json!([{"role": "user", "content": "a\u{E000}b"}]),
+            serde_json::json!([{"role": "user", "content": "x", "meta": {"k\u{E001}": 1}}]),
+            serde_json::json!([{"role": "user", "content": ["deep", ["\u{E001}"]]}]),
+            serde_json::json!([{"role": "user", "content": null, "n": 57344}]),
+        ];
+        let mut found = 0;
+        for value in &cases {
+            let by_text = value
+                .to_string()
+                .contains([generation::OPEN, generation::CLOSE]);
+            assert_eq!(holds_marker(value), by_text, "{value}");
+            found += usize::from(by_text);
+        }
+        assert_eq!(found, 3);
+    }
+}

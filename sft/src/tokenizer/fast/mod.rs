@@ -78,7 +78,7 @@ impl FastEncoder {
         special: AddSpecial,
         caching: Caching,
     ) -> Result<Vec<u32>, String> {
-        let mut ids = Vec::with_capacity(text.len() / 3 + 4);
+        let mut ids = Vec::with_capacity(text.len() / 2 + 8);
         self.run(tokenizer, text, special, caching, &mut ids, None)?;
         Ok(ids)
     }
@@ -102,8 +102,8 @@ impl FastEncoder {
         if !self.gives_offsets() {
             return Ok(None);
         }
-        let mut ids = Vec::with_capacity(text.len() / 3 + 4);
-        let mut offsets = Vec::with_capacity(text.len() / 3 + 4);
+        let mut ids = Vec::with_capacity(text.len() / 2 + 8);
+        let mut offsets = Vec::with_capacity(text.len() / 2 + 8);
         self.run(
             tokenizer,
             text,
