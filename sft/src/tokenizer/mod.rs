@@ -255,12 +255,11 @@ impl HfTokenizer {
     /// tokenizer and gives offsets (Metaspace tokenizers; the same ids and spans), else from
     /// the crate.
     pub fn encode_with_offsets(&self, text: &str, special: AddSpecial) -> Result<Encoded, String> {
-        if let Some((fast, caching)) = self.fast_encoder() {
-            if let Some((ids, offsets)) =
+        if let Some((fast, caching)) = self.fast_encoder()
+            && let Some((ids, offsets)) =
                 fast.encode_with_offsets(&self.inner, text, special, caching)?
-            {
-                return Ok(Encoded { ids, offsets });
-            }
+        {
+            return Ok(Encoded { ids, offsets });
         }
         self.encode_with_offsets_by_crate(text, special)
     }

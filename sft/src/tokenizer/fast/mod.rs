@@ -48,6 +48,9 @@ impl fmt::Display for Unsupported {
     }
 }
 
+/// Token ids and each token's byte span in the text.
+pub type IdsAndSpans = (Vec<u32>, Vec<(usize, usize)>);
+
 /// A fast encoder of one tokenizer.
 #[derive(Debug, Clone)]
 pub struct FastEncoder {
@@ -98,7 +101,7 @@ impl FastEncoder {
         text: &str,
         special: AddSpecial,
         caching: Caching,
-    ) -> Result<Option<(Vec<u32>, Vec<(usize, usize)>)>, String> {
+    ) -> Result<Option<IdsAndSpans>, String> {
         if !self.gives_offsets() {
             return Ok(None);
         }
