@@ -45,19 +45,24 @@ fn write_row(row: &PreparedRow, out: &mut Vec<u8>) -> Result<(), String> {
 pub const MAGIC: &[u8; 8] = b"DSPLSFT\x02";
 
 /// The bytes of `set` under `key`, or why it cannot be cached (a label that is neither its
-/// token's id nor -100).
+/// token's id nor -100): [`encode_parts`] joined.
 pub fn encode(key: u64, set: &PreparedSet) -> Result<Vec<u8>, String> {
-    let tokens: usize = set.rows.iter().map(PreparedRow::len).sum();
-    let mut out = Vec::with_capacity(64 + tokens * 5 + set.rows.len() * 24);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&key.to_le_bytes());
-    out.push(shape_code(set.shape));
+    Ok(encode_parts(key, set)?.concat())
+}
+
+/// The bytes of `set` under `key` as consecutive parts (the header, blocks of rows, the
+/// CRC-32): written as they are, the parts make the file, with no copy into one buffer. The
+/// blocks are made in parallel (a row's bytes depend on it alone), and so are their checksums,
+/// combined in order.
+pub fn encode_parts(key: u64, set: &PreparedSet) -> Result<Vec<Vec<u8>>, String> {
+    let mut header = Vec::with_capacity(64);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&key.to_le_bytes());
+    header.push(shape_code(set.shape));
     for count in [set.dropped_all_masked, set.bad.count, set.rows.len() as u64] {
-        out.extend_from_slice(&count.to_le_bytes());
+        header.extend_from_slice(&count.to_le_bytes());
     }
-    // Rows are written a block at a time in parallel (the bytes of a row depend on it alone),
-    // then joined in order.
-    let blocks: Vec<Vec<u8>> = set
+    let blocks: Vec<(Vec<u8>, crc32fast::Hasher)> = set
         .rows
         .par_chunks(ROWS_PER_BLOCK)
         .map(|rows| {
@@ -65,15 +70,21 @@ pub fn encode(key: u64, set: &PreparedSet) -> Result<Vec<u8>, String> {
             for row in rows {
                 write_row(row, &mut block)?;
             }
-            Ok(block)
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(&block);
+            Ok((block, crc))
         })
         .collect::<Result<_, String>>()?;
-    for block in &blocks {
-        out.extend_from_slice(block);
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&header);
+    let mut parts = Vec::with_capacity(blocks.len() + 2);
+    parts.push(header);
+    for (block, block_crc) in blocks {
+        crc.combine(&block_crc);
+        parts.push(block);
     }
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    Ok(out)
+    parts.push(crc.finalize().to_le_bytes().to_vec());
+    Ok(parts)
 }
 
 /// What a cache file holds, or why it is not a valid one.
@@ -202,5 +213,55 @@ impl<'a> Reader<'a> {
                 .ok_or("names an impossible row length")?,
         )?;
         Ok(bytes.chunks_exact(width).map(read).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Several blocks of rows (so that the checksums are combined), written and read back.
+    #[test]
+    fn parts_make_a_file_that_decodes_to_the_same_set() {
+        let rows: Vec<PreparedRow> = (0..3 * ROWS_PER_BLOCK + 7)
+            .map(|n| {
+                let input_ids: Vec<u32> =
+                    (0..(n % 13) as u32 + 1).map(|t| t * 7 + n as u32).collect();
+                let labels = input_ids
+                    .iter()
+                    .enumerate()
+                    .map(|(at, &id)| {
+                        if (at + n) % 3 == 0 {
+                            IGNORE
+                        } else {
+                            i64::from(id)
+                        }
+                    })
+                    .collect();
+                PreparedRow {
+                    seq_lengths: vec![input_ids.len() as u32],
+                    source_rows: vec![n as u64],
+                    input_ids,
+                    labels,
+                }
+            })
+            .collect();
+        let set = PreparedSet {
+            rows,
+            shape: Shape::Text,
+            dropped_all_masked: 2,
+            bad: BadRows::default(),
+        };
+        let parts = encode_parts(41, &set).expect("encodes");
+        assert!(parts.len() > 4, "{} parts", parts.len());
+        let bytes = encode(41, &set).expect("encodes");
+        assert_eq!(bytes, parts.concat());
+        let (key, back) = decode(&bytes).expect("decodes");
+        assert_eq!(key, 41);
+        assert_eq!(back, set);
+        let mut damaged = bytes.clone();
+        let middle = damaged.len() / 2;
+        damaged[middle] ^= 1;
+        assert!(decode(&damaged).is_err());
     }
 }

@@ -78,9 +78,10 @@ pub fn save(path: &Path, key: Fingerprint, set: &PreparedSet) -> Result<(), SftE
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
         std::process::id()
     ));
-    let bytes = format::encode(key.value(), set).map_err(|why| SftError::in_file(&shown, why))?;
+    let parts =
+        format::encode_parts(key.value(), set).map_err(|why| SftError::in_file(&shown, why))?;
     let written = std::fs::File::create(&temporary).and_then(|mut file| {
-        write_parts(&mut file, &bytes)?;
+        write_parts(&mut file, &parts)?;
         file.sync_all()
     });
     if let Err(e) = written.and_then(|()| std::fs::rename(&temporary, path)) {
@@ -90,26 +91,29 @@ pub fn save(path: &Path, key: Fingerprint, set: &PreparedSet) -> Result<(), SftE
     Ok(())
 }
 
-/// Bytes per part of [`write_parts`].
-const PART: usize = 8 << 20;
-
-/// Writes `bytes` to the start of `file`: on Unix a part at a time at its offset, in
+/// Writes `parts`, one after another, to the start of `file`: on Unix each at its offset, in
 /// parallel (copying a large cache into the page cache is a large share of its writing).
-fn write_parts(file: &mut std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+fn write_parts(file: &mut std::fs::File, parts: &[Vec<u8>]) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use rayon::prelude::*;
         use std::os::unix::fs::FileExt;
         let file = &*file;
-        bytes
-            .par_chunks(PART)
-            .enumerate()
-            .try_for_each(|(n, part)| file.write_all_at(part, (n * PART) as u64))
+        let mut offsets = Vec::with_capacity(parts.len());
+        let mut at = 0u64;
+        for part in parts {
+            offsets.push(at);
+            at += part.len() as u64;
+        }
+        parts
+            .par_iter()
+            .zip(offsets)
+            .try_for_each(|(part, offset)| file.write_all_at(part, offset))
     }
     #[cfg(not(unix))]
     {
         use std::io::Write;
-        file.write_all(bytes)
+        parts.iter().try_for_each(|part| file.write_all(part))
     }
 }
 
