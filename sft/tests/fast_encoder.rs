@@ -6,7 +6,10 @@
 //! that take the other supported shapes (Llama 3's, Qwen 2's and GPT-2's `Split` patterns,
 //! `add_prefix_space`, a post-processor `Sequence`, Metaspace with `split` and other
 //! `prepend_scheme`s, a normalized added token); shapes it does not take are refused with the
-//! reason and keep the crate's ids. Skips without `../shared`.
+//! reason and keep the crate's ids. The per-thread word cache changes nothing: ids with it
+//! (misses, then all hits on a second pass) equal ids without it. Offsets (Metaspace) equal
+//! the crate's too, and so do the chat template's ids and assistant masks. Skips without
+//! `../shared`.
 
 mod support;
 
@@ -250,23 +253,42 @@ fn corpus(dir: &Path) -> Vec<String> {
     texts
 }
 
-/// Asserts that the fast encoder takes `tokenizer` and agrees with the crate on every text.
+/// Asserts that the fast encoder takes `tokenizer` and agrees with the crate on every text:
+/// ids with the cache (a first pass of misses and hits, a second of hits) and without it, and
+/// the offsets.
 fn assert_agrees(name: &str, tokenizer: &HfTokenizer, texts: &[String]) {
     if let Err(why) = tokenizer.fast_path() {
         panic!("{name}: {why}");
     }
+    let uncached = tokenizer.clone().with_path(EncodePath::FastUncached);
     let mut tokens = 0;
-    for text in texts {
-        for special in [AddSpecial::Yes, AddSpecial::No] {
-            let fast = tokenizer.encode(text, special).expect("fast encodes");
-            let oracle = tokenizer
-                .encode_by_crate(text, special)
-                .expect("crate encodes");
-            assert_eq!(fast, oracle, "{name}: {text:?} ({special:?})");
-            tokens += fast.len();
+    for pass in ["first", "second"] {
+        for text in texts {
+            for special in [AddSpecial::Yes, AddSpecial::No] {
+                let fast = tokenizer.encode(text, special).expect("fast encodes");
+                let oracle = tokenizer
+                    .encode_by_crate(text, special)
+                    .expect("crate encodes");
+                assert_eq!(fast, oracle, "{name}, {pass} pass: {text:?} ({special:?})");
+                tokens += fast.len();
+                if pass == "second" {
+                    let missed = uncached.encode(text, special).expect("uncached encodes");
+                    assert_eq!(missed, oracle, "{name}, uncached: {text:?} ({special:?})");
+                    let spans = tokenizer
+                        .encode_with_offsets(text, special)
+                        .expect("fast offsets");
+                    let crate_spans = tokenizer
+                        .encode_with_offsets_by_crate(text, special)
+                        .expect("crate offsets");
+                    assert_eq!(
+                        spans, crate_spans,
+                        "{name}, offsets: {text:?} ({special:?})"
+                    );
+                }
+            }
         }
     }
-    assert!(tokens > 100_000, "{name}: only {tokens} tokens compared");
+    assert!(tokens > 200_000, "{name}: only {tokens} tokens compared");
 }
 
 /// Makes every piece the crate's pre-tokenizer cuts from `texts` one token (`ignore_merges`
@@ -453,4 +475,37 @@ fn other_shapes_keep_the_crate_path_and_say_why() {
         .expect("loads")
         .with_path(EncodePath::Crate);
     assert!(forced.fast_path().is_err());
+}
+
+/// The conversations of the fixtures, rendered by llama_sp's template (it has
+/// `{% generation %}` blocks, so the assistant mask needs offsets): the fast path's ids and
+/// masks are the crate's, and the fast path did give offsets (a Metaspace tokenizer).
+#[test]
+fn chat_template_ids_and_masks_agree_with_the_crate() {
+    let Some(dir) = support::reference() else {
+        return;
+    };
+    let tokenizer = HfTokenizer::from_dir(&model(&dir, "llama_sp")).expect("loads");
+    assert!(tokenizer.fast_offsets(), "llama_sp takes fast offsets");
+    let by_crate = tokenizer.clone().with_path(EncodePath::Crate);
+    assert!(!by_crate.fast_offsets());
+    let mut masked = 0;
+    for file in ["messages.jsonl", "messages_eval.jsonl"] {
+        let text = std::fs::read_to_string(dir.join("data").join(file)).expect("data");
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let record: Value = serde_json::from_str(line).expect("json");
+            let messages = &record["messages"];
+            for prompt in [false, true] {
+                let fast = tokenizer
+                    .apply_chat_template(messages, prompt)
+                    .expect("fast");
+                let oracle = by_crate
+                    .apply_chat_template(messages, prompt)
+                    .expect("crate");
+                assert_eq!(fast, oracle, "{line}");
+                masked += fast.assistant_mask.iter().filter(|&&m| m).count();
+            }
+        }
+    }
+    assert!(masked > 1000, "only {masked} assistant tokens compared");
 }

@@ -16,7 +16,7 @@ pub use example::{Example, Shape, ShapeChoice};
 pub use files::{FileKind, dataset_files};
 pub use records::{Chunk, RawRecord, Records};
 
-use crate::error::{Location, SftError};
+use crate::error::{Location, Record, SftError};
 
 /// What to do with a record that is not a valid example (malformed JSON, a missing field, a
 /// field of the wrong type, an unknown role): `--on-bad-row`.
@@ -151,17 +151,38 @@ impl DatasetReader {
                 self.current = None;
                 continue;
             };
-            let raw: Vec<RawRecord> = match chunk {
-                Chunk::Lines(lines) => {
+            let examples = match (chunk, self.shape) {
+                // Text rows of a known shape: the text field is taken without building the
+                // object (a line it does not take is parsed whole, as below).
+                (Chunk::Lines(lines), Some(Shape::Text)) => {
                     let name = records.name().to_string();
-                    lines
+                    let field = &self.options.text_field;
+                    let checked = lines
+                        .par_iter()
+                        .map(|line| match records::text_field(&line.1, field) {
+                            Some(text) => (
+                                Location::record(&name, Record::Line(line.0)),
+                                Ok(Example::Text(text)),
+                            ),
+                            None => {
+                                let (location, value) = records::parse_line(&name, line);
+                                let example = value.and_then(|v| Shape::Text.example(v, field));
+                                (location, example)
+                            }
+                        })
+                        .collect();
+                    self.keep(checked)?
+                }
+                (Chunk::Lines(lines), _) => {
+                    let name = records.name().to_string();
+                    let raw = lines
                         .par_iter()
                         .map(|line| records::parse_line(&name, line))
-                        .collect()
+                        .collect();
+                    self.check(raw)?
                 }
-                Chunk::Values(values) => values,
+                (Chunk::Values(values), _) => self.check(values)?,
             };
-            let examples = self.check(raw)?;
             if !examples.is_empty() {
                 return Ok(Some(examples));
             }
@@ -196,8 +217,6 @@ impl DatasetReader {
             }
             return Ok(Vec::new());
         };
-        let first_row = self.rows;
-        self.rows += raw.len() as u64;
         let text_field = &self.options.text_field;
         let checked: Vec<(Location, Result<Example, String>)> = raw
             .into_par_iter()
@@ -206,6 +225,17 @@ impl DatasetReader {
                 (location, example)
             })
             .collect();
+        self.keep(checked)
+    }
+
+    /// The valid examples of a chunk of checked records, numbered; each bad one is an error or
+    /// a counted skip.
+    fn keep(
+        &mut self,
+        checked: Vec<(Location, Result<Example, String>)>,
+    ) -> Result<Vec<Sourced>, SftError> {
+        let first_row = self.rows;
+        self.rows += checked.len() as u64;
         let mut examples = Vec::with_capacity(checked.len());
         for (offset, (location, example)) in checked.into_iter().enumerate() {
             match example {

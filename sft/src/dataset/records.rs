@@ -111,10 +111,12 @@ impl Records {
                         break;
                     }
                     self.count += 1;
-                    let text = match String::from_utf8(std::mem::take(&mut buffer)) {
-                        Ok(text) => text,
+                    // The buffer is kept for the next line; the line gets one allocation of
+                    // its own size.
+                    let text = match std::str::from_utf8(&buffer) {
+                        Ok(text) => text.to_owned(),
                         // Kept as a line that cannot parse: reported (or skipped) with the others.
-                        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+                        Err(_) => String::from_utf8_lossy(&buffer).into_owned(),
                     };
                     if !text.trim().is_empty() {
                         lines.push((self.count, text));
@@ -182,4 +184,85 @@ pub fn parse_line(name: &str, (line, text): &(u64, String)) -> RawRecord {
     let value = serde_json::from_str::<Value>(text)
         .map_err(|e| format!("is not valid JSON: {e} (column {})", e.column()));
     (location, value)
+}
+
+/// The string field `field` of a JSON object line, parsed without building the object: keys
+/// are borrowed, other values are skipped (still checked as JSON). `None` unless the line is
+/// one JSON object whose last `field` entry (the one a parsed object keeps) is a string; the
+/// caller then parses the line whole, so every message about a bad line stays the same.
+pub fn text_field(line: &str, field: &str) -> Option<String> {
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+    use std::borrow::Cow;
+
+    struct Field<'f>(&'f str);
+
+    impl<'de> Visitor<'de> for Field<'_> {
+        type Value = Option<String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found: Option<Value> = None;
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                if key == self.0 {
+                    found = Some(map.next_value::<Value>()?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(match found {
+                Some(Value::String(text)) => Some(text),
+                _ => None,
+            })
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Field<'_> {
+        type Value = Option<String>;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+
+    let mut reader = serde_json::Deserializer::from_str(line);
+    let text = Field(field).deserialize(&mut reader).ok()??;
+    reader.end().ok()?;
+    Some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The borrowed parse gives what the whole parse gives, and gives up (`None`) wherever the
+    /// whole parse would not yield a string field.
+    #[test]
+    fn text_field_agrees_with_the_whole_parse() {
+        let lines = [
+            r#"{"text": "plain"}"#,
+            r#"{"id": 3, "text": "with \"escapes\" \u00e9", "x": [1, {"text": 2}]}"#,
+            r#"{"te\u0078t": "escaped key"}"#,
+            r#"{"text": "first", "text": "last wins"}"#,
+            r#"{"text": "first", "text": 5}"#,
+            r#"{"text": 5}"#,
+            r#"{"other": "no text"}"#,
+            r#"["text", "an array"]"#,
+            r#"{"text": "trailing"} x"#,
+            r#"{"text": "broken"#,
+            r#"  {"text": "spaced"}  "#,
+        ];
+        let mut taken = 0;
+        for line in lines {
+            let whole = serde_json::from_str::<Value>(line)
+                .ok()
+                .and_then(|v| v.get("text").and_then(Value::as_str).map(str::to_owned));
+            let fast = text_field(line, "text");
+            assert_eq!(fast, whole, "{line}");
+            taken += usize::from(fast.is_some());
+        }
+        assert_eq!(taken, 5);
+    }
 }

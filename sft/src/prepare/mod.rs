@@ -1,7 +1,7 @@
 //! A dataset prepared as TRL 1.16's `SFTTrainer._prepare_dataset` prepares it: every example
 //! tokenized and labelled ([`row`]), in parallel a chunk at a time as the
-//! [`DatasetReader`] streams them, then packed when [`Packing::Bfd`] is on
-//! ([`crate::pack`]).
+//! [`DatasetReader`] streams them (the next chunk is read while the current one is
+//! prepared), then packed when [`Packing::Bfd`] is on ([`crate::pack`]).
 
 pub mod row;
 pub mod settings;
@@ -39,11 +39,20 @@ pub fn prepare_dataset(
     let mut rows = Vec::new();
     let mut dropped_all_masked = 0;
     let mut bad = BadRows::default();
-    while let Some(chunk) = reader.next_chunk()? {
-        let outcomes: Vec<Outcome> = chunk
-            .par_iter()
-            .map(|sourced| prepare_example(tokenizer, settings, sourced))
-            .collect();
+    let mut next = reader.next_chunk();
+    while let Some(chunk) = next? {
+        // The reading of the next chunk (mostly serial) overlaps the preparing of this one;
+        // this chunk's outcomes are still looked at before the next chunk's read error.
+        let (outcomes, read): (Vec<Outcome>, _) = rayon::join(
+            || {
+                chunk
+                    .par_iter()
+                    .map(|sourced| prepare_example(tokenizer, settings, sourced))
+                    .collect()
+            },
+            || reader.next_chunk(),
+        );
+        next = read;
         for outcome in outcomes {
             match outcome {
                 Outcome::Kept(row) => rows.push(row),

@@ -105,11 +105,12 @@ fn with_eos(tokenizer: &HfTokenizer, text: &str) -> Result<String, String> {
     let eos = tokenizer.special().eos.as_ref().ok_or_else(|| {
         "the tokenizer has no eos_token, which TRL appends to every text and completion".to_string()
     })?;
-    Ok(if text.ends_with(&eos.text) {
-        text.to_string()
-    } else {
-        format!("{text}{}", eos.text)
-    })
+    let mut with = String::with_capacity(text.len() + eos.text.len());
+    with.push_str(text);
+    if !text.ends_with(&eos.text) {
+        with.push_str(&eos.text);
+    }
+    Ok(with)
 }
 
 fn prompt_completion(

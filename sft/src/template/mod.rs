@@ -121,11 +121,7 @@ impl ChatTemplate {
                 generation: Vec::new(),
             });
         }
-        if request
-            .messages
-            .to_string()
-            .contains([generation::OPEN, generation::CLOSE])
-        {
+        if holds_marker(request.messages) {
             return Err(
                 "the conversation holds U+E000 or U+E001, which mark {% generation %} \
                         blocks while rendering"
@@ -134,6 +130,21 @@ impl ChatTemplate {
         }
         let (text, generation) = generation::extract(&rendered)?;
         Ok(Rendered { text, generation })
+    }
+}
+
+/// Whether a key or string anywhere in `value` holds a generation marker (what the JSON text
+/// of `value` would show: serde_json writes these characters unescaped), found without
+/// writing that text.
+fn holds_marker(value: &serde_json::Value) -> bool {
+    let marked = |text: &str| text.contains([generation::OPEN, generation::CLOSE]);
+    match value {
+        serde_json::Value::String(text) => marked(text),
+        serde_json::Value::Array(items) => items.iter().any(holds_marker),
+        serde_json::Value::Object(object) => object
+            .iter()
+            .any(|(key, item)| marked(key) || holds_marker(item)),
+        _ => false,
     }
 }
 
@@ -151,4 +162,31 @@ fn describe(error: &Error) -> String {
         text.push_str(&format!(" (template line {line})"));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The walk finds a marker wherever the JSON text of the conversation would show one, and
+    /// nowhere else.
+    #[test]
+    fn markers_are_found_in_keys_and_strings_as_in_the_json_text() {
+        let cases = [
+            serde_json::json!([{"role": "user", "content": "plain"}]),
+            serde_json::json!([{"role": "user", "content": "a\u{E000}b"}]),
+            serde_json::json!([{"role": "user", "content": "x", "meta": {"k\u{E001}": 1}}]),
+            serde_json::json!([{"role": "user", "content": ["deep", ["\u{E001}"]]}]),
+            serde_json::json!([{"role": "user", "content": null, "n": 57344}]),
+        ];
+        let mut found = 0;
+        for value in &cases {
+            let by_text = value
+                .to_string()
+                .contains([generation::OPEN, generation::CLOSE]);
+            assert_eq!(holds_marker(value), by_text, "{value}");
+            found += usize::from(by_text);
+        }
+        assert_eq!(found, 3);
+    }
 }

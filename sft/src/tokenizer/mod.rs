@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use tokenizers::Tokenizer;
 
-use fast::FastEncoder;
+use fast::{Caching, FastEncoder};
 
 pub use chat::ChatEncoded;
 pub use config::{SPECIAL_NAMES, TOKENIZER_FILES, TokenizerConfig};
@@ -51,6 +51,9 @@ impl AddSpecial {
 pub enum EncodePath {
     /// The fast encoder ([`fast`]) when the tokenizer's shape is supported, else the crate.
     Fastest,
+    /// The fast encoder without its per-thread word cache (every piece from the BPE model:
+    /// for comparisons).
+    FastUncached,
     /// Always the `tokenizers` crate (the oracle; for comparisons).
     Crate,
 }
@@ -207,7 +210,7 @@ impl HfTokenizer {
     /// Whether [`encode`](Self::encode) takes the fast encoder: `Ok` when it does, else why not.
     pub fn fast_path(&self) -> Result<(), Unsupported> {
         match (&self.fast, self.path) {
-            (Ok(_), EncodePath::Fastest) => Ok(()),
+            (Ok(_), EncodePath::Fastest | EncodePath::FastUncached) => Ok(()),
             (Ok(_), EncodePath::Crate) => Err(Unsupported {
                 reason: "the crate's path was asked for".into(),
             }),
@@ -215,12 +218,28 @@ impl HfTokenizer {
         }
     }
 
+    /// The fast encoder and its caching, when [`encode`](Self::encode) takes it.
+    fn fast_encoder(&self) -> Option<(&FastEncoder, Caching)> {
+        match (&self.fast, self.path) {
+            (Ok(fast), EncodePath::Fastest) => Some((fast, Caching::PerThread)),
+            (Ok(fast), EncodePath::FastUncached) => Some((fast, Caching::Off)),
+            _ => None,
+        }
+    }
+
+    /// Whether [`encode_with_offsets`](Self::encode_with_offsets) takes the fast encoder
+    /// (a Metaspace tokenizer on the fast path).
+    pub fn fast_offsets(&self) -> bool {
+        self.fast_encoder()
+            .is_some_and(|(fast, _)| fast.gives_offsets())
+    }
+
     /// The ids of `text` (no offsets): from the fast encoder when it takes this tokenizer (the
     /// same ids), else from the crate.
     pub fn encode(&self, text: &str, special: AddSpecial) -> Result<Vec<u32>, String> {
-        match (&self.fast, self.path) {
-            (Ok(fast), EncodePath::Fastest) => fast.encode(&self.inner, text, special),
-            _ => self.encode_by_crate(text, special),
+        match self.fast_encoder() {
+            Some((fast, caching)) => fast.encode(&self.inner, text, special, caching),
+            None => self.encode_by_crate(text, special),
         }
     }
 
@@ -232,8 +251,26 @@ impl HfTokenizer {
             .map_err(|e| e.to_string())
     }
 
-    /// The ids of `text` and each token's byte span.
+    /// The ids of `text` and each token's byte span: from the fast encoder when it takes this
+    /// tokenizer and gives offsets (Metaspace tokenizers; the same ids and spans), else from
+    /// the crate.
     pub fn encode_with_offsets(&self, text: &str, special: AddSpecial) -> Result<Encoded, String> {
+        if let Some((fast, caching)) = self.fast_encoder()
+            && let Some((ids, offsets)) =
+                fast.encode_with_offsets(&self.inner, text, special, caching)?
+        {
+            return Ok(Encoded { ids, offsets });
+        }
+        self.encode_with_offsets_by_crate(text, special)
+    }
+
+    /// The ids of `text` and each token's byte span from the `tokenizers` crate, whatever the
+    /// path.
+    pub fn encode_with_offsets_by_crate(
+        &self,
+        text: &str,
+        special: AddSpecial,
+    ) -> Result<Encoded, String> {
         let encoding = self
             .inner
             .encode(text, special.flag())

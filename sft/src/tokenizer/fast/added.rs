@@ -10,8 +10,8 @@ use tokenizers::AddedToken;
 /// One part of a text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Segment<'a> {
-    /// An added token's id.
-    Added(u32),
+    /// An added token's id, and its byte span in the whole text.
+    Added(u32, (usize, usize)),
     /// Text between added tokens, and its byte offset in the whole text.
     Text(&'a str, usize),
 }
@@ -103,7 +103,10 @@ fn split<'a>(matcher: Option<&Matcher>, text: &'a str, offset: usize, out: &mut 
             if found.start() > start {
                 out.push(Segment::Text(&text[start..found.start()], offset + start));
             }
-            out.push(Segment::Added(matcher.ids[found.pattern().as_usize()]));
+            out.push(Segment::Added(
+                matcher.ids[found.pattern().as_usize()],
+                (offset + found.start(), offset + found.end()),
+            ));
             start = found.end();
         }
     }

@@ -9,8 +9,9 @@
 //! 4. the post-processor's special tokens go around them ([`post`]).
 //!
 //! The crate stays the oracle: `tests/fast_encoder.rs` compares every id with the crate's on
-//! a large varied corpus. Offsets are not computed here (`encode_with_offsets` keeps the
-//! crate's path).
+//! a large varied corpus, with the cache and without it. Offsets are computed for Metaspace
+//! tokenizers ([`FastEncoder::encode_with_offsets`], also checked against the crate's);
+//! byte-level ones keep the crate's path for them.
 
 mod added;
 mod bytes;
@@ -26,6 +27,9 @@ use std::fmt;
 use tokenizers::Tokenizer;
 
 use super::AddSpecial;
+use words::Sink;
+
+pub use cache::Caching;
 
 /// Why a tokenizer is not taken by the fast encoder (it keeps the crate's path).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +47,9 @@ impl fmt::Display for Unsupported {
         )
     }
 }
+
+/// Token ids and each token's byte span in the text.
+pub type IdsAndSpans = (Vec<u32>, Vec<(usize, usize)>);
 
 /// A fast encoder of one tokenizer.
 #[derive(Debug, Clone)]
@@ -72,18 +79,78 @@ impl FastEncoder {
         tokenizer: &Tokenizer,
         text: &str,
         special: AddSpecial,
+        caching: Caching,
     ) -> Result<Vec<u32>, String> {
+        let mut ids = Vec::with_capacity(text.len() / 2 + 8);
+        self.run(tokenizer, text, special, caching, &mut ids, None)?;
+        Ok(ids)
+    }
+
+    /// Whether [`encode_with_offsets`](Self::encode_with_offsets) gives offsets (Metaspace
+    /// tokenizers).
+    pub fn gives_offsets(&self) -> bool {
+        self.words.gives_offsets()
+    }
+
+    /// The ids of `text` and each token's byte span, equal to the crate's `encode` (the
+    /// post-processor's tokens span `(0, 0)`), or `None` when this encoder does not give
+    /// offsets ([`gives_offsets`](Self::gives_offsets)).
+    pub fn encode_with_offsets(
+        &self,
+        tokenizer: &Tokenizer,
+        text: &str,
+        special: AddSpecial,
+        caching: Caching,
+    ) -> Result<Option<IdsAndSpans>, String> {
+        if !self.gives_offsets() {
+            return Ok(None);
+        }
+        let mut ids = Vec::with_capacity(text.len() / 2 + 8);
+        let mut offsets = Vec::with_capacity(text.len() / 2 + 8);
+        self.run(
+            tokenizer,
+            text,
+            special,
+            caching,
+            &mut ids,
+            Some(&mut offsets),
+        )?;
+        Ok(Some((ids, offsets)))
+    }
+
+    fn run(
+        &self,
+        tokenizer: &Tokenizer,
+        text: &str,
+        special: AddSpecial,
+        caching: Caching,
+        ids: &mut Vec<u32>,
+        mut offsets: Option<&mut Vec<(usize, usize)>>,
+    ) -> Result<(), String> {
         let model = tokenizer.get_model();
-        let mut ids = Vec::with_capacity(text.len() / 3 + 4);
         if special == AddSpecial::Yes {
             ids.extend_from_slice(&self.post.prefix);
+            if let Some(offsets) = offsets.as_deref_mut() {
+                offsets.extend(self.post.prefix.iter().map(|_| (0, 0)));
+            }
         }
         cache::with(self.cache_key, |cache| {
+            let mut sink = Sink {
+                ids: &mut *ids,
+                offsets: offsets.as_deref_mut(),
+                cache,
+                caching,
+            };
             for segment in self.added.segments(text) {
                 match segment {
-                    added::Segment::Added(id) => ids.push(id),
+                    added::Segment::Added(id, span) => {
+                        sink.ids.push(id);
+                        if let Some(offsets) = sink.offsets.as_deref_mut() {
+                            offsets.push(span);
+                        }
+                    }
                     added::Segment::Text(part, offset) => {
-                        self.words.encode(part, offset, cache, model, &mut ids)?;
+                        self.words.encode(part, offset, model, &mut sink)?;
                     }
                 }
             }
@@ -91,7 +158,10 @@ impl FastEncoder {
         })?;
         if special == AddSpecial::Yes {
             ids.extend_from_slice(&self.post.suffix);
+            if let Some(offsets) = offsets {
+                offsets.extend(self.post.suffix.iter().map(|_| (0, 0)));
+            }
         }
-        Ok(ids)
+        Ok(())
     }
 }
