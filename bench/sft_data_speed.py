@@ -5,20 +5,16 @@
    texts, each row's number woven in) is prepared once (tokenized and cached next to the data),
    then `dsplan run` is started again on it; the script reads stderr as it arrives and prints
    the seconds from launch to the `data:` line (the cache read) and to the first step's line.
-2. Training tokens/s on JSONL against pre-tokenized data: the `text` fixture run (TRL's config,
-   model and data) on its JSONL and on the same run's collated micro-batches
-   (`batches.safetensors`, what the Trainer fed the model), in paired rounds that alternate which
-   goes first; each round's figure is the run summary's tokens/s. Prints every round and the
-   median ratio JSONL / pre-tokenized.
+(Training tokens/s on JSONL against pre-tokenized data is not measured here: `dsplan run`
+takes no pre-tokenized input for a fine-tuning run yet.)
 
     python3 bench/sft_data_speed.py --dsplan-bin target/release/dsplan [--megabytes 100]
-        [--rounds 5] [--shared ../shared]
+        [--shared ../shared]
 """
 
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,20 +60,12 @@ def timed_run(command: list[str]) -> tuple[float | None, float | None, float, st
     return data_at, first_step_at, time.monotonic() - start, "".join(seen)
 
 
-def summary_tokens_per_s(command: list[str]) -> float:
-    out = subprocess.run(command + ["--format", "json"], capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"{' '.join(command)} exited {out.returncode}:\n{out.stderr[-3000:]}")
-    return float(json.loads(out.stdout)["tokens_per_s"])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dsplan-bin", default=str(ROOT / "target/release/dsplan"))
     parser.add_argument("--shared", default=os.environ.get("DSPLAN_SHARED_DIR",
                                                            str(ROOT.parent / "shared")))
     parser.add_argument("--megabytes", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     sft = Path(args.shared) / "reference/sft"
     run_dir = sft / "runs/text"
@@ -96,31 +84,14 @@ def main() -> None:
         big = work / "big.jsonl"
         size = build_jsonl(sft / "data/text.jsonl", big, args.megabytes)
         command = base + ["--data", str(big), "--steps", "1"]
-        data_at, _, total, _ = timed_run(command)
+        data_at, _, total, stderr = timed_run(command)
+        data_line = next(l for l in stderr.splitlines() if l.startswith("data:"))
         print(f"{size / 1e6:.1f} MB JSONL, first run (tokenized and cached): data ready at "
-              f"{data_at:.2f} s, done at {total:.2f} s")
+              f"{data_at:.2f} s, done at {total:.2f} s\n  {data_line}")
         data_at, first_step_at, total, _ = timed_run(command)
         print(f"cached re-run: data ready at {data_at:.2f} s, first step done at "
               f"{first_step_at:.2f} s after launch ({first_step_at - data_at:.2f} s after the "
               f"data), exit at {total:.2f} s")
-
-        train = work / "text.jsonl"
-        train.write_bytes((sft / run["train_file"]).read_bytes())
-        jsonl = base + ["--data", str(train)]
-        recorded = base + ["--data", str(run_dir / "batches.safetensors")]
-        summary_tokens_per_s(jsonl)  # tokenizes and caches the fixture's rows
-        ratios = []
-        for round_index in range(args.rounds):
-            order = [("jsonl", jsonl), ("pre-tokenized", recorded)]
-            if round_index % 2:
-                order.reverse()
-            rates = {name: summary_tokens_per_s(cmd) for name, cmd in order}
-            ratio = rates["jsonl"] / rates["pre-tokenized"]
-            ratios.append(ratio)
-            print(f"round {round_index + 1}: jsonl {rates['jsonl']:,.0f} tokens/s, "
-                  f"pre-tokenized {rates['pre-tokenized']:,.0f} tokens/s, ratio {ratio:.3f}")
-        print(f"median ratio jsonl / pre-tokenized over {args.rounds} rounds: "
-              f"{statistics.median(ratios):.3f}")
 
 
 if __name__ == "__main__":
