@@ -43,32 +43,33 @@ fn json(path: &std::path::Path) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Runs fixture `name` through `dsplan run` and checks it against the reference; the temp
-/// directory and the model `--save-model` wrote in it (`None` without the fixtures).
-fn check(name: &str) -> Option<(tempfile::TempDir, PathBuf)> {
-    let root = sft_dir()?;
-    let run_dir = root.join("runs").join(name);
-    let run = json(&run_dir.join("run.json"));
-    let trajectory = json(&run_dir.join("trajectory.json"));
-    let work = tempfile::tempdir().expect("temp dir");
+/// `dsplan run` on fixture `name` (its ds_config, its model and data copied into `work` so the
+/// token cache goes there) with `changes` made to its `sft_config_explicit`, at the fixture's
+/// world size, saving the model to `work/saved`: the `--metrics` lines.
+fn run_fixture(root: &Path, name: &str, changes: &Value, work: &Path) -> Vec<Value> {
+    let run = json(&root.join("runs").join(name).join("run.json"));
+    let world = json(&root.join("runs").join(name).join("trajectory.json"))["world_size"]
+        .as_u64()
+        .expect("world_size");
+    let mut sft_config = run["sft_config_explicit"].clone();
+    for (key, value) in changes.as_object().expect("changes") {
+        sft_config[key] = value.clone();
+    }
     let write = |file: &str, value: &Value| {
-        let path = work.path().join(file);
+        let path = work.join(file);
         std::fs::write(&path, value.to_string()).expect("write");
         path
     };
     let ds = write("ds_config.json", &run["ds_config_input"]);
-    let args = write("sft_config.json", &run["sft_config_explicit"]);
-    // The data copied, so its token cache goes into the temp dir.
+    let args = write("sft_config.json", &sft_config);
     let copy = |key: &str| {
         let source = root.join(run[key].as_str().expect("file"));
-        let target = work.path().join(source.file_name().expect("name"));
+        let target = work.join(source.file_name().expect("name"));
         std::fs::copy(&source, &target).expect("copy");
         target
     };
     let (train, eval) = (copy("train_file"), copy("eval_file"));
-    let metrics = work.path().join("metrics.jsonl");
-    let saved = work.path().join("saved");
-    let world = trajectory["world_size"].as_u64().expect("world_size");
+    let metrics = work.join("metrics.jsonl");
     let output = Command::cargo_bin("dsplan")
         .expect("binary")
         .arg("run")
@@ -88,16 +89,27 @@ fn check(name: &str) -> Option<(tempfile::TempDir, PathBuf)> {
         .arg("--metrics")
         .arg(&metrics)
         .arg("--save-model")
-        .arg(&saved)
+        .arg(work.join("saved"))
         .output()
         .expect("runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{name}: {stderr}");
-    let lines: Vec<Value> = std::fs::read_to_string(&metrics)
+    std::fs::read_to_string(&metrics)
         .expect("metrics")
         .lines()
         .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
+        .collect()
+}
+
+/// Runs fixture `name` through `dsplan run` and checks it against the reference; the temp
+/// directory and the model `--save-model` wrote in it (`None` without the fixtures).
+fn check(name: &str) -> Option<(tempfile::TempDir, PathBuf)> {
+    let root = sft_dir()?;
+    let run_dir = root.join("runs").join(name);
+    let trajectory = json(&run_dir.join("trajectory.json"));
+    let work = tempfile::tempdir().expect("temp dir");
+    let lines = run_fixture(&root, name, &serde_json::json!({}), work.path());
+    let saved = work.path().join("saved");
     let losses: Vec<f64> = lines.iter().filter_map(|l| l["loss"].as_f64()).collect();
     let reference: Vec<f64> = trajectory["steps"]
         .as_array()
@@ -193,51 +205,8 @@ fn text_ws2_run_matches_sft_trainer() {
 /// `sft_config_explicit` (`None` without the fixtures).
 fn text_run_with(changes: &Value) -> Option<Vec<Value>> {
     let root = sft_dir()?;
-    let run = json(&root.join("runs/text/run.json"));
     let work = tempfile::tempdir().expect("temp dir");
-    let mut sft_config = run["sft_config_explicit"].clone();
-    for (key, value) in changes.as_object().expect("changes") {
-        sft_config[key] = value.clone();
-    }
-    let ds = work.path().join("ds_config.json");
-    std::fs::write(&ds, run["ds_config_input"].to_string()).expect("write");
-    let args = work.path().join("sft_config.json");
-    std::fs::write(&args, sft_config.to_string()).expect("write");
-    let copy = |key: &str| {
-        let source = root.join(run[key].as_str().expect("file"));
-        let target = work.path().join(source.file_name().expect("name"));
-        std::fs::copy(&source, &target).expect("copy");
-        target
-    };
-    let (train, eval) = (copy("train_file"), copy("eval_file"));
-    let metrics = work.path().join("metrics.jsonl");
-    let output = Command::cargo_bin("dsplan")
-        .expect("binary")
-        .arg("run")
-        .arg(&ds)
-        .arg("--model")
-        .arg(root.join(run["model"].as_str().expect("model")))
-        .arg("--data")
-        .arg(&train)
-        .arg("--eval-data")
-        .arg(&eval)
-        .arg("--training-args")
-        .arg(&args)
-        .arg("--device")
-        .arg("cpu")
-        .arg("--metrics")
-        .arg(&metrics)
-        .output()
-        .expect("runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    Some(
-        std::fs::read_to_string(&metrics)
-            .expect("metrics")
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("JSON line"))
-            .collect(),
-    )
+    Some(run_fixture(&root, "text", changes, work.path()))
 }
 
 /// `(step, eval_loss)` of every eval line.

@@ -23,6 +23,7 @@ mod control;
 mod divergence;
 mod error;
 pub mod eval;
+mod gather;
 pub mod model;
 pub mod plan;
 pub(crate) mod prepare;
@@ -40,12 +41,12 @@ pub use control::StepControl;
 pub use divergence::{Diverged, check_loss};
 pub use error::TrainError;
 pub use eval::{EvalLoss, EvalWeighting, eval_loss, trainer_eval_loss};
+pub(crate) use gather::gather_everyone;
 pub use model::{
     DEFAULT_PRESET, ModelChoiceError, ModelSource, check_finite_weights, choose_model, model_config,
 };
 pub use plan::{compile_cuda_plan, compile_plan, plan_training};
 pub(crate) use prepare::check_model;
-pub(crate) use rank::gather_everyone;
 pub use rank::train_planned_as_rank;
 pub use report::TrainReport;
 pub use run::{train, train_planned, train_planned_with};

@@ -27,10 +27,10 @@ use dsplan_planner::plan::settings::OffloadStepping;
 use dsplan_planner::schedule::clip::fp32_clip_coefficient;
 
 use super::execute::RunScalars;
-use super::offload::OffloadPhases;
 use super::owned::{DeviceOwned, held_from_whole};
 use super::program::Op;
 use super::region::{HostRegion, Region, RegionLengths, RegionSizes};
+use super::step::OffloadPhases;
 use super::step::StepProgram;
 use crate::comm::watchdog::Watch;
 use crate::comm::{Comm, StepPhase};

@@ -156,7 +156,7 @@ impl DeviceLayout {
     ) -> Result<Self, String> {
         // Under offload the device program is built as without it, its optimizer then moved
         // to the host ([`Self::offload_optimizer`], by `super::world::rank_models`).
-        super::offload::check_offload_plan(plan)?;
+        super::offload_plan::check_offload_plan(plan)?;
         let mut settings = plan.settings.clone();
         settings.offload_optimizer = OffloadTarget::None;
         let shares = CudaShares::new(

@@ -46,6 +46,7 @@ pub mod host;
 pub mod layout;
 pub mod mfu;
 pub mod offload;
+mod offload_plan;
 pub mod owned;
 pub mod placement;
 pub mod program;

@@ -24,62 +24,14 @@
 //! leaner gradient arena at one GPU, and the host accumulating the gradient partition at
 //! W > 1, are not built), and the exact order of the norm before the step.
 
-use dsplan_planner::plan::Plan;
 use dsplan_planner::plan::cuda_offload::host::PARAM_CHUNK;
-use dsplan_planner::plan::cuda_offload::resident_numel;
-use dsplan_planner::plan::settings::{OffloadStepping, OffloadTarget};
+use dsplan_planner::plan::settings::OffloadStepping;
 
+pub use super::offload_plan::check_offload_plan;
 use super::program::{HostOp, Op, ShapeError};
 use super::region::{HostRegion, Region, TensorRef, to_usize};
-use super::step::StepProgram;
+use super::step::{OffloadPhases, StepProgram};
 use crate::tensor::Span;
-
-/// The host-side op lists of an offloaded step that `super::device_step` runs on its own
-/// schedule (the copies to and from the device are in the program's phases).
-#[derive(Debug, Clone, PartialEq)]
-pub struct OffloadPhases {
-    /// When the host step runs against the norm and the overflow check.
-    pub stepping: OffloadStepping,
-    /// The host optimizer's AdamW.
-    pub host_step: Vec<Op>,
-    /// The master and moments saved into the speculative side (speculative stepping only).
-    pub save: Vec<Op>,
-    /// The master and moments restored from it.
-    pub restore: Vec<Op>,
-}
-
-/// Whether the CUDA step runs `plan`'s offload: `None` when it does not offload, the stepping
-/// when it offloads the whole optimizer to host memory, an error naming the key otherwise.
-pub fn check_offload_plan(plan: &Plan) -> Result<Option<OffloadStepping>, String> {
-    let settings = &plan.settings;
-    if settings.offload_param.is_offloaded() {
-        return Err(
-            "zero_optimization.offload_param: the CUDA step does not fetch parameters from \
-             host memory yet (dsplan plan --backend dsplan-cuda plans it); remove offload_param"
-                .into(),
-        );
-    }
-    match settings.offload_optimizer {
-        OffloadTarget::None => return Ok(None),
-        OffloadTarget::Nvme { .. } => {
-            return Err(
-                "zero_optimization.offload_optimizer.device nvme: the CUDA step offloads the \
-                 optimizer to host memory only; use \"device\": \"cpu\""
-                    .into(),
-            );
-        }
-        OffloadTarget::Cpu { .. } => {}
-    }
-    if resident_numel(&plan.shards) > 0 {
-        return Err(
-            "zero_optimization.offload_optimizer.ratio: the CUDA step offloads the whole \
-             optimizer; a ratio below 1 (part of it kept on the GPU) is not run yet; remove \
-             ratio"
-                .into(),
-        );
-    }
-    Ok(Some(settings.offload_stepping))
-}
 
 /// `tensor`'s first `len` elements' place in host buffer `host`.
 fn host(host: HostRegion, len: usize) -> TensorRef {

@@ -25,9 +25,9 @@
 
 use dsplan_kernels::Dtype;
 use dsplan_planner::memory::cuda_layout::CudaRegion;
+use dsplan_planner::plan::settings::OffloadStepping;
 
 use super::layout::DeviceLayout;
-use super::offload::OffloadPhases;
 use super::program::{Op, ShapeError};
 use super::region::{Region, RegionSizes};
 use crate::train::AttentionKernel;
@@ -172,4 +172,18 @@ impl StepProgram {
             .map(|op| op.launches(dtype).map(|l| l.len()))
             .sum()
     }
+}
+
+/// The host-side op lists of an offloaded step that `super::device_step` runs on its own
+/// schedule (the copies to and from the device are in the program's phases).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OffloadPhases {
+    /// When the host step runs against the norm and the overflow check.
+    pub stepping: OffloadStepping,
+    /// The host optimizer's AdamW.
+    pub host_step: Vec<Op>,
+    /// The master and moments saved into the speculative side (speculative stepping only).
+    pub save: Vec<Op>,
+    /// The master and moments restored from it.
+    pub restore: Vec<Op>,
 }
