@@ -243,8 +243,8 @@ impl Reader<'_> {
     }
 
     fn flag(&mut self, key: &str, target: &mut Arg<bool>) {
-        match self.fields.object.get(key) {
-            None | Some(Value::Null) => {}
+        match self.fields.get(key) {
+            None => {}
             Some(Value::Bool(value)) => *target = Arg::given(*value, ArgOrigin::File),
             Some(other) => self
                 .fields

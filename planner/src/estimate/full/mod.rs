@@ -312,8 +312,7 @@ fn estimate_config(
     }
     margins.check().map_err(FullEstimateError::Margin)?;
     let model = prepared.model;
-    let graph = prepared.graph.as_ref().map_err(Clone::clone)?;
-    let plan = compile_graph(graph, hardware, setup, shape, config)?;
+    let plan = compile_prepared(prepared, hardware, setup, shape, config)?;
     let dims = prepared.dims.clone();
     let ctx = Context {
         model: &dims,
