@@ -102,7 +102,7 @@ fn padded(rows: &[&PreparedRow], pad_id: u32, indices: &[usize]) -> MicroBatch {
         let padding = seq_len - row.len();
         batch.input_ids.extend(&row.input_ids);
         batch.input_ids.extend(std::iter::repeat_n(pad_id, padding));
-        batch.labels.extend(&row.labels);
+        batch.labels.extend(row.labels.values(&row.input_ids));
         batch.labels.extend(std::iter::repeat_n(IGNORE, padding));
         mask.extend(std::iter::repeat_n(1u8, row.len()));
         mask.extend(std::iter::repeat_n(0u8, padding));
@@ -120,13 +120,14 @@ fn padding_free(rows: &[&PreparedRow], indices: &[usize]) -> MicroBatch {
         input_ids.extend(&row.input_ids);
         let mut offset = 0;
         for &length in &row.seq_lengths {
-            let document = &row.labels[offset..offset + length as usize];
-            labels.extend(
-                document
-                    .iter()
-                    .enumerate()
-                    .map(|(at, &label)| if at == 0 { IGNORE } else { label }),
-            );
+            let document = &row.input_ids[offset..offset + length as usize];
+            labels.extend(document.iter().enumerate().map(|(at, &id)| {
+                if at > 0 && row.labels.is_trained(offset + at) {
+                    i64::from(id)
+                } else {
+                    IGNORE
+                }
+            }));
             positions.extend(0..length);
             offset += length as usize;
         }

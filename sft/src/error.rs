@@ -2,13 +2,14 @@
 //! the line or row) it concerns and what to do about it.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Where in the user's files a problem is: a file, and within it a line (JSONL), an array index
 /// (JSON) or a row (Parquet), counted from 1 like an editor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Location {
-    /// The file as the user named it.
-    pub file: String,
+    /// The file as the user named it (shared: every record of a file names it).
+    pub file: Arc<str>,
     /// The line, element or row (from 1), when the problem is in one record.
     pub record: Option<Record>,
 }
@@ -26,17 +27,17 @@ pub enum Record {
 
 impl Location {
     /// The file `file` as a whole.
-    pub fn file(file: impl Into<String>) -> Self {
+    pub fn file(file: impl AsRef<str>) -> Self {
         Self {
-            file: file.into(),
+            file: Arc::from(file.as_ref()),
             record: None,
         }
     }
 
     /// Record `record` of `file`.
-    pub fn record(file: impl Into<String>, record: Record) -> Self {
+    pub fn record(file: &Arc<str>, record: Record) -> Self {
         Self {
-            file: file.into(),
+            file: Arc::clone(file),
             record: Some(record),
         }
     }
@@ -75,7 +76,7 @@ impl SftError {
     }
 
     /// A problem with the whole of `file`.
-    pub fn in_file(file: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn in_file(file: impl AsRef<str>, message: impl Into<String>) -> Self {
         Self::new(Location::file(file), message)
     }
 

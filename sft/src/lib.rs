@@ -34,8 +34,8 @@ pub use error::{Location, Record, SftError};
 pub use hash::Fingerprint;
 pub use order::{BatchLayout, SampleOrder, Sampling, StepRows, eval_batches};
 pub use prepare::{
-    AssistantLoss, CompletionLoss, IGNORE, OverLength, Packing, PrepareSettings, PreparedRow,
-    PreparedSet, prepare_dataset,
+    AssistantLoss, CompletionLoss, IGNORE, Labels, OverLength, Packing, PrepareSettings,
+    PreparedRow, PreparedSet, prepare_dataset,
 };
 pub use template::{ChatTemplate, RenderRequest, Rendered};
 pub use tokenizer::{

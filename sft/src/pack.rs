@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::prepare::PreparedRow;
+use crate::prepare::{Labels, PreparedRow};
 
 /// Rows per `datasets.map(batched=True)` call: bins never mix rows of two such batches.
 pub const MAP_BATCH: usize = 1000;
@@ -70,14 +70,16 @@ fn pack_batch(batch: Vec<PreparedRow>, max_length: usize) -> Vec<PreparedRow> {
         .map(|members| {
             let mut bin = PreparedRow {
                 input_ids: Vec::new(),
-                labels: Vec::new(),
+                labels: Labels::Every,
                 source_rows: Vec::new(),
                 seq_lengths: Vec::new(),
             };
             for document in members.into_iter().filter_map(|at| taken[at].take()) {
-                bin.seq_lengths.push(document.len() as u32);
+                let length = document.len();
+                bin.seq_lengths.push(length as u32);
+                bin.labels
+                    .append(bin.input_ids.len(), document.labels, length);
                 bin.input_ids.extend(document.input_ids);
-                bin.labels.extend(document.labels);
                 bin.source_rows.extend(document.source_rows);
             }
             bin

@@ -27,7 +27,7 @@ fn prepared_rows_equal_trl_for_every_run() {
                     "{name} {split} row {at}: ids"
                 );
                 assert_eq!(
-                    row.labels,
+                    row.label_values(),
                     ints(&want["labels"]),
                     "{name} {split} row {at}: labels"
                 );

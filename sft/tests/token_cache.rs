@@ -95,7 +95,7 @@ fn masked_labels_come_back_from_the_cache() {
     };
     let (first, how) = open();
     assert_eq!(how, CacheUse::Written);
-    assert!(first.rows[0].labels.contains(&dsplan_sft::IGNORE));
+    assert!(first.rows[0].label_values().contains(&dsplan_sft::IGNORE));
     let (again, how) = open();
     assert_eq!((how, again), (CacheUse::Hit, first));
 }

@@ -1,5 +1,6 @@
 //! The cache file's bytes: a magic, the key, the shape and counts, then each row's token ids
-//! (u32), its labels as a bit mask (a label is its token's id or -100, so one bit says which),
+//! (u32), its labels as a bit mask (a label is its token's id or -100, so one bit says which;
+//! see [`Labels`]),
 //! source rows (u64) and document lengths (u32), all little-endian, closed by a CRC-32 of
 //! everything before it. The first few bad rows' messages
 //! are not kept, only their count.
@@ -7,13 +8,13 @@
 use rayon::prelude::*;
 
 use crate::dataset::{BadRows, Shape};
-use crate::prepare::{IGNORE, PreparedRow, PreparedSet};
+use crate::prepare::{Labels, PreparedRow, PreparedSet};
 
 /// Rows per block of [`encode`]'s parallel writing.
 const ROWS_PER_BLOCK: usize = 4096;
 
 /// Appends the bytes of one row to `out`.
-fn write_row(row: &PreparedRow, out: &mut Vec<u8>) -> Result<(), String> {
+fn write_row(row: &PreparedRow, out: &mut Vec<u8>) {
     out.reserve(
         12 + row.len() * 4
             + row.len().div_ceil(8)
@@ -27,34 +28,28 @@ fn write_row(row: &PreparedRow, out: &mut Vec<u8>) -> Result<(), String> {
     let mask_start = out.len();
     out.resize(mask_start + row.len().div_ceil(8), 0);
     let mask = &mut out[mask_start..];
-    for (at, (&id, &label)) in row.input_ids.iter().zip(&row.labels).enumerate() {
-        if label == i64::from(id) {
+    for at in 0..row.len() {
+        if row.labels.is_trained(at) {
             mask[at / 8] |= 1 << (at % 8);
-        } else if label != IGNORE {
-            return Err(format!(
-                "a label {label} is neither its token's id {id} nor -100"
-            ));
         }
     }
     out.extend(row.source_rows.iter().flat_map(|v| v.to_le_bytes()));
     out.extend(row.seq_lengths.iter().flat_map(|v| v.to_le_bytes()));
-    Ok(())
 }
 
 /// The first bytes of a cache file (the last byte is the format's version).
 pub const MAGIC: &[u8; 8] = b"DSPLSFT\x02";
 
-/// The bytes of `set` under `key`, or why it cannot be cached (a label that is neither its
-/// token's id nor -100): [`encode_parts`] joined.
-pub fn encode(key: u64, set: &PreparedSet) -> Result<Vec<u8>, String> {
-    Ok(encode_parts(key, set)?.concat())
+/// The bytes of `set` under `key`: [`encode_parts`] joined.
+pub fn encode(key: u64, set: &PreparedSet) -> Vec<u8> {
+    encode_parts(key, set).concat()
 }
 
 /// The bytes of `set` under `key` as consecutive parts (the header, blocks of rows, the
 /// CRC-32): written as they are, the parts make the file, with no copy into one buffer. The
 /// blocks are made in parallel (a row's bytes depend on it alone), and so are their checksums,
 /// combined in order.
-pub fn encode_parts(key: u64, set: &PreparedSet) -> Result<Vec<Vec<u8>>, String> {
+pub fn encode_parts(key: u64, set: &PreparedSet) -> Vec<Vec<u8>> {
     let mut header = Vec::with_capacity(64);
     header.extend_from_slice(MAGIC);
     header.extend_from_slice(&key.to_le_bytes());
@@ -68,13 +63,13 @@ pub fn encode_parts(key: u64, set: &PreparedSet) -> Result<Vec<Vec<u8>>, String>
         .map(|rows| {
             let mut block = Vec::new();
             for row in rows {
-                write_row(row, &mut block)?;
+                write_row(row, &mut block);
             }
             let mut crc = crc32fast::Hasher::new();
             crc.update(&block);
-            Ok((block, crc))
+            (block, crc)
         })
-        .collect::<Result<_, String>>()?;
+        .collect();
     let mut crc = crc32fast::Hasher::new();
     crc.update(&header);
     let mut parts = Vec::with_capacity(blocks.len() + 2);
@@ -84,7 +79,7 @@ pub fn encode_parts(key: u64, set: &PreparedSet) -> Result<Vec<Vec<u8>>, String>
         parts.push(block);
     }
     parts.push(crc.finalize().to_le_bytes().to_vec());
-    Ok(parts)
+    parts
 }
 
 /// What a cache file holds, or why it is not a valid one.
@@ -126,17 +121,11 @@ pub fn decode(bytes: &[u8]) -> Result<(u64, PreparedSet), String> {
         );
         let input_ids = reader.many(tokens, 4, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))?;
         let mask = reader.take(tokens.div_ceil(8))?;
-        let labels = input_ids
-            .iter()
-            .enumerate()
-            .map(|(at, &id)| {
-                if mask[at / 8] & (1 << (at % 8)) != 0 {
-                    i64::from(id)
-                } else {
-                    IGNORE
-                }
-            })
-            .collect();
+        let labels = Labels::from_mask(
+            (0..tokens)
+                .map(|at| mask[at / 8] & (1 << (at % 8)) != 0)
+                .collect(),
+        );
         let source_rows = reader.many(sources, 8, |b| {
             u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
         })?;
@@ -227,17 +216,8 @@ mod tests {
             .map(|n| {
                 let input_ids: Vec<u32> =
                     (0..(n % 13) as u32 + 1).map(|t| t * 7 + n as u32).collect();
-                let labels = input_ids
-                    .iter()
-                    .enumerate()
-                    .map(|(at, &id)| {
-                        if (at + n) % 3 == 0 {
-                            IGNORE
-                        } else {
-                            i64::from(id)
-                        }
-                    })
-                    .collect();
+                let labels =
+                    Labels::from_mask((0..input_ids.len()).map(|at| (at + n) % 3 != 0).collect());
                 PreparedRow {
                     seq_lengths: vec![input_ids.len() as u32],
                     source_rows: vec![n as u64],
@@ -252,9 +232,9 @@ mod tests {
             dropped_all_masked: 2,
             bad: BadRows::default(),
         };
-        let parts = encode_parts(41, &set).expect("encodes");
+        let parts = encode_parts(41, &set);
         assert!(parts.len() > 4, "{} parts", parts.len());
-        let bytes = encode(41, &set).expect("encodes");
+        let bytes = encode(41, &set);
         assert_eq!(bytes, parts.concat());
         let (key, back) = decode(&bytes).expect("decodes");
         assert_eq!(key, 41);

@@ -78,8 +78,7 @@ pub fn save(path: &Path, key: Fingerprint, set: &PreparedSet) -> Result<(), SftE
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
         std::process::id()
     ));
-    let parts =
-        format::encode_parts(key.value(), set).map_err(|why| SftError::in_file(&shown, why))?;
+    let parts = format::encode_parts(key.value(), set);
     let written = std::fs::File::create(&temporary).and_then(|mut file| {
         write_parts(&mut file, &parts)?;
         file.sync_all()

@@ -155,17 +155,18 @@ impl DatasetReader {
                 // Text rows of a known shape: the text field is taken without building the
                 // object (a line it does not take is parsed whole, as below).
                 (Chunk::Lines(lines), Some(Shape::Text)) => {
-                    let name = records.name().to_string();
+                    let name = &std::sync::Arc::clone(records.name());
                     let field = &self.options.text_field;
-                    let checked = lines
-                        .par_iter()
-                        .map(|line| match records::text_field(&line.1, field) {
+                    let checked = (0..lines.len())
+                        .into_par_iter()
+                        .map(|at| lines.get(at))
+                        .map(|line| match records::text_field(line.1, field) {
                             Some(text) => (
-                                Location::record(&name, Record::Line(line.0)),
+                                Location::record(name, Record::Line(line.0)),
                                 Ok(Example::Text(text)),
                             ),
                             None => {
-                                let (location, value) = records::parse_line(&name, line);
+                                let (location, value) = records::parse_line(name, line);
                                 let example = value.and_then(|v| Shape::Text.example(v, field));
                                 (location, example)
                             }
@@ -174,10 +175,10 @@ impl DatasetReader {
                     self.keep(checked)?
                 }
                 (Chunk::Lines(lines), _) => {
-                    let name = records.name().to_string();
-                    let raw = lines
-                        .par_iter()
-                        .map(|line| records::parse_line(&name, line))
+                    let name = &std::sync::Arc::clone(records.name());
+                    let raw = (0..lines.len())
+                        .into_par_iter()
+                        .map(|at| records::parse_line(name, lines.get(at)))
                         .collect();
                     self.check(raw)?
                 }

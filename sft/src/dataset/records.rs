@@ -5,7 +5,9 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
+use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 
 use parquet::file::reader::SerializedFileReader;
 use parquet::record::reader::RowIter;
@@ -19,7 +21,7 @@ pub type RawRecord = (Location, Result<Value, String>);
 
 /// Records of one file.
 pub struct Records {
-    name: String,
+    name: Arc<str>,
     source: Source,
     count: u64,
 }
@@ -33,16 +35,57 @@ enum Source {
 
 /// A chunk of records read from a file: JSON text still to parse, or values.
 pub enum Chunk {
-    /// Lines of a JSON Lines file with their line numbers (blank lines left out).
-    Lines(Vec<(u64, String)>),
+    /// Lines of a JSON Lines file.
+    Lines(Lines),
     /// Records already parsed.
     Values(Vec<RawRecord>),
+}
+
+/// Lines of a JSON Lines file in one buffer (one allocation for a chunk, not one per line),
+/// each with its line number; blank lines are left out.
+#[derive(Debug, Default)]
+pub struct Lines {
+    text: String,
+    lines: Vec<(u64, Range<usize>)>,
+}
+
+impl Lines {
+    /// Appends line `number`, whose bytes are `bytes` (not UTF-8: kept lossily, as a line that
+    /// cannot parse, reported or skipped with the others).
+    fn push(&mut self, number: u64, bytes: &[u8]) {
+        let start = self.text.len();
+        match std::str::from_utf8(bytes) {
+            Ok(text) => self.text.push_str(text),
+            Err(_) => self.text.push_str(&String::from_utf8_lossy(bytes)),
+        }
+        if self.text[start..].trim().is_empty() {
+            self.text.truncate(start);
+        } else {
+            self.lines.push((number, start..self.text.len()));
+        }
+    }
+
+    /// The number of lines.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Whether it holds no line.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// Line `at` of the chunk: its number in the file and its text.
+    pub fn get(&self, at: usize) -> (u64, &str) {
+        let (number, range) = &self.lines[at];
+        (*number, &self.text[range.clone()])
+    }
 }
 
 impl Records {
     /// Opens `path` as a file of `kind`.
     pub fn open(path: &Path, kind: FileKind) -> Result<Self, SftError> {
-        let name = path.display().to_string();
+        let name: Arc<str> = Arc::from(path.display().to_string());
         let file = File::open(path).map_err(|e| SftError::in_file(&name, e.to_string()))?;
         let source = match kind {
             FileKind::JsonLines => Source::Lines(BufReader::with_capacity(1 << 20, file)),
@@ -92,7 +135,7 @@ impl Records {
     }
 
     /// The file's name as shown in messages.
-    pub fn name(&self) -> &str {
+    pub fn name(&self) -> &Arc<str> {
         &self.name
     }
 
@@ -100,7 +143,7 @@ impl Records {
     pub fn next_chunk(&mut self, limit: usize) -> Result<Option<Chunk>, SftError> {
         match &mut self.source {
             Source::Lines(reader) => {
-                let mut lines = Vec::new();
+                let mut lines = Lines::default();
                 let mut buffer = Vec::new();
                 while lines.len() < limit {
                     buffer.clear();
@@ -111,16 +154,7 @@ impl Records {
                         break;
                     }
                     self.count += 1;
-                    // The buffer is kept for the next line; the line gets one allocation of
-                    // its own size.
-                    let text = match std::str::from_utf8(&buffer) {
-                        Ok(text) => text.to_owned(),
-                        // Kept as a line that cannot parse: reported (or skipped) with the others.
-                        Err(_) => String::from_utf8_lossy(&buffer).into_owned(),
-                    };
-                    if !text.trim().is_empty() {
-                        lines.push((self.count, text));
-                    }
+                    lines.push(self.count, &buffer);
                 }
                 Ok((!lines.is_empty() || read_more(reader)).then_some(Chunk::Lines(lines)))
             }
@@ -178,9 +212,9 @@ fn first_byte(reader: &mut BufReader<File>, name: &str) -> Result<Option<u8>, Sf
     }
 }
 
-/// Parses the lines of a [`Chunk::Lines`] of file `name` into records.
-pub fn parse_line(name: &str, (line, text): &(u64, String)) -> RawRecord {
-    let location = Location::record(name, Record::Line(*line));
+/// Parses line `line` (its text `text`) of a [`Chunk::Lines`] of file `name` into a record.
+pub fn parse_line(name: &Arc<str>, (line, text): (u64, &str)) -> RawRecord {
+    let location = Location::record(name, Record::Line(line));
     let value = serde_json::from_str::<Value>(text)
         .map_err(|e| format!("is not valid JSON: {e} (column {})", e.column()));
     (location, value)

@@ -3,11 +3,13 @@
 //! [`DatasetReader`] streams them (the next chunk is read while the current one is
 //! prepared), then packed when [`Packing::Bfd`] is on ([`crate::pack`]).
 
+pub mod labels;
 pub mod row;
 pub mod settings;
 
 use rayon::prelude::*;
 
+pub use labels::Labels;
 pub use row::{IGNORE, Outcome, PreparedRow, prepare_example};
 pub use settings::{AssistantLoss, CompletionLoss, OverLength, Packing, PrepareSettings};
 

@@ -4,6 +4,7 @@
 //! chat template with its assistant mask, then truncation (keep_start) and the drop of rows
 //! that have no label left (non-packed runs only).
 
+use super::labels::Labels;
 use super::settings::{AssistantLoss, OverLength, Packing, PrepareSettings};
 use crate::dataset::{Example, Sourced};
 use crate::error::SftError;
@@ -17,8 +18,8 @@ pub const IGNORE: i64 = -100;
 pub struct PreparedRow {
     /// Token ids.
     pub input_ids: Vec<u32>,
-    /// One label per token (the id, or [`IGNORE`]); not shifted.
-    pub labels: Vec<i64>,
+    /// Which tokens are their own label (the others' is [`IGNORE`]); not shifted.
+    pub labels: Labels,
     /// The dataset rows it holds (one; several for a packed bin, in bin order).
     pub source_rows: Vec<u64>,
     /// The length of each document in it (one entry unless packed).
@@ -26,7 +27,7 @@ pub struct PreparedRow {
 }
 
 impl PreparedRow {
-    fn single(row: u64, input_ids: Vec<u32>, labels: Vec<i64>) -> Self {
+    fn single(row: u64, input_ids: Vec<u32>, labels: Labels) -> Self {
         let length = input_ids.len() as u32;
         Self {
             input_ids,
@@ -39,6 +40,11 @@ impl PreparedRow {
     /// The number of tokens.
     pub fn len(&self) -> usize {
         self.input_ids.len()
+    }
+
+    /// One label per token: the id, or [`IGNORE`].
+    pub fn label_values(&self) -> Vec<i64> {
+        self.labels.values(&self.input_ids).collect()
     }
 
     /// Whether it holds no token.
@@ -69,8 +75,7 @@ pub fn prepare_example(
     let labelled = match &sourced.example {
         Example::Text(text) => with_eos(tokenizer, text).and_then(|text| {
             let ids = tokenizer.encode(&text, AddSpecial::Yes)?;
-            let labels = ids.iter().map(|&id| i64::from(id)).collect();
-            Ok((ids, labels))
+            Ok((ids, Labels::Every))
         }),
         Example::PromptCompletion { prompt, completion } => {
             prompt_completion(tokenizer, settings, prompt, completion)
@@ -94,7 +99,7 @@ pub fn prepare_example(
         ids.truncate(max);
         labels.truncate(max);
     }
-    if labels.iter().all(|&label| label == IGNORE) {
+    if labels.none_trained(ids.len()) {
         return Outcome::AllMasked;
     }
     Outcome::Kept(PreparedRow::single(sourced.row, ids, labels))
@@ -118,7 +123,7 @@ fn prompt_completion(
     settings: &PrepareSettings,
     prompt: &str,
     completion: &str,
-) -> Result<(Vec<u32>, Vec<i64>), String> {
+) -> Result<(Vec<u32>, Labels), String> {
     let completion = with_eos(tokenizer, completion)?;
     let prompt_ids = tokenizer.encode(prompt, AddSpecial::Yes)?;
     let ids = tokenizer.encode(&format!("{prompt}{completion}"), AddSpecial::Yes)?;
@@ -127,17 +132,11 @@ fn prompt_completion(
         .zip(&ids)
         .take_while(|(a, b)| a == b)
         .count();
-    let labels = ids
-        .iter()
-        .enumerate()
-        .map(|(at, &id)| {
-            if at < start && settings.masks_prompt() {
-                IGNORE
-            } else {
-                i64::from(id)
-            }
-        })
-        .collect();
+    let labels = if settings.masks_prompt() {
+        Labels::from_mask((0..ids.len()).map(|at| at >= start).collect())
+    } else {
+        Labels::Every
+    };
     Ok((ids, labels))
 }
 
@@ -145,16 +144,11 @@ fn conversation(
     tokenizer: &HfTokenizer,
     settings: &PrepareSettings,
     messages: &serde_json::Value,
-) -> Result<(Vec<u32>, Vec<i64>), String> {
+) -> Result<(Vec<u32>, Labels), String> {
     let chat = tokenizer.apply_chat_template(messages, false)?;
     let labels = match settings.assistant_loss {
-        AssistantLoss::WholeConversation => chat.ids.iter().map(|&id| i64::from(id)).collect(),
-        AssistantLoss::AssistantOnly => chat
-            .ids
-            .iter()
-            .zip(&chat.assistant_mask)
-            .map(|(&id, &assistant)| if assistant { i64::from(id) } else { IGNORE })
-            .collect(),
+        AssistantLoss::WholeConversation => Labels::Every,
+        AssistantLoss::AssistantOnly => Labels::from_mask(chat.assistant_mask),
     };
     Ok((chat.ids, labels))
 }

@@ -83,6 +83,8 @@ impl FastEncoder {
     ) -> Result<Vec<u32>, String> {
         let mut ids = Vec::with_capacity(text.len() / 2 + 8);
         self.run(tokenizer, text, special, caching, &mut ids, None)?;
+        // The guess is generous (about four bytes make a token): the row keeps what it holds.
+        ids.shrink_to_fit();
         Ok(ids)
     }
 

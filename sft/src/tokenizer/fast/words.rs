@@ -184,11 +184,11 @@ fn meta_piece(
         *caching,
         piece.as_bytes(),
         || model_tokens(model, piece),
-        |tokens| {
-            ids.extend_from_slice(&tokens.ids);
+        |found, ends| {
+            ids.extend_from_slice(found);
             if let Some(offsets) = offsets {
                 let mut from = start;
-                for &end in &tokens.ends {
+                for &end in ends {
                     let to = start + end as usize;
                     let first = aligner.at(from).0;
                     let last = aligner.at(to.saturating_sub(1).max(from)).1;
