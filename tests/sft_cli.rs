@@ -43,10 +43,30 @@ fn json(path: &std::path::Path) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// What a fixture's run reads as `--data`.
+enum DataArg {
+    /// Its JSONL dataset (and its eval set), writing its micro-batches here when given.
+    Dataset { save_batches: Option<PathBuf> },
+    /// Recorded micro-batches (rank 0's file).
+    Recorded(PathBuf),
+}
+
 /// `dsplan run` on fixture `name` (its ds_config, its model and data copied into `work` so the
 /// token cache goes there) with `changes` made to its `sft_config_explicit`, at the fixture's
 /// world size, saving the model to `work/saved`: the `--metrics` lines.
 fn run_fixture(root: &Path, name: &str, changes: &Value, work: &Path) -> Vec<Value> {
+    let data = DataArg::Dataset { save_batches: None };
+    run_fixture_on(root, name, changes, work, &data)
+}
+
+/// [`run_fixture`] with `data` as `--data`.
+fn run_fixture_on(
+    root: &Path,
+    name: &str,
+    changes: &Value,
+    work: &Path,
+    data: &DataArg,
+) -> Vec<Value> {
     let run = json(&root.join("runs").join(name).join("run.json"));
     let world = json(&root.join("runs").join(name).join("trajectory.json"))["world_size"]
         .as_u64()
@@ -68,18 +88,30 @@ fn run_fixture(root: &Path, name: &str, changes: &Value, work: &Path) -> Vec<Val
         std::fs::copy(&source, &target).expect("copy");
         target
     };
-    let (train, eval) = (copy("train_file"), copy("eval_file"));
     let metrics = work.join("metrics.jsonl");
-    let output = Command::cargo_bin("dsplan")
-        .expect("binary")
+    let mut command = Command::cargo_bin("dsplan").expect("binary");
+    command
         .arg("run")
         .arg(&ds)
         .arg("--model")
-        .arg(root.join(run["model"].as_str().expect("model")))
-        .arg("--data")
-        .arg(&train)
-        .arg("--eval-data")
-        .arg(&eval)
+        .arg(root.join(run["model"].as_str().expect("model")));
+    match data {
+        DataArg::Dataset { save_batches } => {
+            let (train, eval) = (copy("train_file"), copy("eval_file"));
+            command
+                .arg("--data")
+                .arg(&train)
+                .arg("--eval-data")
+                .arg(&eval);
+            if let Some(path) = save_batches {
+                command.arg("--save-batches").arg(path);
+            }
+        }
+        DataArg::Recorded(path) => {
+            command.arg("--data").arg(path);
+        }
+    }
+    let output = command
         .arg("--training-args")
         .arg(&args)
         .arg("--world-size")
@@ -248,6 +280,101 @@ fn eval_steps_score_the_eval_set_during_training() {
         "{last} vs {reference}"
     );
     eprintln!("eval every 3 steps: {scored:?}; the SFTTrainer's at 10: {reference}");
+}
+
+/// The integer tensors of a safetensors file whose names start with `train.`, as i64.
+fn train_tensors(path: &Path) -> std::collections::BTreeMap<String, (Vec<usize>, Vec<i64>)> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let file = SafeTensors::deserialize(&bytes).expect("safetensors");
+    file.tensors()
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("train."))
+        .map(|(name, view)| {
+            let values = match view.dtype() {
+                Dtype::I64 => view
+                    .data()
+                    .chunks_exact(8)
+                    .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+                    .collect(),
+                Dtype::I32 => view
+                    .data()
+                    .chunks_exact(4)
+                    .map(|b| i64::from(i32::from_le_bytes(b.try_into().expect("4 bytes"))))
+                    .collect(),
+                other => panic!("{name}: dtype {other:?}"),
+            };
+            (name, (view.shape().to_vec(), values))
+        })
+        .collect()
+}
+
+/// `--save-batches` writes the micro-batches of the run, tensor for tensor the ones TRL's
+/// collator made for the SFTTrainer (padded, packed and assistant-masked, one rank and two),
+/// and `--data` of those files replays the run: every step's loss and grad norm equal to the
+/// JSONL run's, bit for bit.
+#[test]
+fn saved_batches_are_the_collators_and_replay_the_run() {
+    let Some(root) = sft_dir() else {
+        return;
+    };
+    for name in ["text", "text_packed", "messages_assistant_only", "text_ws2"] {
+        let work = tempfile::tempdir().expect("temp dir");
+        let saved = work.path().join("batches.safetensors");
+        let data = DataArg::Dataset {
+            save_batches: Some(saved.clone()),
+        };
+        let from_jsonl = run_fixture_on(&root, name, &serde_json::json!({}), work.path(), &data);
+        let run_dir = root.join("runs").join(name);
+        let pairs: Vec<(PathBuf, PathBuf)> = if run_dir.join("batches.safetensors").is_file() {
+            vec![(saved.clone(), run_dir.join("batches.safetensors"))]
+        } else {
+            (0..2)
+                .map(|rank| {
+                    let file = format!("batches_rank{rank}.safetensors");
+                    (work.path().join(&file), run_dir.join(&file))
+                })
+                .collect()
+        };
+        for (ours, theirs) in &pairs {
+            let (ours, theirs) = (train_tensors(ours), train_tensors(theirs));
+            assert!(!ours.is_empty(), "{name}: nothing saved");
+            for (tensor, value) in &ours {
+                assert_eq!(Some(value), theirs.get(tensor), "{name}: {tensor}");
+            }
+            let keys = |t: &std::collections::BTreeMap<String, _>| -> usize {
+                t.keys()
+                    .filter(|k| {
+                        ["input_ids", "labels", "attention_mask", "position_ids"]
+                            .iter()
+                            .any(|key| k.ends_with(&format!(".{key}")))
+                    })
+                    .count()
+            };
+            assert_eq!(keys(&ours), keys(&theirs), "{name}: the same tensors");
+        }
+        let replay_dir = tempfile::tempdir().expect("temp dir");
+        let recorded = DataArg::Recorded(pairs[0].0.clone());
+        let replayed = run_fixture_on(
+            &root,
+            name,
+            &serde_json::json!({}),
+            replay_dir.path(),
+            &recorded,
+        );
+        let steps = |lines: &[Value]| -> Vec<(f64, f64)> {
+            lines
+                .iter()
+                .filter_map(|l| Some((l["loss"].as_f64()?, l["grad_norm"].as_f64()?)))
+                .collect()
+        };
+        assert!(!steps(&from_jsonl).is_empty(), "{name}: no step");
+        assert_eq!(steps(&replayed), steps(&from_jsonl), "{name}: replayed run");
+        eprintln!(
+            "{name:24} {} saved file(s) equal the collator's; {} replayed steps equal",
+            pairs.len(),
+            steps(&replayed).len()
+        );
+    }
 }
 
 /// Tokens generated past the prompt in the round trip.

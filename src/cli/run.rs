@@ -84,7 +84,9 @@ pub struct RunArgs {
     /// Training data: a text file (byte tokens), an llm.c token .bin, or a .safetensors file
     /// with input_ids [steps, global_batch, seq+1] used batch by batch; or fine-tuning data as
     /// TRL's SFTTrainer takes it: a .jsonl, .json or .parquet file (or a directory of them) of
-    /// text, prompt-completion or messages rows, tokenized with the model's tokenizer.
+    /// text, prompt-completion or messages rows, tokenized with the model's tokenizer; or a
+    /// .safetensors of recorded fine-tuning micro-batches (train.stepSS.microM.input_ids,
+    /// labels, attention_mask or position_ids; see --save-batches), trained as they are.
     /// Default: the corpus bundled with dsplan.
     #[arg(long, value_name = "D")]
     data: Option<PathBuf>,
@@ -131,6 +133,11 @@ pub struct RunArgs {
     /// tokens_per_s).
     #[arg(long, value_name = "FILE")]
     metrics: Option<PathBuf>,
+    /// Write the micro-batches a fine-tuning run trains on (every step, as collated) to this
+    /// .safetensors file (NAME_rankR.safetensors per rank with several ranks), the format
+    /// --data takes back: the same run replayed from pre-tokenized data.
+    #[arg(long, value_name = "FILE", requires = "data")]
+    save_batches: Option<PathBuf>,
     /// Write the trained model here: a GPT-2's fp32 parameters as one safetensors file
     /// (Hugging Face names); a Llama-family model as a `save_pretrained` directory (config.json
     /// and safetensors in the run's dtype, sharded above 5 GB).

@@ -41,7 +41,7 @@ pub use evaluation::{EvalSchedule, EvalWeighting, Evaluation};
 pub use labelled::{LabelledBatch, LabelledSource, OpenLabelled, SharedLabelled, TokenLabels};
 pub use layout::{BatchLayout, MicroBatchIndex};
 pub use llmc::{LlmcFormat, parse_llmc_tokens, write_llmc_tokens};
-pub use recorded::{Collated, RecordedBatches};
+pub use recorded::{Collated, RecordedBatches, encode_rank};
 pub use rng::{SplitMix64, mix64};
 pub use stored::{DEFAULT_TENSOR, StoredBatchSource};
 pub use stream::{BYTE_VOCAB, StreamSource, WindowOrder};

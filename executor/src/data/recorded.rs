@@ -285,6 +285,68 @@ fn pad(collated: &Collated, shape: BatchShape) -> LabelledBatch {
     batch
 }
 
+/// The bytes of one rank's file holding `train` (step by step, each step's micro-batches in
+/// order) as [`RecordedBatches::from_files`] reads it back: every tensor I64, named
+/// `train.stepSS.microM.<key>`. A micro-batch of no rows cannot be recorded (the reader refuses
+/// one): give a one-row batch of padding instead.
+pub fn encode_rank(train: &[Vec<Collated>]) -> Result<Vec<u8>, DataError> {
+    let fail = |message: String| DataError::Safetensors {
+        origin: "the batches to record".into(),
+        message,
+    };
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (step, micros) in train.iter().enumerate() {
+        for (micro, batch) in micros.iter().enumerate() {
+            if batch.rows == 0 || batch.len == 0 {
+                return Err(fail(format!(
+                    "train.step{step:02}.micro{micro} holds no token"
+                )));
+            }
+            let prefix = format!("train.step{step:02}.micro{micro}");
+            let bytes = |values: &mut dyn Iterator<Item = i64>| -> Vec<u8> {
+                values.flat_map(i64::to_le_bytes).collect()
+            };
+            let mut push = |key: &str, data: Vec<u8>| {
+                tensors.push((format!("{prefix}.{key}"), vec![batch.rows, batch.len], data));
+            };
+            push(
+                "input_ids",
+                bytes(&mut batch.input_ids.iter().map(|&v| i64::from(v))),
+            );
+            push(
+                "labels",
+                bytes(
+                    &mut batch
+                        .labels
+                        .iter()
+                        .map(|l| l.map_or(IGNORE_INDEX, i64::from)),
+                ),
+            );
+            if let Some(positions) = &batch.position_ids {
+                push(
+                    "position_ids",
+                    bytes(&mut positions.iter().map(|&v| i64::from(v))),
+                );
+            }
+            if let Some(mask) = &batch.attention_mask {
+                push(
+                    "attention_mask",
+                    bytes(&mut mask.iter().map(|&v| i64::from(v))),
+                );
+            }
+        }
+    }
+    let views = tensors
+        .iter()
+        .map(|(name, shape, data)| {
+            safetensors::tensor::TensorView::new(Dtype::I64, shape.clone(), data)
+                .map(|view| (name.clone(), view))
+                .map_err(|e| fail(format!("{name}: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    safetensors::serialize(views, None).map_err(|e| fail(e.to_string()))
+}
+
 /// Which batch a tensor name belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Slot {
@@ -675,5 +737,37 @@ mod tests {
             stray.contains("`input_ids`") && stray.contains("train.stepSS"),
             "{stray}"
         );
+    }
+
+    /// What [`encode_rank`] writes reads back as the same micro-batches.
+    #[test]
+    fn encoded_batches_read_back_unchanged() {
+        let padded = Collated {
+            rows: 2,
+            len: 3,
+            input_ids: vec![5, 6, 7, 8, 9, 0],
+            labels: vec![None, Some(6), Some(7), None, Some(9), None],
+            position_ids: None,
+            attention_mask: Some(vec![1, 1, 1, 1, 1, 0]),
+        };
+        let packed = Collated {
+            rows: 1,
+            len: 4,
+            input_ids: vec![1, 2, 3, 4],
+            labels: vec![None, Some(2), None, Some(4)],
+            position_ids: Some(vec![0, 1, 0, 1]),
+            attention_mask: None,
+        };
+        let train = vec![vec![padded.clone()], vec![packed.clone()]];
+        let bytes = encode_rank(&train).expect("encodes");
+        let back = read_rank("batches.safetensors", &bytes).expect("reads");
+        assert_eq!(back.train, train);
+        let empty = Collated {
+            rows: 0,
+            input_ids: Vec::new(),
+            labels: Vec::new(),
+            ..packed
+        };
+        assert!(encode_rank(&[vec![empty]]).is_err());
     }
 }

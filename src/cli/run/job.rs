@@ -78,6 +78,11 @@ impl Job {
         crate::cli::parallel::refuse_in_run(file.value()).map_err(Failure::input)?;
         let fine_tuning = args.data.as_deref().is_some_and(sft::is_sft_data);
         let sft_config = fine_tuning.then(|| sft::read_config(args)).transpose()?;
+        if args.save_batches.is_some() && !fine_tuning {
+            return Err(Failure::usage(
+                "--save-batches writes fine-tuning micro-batches: it needs --data of a .jsonl, .json or .parquet dataset",
+            ));
+        }
         let data_bytes = match &args.data {
             Some(_) if fine_tuning => 0,
             Some(path) => {

@@ -191,10 +191,9 @@ pub(super) fn finish(
             eprintln!("saved the trained fp32 model to {}", shown(path));
         }
         (Some(path), Some(SavedTo::Directory(mut files))) => {
-            if let Some(sft) = &job.sft {
+            if let Some(data) = job.sft.as_ref().and_then(|sft| sft.data.as_ref()) {
                 files.extend(
-                    super::sft::copy_tokenizer(&sft.data.tokenizer, path)
-                        .map_err(Failure::usage)?,
+                    super::sft::copy_tokenizer(&data.tokenizer, path).map_err(Failure::usage)?,
                 );
             }
             eprintln!(

@@ -11,6 +11,7 @@
 
 mod eval;
 mod files;
+mod recorded;
 mod source;
 
 use std::path::{Path, PathBuf};
@@ -56,9 +57,10 @@ pub(super) enum BadRowChoice {
     Skip,
 }
 
-/// Whether `--data` names fine-tuning data (a dataset file or a directory of shards).
+/// Whether `--data` names fine-tuning data (a dataset file or a directory of shards, or
+/// recorded micro-batches).
 pub(super) fn is_sft_data(path: &Path) -> bool {
-    FileKind::is_dataset(path)
+    FileKind::is_dataset(path) || recorded::is_recorded(path)
 }
 
 /// The `SFTConfig` side of `--training-args` (TRL's defaults without a file).
@@ -83,8 +85,8 @@ pub(super) fn read_config(args: &RunArgs) -> Result<SftConfig, Failure> {
 
 /// A fine-tuning run's data and what it decided.
 pub(super) struct SftJob {
-    /// The prepared data.
-    pub data: Arc<SftData>,
+    /// The prepared data (none for recorded micro-batches).
+    pub data: Option<Arc<SftData>>,
     /// The `SFTConfig` fields.
     pub config: SftConfig,
     /// The run's data, as the trainer reads it.
@@ -108,6 +110,9 @@ impl SftJob {
         let Some(train) = &args.data else {
             return Err(Failure::usage("fine-tuning needs --data"));
         };
+        if recorded::is_recorded(train) {
+            return Self::recorded(args, config, world, steps);
+        }
         let tokenizer_dir = tokenizer_dir(args)?;
         let layout = BatchLayout {
             batch_size: settings.batch.micro_batch,
@@ -143,15 +148,54 @@ impl SftJob {
         let steps_per_epoch = data.order.steps_per_epoch() as u64;
         let steps = steps
             .unwrap_or_else(|| (config.epochs * steps_per_epoch as f64).ceil().max(1.0) as u64);
+        if let Some(path) = &args.save_batches {
+            let files = recorded::save(path, &data, steps, layout.grad_accum, world)?;
+            let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+            eprintln!(
+                "data: wrote the micro-batches of {steps} step(s) to {}",
+                render::escape_controls(&files.join(", "))
+            );
+        }
         let data = Arc::new(data);
         let name = render::escape_controls(&train.display().to_string()).into_owned();
         let evaluation = eval::evaluation(&data, config.eval_batch_size, world, config.eval);
         let source = SftSource::new(Arc::clone(&data), steps, layout, name, evaluation);
         let seq_len = source.shape.seq_len;
         Ok(Self {
-            data,
+            data: Some(data),
             config,
             choice: DataChoice::Labelled(SharedLabelled(Arc::new(source))),
+            seq_len,
+            steps,
+        })
+    }
+
+    /// `--data` of recorded micro-batches, trained as they are.
+    fn recorded(
+        args: &RunArgs,
+        config: SftConfig,
+        world: usize,
+        steps: Option<u64>,
+    ) -> Result<Self, Failure> {
+        let Some(train) = &args.data else {
+            return Err(Failure::usage("fine-tuning needs --data"));
+        };
+        let refused = [
+            (args.eval_data.is_some(), "--eval-data"),
+            (args.save_batches.is_some(), "--save-batches"),
+            (args.tokenizer.is_some(), "--tokenizer"),
+        ];
+        if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
+            return Err(Failure::usage(format!(
+                "{flag} does not apply to --data of recorded micro-batches: they are already \
+                 tokenized and collated (eval batches, when recorded, are in the same file)"
+            )));
+        }
+        let (choice, seq_len, steps) = recorded::open(train, world, steps)?;
+        Ok(Self {
+            data: None,
+            config,
+            choice,
             seq_len,
             steps,
         })
@@ -205,12 +249,21 @@ impl SftJob {
 
     /// The data as printed.
     pub fn choice_name(&self) -> String {
-        match &self.choice {
-            DataChoice::Labelled(data) => format!(
+        match (&self.choice, &self.data) {
+            (DataChoice::Labelled(data), Some(prepared)) => format!(
                 "{} ({} rows, {:?})",
                 data.0.name(),
-                self.data.train.rows.len(),
-                self.data.train.shape
+                prepared.train.rows.len(),
+                prepared.train.shape
+            ),
+            (DataChoice::Recorded { files }, _) => format!(
+                "{} (recorded micro-batches, {} step(s))",
+                files
+                    .iter()
+                    .map(|f| render::escape_controls(&f.display().to_string()).into_owned())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.steps
             ),
             _ => String::new(),
         }
