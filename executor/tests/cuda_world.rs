@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::{CudaContext, CudaStream};
+use dsplan_executor::comm::ReduceOp;
 use dsplan_executor::comm::{Comm, CommError, LocalComm, OpKind, run_ranks};
-use dsplan_executor::cuda::device_comm::Reduction;
 use dsplan_executor::cuda::device_comm::{DeviceComm, HostStaged};
 use dsplan_executor::cuda::nccl::{NcclComm, nccl_present};
 use dsplan_executor::cuda::train::execute::DeviceBuffers;
@@ -70,13 +70,13 @@ fn nccl_device_collectives_at_world_one() {
         .map(|i| bf16::from_f32(i as f32 * 0.5 - 1.0))
         .collect();
     let mut data = stream.clone_htod(&input).expect("upload");
-    DeviceComm::all_reduce(&mut comm, &mut data.as_view_mut(), Reduction::Avg).expect("all-reduce");
+    DeviceComm::all_reduce(&mut comm, &mut data.as_view_mut(), ReduceOp::Avg).expect("all-reduce");
     let mut out = stream.alloc_zeros::<bf16>(8).expect("alloc");
     DeviceComm::reduce_scatter(
         &mut comm,
         &data.as_view(),
         &mut out.as_view_mut(),
-        Reduction::Sum,
+        ReduceOp::Sum,
     )
     .expect("reduce-scatter");
     let mut gathered = stream.alloc_zeros::<bf16>(8).expect("alloc");
@@ -85,7 +85,7 @@ fn nccl_device_collectives_at_world_one() {
     DeviceComm::all_gather_in_place(&mut comm, &mut gathered.as_view_mut())
         .expect("in-place all-gather");
     let mut flag = stream.clone_htod(&[1i32]).expect("upload");
-    DeviceComm::all_reduce(&mut comm, &mut flag.as_view_mut(), Reduction::Max).expect("flag");
+    DeviceComm::all_reduce(&mut comm, &mut flag.as_view_mut(), ReduceOp::Max).expect("flag");
     let back = stream.clone_dtoh(&gathered).expect("download");
     let flag_back = stream.clone_dtoh(&flag).expect("download");
     stream.synchronize().expect("sync");

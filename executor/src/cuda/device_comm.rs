@@ -92,46 +92,22 @@ impl Wire for i32 {
     }
 }
 
-/// How a collective combines the ranks' values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reduction {
-    /// Sum.
-    Sum,
-    /// Mean over the ranks.
-    Avg,
-    /// Maximum.
-    Max,
-}
-
-/// The host [`ReduceOp`] of a [`Reduction`].
-pub fn reduce_op(reduction: Reduction) -> ReduceOp {
-    match reduction {
-        Reduction::Sum => ReduceOp::Sum,
-        Reduction::Avg => ReduceOp::Avg,
-        Reduction::Max => ReduceOp::Max,
-    }
-}
-
 /// The collectives of the CUDA step on device buffers.
 pub trait DeviceComm {
-    /// This rank.
-    fn rank(&self) -> usize;
-    /// The number of ranks.
-    fn world_size(&self) -> usize;
     /// The stream the collectives run on (the step's communication stream).
     fn stream(&self) -> &Arc<CudaStream>;
     /// In-place all-reduce.
     fn all_reduce<T: Wire>(
         &mut self,
         data: &mut CudaViewMut<'_, T>,
-        reduction: Reduction,
+        reduction: ReduceOp,
     ) -> Result<(), CudaError>;
     /// Reduce-scatter: `input.len() == world × output.len()`.
     fn reduce_scatter<T: Wire>(
         &mut self,
         input: &CudaView<'_, T>,
         output: &mut CudaViewMut<'_, T>,
-        reduction: Reduction,
+        reduction: ReduceOp,
     ) -> Result<(), CudaError>;
     /// All-gather: `output.len() == world × input.len()`.
     fn all_gather<T: Wire>(
@@ -154,9 +130,9 @@ fn comm_error(error: CommError) -> CudaError {
 pub fn staged_all_reduce<T: Wire>(
     comm: &mut dyn Comm,
     data: &mut [T],
-    reduction: Reduction,
+    reduction: ReduceOp,
 ) -> Result<(), CommError> {
-    let op = reduce_op(reduction);
+    let op = reduction;
     match T::STAGING {
         Staging::F32 => {
             let mut wide: Vec<f32> = data.iter().map(|x| x.to_f64() as f32).collect();
@@ -193,11 +169,11 @@ pub fn staged_reduce_scatter<T: Wire>(
     comm: &mut dyn Comm,
     input: &[T],
     output: &mut [T],
-    reduction: Reduction,
+    reduction: ReduceOp,
 ) -> Result<(), CommError> {
     let wide = widen(input, "a reduce-scatter")?;
     let mut out = vec![0.0f32; output.len()];
-    comm.reduce_scatter(&wide, &mut out, reduce_op(reduction))?;
+    comm.reduce_scatter(&wide, &mut out, reduction)?;
     for (slot, value) in output.iter_mut().zip(out) {
         *slot = T::from_f64(f64::from(value));
     }
@@ -253,14 +229,6 @@ impl<C: Comm> HostStaged<C> {
 }
 
 impl<C: Comm> DeviceComm for HostStaged<C> {
-    fn rank(&self) -> usize {
-        self.comm.rank()
-    }
-
-    fn world_size(&self) -> usize {
-        self.comm.world_size()
-    }
-
     fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
@@ -268,7 +236,7 @@ impl<C: Comm> DeviceComm for HostStaged<C> {
     fn all_reduce<T: Wire>(
         &mut self,
         data: &mut CudaViewMut<'_, T>,
-        reduction: Reduction,
+        reduction: ReduceOp,
     ) -> Result<(), CudaError> {
         let mut host = self.download(&data.as_view())?;
         staged_all_reduce(&mut self.comm, &mut host, reduction).map_err(comm_error)?;
@@ -280,7 +248,7 @@ impl<C: Comm> DeviceComm for HostStaged<C> {
         &mut self,
         input: &CudaView<'_, T>,
         output: &mut CudaViewMut<'_, T>,
-        reduction: Reduction,
+        reduction: ReduceOp,
     ) -> Result<(), CudaError> {
         let host_in = self.download(input)?;
         let mut host_out = self.download(&output.as_view())?;
@@ -307,8 +275,8 @@ impl<C: Comm> DeviceComm for HostStaged<C> {
         whole: &mut CudaViewMut<'_, T>,
     ) -> Result<(), CudaError> {
         let mut host = self.download(&whole.as_view())?;
-        let piece = piece_of(whole.len(), self.world_size())?;
-        let start = self.rank() * piece;
+        let piece = piece_of(whole.len(), self.comm.world_size())?;
+        let start = self.comm.rank() * piece;
         let mine = host[start..start + piece].to_vec();
         staged_all_gather(&mut self.comm, &mine, &mut host).map_err(comm_error)?;
         self.stream.memcpy_htod(&host, whole)?;
@@ -344,17 +312,17 @@ mod tests {
             let results = run_ranks(world, |mut comm: LocalComm| -> Result<_, CommError> {
                 let rank = comm.rank();
                 let mut data = values(rank, 8);
-                staged_all_reduce(&mut comm, &mut data, Reduction::Avg)?;
+                staged_all_reduce(&mut comm, &mut data, ReduceOp::Avg)?;
                 let input = values(rank, 4 * world);
                 let mut shard = vec![half::bf16::ZERO; 4];
-                staged_reduce_scatter(&mut comm, &input, &mut shard, Reduction::Sum)?;
+                staged_reduce_scatter(&mut comm, &input, &mut shard, ReduceOp::Sum)?;
                 let mine = values(rank, 2);
                 let mut all = vec![half::bf16::ZERO; 2 * world];
                 staged_all_gather(&mut comm, &mine, &mut all)?;
                 let mut norm = [2.5f64 * (rank as f64 + 1.0)];
-                staged_all_reduce(&mut comm, &mut norm, Reduction::Sum)?;
+                staged_all_reduce(&mut comm, &mut norm, ReduceOp::Sum)?;
                 let mut flag = [i32::from(rank == world - 1)];
-                staged_all_reduce(&mut comm, &mut flag, Reduction::Max)?;
+                staged_all_reduce(&mut comm, &mut flag, ReduceOp::Max)?;
                 Ok((rank, data, shard, all, norm[0], flag[0]))
             })
             .expect("ranks");
@@ -386,7 +354,7 @@ mod tests {
         let results = run_ranks(2, |mut comm: LocalComm| {
             let input = vec![half::bf16::ONE; 5];
             let mut out = vec![half::bf16::ZERO; 2];
-            staged_reduce_scatter(&mut comm, &input, &mut out, Reduction::Sum).is_err()
+            staged_reduce_scatter(&mut comm, &input, &mut out, ReduceOp::Sum).is_err()
         })
         .expect("ranks");
         assert!(results.iter().all(|&refused| refused));

@@ -23,6 +23,18 @@ use super::launch::Storage;
 
 mod full_f32;
 
+/// The operands of one cuBLASLt call, in its order: `c = op(a) op(b) (+ bias) + beta c`.
+pub struct Operands<'r, 'a, 'c, T> {
+    /// The first factor.
+    pub a: &'r CudaView<'a, T>,
+    /// The second factor.
+    pub b: &'r CudaView<'a, T>,
+    /// The output (read too when `beta` is not 0).
+    pub c: &'r mut CudaViewMut<'c, T>,
+    /// The bias added per output column, if any.
+    pub bias: Option<&'r CudaView<'a, T>>,
+}
+
 /// An element type products run in, and how cuBLASLt computes them: bf16 and f16 on tensor
 /// cores with f32 accumulation (cudarc's `Matmul`), f32 in full f32 precision ([`full_f32`]).
 pub trait GemmElement: Storage {
@@ -33,10 +45,7 @@ pub trait GemmElement: Storage {
     unsafe fn matmul(
         blas: &CudaBlasLT,
         config: MatmulConfig,
-        a: &CudaView<'_, Self>,
-        b: &CudaView<'_, Self>,
-        c: &mut CudaViewMut<'_, Self>,
-        bias: Option<&CudaView<'_, Self>>,
+        operands: Operands<'_, '_, '_, Self>,
     ) -> Result<(), CublasError>;
 }
 
@@ -44,13 +53,10 @@ impl GemmElement for f32 {
     unsafe fn matmul(
         blas: &CudaBlasLT,
         config: MatmulConfig,
-        a: &CudaView<'_, f32>,
-        b: &CudaView<'_, f32>,
-        c: &mut CudaViewMut<'_, f32>,
-        bias: Option<&CudaView<'_, f32>>,
+        operands: Operands<'_, '_, '_, f32>,
     ) -> Result<(), CublasError> {
         // SAFETY: the caller's promise.
-        unsafe { full_f32::matmul(blas, config, a, b, c, bias) }
+        unsafe { full_f32::matmul(blas, config, operands) }
     }
 }
 
@@ -61,10 +67,7 @@ macro_rules! tensor_core_element {
             unsafe fn matmul(
                 blas: &CudaBlasLT,
                 config: MatmulConfig,
-                a: &CudaView<'_, $t>,
-                b: &CudaView<'_, $t>,
-                c: &mut CudaViewMut<'_, $t>,
-                bias: Option<&CudaView<'_, $t>>,
+                Operands { a, b, c, bias }: Operands<'_, '_, '_, $t>,
             ) -> Result<(), CublasError> {
                 // SAFETY: the caller's promise.
                 unsafe { Matmul::<$t>::matmul(blas, config, a, b, c, bias, None) }
@@ -451,38 +454,9 @@ impl Gemm {
         second: &CudaView<'_, T>,
         bias: Option<&CudaView<'_, T>>,
     ) -> Result<(), CudaError> {
-        let parts = product.parts();
-        if let [whole] = parts.as_slice() {
-            return self.run_one(whole.product, out, first, second, bias);
-        }
         product.check_lengths(out.len(), first.len(), second.len())?;
-        let out_of_range = || CudaError::Shape("a split product's operand is out of range".into());
-        for part in parts {
-            let mut out = out.try_slice_mut(part.out).ok_or_else(out_of_range)?;
-            let first = first.try_slice(part.first).ok_or_else(out_of_range)?;
-            let second = second.try_slice(part.second).ok_or_else(out_of_range)?;
-            self.run_one(part.product, &mut out, &first, &second, None)?;
-        }
-        Ok(())
-    }
-
-    /// The one call into cuBLASLt: `product` as it is.
-    fn run_one<T: GemmElement>(
-        &self,
-        product: Product,
-        out: &mut CudaViewMut<'_, T>,
-        first: &CudaView<'_, T>,
-        second: &CudaView<'_, T>,
-        bias: Option<&CudaView<'_, T>>,
-    ) -> Result<(), CudaError> {
-        product.check_lengths(out.len(), first.len(), second.len())?;
-        let plan = product.plan();
-        let (a, b) = if plan.second_is_a {
-            (second, first)
-        } else {
-            (first, second)
-        };
         if let Some(bias) = bias {
+            // Forward products are never split: the bias goes with the one part.
             if product.pass != Pass::Forward {
                 return Err(CudaError::Shape(
                     "a bias is fused into forward products only".to_string(),
@@ -490,10 +464,31 @@ impl Gemm {
             }
             Operand::dense("bias", 1, product.dims.2).check(bias.len())?;
         }
-        // SAFETY: every operand's length matches the dimensions and strides given to
-        // cuBLASLt (checked above).
-        unsafe { T::matmul(&self.blas, plan.config, a, b, out, bias) }
-            .map_err(|e| CudaError::Blas(format!("{e:?}")))
+        let out_of_range = || CudaError::Shape("a split product's operand is out of range".into());
+        for part in product.parts() {
+            let mut out = out.try_slice_mut(part.out).ok_or_else(out_of_range)?;
+            let first = first.try_slice(part.first).ok_or_else(out_of_range)?;
+            let second = second.try_slice(part.second).ok_or_else(out_of_range)?;
+            part.product
+                .check_lengths(out.len(), first.len(), second.len())?;
+            let plan = part.product.plan();
+            let (a, b) = if plan.second_is_a {
+                (&second, &first)
+            } else {
+                (&first, &second)
+            };
+            let operands = Operands {
+                a,
+                b,
+                c: &mut out,
+                bias,
+            };
+            // SAFETY: every operand's length matches the dimensions and strides given to
+            // cuBLASLt (checked above).
+            unsafe { T::matmul(&self.blas, plan.config, operands) }
+                .map_err(|e| CudaError::Blas(format!("{e:?}")))?;
+        }
+        Ok(())
     }
 }
 

@@ -67,62 +67,58 @@ impl Storage for half::f16 {
     }
 }
 
-/// An element type a kernel argument can point to.
-pub trait Bindable: DeviceRepr + 'static {
-    /// Whether it is `element` when the model is stored in `model`.
-    fn is(element: Element, model: Dtype) -> bool;
+/// What an element type binds as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binds {
+    /// A storage type: the model element when the model is stored in this dtype (f32 is also
+    /// the f32 element).
+    Stored(Dtype),
+    /// This one element alone.
+    Only(Element),
 }
 
-/// A stored type `dtype` is the model element when the model is stored in it, and f32 is
-/// also the f32 element.
-fn stored_is(dtype: Dtype, element: Element, model: Dtype) -> bool {
-    match element {
-        Element::Model => model == dtype,
-        Element::F32 => dtype == Dtype::F32,
-        _ => false,
+/// An element type a kernel argument can point to.
+pub trait Bindable: DeviceRepr + 'static {
+    /// What it binds as.
+    const BINDS: Binds;
+
+    /// Whether it is `element` when the model is stored in `model`.
+    fn is(element: Element, model: Dtype) -> bool {
+        match (Self::BINDS, element) {
+            (Binds::Stored(dtype), Element::Model) => model == dtype,
+            (Binds::Stored(dtype), Element::F32) => dtype == Dtype::F32,
+            (Binds::Stored(_), _) => false,
+            (Binds::Only(only), _) => element == only,
+        }
     }
 }
 
 impl Bindable for f32 {
-    fn is(element: Element, model: Dtype) -> bool {
-        stored_is(Dtype::F32, element, model)
-    }
+    const BINDS: Binds = Binds::Stored(Dtype::F32);
 }
 
 impl Bindable for half::bf16 {
-    fn is(element: Element, model: Dtype) -> bool {
-        stored_is(Dtype::Bf16, element, model)
-    }
+    const BINDS: Binds = Binds::Stored(Dtype::Bf16);
 }
 
 impl Bindable for half::f16 {
-    fn is(element: Element, model: Dtype) -> bool {
-        stored_is(Dtype::F16, element, model)
-    }
+    const BINDS: Binds = Binds::Stored(Dtype::F16);
 }
 
 impl Bindable for f64 {
-    fn is(element: Element, _: Dtype) -> bool {
-        element == Element::F64
-    }
+    const BINDS: Binds = Binds::Only(Element::F64);
 }
 
 impl Bindable for u32 {
-    fn is(element: Element, _: Dtype) -> bool {
-        element == Element::U32
-    }
+    const BINDS: Binds = Binds::Only(Element::U32);
 }
 
 impl Bindable for i32 {
-    fn is(element: Element, _: Dtype) -> bool {
-        element == Element::I32
-    }
+    const BINDS: Binds = Binds::Only(Element::I32);
 }
 
 impl Bindable for AdamSegment {
-    fn is(element: Element, _: Dtype) -> bool {
-        element == Element::AdamSegment
-    }
+    const BINDS: Binds = Binds::Only(Element::AdamSegment);
 }
 
 /// A device buffer bound to an argument the kernel reads.
@@ -206,6 +202,18 @@ pub fn write<'b, E: Bindable>(view: &'b mut CudaViewMut<'_, E>) -> Operand<'b> {
     Operand::Out(view)
 }
 
+impl Operand<'_> {
+    /// A buffer's access, its length, and whether its elements are `element` for a model
+    /// stored in `model` (`None` for a null or a value).
+    fn buffer(&self, element: Element, model: Dtype) -> Option<(Access, usize, bool)> {
+        match self {
+            Operand::In(view) => Some((Access::Read, view.elements(), view.is(element, model))),
+            Operand::Out(view) => Some((Access::Write, view.elements(), view.is(element, model))),
+            _ => None,
+        }
+    }
+}
+
 /// Checks `operands` against `call`'s slots for a model stored in `model`: one operand per
 /// slot, each buffer of the slot's element type and length, read where the kernel reads it
 /// and written where it writes it, a null only where the kernel skips the pointer, a run-time
@@ -224,30 +232,23 @@ pub fn check_operands(
         let bad = |what: String| {
             CudaError::Shape(format!("{}: `{}` {what}", call.entry_point, param.name))
         };
+        if let (
+            Value::Buffer {
+                element,
+                fit,
+                access,
+                ..
+            },
+            Some(operand),
+        ) = (param.value, operand)
+            && let Some((bound, len, typed)) = operand.buffer(element, model)
+            && bound == access
+        {
+            check_buffer(len, typed, element, fit).map_err(bad)?;
+            continue;
+        }
         match (param.value, operand) {
             (_, None) => return Err(bad("is not bound".to_string())),
-            (
-                Value::Buffer {
-                    element,
-                    fit,
-                    access: Access::Read,
-                    ..
-                },
-                Some(Operand::In(view)),
-            ) => {
-                check_buffer(view.elements(), view.is(element, model), element, fit).map_err(bad)?
-            }
-            (
-                Value::Buffer {
-                    element,
-                    fit,
-                    access: Access::Write,
-                    ..
-                },
-                Some(Operand::Out(view)),
-            ) => {
-                check_buffer(view.elements(), view.is(element, model), element, fit).map_err(bad)?
-            }
             (
                 Value::Buffer {
                     fit: Fit::ExactOrNull(_),

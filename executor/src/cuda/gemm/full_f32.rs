@@ -15,7 +15,9 @@ use std::mem::size_of;
 use cudarc::cublaslt::result::{self, CublasError};
 use cudarc::cublaslt::sys;
 use cudarc::cublaslt::{CudaBlasLT, MatmulConfig, MatmulShared};
-use cudarc::driver::{CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
+use cudarc::driver::{DevicePtr, DevicePtrMut};
+
+use super::Operands;
 
 /// A matrix layout, destroyed on drop.
 struct Layout(sys::cublasLtMatrixLayout_t);
@@ -75,10 +77,7 @@ unsafe fn set<T>(
 pub(super) unsafe fn matmul(
     blas: &CudaBlasLT,
     config: MatmulConfig,
-    a: &CudaView<'_, f32>,
-    b: &CudaView<'_, f32>,
-    c: &mut CudaViewMut<'_, f32>,
-    bias: Option<&CudaView<'_, f32>>,
+    Operands { a, b, c, bias }: Operands<'_, '_, '_, f32>,
 ) -> Result<(), CublasError> {
     use sys::cublasLtMatmulDescAttributes_t as Attr;
     let f32_type = sys::cudaDataType_t::CUDA_R_32F;

@@ -480,29 +480,24 @@ mod tests {
         assert_eq!(copies("libcublasLt", &path).len(), 1);
         assert!(copies("libnvrtc", &path).is_empty());
 
-        // NCCL's wheel names its library libnccl.so.2, which the loader does not try.
-        let report = LibraryReport {
-            library: CudaLibrary::Nccl,
-            name: "libnccl",
-            need: Need::SeveralGpus,
+        // A library the loader could not open, with the copies found on `path`.
+        let unloadable = |library, name, need| LibraryReport {
+            library,
+            name,
+            need,
             loadable: false,
             version: None,
-            files: copies("libnccl", &path),
+            files: copies(name, &path),
         };
+        // NCCL's wheel names its library libnccl.so.2, which the loader does not try.
+        let report = unloadable(CudaLibrary::Nccl, "libnccl", Need::SeveralGpus);
         let why = report.missing_reason().expect("not loadable");
         assert!(
             why.contains("does not try that name") && why.contains("ln -s"),
             "{why}"
         );
         // A loadable name in a directory off the loader path: the fix is LD_LIBRARY_PATH.
-        let report = LibraryReport {
-            library: CudaLibrary::CublasLt,
-            name: "libcublasLt",
-            need: Need::Always,
-            loadable: false,
-            version: None,
-            files: copies("libcublasLt", &path),
-        };
+        let report = unloadable(CudaLibrary::CublasLt, "libcublasLt", Need::Always);
         let why = report.missing_reason().expect("not loadable");
         assert!(why.contains("export LD_LIBRARY_PATH="), "{why}");
         // Nothing at all: the wheel to install.

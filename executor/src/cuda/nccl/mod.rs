@@ -39,7 +39,7 @@ use std::time::Duration;
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr};
 use cudarc::nccl::Id;
 
-use super::device_comm::{DeviceComm, Reduction, Wire, piece_of, reduce_op};
+use super::device_comm::{DeviceComm, Wire, piece_of};
 use super::error::CudaError;
 use super::id_broadcast::{ID_BYTES, share_id_over};
 use super::rendezvous::share_from_root;
@@ -201,66 +201,6 @@ impl NcclComm {
         self.world_size() as u64
     }
 
-    /// In-place all-reduce of a device buffer.
-    pub fn all_reduce_device(
-        &mut self,
-        data: &mut CudaViewMut<'_, f32>,
-        op: ReduceOp,
-    ) -> Result<(), CudaError> {
-        self.comm.all_reduce(data, op)?;
-        let n = data.len() as u64;
-        self.traffic.record(
-            OpKind::AllReduce,
-            2 * (self.world() - 1) * n * 4 / self.world(),
-        );
-        Ok(())
-    }
-
-    /// Reduce-scatter of device buffers: `input.len() == world * output.len()`.
-    pub fn reduce_scatter_device(
-        &mut self,
-        input: &CudaView<'_, f32>,
-        output: &mut CudaViewMut<'_, f32>,
-        op: ReduceOp,
-    ) -> Result<(), CudaError> {
-        self.check_shards(OpKind::ReduceScatter, input.len(), output.len())?;
-        self.comm.reduce_scatter(input, output, op)?;
-        self.traffic
-            .record_sharded(OpKind::ReduceScatter, output.len(), self.world_size());
-        Ok(())
-    }
-
-    /// All-gather of device buffers: `output.len() == world * input.len()`.
-    pub fn all_gather_device(
-        &mut self,
-        input: &CudaView<'_, f32>,
-        output: &mut CudaViewMut<'_, f32>,
-    ) -> Result<(), CudaError> {
-        self.check_shards(OpKind::AllGather, output.len(), input.len())?;
-        self.comm.all_gather(input, output)?;
-        self.traffic
-            .record_sharded(OpKind::AllGather, input.len(), self.world_size());
-        Ok(())
-    }
-
-    /// Broadcast of a device buffer from `root`.
-    pub fn broadcast_device(
-        &mut self,
-        data: &mut CudaViewMut<'_, f32>,
-        root: usize,
-    ) -> Result<(), CudaError> {
-        if root >= self.world_size() {
-            return Err(CudaError::Shape(format!(
-                "broadcast root {root} is not a rank of a group of {}",
-                self.world_size()
-            )));
-        }
-        self.comm.broadcast(data, root)?;
-        self.traffic
-            .record_broadcast(data.len(), root, self.rank(), self.world_size());
-        Ok(())
-    }
-
     fn check_shards(&self, op: OpKind, whole: usize, shard: usize) -> Result<(), CudaError> {
         if whole == self.world_size() * shard {
             Ok(())
@@ -333,7 +273,7 @@ impl Comm for NcclComm {
     fn all_reduce(&mut self, data: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
         self.watched(OpKind::AllReduce, |me| {
             let mut device = me.upload(data)?;
-            me.all_reduce_device(&mut device.as_view_mut(), op)?;
+            DeviceComm::all_reduce(me, &mut device.as_view_mut(), op)?;
             me.download(&device, data)
         })
     }
@@ -350,7 +290,12 @@ impl Comm for NcclComm {
         self.watched(OpKind::ReduceScatter, |me| {
             let device_in = me.upload(input)?;
             let mut device_out = me.stream.alloc_zeros::<f32>(output.len())?;
-            me.reduce_scatter_device(&device_in.as_view(), &mut device_out.as_view_mut(), op)?;
+            DeviceComm::reduce_scatter(
+                me,
+                &device_in.as_view(),
+                &mut device_out.as_view_mut(),
+                op,
+            )?;
             me.download(&device_out, output)
         })
     }
@@ -362,7 +307,7 @@ impl Comm for NcclComm {
         self.watched(OpKind::AllGather, |me| {
             let device_in = me.upload(input)?;
             let mut device_out = me.stream.alloc_zeros::<f32>(output.len())?;
-            me.all_gather_device(&device_in.as_view(), &mut device_out.as_view_mut())?;
+            DeviceComm::all_gather(me, &device_in.as_view(), &mut device_out.as_view_mut())?;
             me.download(&device_out, output)
         })
     }
@@ -378,7 +323,10 @@ impl Comm for NcclComm {
         }
         self.watched(OpKind::Broadcast, |me| {
             let mut device = me.upload(data)?;
-            me.broadcast_device(&mut device.as_view_mut(), root)?;
+            // The root is a rank (checked above).
+            me.comm.broadcast(&mut device.as_view_mut(), root)?;
+            let (rank, world) = (me.rank(), me.world_size());
+            me.traffic.record_broadcast(data.len(), root, rank, world);
             me.download(&device, data)
         })
     }
@@ -417,14 +365,6 @@ fn bytes_of<T>(len: usize) -> u64 {
 }
 
 impl DeviceComm for NcclComm {
-    fn rank(&self) -> usize {
-        NcclComm::rank(self)
-    }
-
-    fn world_size(&self) -> usize {
-        NcclComm::world_size(self)
-    }
-
     fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
@@ -432,9 +372,9 @@ impl DeviceComm for NcclComm {
     fn all_reduce<T: Wire>(
         &mut self,
         data: &mut CudaViewMut<'_, T>,
-        reduction: Reduction,
+        reduction: ReduceOp,
     ) -> Result<(), CudaError> {
-        self.comm.all_reduce(data, reduce_op(reduction))?;
+        self.comm.all_reduce(data, reduction)?;
         let world = self.world();
         self.traffic.record(
             OpKind::AllReduce,
@@ -447,11 +387,10 @@ impl DeviceComm for NcclComm {
         &mut self,
         input: &CudaView<'_, T>,
         output: &mut CudaViewMut<'_, T>,
-        reduction: Reduction,
+        reduction: ReduceOp,
     ) -> Result<(), CudaError> {
         self.check_shards(OpKind::ReduceScatter, input.len(), output.len())?;
-        self.comm
-            .reduce_scatter(input, output, reduce_op(reduction))?;
+        self.comm.reduce_scatter(input, output, reduction)?;
         let sent = (self.world() - 1) * bytes_of::<T>(output.len());
         self.traffic.record(OpKind::ReduceScatter, sent);
         Ok(())

@@ -44,18 +44,24 @@ use crate::train::StepBackend;
 use crate::train::prepare::Prepared;
 use crate::zero::{ClipRule, Dtype as ModelDtype, EnginePlan, OwnedState, Scales, ZeroError};
 
+/// One micro-batch as the step's buffers take it: token ids, targets (`-1` ignored) and the
+/// token buckets of the embedding's backward.
+pub struct DeviceBatch {
+    /// Token ids, one per position.
+    pub inputs: Vec<u32>,
+    /// Targets, one per position.
+    pub targets: Vec<i32>,
+    /// The positions of each distinct token.
+    pub buckets: TokenBuckets,
+}
+
 /// Where a rank's step runs: a phase's ops, and values in and out of its buffers.
 pub trait StepTarget {
     /// Runs `ops` with the step's `scalars`.
     fn run(&mut self, ops: &[Op], scalars: &RunScalars) -> Result<(), ZeroError>;
 
     /// Copies a micro-batch's token ids, targets and token buckets into the step's buffers.
-    fn upload_batch(
-        &mut self,
-        inputs: &[u32],
-        targets: &[i32],
-        buckets: &TokenBuckets,
-    ) -> Result<(), ZeroError>;
+    fn upload_batch(&mut self, batch: &DeviceBatch) -> Result<(), ZeroError>;
 
     /// The last `count` elements of the statistics: the micro-step's per-position losses.
     fn losses(&mut self, count: usize) -> Result<Vec<f32>, ZeroError>;
@@ -329,9 +335,13 @@ impl<S: StepTarget> StepBackend for DeviceStep<'_, S> {
         }
         let buckets = TokenBuckets::new(&inputs)
             .ok_or_else(|| ZeroError::Device("batch too large for i32 rows".into()))?;
-        self.target.upload_batch(&inputs, &targets, &buckets)?;
-        self.scalars.bucket_groups = buckets.len();
         let count = targets.len().max(1);
+        self.scalars.bucket_groups = buckets.len();
+        self.target.upload_batch(&DeviceBatch {
+            inputs,
+            targets,
+            buckets,
+        })?;
         self.scalars.dloss = grad_scale / count as f32;
         let program = self.program;
         self.micro += 1;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::cuda::gemm::GemmElement;
 use cudarc::driver::CudaStream;
 
-use super::device_step::{DeviceStep, StepTarget};
+use super::device_step::{DeviceBatch, DeviceStep, StepTarget};
 use super::execute::{DeviceBuffers, Executor, RunScalars};
 use super::execute_comm::{CommRunner, run_phase};
 use super::region::Region;
@@ -23,7 +23,6 @@ use super::{ConstantUpload, Op};
 use crate::comm::watchdog::Watch;
 use crate::comm::{Comm, CommTraffic, StepPhase};
 use crate::cuda::device_comm::{DeviceComm, HostStaged, Wire};
-use crate::cuda::encoder_buckets::TokenBuckets;
 use crate::cuda::error::CudaError;
 use crate::cuda::launch::Storage;
 use crate::cuda::nccl::NcclComm;
@@ -237,13 +236,8 @@ impl<T: GemmElement + Wire, C: RankComm> StepTarget for Gpu<'_, T, C> {
         .map_err(device)
     }
 
-    fn upload_batch(
-        &mut self,
-        inputs: &[u32],
-        targets: &[i32],
-        buckets: &TokenBuckets,
-    ) -> Result<(), ZeroError> {
-        upload_batch(&self.stream, &mut self.bufs, inputs, targets, buckets).map_err(device)
+    fn upload_batch(&mut self, batch: &DeviceBatch) -> Result<(), ZeroError> {
+        upload_batch(&self.stream, &mut self.bufs, batch).map_err(device)
     }
 
     fn losses(&mut self, count: usize) -> Result<Vec<f32>, ZeroError> {
@@ -295,9 +289,11 @@ impl<T: GemmElement + Wire, C: RankComm> StepTarget for Gpu<'_, T, C> {
 fn upload_batch<T: Storage>(
     stream: &Arc<CudaStream>,
     bufs: &mut DeviceBuffers<T>,
-    inputs: &[u32],
-    targets: &[i32],
-    buckets: &TokenBuckets,
+    DeviceBatch {
+        inputs,
+        targets,
+        buckets,
+    }: &DeviceBatch,
 ) -> Result<(), CudaError> {
     stream.memcpy_htod(inputs, &mut bufs.tokens)?;
     stream.memcpy_htod(targets, &mut bufs.targets)?;

@@ -145,6 +145,20 @@ impl StepTensors {
         ]
     }
 
+    /// The embedding's backward from `dresidual` by the token buckets: `dwte[token] +=`, and
+    /// `dwpe[t] +=` where the family has a position table.
+    pub fn embed_backward(&self, dwte: TensorRef, dwpe: Option<TensorRef>) -> Op {
+        Op::EmbedBackward {
+            dwte,
+            dwpe,
+            dout: self.dresidual,
+            bucket_tokens: self.buckets[0],
+            bucket_starts: self.buckets[1],
+            bucket_rows: self.buckets[2],
+            seq_len: self.shape.seq_len,
+        }
+    }
+
     /// The `lm_head`'s backward: `dlnf = dlogits @ W` into `dbtc`, `dW += dlogits^T @ lnf`.
     pub fn lm_head_backward(&self, weight: TensorRef, dweight: TensorRef) -> [Op; 2] {
         [

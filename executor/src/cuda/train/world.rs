@@ -138,9 +138,7 @@ pub fn train_cuda_planned(
     ordinal: usize,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, CudaTrainError> {
-    check_spec(spec)?;
-    let prepared = prepare(spec, plan, checkpoints, PlanBackend::DsplanCuda)?;
-    let models = rank_models(spec, plan)?;
+    let (prepared, models) = prepared_ranks(spec, plan, checkpoints)?;
     let world = prepared.world;
     let placement = if world == 1 {
         Placement {
@@ -150,12 +148,7 @@ pub fn train_cuda_planned(
     } else {
         thread_placement(world, ordinal)?
     };
-    let run = RankRun {
-        prepared: &prepared,
-        checkpoints,
-        observer,
-        collect: Collect::Own,
-    };
+    let run = RankRun::new(&prepared, checkpoints, observer, Collect::Own);
     let started = Instant::now();
     let outcomes: Vec<Result<RankResult, RankError>> = if world == 1 {
         vec![run.rank(0, &models[0], ordinal, |_, stream| {
@@ -219,22 +212,15 @@ pub fn train_cuda_as_rank<C: RankComm>(
     connect: impl FnOnce(&Arc<CudaContext>, &Arc<CudaStream>) -> Result<C, CudaError>,
     observer: &(dyn Fn(&StepMetrics) + Sync),
 ) -> Result<TrainReport, CudaTrainError> {
-    check_spec(spec)?;
-    let prepared = prepare(spec, plan, checkpoints, PlanBackend::DsplanCuda)?;
+    let (prepared, mut models) = prepared_ranks(spec, plan, checkpoints)?;
     let world = prepared.world;
     if rank >= world {
         return Err(CudaTrainError::Setup(format!(
             "this process is rank {rank}, but the run was planned for {world} rank(s)"
         )));
     }
-    let mut models = rank_models(spec, plan)?;
     let model = models.swap_remove(rank);
-    let run = RankRun {
-        prepared: &prepared,
-        checkpoints,
-        observer,
-        collect: Collect::Everyone,
-    };
+    let run = RankRun::new(&prepared, checkpoints, observer, Collect::Everyone);
     let started = Instant::now();
     let mut result = run
         .rank(rank, &model, ordinal, connect)
@@ -253,6 +239,18 @@ pub fn train_cuda_as_rank<C: RankComm>(
         seconds,
         world,
     ))
+}
+
+/// `spec` checked against the kernels, prepared to run by `plan` (resumed as `checkpoints`
+/// says), and every rank's layout and program.
+fn prepared_ranks<'a>(
+    spec: &'a TrainSpec,
+    plan: &Plan,
+    checkpoints: &'a CheckpointOptions,
+) -> Result<(Prepared<'a>, Vec<RankModel>), CudaTrainError> {
+    check_spec(spec)?;
+    let prepared = prepare(spec, plan, checkpoints, PlanBackend::DsplanCuda)?;
+    Ok((prepared, rank_models(spec, plan)?))
 }
 
 /// The shared report of a GPU run from rank 0's (or this process's) result.
@@ -349,6 +347,22 @@ struct RankRun<'a> {
     checkpoints: &'a CheckpointOptions,
     observer: &'a (dyn Fn(&StepMetrics) + Sync),
     collect: Collect,
+}
+
+impl<'a> RankRun<'a> {
+    fn new(
+        prepared: &'a Prepared<'a>,
+        checkpoints: &'a CheckpointOptions,
+        observer: &'a (dyn Fn(&StepMetrics) + Sync),
+        collect: Collect,
+    ) -> Self {
+        RankRun {
+            prepared,
+            checkpoints,
+            observer,
+            collect,
+        }
+    }
 }
 
 /// What one rank hands back.

@@ -186,7 +186,9 @@ impl Recipe for Gpt2Tensors {
             }
             self.block_backward(&mut ops, step, l);
         }
-        ops.push(self.embed_backward(step));
+        // `dwpe[t] += dresidual`, `dwte[token] += dresidual`.
+        let grad = |span| TensorRef::of(Region::Grads, span);
+        ops.push(step.embed_backward(grad(self.params.wte), Some(grad(self.params.wpe))));
         ops
     }
 }
@@ -208,19 +210,6 @@ impl Gpt2Tensors {
             tokens: step.tokens,
             wte: TensorRef::of(Region::Params, self.params.wte),
             positions: TensorRef::of(Region::Params, self.params.wpe),
-            seq_len: step.shape.seq_len,
-        }
-    }
-
-    /// `dwpe[t] += dresidual`, `dwte[token] += dresidual`.
-    fn embed_backward(&self, step: &StepTensors) -> Op {
-        Op::EmbedBackward {
-            dwte: TensorRef::of(Region::Grads, self.params.wte),
-            dwpe: Some(TensorRef::of(Region::Grads, self.params.wpe)),
-            dout: step.dresidual,
-            bucket_tokens: step.buckets[0],
-            bucket_starts: step.buckets[1],
-            bucket_rows: step.buckets[2],
             seq_len: step.shape.seq_len,
         }
     }

@@ -376,7 +376,8 @@ impl Recipe for LlamaTensors {
             }
             self.block_backward(&mut ops, step, l);
         }
-        ops.push(self.embed_backward(step));
+        // `dembed[token] += dresidual`.
+        ops.push(step.embed_backward(TensorRef::of(Region::Grads, pl.embed), None));
         ops
     }
 }
@@ -398,19 +399,6 @@ impl LlamaTensors {
                 seq_len: step.shape.seq_len,
             },
         ]
-    }
-
-    /// `dembed[token] += dresidual` by the token buckets.
-    fn embed_backward(&self, step: &StepTensors) -> Op {
-        Op::EmbedBackward {
-            dwte: TensorRef::of(Region::Grads, self.params.embed),
-            dwpe: None,
-            dout: step.dresidual,
-            bucket_tokens: step.buckets[0],
-            bucket_starts: step.buckets[1],
-            bucket_rows: step.buckets[2],
-            seq_len: step.shape.seq_len,
-        }
     }
 
     /// `model.norm` over the last residual stream.

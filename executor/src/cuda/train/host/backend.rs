@@ -12,8 +12,7 @@ use super::collectives::run_comm;
 use super::compute::run_compute;
 use crate::comm::Comm;
 use crate::cuda::element::Access;
-use crate::cuda::encoder_buckets::TokenBuckets;
-use crate::cuda::train::device_step::{DeviceStep, StepTarget};
+use crate::cuda::train::device_step::{DeviceBatch, DeviceStep, StepTarget};
 use crate::cuda::train::execute::RunScalars;
 use crate::cuda::train::program::Op;
 use crate::cuda::train::region::{Region, TensorRef};
@@ -62,16 +61,11 @@ impl<C: Comm> StepTarget for HostTarget<C> {
         Ok(())
     }
 
-    fn upload_batch(
-        &mut self,
-        inputs: &[u32],
-        targets: &[i32],
-        buckets: &TokenBuckets,
-    ) -> Result<(), ZeroError> {
-        let bufs = &mut self.bufs;
+    fn upload_batch(&mut self, batch: &DeviceBatch) -> Result<(), ZeroError> {
+        let (bufs, buckets) = (&mut self.bufs, &batch.buckets);
         let step = Region::Step;
-        bufs.upload_u32(step(CudaRegion::Tokens), inputs)
-            .and_then(|()| bufs.upload_i32(step(CudaRegion::Targets), targets))
+        bufs.upload_u32(step(CudaRegion::Tokens), &batch.inputs)
+            .and_then(|()| bufs.upload_i32(step(CudaRegion::Targets), &batch.targets))
             .and_then(|()| bufs.upload_u32(step(CudaRegion::BucketTokens), &buckets.tokens))
             .and_then(|()| bufs.upload_i32(step(CudaRegion::BucketStarts), &buckets.starts))
             .and_then(|()| bufs.upload_i32(step(CudaRegion::BucketRows), &buckets.rows))

@@ -27,8 +27,8 @@ use super::HostError;
 use super::attention;
 use super::buffers::HostBuffers;
 use super::kernels::{
-    adamw, bias_backward, classifier, encoder_backward, layernorm, product, rotate, unscale_norm,
-    zero,
+    adamw, bias_backward, check_norm, classifier, encoder_backward, layernorm, product, rotate,
+    unscale_norm, zero,
 };
 use crate::cuda::train::execute::RunScalars;
 use crate::cuda::train::program::{HostOp, Op};
@@ -157,14 +157,7 @@ pub fn run_compute(
             weight,
         } => {
             let (x, w) = (bufs.read(inp)?, bufs.read(weight)?);
-            if w.is_empty() || x.len() != out.len() || rstd.len() * w.len() != x.len() {
-                return Err(HostError(format!(
-                    "RMSNorm of {} elements with {} channels into {} rows",
-                    x.len(),
-                    w.len(),
-                    rstd.len()
-                )));
-            }
+            check_norm("RMSNorm", (x.len(), out.len()), w.len(), rstd.len())?;
             let (mut y, mut s) = (vec![0.0; out.len()], vec![0.0; rstd.len()]);
             rmsnorm_forward(&mut y, &mut s, &x, &w, eps);
             bufs.write(out, &y)?;

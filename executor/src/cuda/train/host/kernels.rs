@@ -201,6 +201,21 @@ pub fn zero(bufs: &mut HostBuffers, tensor: &TensorRef) -> Result<(), HostError>
     Ok(())
 }
 
+/// A norm's shapes: `(inp, out)` elements, as many, in `rows` rows of `channels`.
+pub fn check_norm(
+    name: &str,
+    (inp, out): (usize, usize),
+    channels: usize,
+    rows: usize,
+) -> Result<(), HostError> {
+    if channels == 0 || inp != out || rows * channels != inp {
+        return Err(HostError(format!(
+            "{name} of {inp} elements with {channels} channels into {rows} rows"
+        )));
+    }
+    Ok(())
+}
+
 /// `out = LN(inp)` with its mean and rstd.
 pub fn layernorm(
     bufs: &mut HostBuffers,
@@ -210,19 +225,12 @@ pub fn layernorm(
     eps: f32,
 ) -> Result<(), HostError> {
     let (w, b) = (bufs.read(weight)?, bufs.read(bias)?);
+    check_norm("LayerNorm", (inp.len(), out.len()), w.len(), mean.len())?;
     let (mut y, mut m, mut s) = (
         vec![0.0; out.len()],
         vec![0.0; mean.len()],
         vec![0.0; rstd.len()],
     );
-    if w.is_empty() || y.len() != inp.len() || m.len() * w.len() != inp.len() {
-        return Err(HostError(format!(
-            "LayerNorm of {} elements with {} channels into {} rows",
-            inp.len(),
-            w.len(),
-            m.len()
-        )));
-    }
     layernorm_forward(&mut y, &mut m, &mut s, inp, &w, &b, eps);
     bufs.write(out, &y)?;
     bufs.write(mean, &m)?;

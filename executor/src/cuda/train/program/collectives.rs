@@ -13,7 +13,7 @@ use dsplan_kernels::Dtype;
 use dsplan_planner::plan::Collective;
 
 use super::{Access, Op, ShapeError};
-use crate::cuda::device_comm::Reduction;
+use crate::comm::ReduceOp;
 use crate::cuda::train::region::TensorRef;
 
 /// The stream an op runs on.
@@ -92,7 +92,7 @@ pub enum CommAction {
         /// What it receives.
         output: TensorRef,
         /// The combination (reductions only).
-        reduction: Option<Reduction>,
+        reduction: Option<ReduceOp>,
         /// The plan's item.
         purpose: Purpose,
         /// Ranks.

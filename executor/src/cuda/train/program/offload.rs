@@ -19,6 +19,16 @@ pub enum Direction {
     WithinHost,
 }
 
+/// The host buffer of each of [`HostOp::AdamW`]'s operands, in [`HostOp::operands_mut`]'s
+/// order.
+const ADAMW_REGIONS: [HostRegion; 5] = [
+    HostRegion::Master,
+    HostRegion::Grads,
+    HostRegion::ExpAvg,
+    HostRegion::ExpAvgSq,
+    HostRegion::Segments,
+];
+
 /// One host-side op of an offloaded step.
 #[derive(Debug, Clone, PartialEq)]
 pub enum HostOp {
@@ -103,21 +113,12 @@ impl HostOp {
                 }
                 expect("dst", dst, src.len())
             }
-            HostOp::AdamW {
-                master,
-                grads,
-                exp_avg,
-                exp_avg_sq,
-                segments,
-            } => {
-                let placed = [
-                    (master, HostRegion::Master),
-                    (grads, HostRegion::Grads),
-                    (exp_avg, HostRegion::ExpAvg),
-                    (exp_avg_sq, HostRegion::ExpAvgSq),
-                    (segments, HostRegion::Segments),
-                ];
-                for (tensor, host) in placed {
+            HostOp::AdamW { master, .. } => {
+                // Every operand in its host buffer, each but the segment table as long as
+                // the master.
+                let n = master.len();
+                let mut op = self.clone();
+                for ((what, tensor, _), host) in op.operands_mut().into_iter().zip(ADAMW_REGIONS) {
                     if tensor.region != Region::Host(host) {
                         return Err(ShapeError(format!(
                             "the host AdamW reads {:?} where it takes {:?}",
@@ -125,13 +126,9 @@ impl HostOp {
                             Region::Host(host)
                         )));
                     }
-                }
-                for (what, t) in [
-                    ("grads", grads),
-                    ("exp_avg", exp_avg),
-                    ("exp_avg_sq", exp_avg_sq),
-                ] {
-                    expect(what, t, master.len())?;
+                    if host != HostRegion::Segments {
+                        expect(what, tensor, n)?;
+                    }
                 }
                 Ok(())
             }

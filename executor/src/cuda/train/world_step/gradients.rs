@@ -20,7 +20,7 @@ use dsplan_planner::plan::cuda_world::CudaScheme;
 use dsplan_planner::plan::stage3_arena::{ArenaSpan, Stage3Arena};
 
 use super::{Builder, slice, sync};
-use crate::cuda::device_comm::Reduction;
+use crate::comm::ReduceOp;
 use crate::cuda::train::program::{
     Access, CommAction, CommOp, CommStream, CopyPiece, EventId, Op, Purpose, ShapeError,
 };
@@ -303,7 +303,7 @@ fn pack_average_add(
         kind,
         input,
         output,
-        reduction: Some(Reduction::Avg),
+        reduction: Some(ReduceOp::Avg),
         purpose,
         world,
     };

@@ -36,7 +36,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::cuda::device_comm::Reduction;
+use crate::comm::ReduceOp;
 use dsplan_planner::config::ZeroStage;
 use dsplan_planner::memory::cuda_layout::CudaRegion;
 use dsplan_planner::plan::buckets::{FlushPoint, ReduceBucket};
@@ -698,7 +698,7 @@ impl<'a> Builder<'a> {
                         kind: Collective::ReduceScatter,
                         input: slice(Region::ReduceStaging, 0, world * chunk),
                         output: slice(Region::Grads, partition, chunk),
-                        reduction: Some(Reduction::Avg),
+                        reduction: Some(ReduceOp::Avg),
                         purpose,
                         world,
                     },
@@ -722,7 +722,7 @@ impl<'a> Builder<'a> {
                         kind: Collective::AllReduce,
                         input: data,
                         output: data,
-                        reduction: Some(Reduction::Avg),
+                        reduction: Some(ReduceOp::Avg),
                         purpose,
                         world,
                     },
@@ -839,7 +839,7 @@ impl<'a> Builder<'a> {
             },
         ];
         if self.rank.shares.scheme != CudaScheme::Replicated {
-            for (data, reduction) in [(total, Reduction::Sum), (found_inf, Reduction::Max)] {
+            for (data, reduction) in [(total, ReduceOp::Sum), (found_inf, ReduceOp::Max)] {
                 ops.push(on(
                     CommStream::Compute,
                     CommAction::Collective {
