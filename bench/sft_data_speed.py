@@ -5,16 +5,21 @@
    texts, each row's number woven in) is prepared once (tokenized and cached next to the data),
    then `dsplan run` is started again on it; the script reads stderr as it arrives and prints
    the seconds from launch to the `data:` line (the cache read) and to the first step's line.
-(Training tokens/s on JSONL against pre-tokenized data is not measured here: `dsplan run`
-takes no pre-tokenized input for a fine-tuning run yet.)
+2. Training tokens/s on the JSONL against the same run on pre-tokenized data: the cached run
+   writes its micro-batches (`--save-batches`), and `dsplan run --data batches.safetensors`
+   trains on them (the same batches, padded to the same shape: the losses are equal, and
+   checked so). The two runs alternate, `--rounds` pairs of `--steps` steps each; the script
+   prints each pair's tokens/s and the median ratio JSONL / pre-tokenized (the target: within
+   3 %).
 
     python3 bench/sft_data_speed.py --dsplan-bin target/release/dsplan [--megabytes 100]
-        [--shared ../shared]
+        [--steps 100] [--rounds 5] [--shared ../shared]
 """
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -66,6 +71,8 @@ def main() -> None:
     parser.add_argument("--shared", default=os.environ.get("DSPLAN_SHARED_DIR",
                                                            str(ROOT.parent / "shared")))
     parser.add_argument("--megabytes", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     sft = Path(args.shared) / "reference/sft"
     run_dir = sft / "runs/text"
@@ -92,6 +99,36 @@ def main() -> None:
         print(f"cached re-run: data ready at {data_at:.2f} s, first step done at "
               f"{first_step_at:.2f} s after launch ({first_step_at - data_at:.2f} s after the "
               f"data), exit at {total:.2f} s")
+
+        batches = work / "batches.safetensors"
+        steps = ["--steps", str(args.steps), "--format", "json"]
+        jsonl = base + ["--data", str(big)] + steps
+        subprocess.run(jsonl + ["--save-batches", str(batches)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        recorded = base + ["--data", str(batches)] + steps
+        ratios = []
+        for round_ in range(args.rounds):
+            pair = [("jsonl", jsonl), ("pre-tokenized", recorded)]
+            if round_ % 2:
+                pair.reverse()
+            summary = {}
+            for name, command in pair:
+                done = subprocess.run(command, capture_output=True, text=True)
+                if done.returncode != 0:
+                    sys.exit(f"{name} run exited {done.returncode}:\n{done.stderr[-2000:]}")
+                summary[name] = json.loads(done.stdout)
+            same = summary["jsonl"]["final_loss"] == summary["pre-tokenized"]["final_loss"]
+            if not same:
+                sys.exit(f"the runs differ: final loss {summary['jsonl']['final_loss']} vs "
+                         f"{summary['pre-tokenized']['final_loss']}")
+            rate = {name: s["tokens_per_s"] for name, s in summary.items()}
+            ratios.append(rate["jsonl"] / rate["pre-tokenized"])
+            print(f"round {round_ + 1}: JSONL {rate['jsonl']:,.0f} tokens/s, pre-tokenized "
+                  f"{rate['pre-tokenized']:,.0f} tokens/s, ratio {ratios[-1]:.3f} "
+                  f"(same final loss {summary['jsonl']['final_loss']:.6f})")
+        print(f"{args.steps} steps a run, {args.rounds} pairs: median JSONL / pre-tokenized "
+              f"tokens/s = {statistics.median(ratios):.3f} (min {min(ratios):.3f}, "
+              f"max {max(ratios):.3f})")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ pub mod randperm;
 
 pub use randperm::randperm;
 
+use std::sync::{Arc, Mutex};
+
 /// How each epoch orders the rows (`train_sampling_strategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Sampling {
@@ -50,7 +52,28 @@ pub struct SampleOrder {
     rows: usize,
     sampling: Sampling,
     layout: BatchLayout,
+    drawn: Drawn,
 }
+
+/// The last epoch's drawn permutation, kept so that each step's rows cost their own number,
+/// not a new `randperm` of every row (the trainer asks for every micro-batch of every rank).
+/// Not part of the order's identity: clones start empty and every memo compares equal.
+#[derive(Debug, Default)]
+struct Drawn(Mutex<Option<(usize, Arc<[usize]>)>>);
+
+impl Clone for Drawn {
+    fn clone(&self) -> Self {
+        Drawn::default()
+    }
+}
+
+impl PartialEq for Drawn {
+    fn eq(&self, _: &Drawn) -> bool {
+        true
+    }
+}
+
+impl Eq for Drawn {}
 
 impl SampleOrder {
     /// The order of `rows` rows (at least one; every count in `layout` at least one).
@@ -64,6 +87,7 @@ impl SampleOrder {
             rows: rows.max(1),
             sampling,
             layout,
+            drawn: Drawn::default(),
         }
     }
 
@@ -77,25 +101,61 @@ impl SampleOrder {
         self.batches_per_epoch().div_ceil(self.layout.grad_accum)
     }
 
-    /// The rows of optimizer step `step` (from 0), `[rank][micro-step][rows]`.
+    /// The rows of optimizer step `step` (from 0), `[rank][micro-step][rows]`: rank `r`'s
+    /// `k`-th batch of an epoch is batch `r + k * world` of the epoch's order (completed from
+    /// its start with several ranks), as [`shard`] deals the whole epoch.
     pub fn step(&self, step: usize) -> StepRows {
         let per_epoch = self.steps_per_epoch();
         let (epoch, window) = (step / per_epoch, step % per_epoch);
-        let order = match self.sampling {
-            Sampling::Sequential => (0..self.rows).collect(),
-            Sampling::Random { seed } => randperm(self.rows, seed.wrapping_add(epoch as u64)),
+        let drawn = self.epoch_order(epoch);
+        let row = |sample: usize| {
+            let at = sample % self.rows;
+            drawn.as_ref().map_or(at, |order| order[at])
         };
-        let batches = shard(&order, self.layout.batch_size, self.layout.world_size);
-        let first = window * self.layout.grad_accum;
-        batches
-            .into_iter()
+        let BatchLayout {
+            batch_size,
+            grad_accum,
+            world_size,
+        } = self.layout;
+        let samples = if world_size > 1 {
+            self.batches_per_epoch() * batch_size * world_size
+        } else {
+            self.rows
+        };
+        let batches = samples.div_ceil(batch_size);
+        (0..world_size)
             .map(|rank| {
-                rank.into_iter()
-                    .skip(first)
-                    .take(self.layout.grad_accum)
+                (window * grad_accum..(window + 1) * grad_accum)
+                    .map(|k| rank + k * world_size)
+                    .filter(|&batch| batch < batches)
+                    .map(|batch| {
+                        (batch * batch_size..((batch + 1) * batch_size).min(samples))
+                            .map(row)
+                            .collect()
+                    })
                     .collect()
             })
             .collect()
+    }
+
+    /// Epoch `epoch`'s permutation of the rows (`None`: sequential, `0..n`).
+    fn epoch_order(&self, epoch: usize) -> Option<Arc<[usize]>> {
+        let Sampling::Random { seed } = self.sampling else {
+            return None;
+        };
+        let mut drawn = self
+            .drawn
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((kept, order)) = drawn.as_ref()
+            && *kept == epoch
+        {
+            return Some(Arc::clone(order));
+        }
+        let order: Arc<[usize]> = randperm(self.rows, seed.wrapping_add(epoch as u64)).into();
+        *drawn = Some((epoch, Arc::clone(&order)));
+        Some(order)
     }
 }
 
@@ -127,4 +187,50 @@ fn shard(order: &[usize], batch_size: usize, world_size: usize) -> StepRows {
         ranks[at % world_size].push(batch.to_vec());
     }
     ranks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Step by step, the rows equal those of the whole epoch dealt by [`shard`] (the rule as
+    /// written), over epochs, ranks, short last batches and windows.
+    #[test]
+    fn each_step_takes_the_rows_the_dealt_epoch_gives_it() {
+        for rows in [1, 7, 24, 25, 103] {
+            for (batch_size, grad_accum, world_size) in [(1, 1, 1), (4, 2, 1), (3, 1, 2), (2, 3, 4)]
+            {
+                for sampling in [Sampling::Sequential, Sampling::Random { seed: 9 }] {
+                    let layout = BatchLayout {
+                        batch_size,
+                        grad_accum,
+                        world_size,
+                    };
+                    let order = SampleOrder::new(rows, sampling, layout);
+                    let per_epoch = order.steps_per_epoch();
+                    for step in 0..3 * per_epoch {
+                        let (epoch, window) = (step / per_epoch, step % per_epoch);
+                        let epoch_order: Vec<usize> = match sampling {
+                            Sampling::Sequential => (0..rows).collect(),
+                            Sampling::Random { seed } => randperm(rows, seed + epoch as u64),
+                        };
+                        let dealt: StepRows = shard(&epoch_order, batch_size, world_size)
+                            .into_iter()
+                            .map(|rank| {
+                                rank.into_iter()
+                                    .skip(window * grad_accum)
+                                    .take(grad_accum)
+                                    .collect()
+                            })
+                            .collect();
+                        assert_eq!(
+                            order.step(step),
+                            dealt,
+                            "{rows} rows, {layout:?}, {sampling:?}, step {step}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
