@@ -1,5 +1,6 @@
 //! The prepared stream is cached next to the data: a second open reads it back equal to the
-//! first, a change of data or settings makes a new key, a damaged file is refused by name,
+//! first, a change of data or settings makes a new key, a damaged file is never used but named
+//! and replaced,
 //! and no temporary file is left behind. Skips without `../shared`.
 
 mod support;
@@ -7,7 +8,7 @@ mod support;
 use dsplan_sft::{CacheDir, CacheUse, DatasetOptions, PrepareSettings, open_prepared};
 
 #[test]
-fn second_open_reads_the_cache_and_damage_is_refused() {
+fn second_open_reads_the_cache_and_a_damaged_one_is_replaced() {
     let Some(root) = support::reference() else {
         return;
     };
@@ -52,18 +53,29 @@ fn second_open_reads_the_cache_and_damage_is_refused() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x40;
     std::fs::write(&files[0], &bytes).expect("write");
-    let error = open(&settings).expect_err("damaged").to_string();
+    let (rebuilt, how) = open(&settings).expect("prepares again");
+    let CacheUse::Replaced(why) = how else {
+        panic!("a damaged cache is replaced, not {how:?}");
+    };
     assert!(
-        error.contains(&format!("{}: fails its checksum", files[0].display())),
-        "{error}"
+        why.to_string()
+            .contains(&format!("{}: fails its checksum", files[0].display())),
+        "{why}"
     );
-    assert!(error.contains("delete"), "{error}");
+    assert_eq!(rebuilt, first, "the damaged file is not used");
+    assert_eq!(
+        open(&settings).expect("reads").1,
+        CacheUse::Hit,
+        "and is replaced"
+    );
     bytes.truncate(10);
     std::fs::write(&files[0], &bytes).expect("write");
-    let error = open(&settings).expect_err("truncated").to_string();
+    let (_, how) = open(&settings).expect("prepares again");
     assert!(
-        error.contains("not a dsplan token cache") || error.contains("checksum"),
-        "{error}"
+        matches!(&how, CacheUse::Replaced(why)
+            if why.to_string().contains("not a dsplan token cache")
+                || why.to_string().contains("checksum")),
+        "{how:?}"
     );
 
     std::fs::write(&data, "{\"text\": \"new data\"}\n").expect("write");

@@ -1,7 +1,10 @@
 //! The prepared token stream kept on disk so that a second run starts at once: one file per
 //! key ([`key::cache_key`]), in `.dsplan-cache/` next to the data (or in a given directory),
 //! written atomically (a temporary file in the same directory, then a rename), read back only
-//! when its checksum holds; a damaged file is an error naming it, never silently used.
+//! when its checksum holds. A cache is derived data: a damaged file is never used, but
+//! prepared again and replaced, and the damage is reported ([`CacheUse::Replaced`]). So the
+//! write is not synced to the disk (syncing cost a tenth of a 100 MB preparation): a file
+//! cut short by a crash fails its checksum and is rebuilt.
 
 pub mod format;
 pub mod key;
@@ -43,26 +46,33 @@ pub fn cache_path(data: &Path, dir: &CacheDir, key: Fingerprint) -> Option<PathB
     Some(folder.join(format!("{stem}.{}.sftcache", key.hex())))
 }
 
-/// The prepared set cached at `path` under `key`: `None` when there is no such file, an error
-/// when the file is damaged or holds another key.
-pub fn load(path: &Path, key: Fingerprint) -> Result<Option<PreparedSet>, SftError> {
+/// What a cache file held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Loaded {
+    /// No file.
+    Missing,
+    /// The prepared set.
+    Set(PreparedSet),
+    /// A file that is not a valid cache of this key: why.
+    Damaged(SftError),
+}
+
+/// The prepared set cached at `path` under `key`; an error only when the file cannot be read.
+pub fn load(path: &Path, key: Fingerprint) -> Result<Loaded, SftError> {
     let shown = path.display().to_string();
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::Missing),
         Err(e) => return Err(SftError::in_file(shown, e.to_string())),
     };
-    let remove = format!("delete {shown} and it is rebuilt from the data");
-    let (stored, set) =
-        format::decode(&bytes).map_err(|why| SftError::in_file(&shown, why).with_help(&remove))?;
-    if stored != key.value() {
-        return Err(SftError::in_file(
+    Ok(match format::decode(&bytes) {
+        Err(why) => Loaded::Damaged(SftError::in_file(&shown, why)),
+        Ok((stored, _)) if stored != key.value() => Loaded::Damaged(SftError::in_file(
             &shown,
             format!("holds the rows of key {stored:016x}, not of {}", key.hex()),
-        )
-        .with_help(remove));
-    }
-    Ok(Some(set))
+        )),
+        Ok((_, set)) => Loaded::Set(set),
+    })
 }
 
 /// Writes `set` to `path` under `key`, atomically.
@@ -79,10 +89,9 @@ pub fn save(path: &Path, key: Fingerprint, set: &PreparedSet) -> Result<(), SftE
         std::process::id()
     ));
     let parts = format::encode_parts(key.value(), set);
-    let written = std::fs::File::create(&temporary).and_then(|mut file| {
-        write_parts(&mut file, &parts)?;
-        file.sync_all()
-    });
+    // Not synced (see the module docs).
+    let written =
+        std::fs::File::create(&temporary).and_then(|mut file| write_parts(&mut file, &parts));
     if let Err(e) = written.and_then(|()| std::fs::rename(&temporary, path)) {
         let _ = std::fs::remove_file(&temporary);
         return Err(fail(e));
@@ -117,12 +126,14 @@ fn write_parts(file: &mut std::fs::File, parts: &[Vec<u8>]) -> std::io::Result<(
 }
 
 /// Whether a prepared set came from the cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CacheUse {
     /// Read from the cache file.
     Hit,
     /// Prepared from the data and written to the cache.
     Written,
+    /// Prepared from the data and written over a damaged cache file: what was wrong with it.
+    Replaced(SftError),
     /// Prepared from the data; caching is off.
     Off,
 }
@@ -147,10 +158,12 @@ pub fn open_prepared(
     let Some(path) = cache_path(data, dir, key) else {
         return Ok((prepare()?, CacheUse::Off));
     };
-    if let Some(set) = load(&path, key)? {
-        return Ok((set, CacheUse::Hit));
-    }
+    let how = match load(&path, key)? {
+        Loaded::Set(set) => return Ok((set, CacheUse::Hit)),
+        Loaded::Missing => CacheUse::Written,
+        Loaded::Damaged(why) => CacheUse::Replaced(why),
+    };
     let set = prepare()?;
     save(&path, key, &set)?;
-    Ok((set, CacheUse::Written))
+    Ok((set, how))
 }

@@ -24,6 +24,9 @@ pub struct Records {
     name: Arc<str>,
     source: Source,
     count: u64,
+    /// The bytes of the last chunk of lines: the next one's buffer starts that large, so it is
+    /// not grown (and copied) many times over.
+    chunk_bytes: usize,
 }
 
 enum Source {
@@ -131,6 +134,7 @@ impl Records {
             name,
             source,
             count: 0,
+            chunk_bytes: 0,
         })
     }
 
@@ -143,7 +147,10 @@ impl Records {
     pub fn next_chunk(&mut self, limit: usize) -> Result<Option<Chunk>, SftError> {
         match &mut self.source {
             Source::Lines(reader) => {
-                let mut lines = Lines::default();
+                let mut lines = Lines {
+                    text: String::with_capacity(self.chunk_bytes + self.chunk_bytes / 8),
+                    lines: Vec::with_capacity(limit),
+                };
                 let mut buffer = Vec::new();
                 while lines.len() < limit {
                     buffer.clear();
@@ -156,6 +163,7 @@ impl Records {
                     self.count += 1;
                     lines.push(self.count, &buffer);
                 }
+                self.chunk_bytes = lines.text.len();
                 Ok((!lines.is_empty() || read_more(reader)).then_some(Chunk::Lines(lines)))
             }
             Source::Array(items) => {

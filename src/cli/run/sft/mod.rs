@@ -295,10 +295,11 @@ fn tokenizer_dir(args: &RunArgs) -> Result<PathBuf, Failure> {
 
 /// One line on what was prepared.
 fn report_prepared(data: &SftData, seconds: f64) {
-    let cache = match data.train_cache {
-        CacheUse::Hit => "read from its token cache",
-        CacheUse::Written => "prepared and cached",
-        CacheUse::Off => "prepared",
+    let cache = match &data.train_cache {
+        CacheUse::Hit => "read from its token cache".to_string(),
+        CacheUse::Written => "prepared and cached".to_string(),
+        CacheUse::Replaced(why) => format!("prepared and cached again (the old cache {why})"),
+        CacheUse::Off => "prepared".to_string(),
     };
     let skipped = data.train.bad.count;
     let eval = data
