@@ -9,8 +9,8 @@
    writes its micro-batches (`--save-batches`), and `dsplan run --data batches.safetensors`
    trains on them (the same batches, padded to the same shape: the losses are equal, and
    checked so). The two runs alternate, `--rounds` pairs of `--steps` steps each; the script
-   prints each pair's tokens/s and the median ratio JSONL / pre-tokenized (the target: within
-   3 %).
+   prints each run's median step tokens/s (from `--metrics`), each pair's ratio and the
+   median ratio JSONL / pre-tokenized (the target: within 3 %).
 
     python3 bench/sft_data_speed.py --dsplan-bin target/release/dsplan [--megabytes 100]
         [--steps 100] [--rounds 5] [--shared ../shared]
@@ -111,19 +111,26 @@ def main() -> None:
             pair = [("jsonl", jsonl), ("pre-tokenized", recorded)]
             if round_ % 2:
                 pair.reverse()
-            summary = {}
+            summary, rate = {}, {}
             for name, command in pair:
-                done = subprocess.run(command, capture_output=True, text=True)
+                metrics = work / f"{name}.metrics.jsonl"
+                done = subprocess.run(command + ["--metrics", str(metrics)], capture_output=True,
+                                      text=True)
                 if done.returncode != 0:
                     sys.exit(f"{name} run exited {done.returncode}:\n{done.stderr[-2000:]}")
                 summary[name] = json.loads(done.stdout)
+                # The median step (the first left out: it warms the caches), so that a step
+                # slowed by other work on the machine does not move the figure.
+                steps = [json.loads(l) for l in metrics.read_text().splitlines()]
+                rate[name] = statistics.median(
+                    s["tokens_per_s"] for s in steps[1:] if "tokens_per_s" in s)
             same = summary["jsonl"]["final_loss"] == summary["pre-tokenized"]["final_loss"]
             if not same:
                 sys.exit(f"the runs differ: final loss {summary['jsonl']['final_loss']} vs "
                          f"{summary['pre-tokenized']['final_loss']}")
-            rate = {name: s["tokens_per_s"] for name, s in summary.items()}
             ratios.append(rate["jsonl"] / rate["pre-tokenized"])
-            print(f"round {round_ + 1}: JSONL {rate['jsonl']:,.0f} tokens/s, pre-tokenized "
+            print(f"round {round_ + 1}: median step JSONL {rate['jsonl']:,.0f} tokens/s, "
+                  f"pre-tokenized "
                   f"{rate['pre-tokenized']:,.0f} tokens/s, ratio {ratios[-1]:.3f} "
                   f"(same final loss {summary['jsonl']['final_loss']:.6f})")
         print(f"{args.steps} steps a run, {args.rounds} pairs: median JSONL / pre-tokenized "
