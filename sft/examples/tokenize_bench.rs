@@ -51,7 +51,27 @@ fn build(source: &Path, target: &Path, field: &str, megabytes: usize) -> Result<
         row += 1;
     }
     out.flush().map_err(|e| e.to_string())?;
+    settle(target)?;
     Ok(written)
+}
+
+/// Writes `path` (a file, or every file of a directory) to the disk, so that the next timed
+/// run does not share the machine with the kernel writing it back (dsplan does not sync its
+/// token cache: in a run that writeback overlaps training, not the preparation).
+fn settle(path: &Path) -> Result<(), String> {
+    let sync = |file: &Path| {
+        std::fs::File::open(file)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| format!("{}: {e}", file.display()))
+    };
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).map_err(|e| e.to_string())? {
+            sync(&entry.map_err(|e| e.to_string())?.path())?;
+        }
+        Ok(())
+    } else {
+        sync(path)
+    }
 }
 
 /// CPU seconds this process has used (user and system, all threads), from `/proc/self/stat`
@@ -89,6 +109,7 @@ fn prepare_once(
         open_prepared(data, &options, tokenizer, &settings, &dir).map_err(|e| e.to_string())?;
     let seconds = start.elapsed().as_secs_f64();
     let cpu = cpu.zip(cpu_seconds()).map(|(before, after)| after - before);
+    settle(cache)?;
     if how != CacheUse::Written {
         return Err(format!(
             "{}: the first open did not prepare",

@@ -7,6 +7,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use smallvec::SmallVec;
+
 use crate::prepare::{Labels, PreparedRow};
 
 /// Rows per `datasets.map(batched=True)` call: bins never mix rows of two such batches.
@@ -71,8 +73,8 @@ fn pack_batch(batch: Vec<PreparedRow>, max_length: usize) -> Vec<PreparedRow> {
             let mut bin = PreparedRow {
                 input_ids: Vec::new(),
                 labels: Labels::Every,
-                source_rows: Vec::new(),
-                seq_lengths: Vec::new(),
+                source_rows: SmallVec::new(),
+                seq_lengths: SmallVec::new(),
             };
             for document in members.into_iter().filter_map(|at| taken[at].take()) {
                 let length = document.len();

@@ -138,8 +138,8 @@ pub fn decode(bytes: &[u8]) -> Result<(u64, PreparedSet), String> {
         rows.push(PreparedRow {
             input_ids,
             labels,
-            source_rows,
-            seq_lengths,
+            source_rows: source_rows.into(),
+            seq_lengths: seq_lengths.into(),
         });
     }
     if reader.at != body.len() {
@@ -219,8 +219,8 @@ mod tests {
                 let labels =
                     Labels::from_mask((0..input_ids.len()).map(|at| (at + n) % 3 != 0).collect());
                 PreparedRow {
-                    seq_lengths: vec![input_ids.len() as u32],
-                    source_rows: vec![n as u64],
+                    seq_lengths: smallvec::smallvec![input_ids.len() as u32],
+                    source_rows: smallvec::smallvec![n as u64],
                     input_ids,
                     labels,
                 }

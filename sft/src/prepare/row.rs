@@ -4,6 +4,8 @@
 //! chat template with its assistant mask, then truncation (keep_start) and the drop of rows
 //! that have no label left (non-packed runs only).
 
+use smallvec::{SmallVec, smallvec};
+
 use super::labels::Labels;
 use super::settings::{AssistantLoss, OverLength, Packing, PrepareSettings};
 use crate::dataset::{Example, Sourced};
@@ -21,9 +23,9 @@ pub struct PreparedRow {
     /// Which tokens are their own label (the others' is [`IGNORE`]); not shifted.
     pub labels: Labels,
     /// The dataset rows it holds (one; several for a packed bin, in bin order).
-    pub source_rows: Vec<u64>,
+    pub source_rows: SmallVec<[u64; 1]>,
     /// The length of each document in it (one entry unless packed).
-    pub seq_lengths: Vec<u32>,
+    pub seq_lengths: SmallVec<[u32; 1]>,
 }
 
 impl PreparedRow {
@@ -32,8 +34,8 @@ impl PreparedRow {
         Self {
             input_ids,
             labels,
-            source_rows: vec![row],
-            seq_lengths: vec![length],
+            source_rows: smallvec![row],
+            seq_lengths: smallvec![length],
         }
     }
 
