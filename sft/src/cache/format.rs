@@ -24,13 +24,27 @@ fn write_row(row: &PreparedRow, out: &mut Vec<u8>) {
     for count in [row.len(), row.source_rows.len(), row.seq_lengths.len()] {
         out.extend_from_slice(&(count as u32).to_le_bytes());
     }
-    out.extend(row.input_ids.iter().flat_map(|v| v.to_le_bytes()));
+    let ids_start = out.len();
+    out.resize(ids_start + row.len() * 4, 0);
+    for (bytes, id) in out[ids_start..].chunks_exact_mut(4).zip(&row.input_ids) {
+        bytes.copy_from_slice(&id.to_le_bytes());
+    }
     let mask_start = out.len();
     out.resize(mask_start + row.len().div_ceil(8), 0);
     let mask = &mut out[mask_start..];
-    for at in 0..row.len() {
-        if row.labels.is_trained(at) {
-            mask[at / 8] |= 1 << (at % 8);
+    match &row.labels {
+        Labels::Every => {
+            mask.fill(0xFF);
+            if !row.len().is_multiple_of(8)
+                && let Some(last) = mask.last_mut()
+            {
+                *last = (1u8 << (row.len() % 8)) - 1;
+            }
+        }
+        Labels::Masked(trained) => {
+            for (at, _) in trained.iter().enumerate().filter(|(_, t)| **t) {
+                mask[at / 8] |= 1 << (at % 8);
+            }
         }
     }
     out.extend(row.source_rows.iter().flat_map(|v| v.to_le_bytes()));
@@ -121,11 +135,12 @@ pub fn decode(bytes: &[u8]) -> Result<(u64, PreparedSet), String> {
         );
         let input_ids = reader.many(tokens, 4, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))?;
         let mask = reader.take(tokens.div_ceil(8))?;
-        let labels = Labels::from_mask(
-            (0..tokens)
-                .map(|at| mask[at / 8] & (1 << (at % 8)) != 0)
-                .collect(),
-        );
+        let bit = |at: usize| mask[at / 8] & (1 << (at % 8)) != 0;
+        let labels = if (0..tokens).all(bit) {
+            Labels::Every
+        } else {
+            Labels::Masked((0..tokens).map(bit).collect())
+        };
         let source_rows = reader.many(sources, 8, |b| {
             u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
         })?;
