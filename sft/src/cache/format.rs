@@ -15,12 +15,7 @@ const ROWS_PER_BLOCK: usize = 4096;
 
 /// Appends the bytes of one row to `out`.
 fn write_row(row: &PreparedRow, out: &mut Vec<u8>) {
-    out.reserve(
-        12 + row.len() * 4
-            + row.len().div_ceil(8)
-            + row.source_rows.len() * 8
-            + row.seq_lengths.len() * 4,
-    );
+    out.reserve(row_bytes(row));
     for count in [row.len(), row.source_rows.len(), row.seq_lengths.len()] {
         out.extend_from_slice(&(count as u32).to_le_bytes());
     }
@@ -54,16 +49,24 @@ fn write_row(row: &PreparedRow, out: &mut Vec<u8>) {
 /// The first bytes of a cache file (the last byte is the format's version).
 pub const MAGIC: &[u8; 8] = b"DSPLSFT\x02";
 
-/// The bytes of `set` under `key`: [`encode_parts`] joined.
-pub fn encode(key: u64, set: &PreparedSet) -> Vec<u8> {
-    encode_parts(key, set).concat()
+/// The bytes one row takes.
+fn row_bytes(row: &PreparedRow) -> usize {
+    12 + row.len() * 4
+        + row.len().div_ceil(8)
+        + row.source_rows.len() * 8
+        + row.seq_lengths.len() * 4
 }
 
-/// The bytes of `set` under `key` as consecutive parts (the header, blocks of rows, the
-/// CRC-32): written as they are, the parts make the file, with no copy into one buffer. The
-/// blocks are made in parallel (a row's bytes depend on it alone), and so are their checksums,
-/// combined in order.
-pub fn encode_parts(key: u64, set: &PreparedSet) -> Vec<Vec<u8>> {
+/// Writes the file of `set` under `key` through `write_at(offset, bytes)`: the header, the
+/// blocks of rows and the CRC-32, each at its offset. The blocks are encoded in parallel (a
+/// row's bytes depend on it alone; each block's offset is known from its rows' sizes), each
+/// into a buffer its thread reuses, and written from there, so no copy of the whole file is
+/// held in memory; their checksums are combined in order.
+pub fn write_with(
+    key: u64,
+    set: &PreparedSet,
+    write_at: impl Fn(u64, &[u8]) -> std::io::Result<()> + Sync,
+) -> std::io::Result<()> {
     let mut header = Vec::with_capacity(64);
     header.extend_from_slice(MAGIC);
     header.extend_from_slice(&key.to_le_bytes());
@@ -71,29 +74,53 @@ pub fn encode_parts(key: u64, set: &PreparedSet) -> Vec<Vec<u8>> {
     for count in [set.dropped_all_masked, set.bad.count, set.rows.len() as u64] {
         header.extend_from_slice(&count.to_le_bytes());
     }
-    let blocks: Vec<(Vec<u8>, crc32fast::Hasher)> = set
-        .rows
-        .par_chunks(ROWS_PER_BLOCK)
-        .map(|rows| {
-            let mut block = Vec::new();
-            for row in rows {
-                write_row(row, &mut block);
+    let blocks: Vec<&[PreparedRow]> = set.rows.chunks(ROWS_PER_BLOCK).collect();
+    let mut offsets = Vec::with_capacity(blocks.len());
+    let mut end = header.len() as u64;
+    for rows in &blocks {
+        offsets.push(end);
+        end += rows.iter().map(row_bytes).sum::<usize>() as u64;
+    }
+    let checksums: Vec<crc32fast::Hasher> = blocks
+        .par_iter()
+        .zip(offsets)
+        .map_init(Vec::new, |block, (rows, offset)| {
+            block.clear();
+            for row in rows.iter() {
+                write_row(row, block);
             }
             let mut crc = crc32fast::Hasher::new();
-            crc.update(&block);
-            (block, crc)
+            crc.update(block);
+            write_at(offset, block).map(|()| crc)
         })
-        .collect();
+        .collect::<std::io::Result<_>>()?;
+    write_at(0, &header)?;
     let mut crc = crc32fast::Hasher::new();
     crc.update(&header);
-    let mut parts = Vec::with_capacity(blocks.len() + 2);
-    parts.push(header);
-    for (block, block_crc) in blocks {
-        crc.combine(&block_crc);
-        parts.push(block);
+    for block in &checksums {
+        crc.combine(block);
     }
-    parts.push(crc.finalize().to_le_bytes().to_vec());
-    parts
+    write_at(end, &crc.finalize().to_le_bytes())
+}
+
+/// The bytes of `set` under `key`, as [`write_with`] writes them.
+pub fn encode(key: u64, set: &PreparedSet) -> Vec<u8> {
+    let bytes = std::sync::Mutex::new(Vec::new());
+    let written = write_with(key, set, |offset, part| {
+        let mut bytes = bytes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (start, stop) = (offset as usize, offset as usize + part.len());
+        if bytes.len() < stop {
+            bytes.resize(stop, 0);
+        }
+        bytes[start..stop].copy_from_slice(part);
+        Ok(())
+    });
+    debug_assert!(written.is_ok(), "writing into memory does not fail");
+    bytes
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What a cache file holds, or why it is not a valid one.
@@ -247,10 +274,23 @@ mod tests {
             dropped_all_masked: 2,
             bad: BadRows::default(),
         };
-        let parts = encode_parts(41, &set);
+        let mut parts = std::sync::Mutex::new(Vec::new());
+        write_with(41, &set, |offset, part| {
+            parts.lock().expect("lock").push((offset, part.to_vec()));
+            Ok(())
+        })
+        .expect("writes");
+        let parts = parts.get_mut().expect("lock");
         assert!(parts.len() > 4, "{} parts", parts.len());
+        parts.sort();
         let bytes = encode(41, &set);
-        assert_eq!(bytes, parts.concat());
+        let mut at = 0;
+        for (offset, part) in parts.iter() {
+            assert_eq!(*offset, at as u64, "the parts follow one another");
+            assert_eq!(&bytes[at..at + part.len()], &part[..]);
+            at += part.len();
+        }
+        assert_eq!(at, bytes.len());
         let (key, back) = decode(&bytes).expect("decodes");
         assert_eq!(key, 41);
         assert_eq!(back, set);

@@ -88,10 +88,8 @@ pub fn save(path: &Path, key: Fingerprint, set: &PreparedSet) -> Result<(), SftE
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
         std::process::id()
     ));
-    let parts = format::encode_parts(key.value(), set);
     // Not synced (see the module docs).
-    let written =
-        std::fs::File::create(&temporary).and_then(|mut file| write_parts(&mut file, &parts));
+    let written = std::fs::File::create(&temporary).and_then(|file| write_file(&file, key, set));
     if let Err(e) = written.and_then(|()| std::fs::rename(&temporary, path)) {
         let _ = std::fs::remove_file(&temporary);
         return Err(fail(e));
@@ -99,29 +97,21 @@ pub fn save(path: &Path, key: Fingerprint, set: &PreparedSet) -> Result<(), SftE
     Ok(())
 }
 
-/// Writes `parts`, one after another, to the start of `file`: on Unix each at its offset, in
-/// parallel (copying a large cache into the page cache is a large share of its writing).
-fn write_parts(file: &mut std::fs::File, parts: &[Vec<u8>]) -> std::io::Result<()> {
+/// Writes the cache file of `set` under `key` into `file`: on Unix each block at its offset
+/// from the thread that encoded it ([`format::write_with`]).
+fn write_file(file: &std::fs::File, key: Fingerprint, set: &PreparedSet) -> std::io::Result<()> {
     #[cfg(unix)]
     {
-        use rayon::prelude::*;
         use std::os::unix::fs::FileExt;
-        let file = &*file;
-        let mut offsets = Vec::with_capacity(parts.len());
-        let mut at = 0u64;
-        for part in parts {
-            offsets.push(at);
-            at += part.len() as u64;
-        }
-        parts
-            .par_iter()
-            .zip(offsets)
-            .try_for_each(|(part, offset)| file.write_all_at(part, offset))
+        format::write_with(key.value(), set, |offset, part| {
+            file.write_all_at(part, offset)
+        })
     }
     #[cfg(not(unix))]
     {
         use std::io::Write;
-        parts.iter().try_for_each(|part| file.write_all(part))
+        let mut file = file;
+        file.write_all(&format::encode(key.value(), set))
     }
 }
 
