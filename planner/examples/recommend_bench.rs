@@ -19,13 +19,14 @@
 use std::path::Path;
 use std::time::Instant;
 
-use dsplan_planner::estimate::Topology;
-use dsplan_planner::estimate::full::{AttentionKernel, Checkpointing, Margins, Precision};
 use dsplan_planner::model::{self, LmHead};
 use dsplan_planner::recommend::{
-    Cluster, CostModel, Planning, RecommendError, RecommendStats, Recommendation, Request,
-    recommend_counted,
+    Planning, RecommendError, RecommendStats, Recommendation, recommend_counted,
 };
+
+#[path = "../tests/support/deep_request.rs"]
+mod deep_request;
+use deep_request::{deep_config, deep_request};
 
 /// Rounds per timing; the best is reported.
 const ROUNDS: usize = 3;
@@ -35,13 +36,7 @@ type Answer = Result<Recommendation, RecommendError>;
 /// Writes the deep GPT-2 config of the CLI test.
 fn write_model(dir: &Path, layers: u64) -> Result<String, Box<dyn std::error::Error>> {
     let path = dir.join(format!("deep{layers}.json"));
-    std::fs::write(
-        &path,
-        format!(
-            r#"{{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024,
-                "n_embd": 64, "n_layer": {layers}, "n_head": 4}}"#
-        ),
-    )?;
+    std::fs::write(&path, deep_config(layers))?;
     Ok(path.to_str().ok_or("a UTF-8 temporary path")?.to_owned())
 }
 
@@ -51,23 +46,7 @@ fn run_once(
     planning: Planning,
 ) -> Result<(Answer, RecommendStats), Box<dyn std::error::Error>> {
     let spec = model::load(model_path, LmHead::Include)?;
-    let request = Request {
-        model: spec,
-        cluster: Cluster {
-            hardware: Topology::new(8, 1)?,
-            gpu_memory: 80 << 30,
-            cpu_memory: None,
-            nvme_path: None,
-        },
-        seq_len: 1024,
-        checkpointing: Checkpointing::None,
-        attention: AttentionKernel::Eager,
-        global_batch: 64,
-        precision: Precision::Bf16,
-        margins: Margins::default(),
-        cost: CostModel::default(),
-    };
-    Ok(recommend_counted(&request, planning))
+    Ok(recommend_counted(&deep_request(spec, 80 << 30), planning))
 }
 
 /// The best of [`ROUNDS`] timings of one request, with its answer and counts.

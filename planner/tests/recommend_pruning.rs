@@ -10,6 +10,10 @@ use std::path::Path;
 use dsplan_planner::estimate::Topology;
 use dsplan_planner::estimate::full::{AttentionKernel, Checkpointing, Margins, Precision};
 use dsplan_planner::model::{LmHead, ModelSpec, load};
+#[path = "support/deep_request.rs"]
+mod deep;
+use deep::{deep_config, deep_request as shared_request};
+
 use dsplan_planner::recommend::{
     Cluster, CostModel, Planning, RecommendError, RecommendStats, Request, recommend_counted,
     recommend_with,
@@ -127,26 +131,8 @@ fn the_pruned_walk_answers_as_the_full_estimate_of_every_candidate() {
 
 /// The request of the CLI's layer-limit test, at `layers` layers and `gpu_gib` GiB per GPU.
 fn deep_request(dir: &Path, layers: u64, gpu_gib: u64) -> Request {
-    let config = format!(
-        r#"{{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024,
-            "n_embd": 64, "n_layer": {layers}, "n_head": 4}}"#
-    );
-    Request {
-        model: model(dir, &format!("deep-{layers}"), &config),
-        cluster: Cluster {
-            hardware: Topology::new(8, 1).expect("valid"),
-            gpu_memory: gpu_gib << 30,
-            cpu_memory: None,
-            nvme_path: None,
-        },
-        seq_len: 1024,
-        checkpointing: Checkpointing::None,
-        attention: AttentionKernel::Eager,
-        global_batch: 64,
-        precision: Precision::Bf16,
-        margins: Margins::default(),
-        cost: CostModel::default(),
-    }
+    let spec = model(dir, &format!("deep-{layers}"), &deep_config(layers));
+    shared_request(spec, gpu_gib << 30)
 }
 
 #[test]

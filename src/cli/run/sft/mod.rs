@@ -111,7 +111,7 @@ impl SftJob {
             return Err(Failure::usage("fine-tuning needs --data"));
         };
         if recorded::is_recorded(train) {
-            return Self::recorded(args, config, world, steps);
+            return Self::recorded(args, train, config, world, steps);
         }
         let tokenizer_dir = tokenizer_dir(args)?;
         let layout = BatchLayout {
@@ -170,16 +170,14 @@ impl SftJob {
         })
     }
 
-    /// `--data` of recorded micro-batches, trained as they are.
+    /// `--data` of recorded micro-batches (`train`), trained as they are.
     fn recorded(
         args: &RunArgs,
+        train: &Path,
         config: SftConfig,
         world: usize,
         steps: Option<u64>,
     ) -> Result<Self, Failure> {
-        let Some(train) = &args.data else {
-            return Err(Failure::usage("fine-tuning needs --data"));
-        };
         let refused = [
             (args.eval_data.is_some(), "--eval-data"),
             (args.save_batches.is_some(), "--save-batches"),

@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 
 use dsplan_executor::data::{Collated, LabelledSource, RecordedBatches, encode_rank};
 use dsplan_executor::train::DataChoice;
-use dsplan_sft::{Collation, SftData, collate};
+use dsplan_sft::{SftData, collate};
 
 use super::super::Failure;
-use super::source::collated;
+use super::source::{collated, padding_only};
 use crate::render;
 
 /// The largest safetensors header read to look for recorded tensor names.
@@ -69,9 +69,14 @@ fn rank_files(path: &Path, world: usize) -> Result<Vec<PathBuf>, String> {
                 shown(path)
             )
         })?;
-    Ok((0..world)
+    Ok(named_per_rank(path, stem, world))
+}
+
+/// `NAME_rank{r}.safetensors` for each of `world` ranks, beside `path`.
+fn named_per_rank(path: &Path, stem: &str, world: usize) -> Vec<PathBuf> {
+    (0..world)
         .map(|rank| path.with_file_name(format!("{stem}_rank{rank}.safetensors")))
-        .collect())
+        .collect()
 }
 
 /// The recorded batches at `path` for `world` ranks: the run's data, the longest micro-batch
@@ -110,23 +115,6 @@ pub(super) fn open(
     ))
 }
 
-/// A micro-batch of one row of padding with no label: what a rank trains on where the last
-/// window of an epoch has fewer micro-batches (the reader takes no batch of no rows).
-fn padding(collation: Collation) -> Collated {
-    let (input_ids, position_ids, attention_mask) = match collation {
-        Collation::Padded { pad_id } => (vec![pad_id], None, Some(vec![0])),
-        Collation::PaddingFree => (vec![0], Some(vec![0]), None),
-    };
-    Collated {
-        rows: 1,
-        len: 1,
-        input_ids,
-        labels: vec![None],
-        position_ids,
-        attention_mask,
-    }
-}
-
 /// Writes the training micro-batches of `steps` steps of `data` (`grad_accum` per step) to
 /// `path` (one file per rank, see the module docs), each atomically; returns the files.
 pub(super) fn save(
@@ -143,9 +131,7 @@ pub(super) fn save(
             .file_stem()
             .and_then(|s| s.to_str())
             .unwrap_or("batches");
-        (0..world)
-            .map(|rank| path.with_file_name(format!("{stem}_rank{rank}.safetensors")))
-            .collect()
+        named_per_rank(path, stem, world)
     };
     for (rank, file) in files.iter().enumerate() {
         let train: Vec<Vec<Collated>> = (0..steps as usize)
@@ -157,7 +143,7 @@ pub(super) fn save(
                         Some(indices) => {
                             collated(&collate(&data.train.rows, indices, data.collation))
                         }
-                        None => padding(data.collation),
+                        None => padding_only(data.collation),
                     })
                     .collect()
             })

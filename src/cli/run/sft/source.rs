@@ -148,23 +148,26 @@ impl LabelledSource for Handle {
                 indices,
                 source.data.collation,
             )),
-            None => empty(source.data.collation),
+            None => padding_only(source.data.collation),
         };
         Ok(batch.padded(source.shape))
     }
 }
 
-/// A micro-batch of no rows (padded, it is all padding).
-fn empty(collation: Collation) -> Collated {
+/// The micro-batch a rank reads where the last window of an epoch has fewer: one token of
+/// padding with no label (id 0, masked out, or a one-token document at position 0), which
+/// padded to any shape is all padding and changes neither loss nor gradient. One row, not
+/// none: recorded batch files (`--save-batches`) take no batch of no rows.
+pub(super) fn padding_only(collation: Collation) -> Collated {
     let (position_ids, attention_mask) = match collation {
-        Collation::PaddingFree => (Some(Vec::new()), None),
-        Collation::Padded { .. } => (None, Some(Vec::new())),
+        Collation::PaddingFree => (Some(vec![0]), None),
+        Collation::Padded { .. } => (None, Some(vec![0])),
     };
     Collated {
-        rows: 0,
+        rows: 1,
         len: 1,
-        input_ids: Vec::new(),
-        labels: Vec::new(),
+        input_ids: vec![0],
+        labels: vec![None],
         position_ids,
         attention_mask,
     }
