@@ -7,8 +7,13 @@
 //!
 //! `cargo run --release -p dsplan-sft --example tokenize_bench [-- MEGABYTES [fast-only]]`
 //! (`fast-only`: three preparations by the fast path and their median, nothing else; also for
-//! a profiler)
+//! a profiler; `text-only`: the same for the language-modelling data alone, for paired A/B
+//! runs)
 //! (needs `../shared/reference/sft`, or `$DSPLAN_SHARED_DIR`).
+
+/// The allocator of the `dsplan` binary, so that the bench times what `dsplan run` does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -208,8 +213,10 @@ const FAST_ROUNDS: usize = 3;
 enum Runs {
     /// Both paths, the stages and the cache.
     Compare,
-    /// One preparation by the fast path.
+    /// Preparations by the fast path.
     FastOnly,
+    /// Preparations by the fast path of the language-modelling data alone.
+    TextOnly,
 }
 
 fn measure(
@@ -224,7 +231,7 @@ fn measure(
     if let Err(why) = fast.fast_path() {
         println!("{name}: {why}");
     }
-    if runs == Runs::FastOnly {
+    if runs != Runs::Compare {
         let mb = bytes as f64 / 1e6;
         let mut rates = Vec::new();
         for round in 0..FAST_ROUNDS {
@@ -311,7 +318,8 @@ fn main() -> Result<(), String> {
     let runs = match std::env::args().nth(2).as_deref() {
         None => Runs::Compare,
         Some("fast-only") => Runs::FastOnly,
-        Some(other) => return Err(format!("{other:?} is not `fast-only`")),
+        Some("text-only") => Runs::TextOnly,
+        Some(other) => return Err(format!("{other:?} is not `fast-only` or `text-only`")),
     };
     let root = reference()?;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -325,6 +333,9 @@ fn main() -> Result<(), String> {
         &dir.path().join("text-caches"),
         runs,
     )?;
+    if runs == Runs::TextOnly {
+        return Ok(());
+    }
     let chat = dir.path().join("messages.jsonl");
     let bytes = build(
         &root.join("data/messages.jsonl"),
