@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 /// mimalloc, not the system allocator: preparing a fine-tuning dataset makes a few small
 /// allocations per row on every thread (the parsed text, its ids, its labels), and glibc's
-/// malloc spent a fifth of the preparation's time on them (tokenization of the 100 MB
-/// `tokenize_bench` at 62 MB/s with mimalloc against 38-47 MB/s with glibc, paired runs).
+/// malloc spent a fifth of the preparation's time on them
+/// (`bench/results/cpu/2026-12-05-tokenize-bench-mimalloc.txt`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

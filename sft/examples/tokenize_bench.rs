@@ -5,7 +5,7 @@
 //! both give the same rows, and prints MB/s of each and their ratio, then the time to reopen
 //! the same data from its token cache.
 //!
-//! `cargo run --release -p dsplan-sft --example tokenize_bench [-- MEGABYTES [fast-only]]`
+//! `cargo run --release -p dsplan-sft --example tokenize_bench [-- MEGABYTES [fast-only|text-only]]`
 //! (`fast-only`: three preparations by the fast path and their median, nothing else; also for
 //! a profiler; `text-only`: the same for the language-modelling data alone, for paired A/B
 //! runs)
