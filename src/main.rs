@@ -1,6 +1,8 @@
 //! The `dsplan` command line: parses flags, calls the planner and executor, renders results.
 //! This is the only place in dsplan that prints or exits.
 
+#[macro_use]
+mod stderr;
 mod cli;
 mod render;
 mod units;

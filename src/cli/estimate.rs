@@ -262,7 +262,7 @@ pub fn run(args: EstimateArgs) -> Outcome {
         }
         Err((outcome, message)) => {
             if !message.is_empty() {
-                eprintln!("error: {}", crate::render::escape_controls(&message));
+                say!("error: {}", crate::render::escape_controls(&message));
             }
             outcome
         }
@@ -464,7 +464,7 @@ fn full_estimate(
         if let SetupError::Refused(found) = &error {
             let mut found = found.clone();
             file.locate_all(&mut found);
-            eprint!("{}", crate::render::human(&file, &found));
+            say_text!("{}", crate::render::human(&file, &found));
         }
         (Outcome::InputRejected, format!("{display}: {error}"))
     })?;

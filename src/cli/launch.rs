@@ -84,7 +84,7 @@ pub fn run(args: LaunchArgs) -> Outcome {
         Ok(outcome) => outcome,
         Err(message) => {
             // Host names, paths and file contents are the user's: printed escaped.
-            eprintln!("error: {}", crate::render::escape_controls(&message));
+            say!("error: {}", crate::render::escape_controls(&message));
             Outcome::UsageError
         }
     }
@@ -115,7 +115,7 @@ fn launch(args: &LaunchArgs) -> Result<Outcome, String> {
         .iter()
         .map(|h| format!("{}:{}", h.name, h.slots.len()))
         .collect();
-    eprintln!(
+    say!(
         "dsplan launch: {world} rank(s) on {} (through mpirun)",
         crate::render::escape_controls(&placement.join(", "))
     );
@@ -158,9 +158,7 @@ fn launch(args: &LaunchArgs) -> Result<Outcome, String> {
     let status = match ended {
         supervise::Ended::Exited(status) => status,
         supervise::Ended::Stopped => {
-            eprintln!(
-                "dsplan launch: stopped by a signal; mpirun and every rank it started were ended"
-            );
+            say!("dsplan launch: stopped by a signal; mpirun and every rank it started were ended");
             return Ok(Outcome::InputRejected);
         }
     };
@@ -168,7 +166,7 @@ fn launch(args: &LaunchArgs) -> Result<Outcome, String> {
         Some(0) => Outcome::Success,
         Some(2) => Outcome::UsageError,
         _ => {
-            eprintln!("dsplan launch: the job failed ({status})");
+            say!("dsplan launch: the job failed ({status})");
             Outcome::InputRejected
         }
     })
@@ -188,7 +186,7 @@ fn relay(source: impl Read + Send + 'static, stream: Stream) -> std::thread::Joi
         let mut ranks = relay::RankLines::default();
         let print = |line: String| match stream {
             Stream::Out => println!("{line}"),
-            Stream::Err => eprintln!("{line}"),
+            Stream::Err => say!("{line}"),
         };
         // Bytes, not `lines()`: one line that is not UTF-8 must not stop the relay (mpirun
         // would block on a full pipe).

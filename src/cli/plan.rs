@@ -142,7 +142,7 @@ pub fn run(args: PlanArgs) -> Outcome {
         }
         Err((outcome, message)) => {
             if !message.is_empty() {
-                eprintln!("error: {}", render::escape_controls(&message));
+                say!("error: {}", render::escape_controls(&message));
             }
             outcome
         }
@@ -214,7 +214,7 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
         world_size: Some(args.world_size),
     };
     let (file, found) = validate::validate_source(&display, &bytes, options).map_err(|fatal| {
-        eprint!("{}", render::human_with_bytes(&display, &bytes, &fatal));
+        say_text!("{}", render::human_with_bytes(&display, &bytes, &fatal));
         (Outcome::InputRejected, String::new())
     })?;
     // Options without effect at the configured stage are the planner's to decide: it records
@@ -225,7 +225,7 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
         .cloned()
         .collect();
     if !errors.is_empty() {
-        eprint!("{}", render::human(&file, &errors));
+        say_text!("{}", render::human(&file, &errors));
         return Err((
             Outcome::InputRejected,
             format!("{display} is not a valid DeepSpeed config"),
@@ -273,7 +273,7 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
         } else {
             "the planned GPU peak"
         };
-        eprintln!(
+        say!(
             "error: {what} ({}) exceeds --gpu-memory ({})",
             gib(needed),
             gib(args.gpu_memory.unwrap_or(0))
@@ -291,7 +291,7 @@ fn plan_text(args: &PlanArgs) -> Result<(String, Outcome), Failure> {
         PlanFormat::Trace => json(&Ok(plan::trace::chrome_trace(&plan)))?,
         PlanFormat::Human => {
             if !plan.diagnostics.is_empty() {
-                eprint!("{}", render::human(&file, &plan.diagnostics));
+                say_text!("{}", render::human(&file, &plan.diagnostics));
             }
             let mut text = human(&plan);
             if let Some(compared) = &compared {
@@ -350,7 +350,7 @@ fn compile_for(
     };
     let plan = plan::compile(config, graph, cluster, &workload).map_err(|mut refused| {
         file.locate_all(&mut refused);
-        eprint!("{}", render::human(file, &refused));
+        say_text!("{}", render::human(file, &refused));
         (
             Outcome::InputRejected,
             format!("{display} cannot be planned"),

@@ -145,7 +145,7 @@ pub fn run(args: RecommendArgs) -> Outcome {
         }
         Err((outcome, message)) => {
             if !message.is_empty() {
-                eprintln!("error: {message}");
+                say!("error: {message}");
             }
             outcome
         }

@@ -60,7 +60,7 @@ pub fn run(args: ReportArgs) -> Outcome {
         match read_check(path) {
             Ok(report) => CheckOutcome::Ran(report),
             Err(why) => {
-                eprintln!("error: {why}");
+                say!("error: {why}");
                 return Outcome::UsageError;
             }
         }
@@ -74,7 +74,7 @@ pub fn run(args: ReportArgs) -> Outcome {
             print!("{}", human_machine(&machine));
             match &check {
                 CheckOutcome::NotAsked => {}
-                CheckOutcome::CannotRun(why) => eprintln!("error: --check cannot run: {why}"),
+                CheckOutcome::CannotRun(why) => say!("error: --check cannot run: {why}"),
                 CheckOutcome::Ran(report) => print!("\n{}", human_check(report)),
             }
         }
@@ -114,8 +114,8 @@ fn run_check(args: &ReportArgs) -> CheckOutcome {
     } else {
         Scope::KernelsAndStep
     };
-    eprintln!("checking GPU {} ...", args.gpu);
-    let progress = |row: &CheckRow| eprintln!("  {}", row_line(row));
+    say!("checking GPU {} ...", args.gpu);
+    let progress = |row: &CheckRow| say!("  {}", row_line(row));
     match check::run(args.gpu, scope, &progress) {
         Ok(report) => CheckOutcome::Ran(report),
         Err(error) => CheckOutcome::CannotRun(format!("GPU {}: {error}", args.gpu)),

@@ -52,7 +52,7 @@ pub fn run(args: ResolveArgs) -> Outcome {
     let env = match environment(Some(args.world_size), &args.training, Some(&args.model)) {
         Ok(env) => env,
         Err(message) => {
-            eprintln!("error: {}", render::escape_message(&message));
+            say!("error: {}", render::escape_message(&message));
             return Outcome::UsageError;
         }
     };
@@ -60,7 +60,7 @@ pub fn run(args: ResolveArgs) -> Outcome {
         Ok(parsed) => parsed,
         Err(fatal) => {
             if args.format == Format::Human {
-                eprint!("{}", render::human_with_bytes(&display, &bytes, &fatal));
+                say_text!("{}", render::human_with_bytes(&display, &bytes, &fatal));
             }
             return fail(&args, None, &display, &fatal, Outcome::InputRejected);
         }
@@ -113,7 +113,7 @@ fn succeed(
                 args.world_size,
                 count_warnings(diagnostics)
             ));
-            eprint!("{stderr}");
+            say_text!("{stderr}");
         }
         Format::Json => {
             let mut out = json!({
@@ -148,7 +148,7 @@ fn fail(
             };
             stderr.push_str(&mismatch_summary(diagnostics));
             stderr.push_str(&render::file_summary(display, diagnostics));
-            eprint!("{stderr}");
+            say_text!("{stderr}");
         }
         Format::Json => {
             let out = json!({"config": null, "diagnostics": diagnostics});

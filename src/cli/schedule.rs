@@ -64,21 +64,21 @@ pub fn run(args: ScheduleArgs) -> Outcome {
     let bytes = match super::read_input(&args.file) {
         Ok(bytes) => bytes,
         Err(diagnostic) => {
-            eprint!("{}", render::human_unlocated(&display, &[diagnostic]));
+            say_text!("{}", render::human_unlocated(&display, &[diagnostic]));
             return Outcome::UsageError;
         }
     };
     let env = match environment(None, &args.training, None) {
         Ok(env) => env,
         Err(message) => {
-            eprintln!("error: {message}");
+            say!("error: {message}");
             return Outcome::UsageError;
         }
     };
     let (file, mut diagnostics) = match SourceFile::parse(&display, &bytes) {
         Ok(parsed) => parsed,
         Err(fatal) => {
-            eprint!("{}", render::human_with_bytes(&display, &bytes, &fatal));
+            say_text!("{}", render::human_with_bytes(&display, &bytes, &fatal));
             return Outcome::InputRejected;
         }
     };
@@ -88,8 +88,8 @@ pub fn run(args: ScheduleArgs) -> Outcome {
             diagnostics.extend(found);
             file.locate_all(&mut diagnostics);
             diagnostics.sort_by_key(|d| (d.line, d.column));
-            eprint!("{}", render::human(&file, &diagnostics));
-            eprint!("{}", render::file_summary(&display, &diagnostics));
+            say_text!("{}", render::human(&file, &diagnostics));
+            say_text!("{}", render::file_summary(&display, &diagnostics));
             return Outcome::InputRejected;
         }
     };
@@ -97,7 +97,7 @@ pub fn run(args: ScheduleArgs) -> Outcome {
     file.locate_all(&mut diagnostics);
     diagnostics.sort_by_key(|d| (d.line, d.column));
     if !diagnostics.is_empty() {
-        eprint!("{}", render::human(&file, &diagnostics));
+        say_text!("{}", render::human(&file, &diagnostics));
     }
     let wanted = args
         .steps
@@ -105,7 +105,7 @@ pub fn run(args: ScheduleArgs) -> Outcome {
         .unwrap_or_else(|| default_steps(&resolved.schedule));
     let steps = wanted.min(MAX_STEPS);
     if steps < wanted {
-        eprintln!(
+        say!(
             "note: {display}: the run has {wanted} steps; `dsplan schedule` shows at most {MAX_STEPS}, so these are the first {MAX_STEPS}"
         );
     }
@@ -133,7 +133,7 @@ fn stream_json_rows(resolved: &ResolvedSchedule, steps: u64) -> Outcome {
         Ok(()) => Outcome::Success,
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Outcome::Success,
         Err(error) => {
-            eprintln!("error: cannot write the schedule: {error}");
+            say!("error: cannot write the schedule: {error}");
             Outcome::UsageError
         }
     }

@@ -85,7 +85,7 @@ pub fn run(args: ValidateArgs) -> Outcome {
                     invalid
                 ));
             }
-            eprint!("{rendered}");
+            say_text!("{rendered}");
         }
         Format::Json => {
             let out = serde_json::json!({ "files": reports });

@@ -59,7 +59,7 @@ pub fn run(
         .map(|inputs| report(&inputs));
     let full = stages::estimate(job, margins).map_err(|error| refused(&error.into()))?;
     for warning in source.warnings() {
-        eprintln!("warning: {}", crate::render::escape_controls(warning));
+        say!("warning: {}", crate::render::escape_controls(warning));
     }
     match format {
         Format::Json => {

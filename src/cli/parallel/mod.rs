@@ -95,7 +95,7 @@ pub fn refused(errors: &ParallelErrors) -> Failure {
             crate::render::escape_controls(&error.help)
         ));
     }
-    eprint!("{text}");
+    say_text!("{text}");
     (Outcome::InputRejected, String::new())
 }
 

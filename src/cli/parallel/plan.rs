@@ -46,7 +46,7 @@ pub fn run(
     let estimate =
         stages::estimate(job, &Margins::default()).map_err(|error| refused(&error.into()))?;
     for warning in source.warnings() {
-        eprintln!("warning: {}", crate::render::escape_controls(warning));
+        say!("warning: {}", crate::render::escape_controls(warning));
     }
     let micro_batches = job.micro_batches();
     let line = timeline(&job.layout, micro_batches, TIMELINE_OPS);

@@ -42,7 +42,7 @@ pub(super) fn choose(device: Device) -> Result<Backend, Failure> {
     };
     let chosen = choose_backend(choice, ORDINAL).map_err(|e| Failure::usage(e.to_string()))?;
     if let Some(notice) = &chosen.notice {
-        eprintln!("{notice}");
+        say!("{notice}");
     }
     Ok(chosen.backend)
 }
@@ -62,7 +62,7 @@ pub(super) fn settle(
     };
     match device {
         Device::Auto => {
-            eprintln!("note: --device auto: {why}; running on the CPU");
+            say!("note: --device auto: {why}; running on the CPU");
             Ok(Backend::Cpu)
         }
         Device::Cuda | Device::Cpu => Err(Failure::usage(format!(

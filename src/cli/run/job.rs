@@ -69,7 +69,7 @@ impl Job {
         let (file, parsed) = match SourceFile::parse(&display, &bytes) {
             Ok(parsed) => parsed,
             Err(fatal) => {
-                eprint!("{}", render::human_with_bytes(&display, &bytes, &fatal));
+                say_text!("{}", render::human_with_bytes(&display, &bytes, &fatal));
                 return Err(Failure::input(format!(
                     "{display} is not a readable config"
                 )));
@@ -107,7 +107,7 @@ impl Job {
         if let Some(path) = &args.nvme_path
             && override_nvme_path(&mut resolved.typed, &path.to_string_lossy())
         {
-            eprintln!(
+            say!(
                 "note: --nvme-path {} replaces the config's nvme_path",
                 render::escape_controls(&path.display().to_string())
             );
@@ -124,7 +124,7 @@ impl Job {
             let has_scheduler = resolved.config.get("scheduler").is_some();
             let settings = job.settings(settings, has_scheduler, &training_args)?;
             if let Some(note) = job.inert_note() {
-                eprintln!("note: {note}");
+                say!("note: {note}");
             }
             let num_params = model.layout().num_params();
             return Ok(Job {
@@ -304,15 +304,15 @@ fn resolve_config(
         })
         .cloned()
         .collect();
-    eprint!("{}", render::human(file, &shown));
+    say_text!("{}", render::human(file, &shown));
     let Some(resolved) = resolved else {
-        eprint!("{}", render::file_summary(&display, &shown));
+        say_text!("{}", render::file_summary(&display, &shown));
         return Err(Failure::input(format!(
             "{display} cannot be resolved for this run; `dsplan resolve {display} --world-size {world}` explains it"
         )));
     };
     if against_defaults > 0 {
-        eprintln!(
+        say!(
             "note: {against_defaults} value(s) of {display} differ from Hugging Face TrainingArguments' defaults; that matters only when training with the Trainer (`dsplan resolve` lists them)"
         );
     }

@@ -124,7 +124,7 @@ pub(super) fn enforce(check: Preflight, force: bool) -> Result<(), Failure> {
                     beyond.source,
                 )));
             }
-            eprintln!("warning: memory pre-flight: {shortfall}; running anyway (--force)");
+            say!("warning: memory pre-flight: {shortfall}; running anyway (--force)");
             Ok(())
         }
         Ok(()) => {
@@ -132,7 +132,7 @@ pub(super) fn enforce(check: Preflight, force: bool) -> Result<(), Failure> {
                 || "host memory unknown".to_string(),
                 |h| format!("{} available ({})", super::bytes(h.bytes), h.source),
             );
-            eprintln!(
+            say!(
                 "memory pre-flight: the plan needs {} of host memory, {available}; {took}",
                 super::bytes(check.need.host_total())
             );

@@ -135,7 +135,7 @@ pub(super) fn prepare(args: &RunArgs, sizes: Sizes, writes: bool) -> Result<Prep
         if writes {
             let lock = DirLock::acquire(dir).map_err(|e| lock_failure(dir, e))?;
             if let Some(owner) = &lock.took_over {
-                eprintln!(
+                say!(
                     "note: --save-checkpoint {}: took over the lock of {owner}, which has ended",
                     shown(dir)
                 );

@@ -190,7 +190,7 @@ impl Progress {
         let line = format!("[Rank 0] step={}, eval_loss={eval_loss:.6}", step + 1);
         match &self.display {
             Display::Bar(bar) => bar.println(line),
-            Display::Lines => eprintln!("{line}"),
+            Display::Lines => say!("{line}"),
         }
     }
 

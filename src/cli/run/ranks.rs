@@ -175,12 +175,12 @@ impl Ranks {
         match self {
             Ranks::Threads => {
                 if !failure.message.is_empty() {
-                    eprintln!("error: {}", crate::render::escape_message(&failure.message));
+                    say!("error: {}", crate::render::escape_message(&failure.message));
                 }
                 failure.outcome
             }
             Ranks::Process(p) => {
-                eprintln!(
+                say!(
                     "error: rank {}: {}",
                     p.env.rank,
                     crate::render::escape_message(&failure.message)
@@ -188,7 +188,7 @@ impl Ranks {
                 p.abort(failure.outcome)
             }
             Ranks::Gpu(g) => {
-                eprintln!(
+                say!(
                     "error: rank {}: {}",
                     g.env.rank,
                     crate::render::escape_message(&failure.message)
@@ -261,7 +261,7 @@ impl ProcessRank {
         let comm = self.job.comm(
             self.timeout,
             Box::new(move |error| {
-                eprintln!("error: rank {rank}: {error} (the limit is {TIMEOUT_VARIABLE})");
+                say!("error: rank {rank}: {error} (the limit is {TIMEOUT_VARIABLE})");
                 std::process::exit(code(Outcome::InputRejected));
             }),
         );
@@ -451,7 +451,7 @@ impl GpuRank {
             let host = job.comm(
                 self.timeout,
                 Box::new(move |error| {
-                    eprintln!("error: rank {rank}: {error} (the limit is {TIMEOUT_VARIABLE})");
+                    say!("error: rank {rank}: {error} (the limit is {TIMEOUT_VARIABLE})");
                     std::process::exit(code(Outcome::InputRejected));
                 }),
             );

@@ -49,9 +49,9 @@ pub(super) fn checkpoints(
     let point = resume_point(spec, plan, &loaded).map_err(|e| train_failure(e, &job.display))?;
     if ranks.reports() {
         for note in &point.notes {
-            eprintln!("note: {}", render::escape_message(note));
+            say!("note: {}", render::escape_message(note));
         }
-        eprintln!(
+        say!(
             "resuming from {} at step {} ({} applied, loss scale {}; read in {seconds:.2} s)",
             render::escape_controls(&point.location.path().display().to_string()),
             point.global_step,
@@ -76,7 +76,7 @@ pub(super) fn opening(
     let settings = &spec.settings;
     let batch = settings.batch;
     let world = spec.world;
-    eprintln!(
+    say!(
         "dsplan run {}: ZeRO stage {}, {}, {world} {} {}",
         job.display,
         settings.stage as u8,
@@ -84,7 +84,7 @@ pub(super) fn opening(
         ranks.kind(),
         cuda::place(backend, ranks, world),
     );
-    eprintln!(
+    say!(
         "model {} ({} parameters); data {}; {} x {} tokens per rank and micro-step, {} micro-step(s), global batch {}; {} steps",
         render::escape_controls(model),
         thousands(job.num_params as u64),
@@ -95,9 +95,9 @@ pub(super) fn opening(
         batch.train_batch,
         spec.steps,
     );
-    eprintln!("{}", plan_line(plan));
+    say!("{}", plan_line(plan));
     for notice in &settings.notices {
-        eprintln!("note: {}", render::escape_message(notice));
+        say!("note: {}", render::escape_message(notice));
     }
 }
 
@@ -153,7 +153,7 @@ pub(super) fn finish(
 ) -> Result<(), Failure> {
     if let Some(dir) = args.save_checkpoint.as_ref().filter(|_| ranks.reports()) {
         for note in prepared.finish(dir, &report.checkpoints) {
-            eprintln!("note: {note}");
+            say!("note: {note}");
         }
     }
     if !ranks.reports() {
@@ -178,7 +178,7 @@ pub(super) fn finish(
     };
     let summary = report::summary(&facts, spec, report);
     match args.format {
-        Format::Human => eprint!("{}", report::human(report, &summary)),
+        Format::Human => say_text!("{}", report::human(report, &summary)),
         Format::Json => println!(
             "{}",
             serde_json::to_string_pretty(&summary).unwrap_or_default()
@@ -188,7 +188,7 @@ pub(super) fn finish(
         |path: &std::path::Path| render::escape_controls(&path.display().to_string()).into_owned();
     match (&args.save_model, saved) {
         (Some(path), Some(SavedTo::File)) => {
-            eprintln!("saved the trained fp32 model to {}", shown(path));
+            say!("saved the trained fp32 model to {}", shown(path));
         }
         (Some(path), Some(SavedTo::Directory(mut files))) => {
             if let Some(data) = job.sft.as_ref().and_then(|sft| sft.data.as_ref()) {
@@ -196,7 +196,7 @@ pub(super) fn finish(
                     super::sft::copy_tokenizer(&data.tokenizer, path).map_err(Failure::usage)?,
                 );
             }
-            eprintln!(
+            say!(
                 "saved the trained model to {} (config.json, {})",
                 shown(path),
                 files.join(", ")
@@ -205,7 +205,7 @@ pub(super) fn finish(
         _ => {}
     }
     if let Some(last) = report.checkpoints.last() {
-        eprintln!(
+        say!(
             "saved {} checkpoint(s) to {}; the last, {} ({}, {:.2} s), is `latest`",
             report.checkpoints.len(),
             shown(&last.location.dir),

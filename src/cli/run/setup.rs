@@ -84,7 +84,7 @@ fn compile(
     };
     let plan = compile(&spec.settings, &spec.model, spec.seq_len, world).map_err(|mut found| {
         job.file.locate_all(&mut found);
-        eprint!("{}", render::human(&job.file, &found));
+        say_text!("{}", render::human(&job.file, &found));
         Failure::input(format!(
             "{}: the plan cannot be compiled; `dsplan plan` explains it",
             job.display
@@ -98,7 +98,7 @@ fn compile(
         .collect();
     job.file.locate_all(&mut warnings);
     if ranks.reports() {
-        eprint!("{}", render::human(&job.file, &warnings));
+        say_text!("{}", render::human(&job.file, &warnings));
     }
     Ok(plan)
 }

@@ -151,7 +151,7 @@ impl SftJob {
         if let Some(path) = &args.save_batches {
             let files = recorded::save(path, &data, steps, layout.grad_accum, world)?;
             let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-            eprintln!(
+            say!(
                 "data: wrote the micro-batches of {steps} step(s) to {}",
                 render::escape_controls(&files.join(", "))
             );
@@ -219,7 +219,7 @@ impl SftJob {
             .with_gradient_checkpointing(checkpointing);
         if config_has_scheduler {
             if self.config.lr_scheduler_given {
-                eprintln!(
+                say!(
                     "note: lr_scheduler_type is not used: the DeepSpeed config's scheduler block is (as under the Trainer)"
                 );
             }
@@ -304,7 +304,7 @@ fn report_prepared(data: &SftData, seconds: f64) {
         .eval
         .as_ref()
         .map_or(String::new(), |e| format!("; eval {} rows", e.rows.len()));
-    eprintln!(
+    say!(
         "data: {} train rows ({:?}) {cache} in {seconds:.2} s{}{eval}",
         data.train.rows.len(),
         data.train.shape,
