@@ -94,6 +94,44 @@ fn load_train_save_load_gives_the_same_logits() {
     }
 }
 
+/// Saving into a directory an earlier save wrote replaces its weights whichever way each was
+/// written: a single file over shards leaves no index or shard behind (the index would be read
+/// first), shards over a single file leave no `model.safetensors`; the directory loads back the
+/// latest parameters. A file that only looks like a shard's name stays.
+#[test]
+fn a_save_over_an_earlier_one_leaves_only_its_own_weights() {
+    let Some(reference) = llama_reference("qwen2") else {
+        return;
+    };
+    let (config, params, trained) = trained_fixture(&reference);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("saved");
+    std::fs::create_dir_all(&out).expect("dir");
+    std::fs::write(out.join("model-notes.safetensors"), b"kept").expect("write");
+    let names = |out: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(out)
+            .expect("read dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("model"))
+            .collect();
+        names.sort();
+        names
+    };
+    for (weights, shard_bytes) in [(&params, 100_000), (&trained, u64::MAX), (&params, 100_000)] {
+        let files =
+            save_llama_pretrained(&out, &config, weights, Dtype::F32, shard_bytes).expect("saved");
+        let mut expected = files.clone();
+        if files.len() > 1 {
+            expected.push(INDEX_FILE.to_string());
+        }
+        expected.push("model-notes.safetensors".to_string());
+        expected.sort();
+        assert_eq!(names(&out), expected, "after writing {files:?}");
+        let (_, reloaded) = load_llama_pretrained(&out).expect("loads back");
+        assert!(reloaded == *weights, "the latest save's parameters");
+    }
+}
+
 /// Round trip through transformers itself: every fixture family (Llama untied, Qwen2 tied with
 /// q/k/v biases, Llama 3 RoPE scaling) trained 5 steps, saved as float32 (sharded, with its
 /// index) and as bfloat16 (one file), loaded by `AutoModelForCausalLM.from_pretrained`: its

@@ -198,7 +198,40 @@ pub fn write_weights(
             serde_json::to_string_pretty(&index).map_err(|e| LoadError::Json(e.to_string()))?;
         write_output(&path, text.as_bytes()).map_err(|e| io_error(&path, e))?;
     }
+    remove_earlier_weights(dir, &names, count > 1)?;
     Ok(names)
+}
+
+/// Removes the weight files an earlier save left in `dir` that this one did not write (it
+/// wrote `written`, and an index when `indexed`): `model.safetensors`, `model-K-of-N` shards
+/// and their index. A single file left beside a new index, or an index beside a new single
+/// file, would be read in place of the new weights (`save_pretrained` removes them too).
+fn remove_earlier_weights(dir: &Path, written: &[String], indexed: bool) -> Result<(), LoadError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| io_error(dir, e))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let earlier = (name == INDEX_FILE && !indexed)
+            || ((name == WEIGHTS_FILE || is_shard_name(name))
+                && !written.iter().any(|w| w == name));
+        if earlier {
+            let path = entry.path();
+            std::fs::remove_file(&path).map_err(|e| io_error(&path, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `name` is a shard `save_pretrained` writes: `model-00001-of-00003.safetensors`.
+fn is_shard_name(name: &str) -> bool {
+    let Some(rest) = name
+        .strip_prefix("model-")
+        .and_then(|r| r.strip_suffix(".safetensors"))
+    else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    matches!(rest.split_once("-of-"), Some((k, n)) if digits(k) && digits(n))
 }
 
 /// The little-endian bytes of `params` in `dtype`.

@@ -67,11 +67,7 @@ pub(super) fn check_paths(args: &RunArgs, model: &ModelConfig) -> Result<(), Fai
         paths.output("--metrics", metrics, Shape::File);
     }
     if let Some(save) = &args.save_model {
-        let shape = match model {
-            ModelConfig::Gpt2(_) => Shape::File,
-            ModelConfig::Llama(_) => Shape::Directory,
-        };
-        paths.output("--save-model", save, shape);
+        paths.output("--save-model", save, saved_model_shape(model));
     }
     if let Some(dir) = &args.save_checkpoint {
         paths.output("--save-checkpoint", dir, Shape::Directory);
@@ -83,6 +79,15 @@ pub(super) fn check_paths(args: &RunArgs, model: &ModelConfig) -> Result<(), Fai
     paths.check().map_err(Failure::usage)
 }
 
+/// What `--save-model` writes for `model`: a GPT-2 is one safetensors file, a Llama-family
+/// model a `save_pretrained` directory.
+fn saved_model_shape(model: &ModelConfig) -> Shape {
+    match model {
+        ModelConfig::Gpt2(_) => Shape::File,
+        ModelConfig::Llama(_) => Shape::Directory,
+    }
+}
+
 /// The outputs of a run, checked, with its checkpoint directory locked until it is dropped.
 #[derive(Debug)]
 pub(super) struct Prepared {
@@ -91,11 +96,13 @@ pub(super) struct Prepared {
     earlier_tags: Vec<String>,
 }
 
-/// What a run will write, in bytes.
+/// What a run will write: its size in bytes, and the model's shape.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Sizes {
     /// The trained model (`--save-model`).
     pub model: u64,
+    /// Whether the trained model is one file or a directory.
+    pub model_shape: Shape,
     /// One checkpoint (`--save-checkpoint`).
     pub checkpoint: u64,
 }
@@ -109,6 +116,7 @@ impl Sizes {
         };
         Self {
             model: num_params.saturating_mul(model_bytes),
+            model_shape: saved_model_shape(model),
             checkpoint: num_params.saturating_mul(CHECKPOINT_BYTES_PER_PARAM),
         }
     }
@@ -121,10 +129,14 @@ pub(super) fn prepare(args: &RunArgs, sizes: Sizes, writes: bool) -> Result<Prep
     if let Some(path) = &args.metrics {
         target_directory("--metrics", path)?;
     }
-    if let Some(path) = &args.save_model
-        && let Some(dir) = target_directory("--save-model", path)?
-    {
-        needed.push((dir, "--save-model", sizes.model));
+    if let Some(path) = &args.save_model {
+        let dir = match sizes.model_shape {
+            Shape::File => target_directory("--save-model", path)?,
+            Shape::Directory => model_directory(path)?,
+        };
+        if let Some(dir) = dir {
+            needed.push((dir, "--save-model", sizes.model));
+        }
     }
     let mut prepared = Prepared {
         lock: None,
@@ -237,6 +249,30 @@ fn target_directory(flag: &str, path: &Path) -> Result<Option<PathBuf>, Failure>
         ))
     })?;
     Ok(Some(dir))
+}
+
+/// `--save-model DIR` of a Llama-family model: an existing directory that takes new files (the
+/// save writes `config.json` and the weights into it, replacing those of an earlier save), or
+/// a path with nothing there in a directory that does.
+fn model_directory(path: &Path) -> Result<Option<PathBuf>, Failure> {
+    if !path.is_dir() {
+        if dsplan_planner::user_file::exists(path) {
+            return Err(Failure::usage(format!(
+                "--save-model {}: it is a file, and a Llama-family model is saved as a directory \
+                 (config.json and its weights); name a directory, or a path with nothing there",
+                shown(path)
+            )));
+        }
+        return target_directory("--save-model", path);
+    }
+    probe_writable(path).map_err(|e| {
+        Failure::usage(format!(
+            "--save-model {}: cannot write in it ({e}); name a writable directory (checked \
+             before training, so no trained model is lost)",
+            shown(path)
+        ))
+    })?;
+    Ok(Some(path.to_path_buf()))
 }
 
 /// `--save-checkpoint DIR`: created if missing, a writable directory.
