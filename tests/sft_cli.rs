@@ -56,16 +56,17 @@ enum DataArg {
 /// world size, saving the model to `work/saved`: the `--metrics` lines.
 fn run_fixture(root: &Path, name: &str, changes: &Value, work: &Path) -> Vec<Value> {
     let data = DataArg::Dataset { save_batches: None };
-    run_fixture_on(root, name, changes, work, &data)
+    run_fixture_on(root, name, changes, work, &data, &[])
 }
 
-/// [`run_fixture`] with `data` as `--data`.
+/// [`run_fixture`] with `data` as `--data` and `extra` arguments (checkpoint flags).
 fn run_fixture_on(
     root: &Path,
     name: &str,
     changes: &Value,
     work: &Path,
     data: &DataArg,
+    extra: &[&std::ffi::OsStr],
 ) -> Vec<Value> {
     let run = json(&root.join("runs").join(name).join("run.json"));
     let world = json(&root.join("runs").join(name).join("trajectory.json"))["world_size"]
@@ -122,6 +123,7 @@ fn run_fixture_on(
         .arg(&metrics)
         .arg("--save-model")
         .arg(work.join("saved"))
+        .args(extra)
         .output()
         .expect("runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -282,6 +284,59 @@ fn eval_steps_score_the_eval_set_during_training() {
     eprintln!("eval every 3 steps: {scored:?}; the SFTTrainer's at 10: {reference}");
 }
 
+/// The data position is part of a checkpoint: a shuffled fine-tuning run stopped after 4 steps
+/// and resumed from its checkpoint trains on the batches the uninterrupted 10-step run trains
+/// on from step 5, and ends with the same weights, byte for byte.
+#[test]
+fn a_fine_tuning_run_resumed_from_its_checkpoint_ends_bit_for_bit() {
+    let Some(root) = sft_dir() else {
+        return;
+    };
+    let name = "text_shuffled";
+    let whole_dir = tempfile::tempdir().expect("temp dir");
+    let whole = run_fixture(&root, name, &serde_json::json!({}), whole_dir.path());
+    let split_dir = tempfile::tempdir().expect("temp dir");
+    let checkpoint = split_dir.path().join("ckpt");
+    let save = [
+        std::ffi::OsStr::new("--save-checkpoint"),
+        checkpoint.as_os_str(),
+    ];
+    let data = DataArg::Dataset { save_batches: None };
+    let first = serde_json::json!({"max_steps": 4});
+    run_fixture_on(&root, name, &first, split_dir.path(), &data, &save);
+    assert!(
+        checkpoint.join("global_step4").is_dir(),
+        "no checkpoint at step 4"
+    );
+    let resume = [std::ffi::OsStr::new("--resume"), checkpoint.as_os_str()];
+    let rest = run_fixture_on(
+        &root,
+        name,
+        &serde_json::json!({}),
+        split_dir.path(),
+        &data,
+        &resume,
+    );
+    let losses = |lines: &[Value]| -> Vec<(u64, f64)> {
+        lines
+            .iter()
+            .filter_map(|l| Some((l["step"].as_u64()?, l["loss"].as_f64()?)))
+            .collect()
+    };
+    let (whole_losses, rest_losses) = (losses(&whole), losses(&rest));
+    assert_eq!(rest_losses.len(), 6, "{rest_losses:?}");
+    assert_eq!(
+        rest_losses[..],
+        whole_losses[4..],
+        "the resumed steps' losses"
+    );
+    let weights = |dir: &Path| std::fs::read(dir.join("saved/model.safetensors")).expect("saved");
+    assert!(
+        weights(whole_dir.path()) == weights(split_dir.path()),
+        "the resumed model differs from the uninterrupted one"
+    );
+}
+
 /// The integer tensors of a safetensors file whose names start with `train.`, as i64.
 fn train_tensors(path: &Path) -> std::collections::BTreeMap<String, (Vec<usize>, Vec<i64>)> {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -323,7 +378,8 @@ fn saved_batches_are_the_collators_and_replay_the_run() {
         let data = DataArg::Dataset {
             save_batches: Some(saved.clone()),
         };
-        let from_jsonl = run_fixture_on(&root, name, &serde_json::json!({}), work.path(), &data);
+        let from_jsonl =
+            run_fixture_on(&root, name, &serde_json::json!({}), work.path(), &data, &[]);
         let run_dir = root.join("runs").join(name);
         let pairs: Vec<(PathBuf, PathBuf)> = if run_dir.join("batches.safetensors").is_file() {
             vec![(saved.clone(), run_dir.join("batches.safetensors"))]
@@ -360,6 +416,7 @@ fn saved_batches_are_the_collators_and_replay_the_run() {
             &serde_json::json!({}),
             replay_dir.path(),
             &recorded,
+            &[],
         );
         let steps = |lines: &[Value]| -> Vec<(f64, f64)> {
             lines

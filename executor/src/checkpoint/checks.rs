@@ -119,20 +119,11 @@ pub fn check_engine_state(path: &Path, state: &EngineState) -> Result<(), Checkp
             format!("{} must be positive and finite", m.layer_norm_epsilon),
         );
     }
-    // Recorded (packed) rows may be longer than the positions: their position ids restart.
-    if state.seq_len > m.n_positions && state.data.kind != "recorded" {
+    // Packed rows may be longer than the positions: their position ids restart.
+    if state.seq_len > m.n_positions && !state.data.kind.packs_rows() {
         return bad(
             "seq_len",
             format!("{} exceeds n_positions {}", state.seq_len, m.n_positions),
-        );
-    }
-    if !matches!(state.data.kind.as_str(), "bundled" | "file" | "recorded") {
-        return bad(
-            "data.kind",
-            format!(
-                "`{}` is none of `bundled`, `file`, `recorded`",
-                state.data.kind
-            ),
         );
     }
     let order = &state.data.order;

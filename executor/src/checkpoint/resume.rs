@@ -221,7 +221,12 @@ fn describe_data(data: &DataDescription) -> String {
     let size = data
         .bytes
         .map_or_else(|| "size unknown".to_string(), |b| format!("{b} bytes"));
-    format!("{} `{}` ({size}, {})", data.kind, data.name, data.order)
+    format!(
+        "{} `{}` ({size}, {})",
+        data.kind.name(),
+        data.name,
+        data.order
+    )
 }
 
 /// Every rank's partition of the run's layout, from the checkpoint's consolidated vectors.

@@ -250,14 +250,46 @@ impl From<ModelConfig> for SavedModel {
 /// its order, so this is what a resumed run must read again).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataDescription {
-    /// `bundled`, `file` or `recorded`.
-    pub kind: String,
+    /// Which kind of source.
+    pub kind: DataKind,
     /// The corpus name or the file's path.
     pub name: String,
     /// The source's size in bytes (`None`: unreadable when saved).
     pub bytes: Option<u64>,
     /// The window order (`sequential` or `shuffled:SEED`).
     pub order: String,
+}
+
+/// The kinds of [`DataChoice`], as a checkpoint records them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataKind {
+    /// The bundled corpus, byte tokens.
+    Bundled,
+    /// A token file (llm.c `.bin`, safetensors `input_ids`, or a text file as bytes).
+    File,
+    /// Recorded collated micro-batches, replayed step by step.
+    Recorded,
+    /// Labelled micro-batches prepared outside the executor (a fine-tuning dataset).
+    Labelled,
+}
+
+impl DataKind {
+    /// The name a checkpoint records.
+    pub fn name(self) -> &'static str {
+        match self {
+            DataKind::Bundled => "bundled",
+            DataKind::File => "file",
+            DataKind::Recorded => "recorded",
+            DataKind::Labelled => "labelled",
+        }
+    }
+
+    /// Whether rows may be longer than the model's positions: recorded and prepared
+    /// fine-tuning rows are packed, their position ids restarting per document.
+    pub fn packs_rows(self) -> bool {
+        matches!(self, DataKind::Recorded | DataKind::Labelled)
+    }
 }
 
 impl DataDescription {
@@ -269,19 +301,19 @@ impl DataDescription {
         };
         match data {
             DataChoice::Bundled { order: o } => Self {
-                kind: "bundled".into(),
+                kind: DataKind::Bundled,
                 name: BUNDLED_CORPUS_NAME.into(),
                 bytes: Some(BUNDLED_CORPUS.len() as u64),
                 order: order(o),
             },
             DataChoice::File { path, order: o } => Self {
-                kind: "file".into(),
+                kind: DataKind::File,
                 name: path.display().to_string(),
                 bytes: std::fs::metadata(path).ok().map(|m| m.len()),
                 order: order(o),
             },
             DataChoice::Recorded { files } => Self {
-                kind: "recorded".into(),
+                kind: DataKind::Recorded,
                 name: files
                     .iter()
                     .map(|f| f.display().to_string())
@@ -295,7 +327,7 @@ impl DataDescription {
                 order: "sequential".into(),
             },
             DataChoice::Labelled(labelled) => Self {
-                kind: "labelled".into(),
+                kind: DataKind::Labelled,
                 name: labelled.0.name(),
                 bytes: None,
                 order: labelled.0.order(),

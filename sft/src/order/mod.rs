@@ -91,6 +91,11 @@ impl SampleOrder {
         }
     }
 
+    /// How rows are drawn each epoch.
+    pub fn sampling(&self) -> Sampling {
+        self.sampling
+    }
+
     /// Micro-batches per rank in one epoch.
     pub fn batches_per_epoch(&self) -> usize {
         rank_batches(self.rows, self.layout.batch_size, self.layout.world_size)

@@ -11,7 +11,7 @@ use dsplan_executor::data::{
     OpenLabelled,
 };
 use dsplan_executor::model::{BatchShape, RowPositions};
-use dsplan_sft::{Collation, IGNORE, MicroBatch, SftData, collate};
+use dsplan_sft::{Collation, IGNORE, MicroBatch, Sampling, SftData, collate};
 
 /// The data of a run, shared by every rank, and the shape the model is sized for.
 #[derive(Clone)]
@@ -179,7 +179,10 @@ impl OpenLabelled for SftSource {
     }
 
     fn order(&self) -> String {
-        format!("{:?}", self.data.order)
+        match self.data.order.sampling() {
+            Sampling::Sequential => "sequential".to_string(),
+            Sampling::Random { seed } => format!("shuffled:{seed}"),
+        }
     }
 
     fn open(&self) -> Box<dyn LabelledSource + Send> {
