@@ -335,6 +335,35 @@ fn a_fine_tuning_run_resumed_from_its_checkpoint_ends_bit_for_bit() {
         weights(whole_dir.path()) == weights(split_dir.path()),
         "the resumed model differs from the uninterrupted one"
     );
+
+    // Other data under the same name (its last row left out) is not the checkpoint's data.
+    let work = split_dir.path();
+    let train = work.join("text.jsonl");
+    let text = std::fs::read_to_string(&train).expect("train data");
+    let rows: Vec<&str> = text.lines().collect();
+    std::fs::write(&train, rows[..rows.len() - 1].join("\n") + "\n").expect("write");
+    let output = Command::cargo_bin("dsplan")
+        .expect("binary")
+        .arg("run")
+        .arg(work.join("ds_config.json"))
+        .arg("--model")
+        .arg(root.join("models/llama_bpe"))
+        .arg("--data")
+        .arg(&train)
+        .arg("--training-args")
+        .arg(work.join("sft_config.json"))
+        .arg("--device")
+        .arg("cpu")
+        .arg("--resume")
+        .arg(&checkpoint)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("`data`") && stderr.contains("labelled"),
+        "names the data: {stderr}"
+    );
 }
 
 /// The integer tensors of a safetensors file whose names start with `train.`, as i64.

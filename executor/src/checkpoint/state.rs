@@ -254,7 +254,8 @@ pub struct DataDescription {
     pub kind: DataKind,
     /// The corpus name or the file's path.
     pub name: String,
-    /// The source's size in bytes (`None`: unreadable when saved).
+    /// The source's size in bytes (`None`: unreadable when saved); of labelled data, the
+    /// bytes of its prepared token ids.
     pub bytes: Option<u64>,
     /// The window order (`sequential` or `shuffled:SEED`).
     pub order: String,
@@ -329,7 +330,7 @@ impl DataDescription {
             DataChoice::Labelled(labelled) => Self {
                 kind: DataKind::Labelled,
                 name: labelled.0.name(),
-                bytes: None,
+                bytes: Some(labelled.0.bytes()),
                 order: labelled.0.order(),
             },
         }

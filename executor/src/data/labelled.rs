@@ -182,6 +182,11 @@ pub trait OpenLabelled: Send + Sync {
     /// The order of the batches as recorded in checkpoints (a resumed run must read the same).
     fn order(&self) -> String;
 
+    /// The size recorded in checkpoints (a resumed run must read the same): the bytes of the
+    /// prepared rows' token ids, so that other data, another tokenizer or other preparation
+    /// settings are told apart.
+    fn bytes(&self) -> u64;
+
     /// A source of the run's micro-batches.
     fn open(&self) -> Box<dyn LabelledSource + Send>;
 

@@ -185,6 +185,11 @@ impl OpenLabelled for SftSource {
         }
     }
 
+    fn bytes(&self) -> u64 {
+        let tokens: usize = self.data.train.rows.iter().map(|r| r.input_ids.len()).sum();
+        (tokens * std::mem::size_of::<u32>()) as u64
+    }
+
     fn open(&self) -> Box<dyn LabelledSource + Send> {
         Box::new(Handle(self.clone()))
     }
