@@ -336,30 +336,46 @@ fn a_fine_tuning_run_resumed_from_its_checkpoint_ends_bit_for_bit() {
         "the resumed model differs from the uninterrupted one"
     );
 
-    // Other data under the same name (its last row left out) is not the checkpoint's data.
+    // A resume on other data is refused, with the fix.
     let work = split_dir.path();
+    let refused = |sft_config: &Value| -> String {
+        std::fs::write(work.join("sft_config.json"), sft_config.to_string()).expect("write");
+        let output = Command::cargo_bin("dsplan")
+            .expect("binary")
+            .arg("run")
+            .arg(work.join("ds_config.json"))
+            .arg("--model")
+            .arg(root.join("models/llama_bpe"))
+            .arg("--data")
+            .arg(work.join("text.jsonl"))
+            .arg("--training-args")
+            .arg(work.join("sft_config.json"))
+            .arg("--device")
+            .arg("cpu")
+            .arg("--resume")
+            .arg(&checkpoint)
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        stderr
+    };
+    let config = json(&work.join("sft_config.json"));
+    // Rows cut shorter: the micro-batches are shorter than the checkpoint's.
+    let mut shorter = config.clone();
+    shorter["max_length"] = serde_json::json!(32);
+    let stderr = refused(&shorter);
+    assert!(
+        stderr.contains("`seq_len` is 96, this run has 32")
+            && stderr.contains("the data and max_length"),
+        "{stderr}"
+    );
+    // The same name and lengths, one row fewer: the prepared tokens differ.
     let train = work.join("text.jsonl");
     let text = std::fs::read_to_string(&train).expect("train data");
     let rows: Vec<&str> = text.lines().collect();
     std::fs::write(&train, rows[..rows.len() - 1].join("\n") + "\n").expect("write");
-    let output = Command::cargo_bin("dsplan")
-        .expect("binary")
-        .arg("run")
-        .arg(work.join("ds_config.json"))
-        .arg("--model")
-        .arg(root.join("models/llama_bpe"))
-        .arg("--data")
-        .arg(&train)
-        .arg("--training-args")
-        .arg(work.join("sft_config.json"))
-        .arg("--device")
-        .arg("cpu")
-        .arg("--resume")
-        .arg(&checkpoint)
-        .output()
-        .expect("runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let stderr = refused(&config);
     assert!(
         stderr.contains("`data`") && stderr.contains("labelled"),
         "names the data: {stderr}"

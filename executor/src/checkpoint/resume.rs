@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use dsplan_planner::schedule::loss_scale::LossScaler;
 
 use super::layout::{CheckpointLocation, ENGINE_STATE};
-use super::state::{DataDescription, EngineState, SavedModel};
+use super::state::{DataDescription, DataKind, EngineState, SavedModel};
 use super::{CheckpointError, LoadedCheckpoint};
 use crate::zero::OwnedState;
 
@@ -84,11 +84,18 @@ pub fn prepare_resume(
         )
     })?;
     if saved.seq_len != run.seq_len {
+        // A fine-tuning run's length is its longest micro-batch, not a flag.
+        let fix = match run.data.kind {
+            DataKind::Labelled => {
+                "resume with the data and max_length the checkpoint was trained with".to_string()
+            }
+            _ => format!("pass --seq-len {}", saved.seq_len),
+        };
         return Err(mismatch(
             "seq_len",
             saved.seq_len.to_string(),
             run.seq_len.to_string(),
-            &format!("pass --seq-len {}", saved.seq_len),
+            &fix,
         ));
     }
     let (a, b) = (&saved.data, &run.data);
