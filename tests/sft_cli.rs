@@ -382,6 +382,111 @@ fn a_fine_tuning_run_resumed_from_its_checkpoint_ends_bit_for_bit() {
     );
 }
 
+/// `--eval-split 0.1` holds the last tenth of the records out of training and scores them:
+/// the same steps and eval loss, bit for bit, as `--data` of the first nine tenths with
+/// `--eval-data` of the last tenth; and it is refused beside `--eval-data` or out of (0, 1).
+#[test]
+fn an_eval_split_trains_and_scores_as_two_files_do() {
+    let Some(root) = sft_dir() else {
+        return;
+    };
+    let run = json(&root.join("runs/text/run.json"));
+    let work = tempfile::tempdir().expect("temp dir");
+    let path = |file: &str| work.path().join(file);
+    std::fs::write(path("ds_config.json"), run["ds_config_input"].to_string()).expect("write");
+    std::fs::write(path("sft.json"), run["sft_config_explicit"].to_string()).expect("write");
+    let text = std::fs::read_to_string(root.join(run["train_file"].as_str().expect("file")))
+        .expect("data");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let boundary = lines.len() - (0.1 * lines.len() as f64).ceil() as usize;
+    let write = |file: &str, part: &[&str]| {
+        std::fs::write(path(file), part.join("\n") + "\n").expect("write");
+        path(file)
+    };
+    let (all, first, last) = (
+        write("all.jsonl", &lines),
+        write("first.jsonl", &lines[..boundary]),
+        write("last.jsonl", &lines[boundary..]),
+    );
+    let dsplan = |data: &[&std::ffi::OsStr], metrics: &str| {
+        let output = Command::cargo_bin("dsplan")
+            .expect("binary")
+            .arg("run")
+            .arg(path("ds_config.json"))
+            .arg("--model")
+            .arg(root.join(run["model"].as_str().expect("model")))
+            .args(data)
+            .arg("--training-args")
+            .arg(path("sft.json"))
+            .arg("--device")
+            .arg("cpu")
+            .arg("--metrics")
+            .arg(path(metrics))
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code(), stderr)
+    };
+    let os = std::ffi::OsStr::new;
+    let (code, stderr) = dsplan(
+        &[os("--data"), all.as_os_str(), os("--eval-split"), os("0.1")],
+        "split.jsonl",
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stderr) = dsplan(
+        &[
+            os("--data"),
+            first.as_os_str(),
+            os("--eval-data"),
+            last.as_os_str(),
+        ],
+        "files.jsonl",
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let metrics = |file: &str| std::fs::read_to_string(path(file)).expect("metrics");
+    let scores = |text: &str| -> Vec<(Option<f64>, Option<f64>)> {
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("JSON line"))
+            .map(|v| (v["loss"].as_f64(), v["eval_loss"].as_f64()))
+            .collect()
+    };
+    let (split, files) = (
+        scores(&metrics("split.jsonl")),
+        scores(&metrics("files.jsonl")),
+    );
+    assert!(
+        split.iter().any(|(_, eval)| eval.is_some()),
+        "an eval loss: {split:?}"
+    );
+    assert_eq!(
+        split, files,
+        "the split trains and scores as the two files do"
+    );
+
+    let (code, stderr) = dsplan(
+        &[os("--data"), all.as_os_str(), os("--eval-split"), os("1.5")],
+        "bad.jsonl",
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--eval-split 1.5 is not a fraction"),
+        "{stderr}"
+    );
+    let (code, stderr) = dsplan(
+        &[
+            os("--data"),
+            all.as_os_str(),
+            os("--eval-data"),
+            last.as_os_str(),
+            os("--eval-split"),
+            os("0.1"),
+        ],
+        "bad.jsonl",
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+}
+
 /// The integer tensors of a safetensors file whose names start with `train.`, as i64.
 fn train_tensors(path: &Path) -> std::collections::BTreeMap<String, (Vec<usize>, Vec<i64>)> {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -4,23 +4,23 @@
 
 use std::path::PathBuf;
 
-use crate::cache::{CacheDir, CacheUse, open_prepared};
+use crate::cache::{CacheDir, CacheUse, open_prepared, open_split};
 use crate::collate::{Collation, MicroBatch, collate};
 use crate::dataset::DatasetOptions;
 use crate::error::SftError;
 use crate::order::{BatchLayout, SampleOrder, Sampling, eval_batches};
-use crate::prepare::{PrepareSettings, PreparedSet};
+use crate::prepare::{HeldOut, PrepareSettings, PreparedSet};
 use crate::tokenizer::HfTokenizer;
 
 /// Everything [`SftData::open`] needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SftSettings {
     /// The directory with `tokenizer.json` (`--tokenizer`, else `--model`).
     pub tokenizer_dir: PathBuf,
     /// `--data`: a file or a directory of shards.
     pub train: PathBuf,
-    /// `--eval-data`, if any.
-    pub eval: Option<PathBuf>,
+    /// Where the eval set comes from.
+    pub eval: EvalData,
     /// How the datasets are read.
     pub dataset: DatasetOptions,
     /// How rows are prepared.
@@ -33,6 +33,17 @@ pub struct SftSettings {
     pub sampling: Sampling,
     /// Where the token caches go.
     pub cache: CacheDir,
+}
+
+/// Where a run's eval set comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EvalData {
+    /// No eval set.
+    None,
+    /// Its own dataset (`--eval-data`).
+    File(PathBuf),
+    /// The last records of the train data, held out of training (`--eval-split`).
+    HeldOut(HeldOut),
 }
 
 /// The fine-tuning data of a run.
@@ -68,13 +79,21 @@ impl SftData {
                 &settings.cache,
             )
         };
-        let (train, train_cache) = open(&settings.train)?;
-        let eval = settings
-            .eval
-            .as_ref()
-            .map(open)
-            .transpose()?
-            .map(|(set, _)| set);
+        let ((train, train_cache), eval) = match &settings.eval {
+            EvalData::None => (open(&settings.train)?, None),
+            EvalData::File(path) => (open(&settings.train)?, Some(open(path)?.0)),
+            EvalData::HeldOut(held_out) => {
+                let ((train, eval), cache) = open_split(
+                    &settings.train,
+                    &settings.dataset,
+                    &tokenizer,
+                    &settings.prepare,
+                    &settings.cache,
+                    *held_out,
+                )?;
+                ((train, cache), Some(eval))
+            }
+        };
         let order = SampleOrder::new(train.rows.len(), settings.sampling, settings.layout);
         Ok(Self {
             tokenizer,

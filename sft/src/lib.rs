@@ -26,16 +26,16 @@ pub mod prepare;
 pub mod template;
 pub mod tokenizer;
 
-pub use cache::{CacheDir, CacheUse, cache_key, cache_path, open_prepared};
+pub use cache::{CacheDir, CacheUse, cache_key, cache_path, open_prepared, open_split};
 pub use collate::{Collation, MicroBatch, collate};
-pub use data::{SftData, SftSettings};
+pub use data::{EvalData, SftData, SftSettings};
 pub use dataset::{DatasetOptions, DatasetReader, Example, OnBadRow, Shape, ShapeChoice};
 pub use error::{Location, Record, SftError};
 pub use hash::Fingerprint;
 pub use order::{BatchLayout, SampleOrder, Sampling, StepRows, eval_batches};
 pub use prepare::{
-    AssistantLoss, CompletionLoss, IGNORE, Labels, OverLength, Packing, PrepareSettings,
-    PreparedRow, PreparedSet, prepare_dataset,
+    AssistantLoss, CompletionLoss, HeldOut, IGNORE, Labels, OverLength, Packing, PrepareSettings,
+    PreparedRow, PreparedSet, prepare_dataset, prepare_split,
 };
 pub use template::{ChatTemplate, RenderRequest, Rendered};
 pub use tokenizer::{

@@ -4,7 +4,7 @@
 
 mod support;
 
-use dsplan_sft::{BatchLayout, CacheDir, CacheUse, Sampling, SftData, SftSettings};
+use dsplan_sft::{BatchLayout, CacheDir, CacheUse, EvalData, Sampling, SftData, SftSettings};
 use support::{RUNS, Run};
 
 fn settings(run: &Run, cache: &std::path::Path) -> SftSettings {
@@ -12,7 +12,7 @@ fn settings(run: &Run, cache: &std::path::Path) -> SftSettings {
     SftSettings {
         tokenizer_dir: run.root.join(run.json["model"].as_str().expect("model")),
         train: run.data("train_file"),
-        eval: Some(run.data("eval_file")),
+        eval: EvalData::File(run.data("eval_file")),
         dataset: Default::default(),
         prepare: run.settings(),
         layout: BatchLayout {

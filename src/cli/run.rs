@@ -94,6 +94,16 @@ pub struct RunArgs {
     /// and every eval_steps (eval_strategy "steps" in --training-args).
     #[arg(long, value_name = "D", requires = "data")]
     eval_data: Option<PathBuf>,
+    /// Fine-tuning eval set held out of --data instead: the last ceil(F x records) records
+    /// evaluate and are not trained on, as datasets' train_test_split(test_size=F,
+    /// shuffle=False) splits them (0 < F < 1).
+    #[arg(
+        long,
+        value_name = "F",
+        requires = "data",
+        conflicts_with = "eval_data"
+    )]
+    eval_split: Option<f64>,
     /// The tokenizer's directory (tokenizer.json, tokenizer_config.json) for fine-tuning data,
     /// when the --model directory has none.
     #[arg(long, value_name = "DIR")]

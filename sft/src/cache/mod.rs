@@ -15,7 +15,7 @@ pub use key::cache_key;
 
 use crate::error::SftError;
 use crate::hash::Fingerprint;
-use crate::prepare::PreparedSet;
+use crate::prepare::{HeldOut, PreparedSet};
 
 /// Where caches go.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -156,4 +156,45 @@ pub fn open_prepared(
     let set = prepare()?;
     save(&path, key, &set)?;
     Ok((set, how))
+}
+
+/// The dataset `data` prepared and split as `held_out` says ([`crate::prepare::prepare_split`]):
+/// the train set and the eval set, each cached under the data's key and its side of the split.
+pub fn open_split(
+    data: &Path,
+    options: &crate::dataset::DatasetOptions,
+    tokenizer: &crate::tokenizer::HfTokenizer,
+    settings: &crate::prepare::PrepareSettings,
+    dir: &CacheDir,
+    held_out: HeldOut,
+) -> Result<((PreparedSet, PreparedSet), CacheUse), SftError> {
+    let prepare = || {
+        let reader = crate::dataset::DatasetReader::open(data, options.clone())?;
+        crate::prepare::prepare_split(reader, tokenizer, settings, options.on_bad_row, held_out)
+    };
+    if *dir == CacheDir::Off {
+        return Ok((prepare()?, CacheUse::Off));
+    }
+    let whole = cache_key(data, options, tokenizer, settings)?;
+    let side = |name: &str| {
+        let mut key = whole;
+        key.add(format!("held out {} {name}", held_out.fraction()).as_bytes());
+        key
+    };
+    let (train_key, eval_key) = (side("train"), side("eval"));
+    let (Some(train_path), Some(eval_path)) = (
+        cache_path(data, dir, train_key),
+        cache_path(data, dir, eval_key),
+    ) else {
+        return Ok((prepare()?, CacheUse::Off));
+    };
+    let how = match (load(&train_path, train_key)?, load(&eval_path, eval_key)?) {
+        (Loaded::Set(train), Loaded::Set(eval)) => return Ok(((train, eval), CacheUse::Hit)),
+        (Loaded::Damaged(why), _) | (_, Loaded::Damaged(why)) => CacheUse::Replaced(why),
+        _ => CacheUse::Written,
+    };
+    let (train, eval) = prepare()?;
+    save(&train_path, train_key, &train)?;
+    save(&eval_path, eval_key, &eval)?;
+    Ok(((train, eval), how))
 }

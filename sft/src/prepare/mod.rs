@@ -1,17 +1,20 @@
 //! A dataset prepared as TRL 1.16's `SFTTrainer._prepare_dataset` prepares it: every example
 //! tokenized and labelled ([`row`]), in parallel a chunk at a time as the
 //! [`DatasetReader`] streams them (the next chunk is read while the current one is
-//! prepared), then packed when [`Packing::Bfd`] is on ([`crate::pack`]).
+//! prepared), then packed when [`Packing::Bfd`] is on ([`crate::pack`]); or split first into
+//! a train set and an eval set ([`prepare_split`], [`HeldOut`]), each packed on its own.
 
 pub mod labels;
 pub mod row;
 pub mod settings;
+pub mod split;
 
 use rayon::prelude::*;
 
 pub use labels::Labels;
 pub use row::{IGNORE, Outcome, PreparedRow, prepare_example};
 pub use settings::{AssistantLoss, CompletionLoss, OverLength, Packing, PrepareSettings};
+pub use split::HeldOut;
 
 use crate::dataset::{BadRows, DatasetReader, OnBadRow, Shape};
 use crate::error::SftError;
@@ -32,17 +35,118 @@ pub struct PreparedSet {
 
 /// Reads and prepares every example of `reader`.
 pub fn prepare_dataset(
-    mut reader: DatasetReader,
+    reader: DatasetReader,
     tokenizer: &HfTokenizer,
     settings: &PrepareSettings,
     on_bad_row: OnBadRow,
 ) -> Result<PreparedSet, SftError> {
+    let mut unpacked = prepare_rows(reader, tokenizer, settings, on_bad_row)?;
+    let rows = std::mem::take(&mut unpacked.rows);
+    unpacked.finish(rows, settings)
+}
+
+/// Reads and prepares every example of `reader`, then splits the records as `held_out` says:
+/// the train set and the eval set, each packed on its own when packing is on. Rows dropped
+/// and records skipped are counted in the train set's figures.
+pub fn prepare_split(
+    reader: DatasetReader,
+    tokenizer: &HfTokenizer,
+    settings: &PrepareSettings,
+    on_bad_row: OnBadRow,
+    held_out: HeldOut,
+) -> Result<(PreparedSet, PreparedSet), SftError> {
+    let mut unpacked = prepare_rows(reader, tokenizer, settings, on_bad_row)?;
+    let first_eval = held_out
+        .first_eval_record(unpacked.records)
+        .map_err(|message| {
+            SftError::in_file(&unpacked.shown, message)
+                .with_help("hold out a smaller fraction, or give --eval-data")
+        })?;
+    let (train, eval): (Vec<PreparedRow>, Vec<PreparedRow>) = std::mem::take(&mut unpacked.rows)
+        .into_iter()
+        .partition(|row| row.source_rows.first().is_some_and(|&r| r < first_eval));
+    let eval = PreparedSet {
+        rows: pack(eval, settings),
+        shape: unpacked.shape,
+        dropped_all_masked: 0,
+        bad: BadRows::default(),
+    };
+    if eval.rows.is_empty() {
+        return Err(SftError::in_file(
+            &unpacked.shown,
+            format!(
+                "the eval split (records {first_eval} to {}) holds no row with a label",
+                unpacked.records
+            ),
+        )
+        .with_help("hold out a larger fraction, or give --eval-data"));
+    }
+    Ok((unpacked.finish(train, settings)?, eval))
+}
+
+/// A dataset's rows prepared, not yet packed, with what was left out.
+struct Unpacked {
+    rows: Vec<PreparedRow>,
+    shape: Shape,
+    dropped_all_masked: u64,
+    bad: BadRows,
+    /// The records read: one more than the largest record index seen.
+    records: u64,
+    /// The dataset as named in messages.
+    shown: String,
+}
+
+impl Unpacked {
+    /// The set of `rows` (some or all of these), packed when packing is on; an error when
+    /// none is left.
+    fn finish(
+        self,
+        rows: Vec<PreparedRow>,
+        settings: &PrepareSettings,
+    ) -> Result<PreparedSet, SftError> {
+        if rows.is_empty() {
+            return Err(SftError::in_file(
+                self.shown,
+                format!(
+                    "no row is left to train on ({} had no label after truncation to \
+                     max_length, {} were bad)",
+                    self.dropped_all_masked, self.bad.count
+                ),
+            )
+            .with_help("raise max_length, or check the completion / assistant masks"));
+        }
+        Ok(PreparedSet {
+            rows: pack(rows, settings),
+            shape: self.shape,
+            dropped_all_masked: self.dropped_all_masked,
+            bad: self.bad,
+        })
+    }
+}
+
+/// `rows` packed when packing is on, else as they are.
+fn pack(rows: Vec<PreparedRow>, settings: &PrepareSettings) -> Vec<PreparedRow> {
+    match (settings.packing, settings.max_length) {
+        (Packing::Bfd, Some(max_length)) => crate::pack::pack_bfd(rows, max_length),
+        _ => rows,
+    }
+}
+
+/// Reads and prepares every example of `reader`, unpacked.
+fn prepare_rows(
+    mut reader: DatasetReader,
+    tokenizer: &HfTokenizer,
+    settings: &PrepareSettings,
+    on_bad_row: OnBadRow,
+) -> Result<Unpacked, SftError> {
     check_settings(tokenizer, settings)?;
     let mut rows = Vec::new();
     let mut dropped_all_masked = 0;
     let mut bad = BadRows::default();
+    let mut records = 0;
     let mut next = reader.next_chunk();
     while let Some(chunk) = next? {
+        records = chunk.iter().map(|s| s.row + 1).fold(records, u64::max);
         // The reading of the next chunk (mostly serial) overlaps the preparing of this one;
         // this chunk's outcomes are still looked at before the next chunk's read error.
         let (outcomes, read): (Vec<Outcome>, _) = rayon::join(
@@ -74,25 +178,13 @@ pub fn prepare_dataset(
     bad.count += read_bad.count;
     let room = BadRows::KEPT.saturating_sub(bad.first.len());
     bad.first.extend(read_bad.first.iter().take(room).cloned());
-    if rows.is_empty() {
-        return Err(SftError::in_file(
-            shown,
-            format!(
-                "no row is left to train on ({dropped_all_masked} had no label after truncation \
-                 to max_length, {} were bad)",
-                bad.count
-            ),
-        )
-        .with_help("raise max_length, or check the completion / assistant masks"));
-    }
-    if let (Packing::Bfd, Some(max_length)) = (settings.packing, settings.max_length) {
-        rows = crate::pack::pack_bfd(rows, max_length);
-    }
-    Ok(PreparedSet {
+    Ok(Unpacked {
         rows,
         shape,
         dropped_all_masked,
         bad,
+        records,
+        shown,
     })
 }
 

@@ -23,8 +23,8 @@ use dsplan_executor::train::{DataChoice, LossNormalisation, TrainSettings, Train
 use dsplan_planner::resolve::TrainingArgs;
 use dsplan_sft::dataset::FileKind;
 use dsplan_sft::{
-    BatchLayout, CacheDir, CacheUse, DatasetOptions, OnBadRow, SftData, SftSettings, Shape,
-    ShapeChoice,
+    BatchLayout, CacheDir, CacheUse, DatasetOptions, EvalData, HeldOut, OnBadRow, SftData,
+    SftSettings, Shape, ShapeChoice,
 };
 use serde_json::Value;
 
@@ -122,7 +122,7 @@ impl SftJob {
         let sft = SftSettings {
             tokenizer_dir,
             train: train.clone(),
-            eval: args.eval_data.clone(),
+            eval: eval_data(args)?,
             dataset: DatasetOptions {
                 shape: match args.dataset_format {
                     DatasetFormat::Auto => ShapeChoice::Detect,
@@ -180,6 +180,7 @@ impl SftJob {
     ) -> Result<Self, Failure> {
         let refused = [
             (args.eval_data.is_some(), "--eval-data"),
+            (args.eval_split.is_some(), "--eval-split"),
             (args.save_batches.is_some(), "--save-batches"),
             (args.tokenizer.is_some(), "--tokenizer"),
         ];
@@ -279,6 +280,17 @@ impl SftJob {
 }
 
 /// `--tokenizer`, or the `--model` directory.
+/// The eval set `--eval-data` or `--eval-split` names (clap lets one at most through).
+fn eval_data(args: &RunArgs) -> Result<EvalData, Failure> {
+    match (&args.eval_data, args.eval_split) {
+        (Some(path), _) => Ok(EvalData::File(path.clone())),
+        (None, Some(fraction)) => HeldOut::new(fraction)
+            .map(EvalData::HeldOut)
+            .map_err(|why| Failure::usage(format!("--eval-split {why}; for example 0.05"))),
+        (None, None) => Ok(EvalData::None),
+    }
+}
+
 fn tokenizer_dir(args: &RunArgs) -> Result<PathBuf, Failure> {
     if let Some(dir) = &args.tokenizer {
         return Ok(dir.clone());
