@@ -40,9 +40,8 @@ pub fn prepare_dataset(
     settings: &PrepareSettings,
     on_bad_row: OnBadRow,
 ) -> Result<PreparedSet, SftError> {
-    let mut unpacked = prepare_rows(reader, tokenizer, settings, on_bad_row)?;
-    let rows = std::mem::take(&mut unpacked.rows);
-    unpacked.finish(rows, settings)
+    let (rows, read) = prepare_rows(reader, tokenizer, settings, on_bad_row)?;
+    read.finish(rows, settings)
 }
 
 /// Reads and prepares every example of `reader`, then splits the records as `held_out` says:
@@ -55,38 +54,37 @@ pub fn prepare_split(
     on_bad_row: OnBadRow,
     held_out: HeldOut,
 ) -> Result<(PreparedSet, PreparedSet), SftError> {
-    let mut unpacked = prepare_rows(reader, tokenizer, settings, on_bad_row)?;
+    let (rows, read) = prepare_rows(reader, tokenizer, settings, on_bad_row)?;
     let first_eval = held_out
-        .first_eval_record(unpacked.records)
+        .first_eval_record(read.records)
         .map_err(|message| {
-            SftError::in_file(&unpacked.shown, message)
+            SftError::in_file(&read.shown, message)
                 .with_help("hold out a smaller fraction, or give --eval-data")
         })?;
-    let (train, eval): (Vec<PreparedRow>, Vec<PreparedRow>) = std::mem::take(&mut unpacked.rows)
+    let (train, eval): (Vec<PreparedRow>, Vec<PreparedRow>) = rows
         .into_iter()
         .partition(|row| row.source_rows.first().is_some_and(|&r| r < first_eval));
     let eval = PreparedSet {
         rows: pack(eval, settings),
-        shape: unpacked.shape,
+        shape: read.shape,
         dropped_all_masked: 0,
         bad: BadRows::default(),
     };
     if eval.rows.is_empty() {
         return Err(SftError::in_file(
-            &unpacked.shown,
+            &read.shown,
             format!(
                 "the eval split (records {first_eval} to {}) holds no row with a label",
-                unpacked.records
+                read.records
             ),
         )
         .with_help("hold out a larger fraction, or give --eval-data"));
     }
-    Ok((unpacked.finish(train, settings)?, eval))
+    Ok((read.finish(train, settings)?, eval))
 }
 
-/// A dataset's rows prepared, not yet packed, with what was left out.
-struct Unpacked {
-    rows: Vec<PreparedRow>,
+/// What reading a dataset's rows found besides them: its shape and what was left out.
+struct Read {
     shape: Shape,
     dropped_all_masked: u64,
     bad: BadRows,
@@ -96,9 +94,9 @@ struct Unpacked {
     shown: String,
 }
 
-impl Unpacked {
-    /// The set of `rows` (some or all of these), packed when packing is on; an error when
-    /// none is left.
+impl Read {
+    /// The set of `rows` (some or all of those read), packed when packing is on; an error
+    /// when none is left.
     fn finish(
         self,
         rows: Vec<PreparedRow>,
@@ -132,13 +130,13 @@ fn pack(rows: Vec<PreparedRow>, settings: &PrepareSettings) -> Vec<PreparedRow> 
     }
 }
 
-/// Reads and prepares every example of `reader`, unpacked.
+/// Reads and prepares every example of `reader`: the rows, unpacked, and what else was read.
 fn prepare_rows(
     mut reader: DatasetReader,
     tokenizer: &HfTokenizer,
     settings: &PrepareSettings,
     on_bad_row: OnBadRow,
-) -> Result<Unpacked, SftError> {
+) -> Result<(Vec<PreparedRow>, Read), SftError> {
     check_settings(tokenizer, settings)?;
     let mut rows = Vec::new();
     let mut dropped_all_masked = 0;
@@ -178,14 +176,14 @@ fn prepare_rows(
     bad.count += read_bad.count;
     let room = BadRows::KEPT.saturating_sub(bad.first.len());
     bad.first.extend(read_bad.first.iter().take(room).cloned());
-    Ok(Unpacked {
-        rows,
+    let read = Read {
         shape,
         dropped_all_masked,
         bad,
         records,
         shown,
-    })
+    };
+    Ok((rows, read))
 }
 
 /// Refuses settings the tokenizer cannot honour before any row is read.
